@@ -1,0 +1,42 @@
+# Everything runs from a project-local virtual environment built from uv.lock; the only
+# prerequisites are Python 3.11+, git and make.
+PYTHON ?= python3
+VENV := .venv
+UV_VERSION := 0.13.9
+UV := .uv/bin/uv
+SYNCED := $(VENV)/.synced-$(shell cat uv.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: run test lint format bench clean
+
+run: $(SYNCED) ## Run Buildbay on the embedded default (SQLite + files under ./data)
+	$(VENV)/bin/buildbay serve
+
+test: $(SYNCED) ## Run the whole test suite
+	$(VENV)/bin/pytest
+
+lint: $(SYNCED) ## ruff (lint + format check) and mypy --strict
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: $(SYNCED)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: $(SYNCED) ## Benchmarks (print ratios against a baseline measured in the same run)
+	$(VENV)/bin/python bench/upload.py
+	$(VENV)/bin/python bench/api.py
+
+$(UV):
+	$(PYTHON) -m venv .uv
+	.uv/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(SYNCED): uv.lock pyproject.toml | $(UV)
+	$(UV) sync --locked --python $(PYTHON)
+	rm -f $(VENV)/.synced-*
+	touch $@
+
+clean:
+	rm -rf .uv $(VENV) .pytest_cache .mypy_cache .ruff_cache

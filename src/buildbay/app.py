@@ -1,0 +1,154 @@
+"""create_app(settings) builds the whole service; nothing is built at import time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from buildbay import __version__
+from buildbay.applications.routes import router as applications_router
+from buildbay.auth.routes import account_router
+from buildbay.auth.routes import router as auth_router
+from buildbay.auth.tokens import AccessTokenCodec
+from buildbay.builds.routes import router as builds_router
+from buildbay.builds.sweeper import sweep_expired_uploads
+from buildbay.clock import Clock, SystemClock
+from buildbay.config import Settings
+from buildbay.db import migrate
+from buildbay.db.engine import create_engine, create_sessionmaker
+from buildbay.deps import AppContext
+from buildbay.errors import PROBLEM_CONTENT_TYPE, Problem, install_error_handlers
+from buildbay.health import router as health_router
+from buildbay.middleware import ApiMiddleware
+from buildbay.projects.routes import router as projects_router
+from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.storage.base import Storage
+from buildbay.storage.local import LocalStorage
+from buildbay.storage.routes import router as storage_router
+from buildbay.storage.signing import UrlSigner
+
+log = logging.getLogger("buildbay")
+
+DESCRIPTION = """\
+Upload app builds (APK, AAB, IPA, installers) from CI and hand them to testers.
+
+Uploading is three steps: `POST .../builds/upload-link` gives an `uploadUrl`; `PUT` the raw bytes
+there (no token: the URL is signed); `POST .../builds/verify` makes the build `ready`.
+Every error is `application/problem+json` (RFC 9457) with a stable `code`.
+"""
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    storage: Storage | None = None,
+    migrate_on_start: bool | None = None,
+) -> FastAPI:
+    settings = settings or Settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    clock = clock or SystemClock()
+    engine = create_engine(settings.resolved_database_url)
+    signer = UrlSigner(settings.signing_key)
+    if storage is None:
+        storage = LocalStorage(settings.storage_dir, settings.resolved_public_url, signer)
+    ctx = AppContext(
+        settings=settings,
+        engine=engine,
+        sessions=create_sessionmaker(engine),
+        clock=clock,
+        storage=storage,
+        signer=signer,
+        limiter=RateLimiter(settings),
+        access_tokens=AccessTokenCodec(
+            settings.signing_key, timedelta(seconds=settings.access_token_ttl_seconds)
+        ),
+    )
+    if migrate_on_start is None:
+        # The embedded default looks after its own schema; production runs `buildbay db upgrade`.
+        migrate_on_start = settings.env == "development" and settings.is_sqlite
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if migrate_on_start:
+            await migrate.upgrade(engine)
+        sweeper = None
+        if settings.sweep_interval_seconds > 0:
+            sweeper = asyncio.create_task(_sweep_forever(ctx))
+        try:
+            yield
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Buildbay",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    app.add_middleware(ApiMiddleware)
+    for router in (
+        auth_router,
+        account_router,
+        projects_router,
+        applications_router,
+        builds_router,
+        storage_router,
+        health_router,
+    ):
+        app.include_router(router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+async def _sweep_forever(ctx: AppContext) -> None:
+    while True:
+        await asyncio.sleep(ctx.settings.sweep_interval_seconds)
+        try:
+            await sweep_expired_uploads(ctx.sessions, ctx.storage, ctx.clock.now())
+        except Exception:
+            log.exception("sweeping expired uploads failed; trying again next round")
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with every error described as the problem+json it really is."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    problem = Problem.model_json_schema(
+        by_alias=True, ref_template="#/components/schemas/{model}", mode="serialization"
+    )
+    components.update(problem.pop("$defs", {}))
+    components["Problem"] = problem
+    problem_content = {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for path, path_item in schema.get("paths", {}).items():
+        for operation in path_item.values():
+            responses = operation.setdefault("responses", {})
+            if path.startswith(("/api/", "/storage/")):
+                responses.setdefault("500", {"description": "Unexpected error (a bug); quote requestId"})
+                responses.setdefault(
+                    "503", {"description": "Database or storage unreachable (see Retry-After)"}
+                )
+            for status, response in responses.items():
+                if status.startswith(("4", "5")):
+                    response["content"] = problem_content
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    app.openapi_schema = schema
+    return schema

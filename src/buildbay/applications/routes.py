@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response, status
+
+from buildbay.applications import schemas
+from buildbay.applications.service import ApplicationService, ApplicationView
+from buildbay.deps import Context, SessionDep
+from buildbay.errors import problem_responses
+from buildbay.projects.access import AppAdmin, AppTester, ProjectAdmin, ProjectTester
+from buildbay.schemas import PageParams
+
+router = APIRouter(prefix="/api/projects/{id}/applications", tags=["applications"])
+
+BY_ID = problem_responses(401, 403, 404, 429)
+WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
+
+
+def application_service(ctx: Context, db: SessionDep) -> ApplicationService:
+    return ApplicationService(db, ctx.clock.now())
+
+
+Service = Annotated[ApplicationService, Depends(application_service)]
+
+
+def _application(view: ApplicationView) -> schemas.Application:
+    a = view.application
+    return schemas.Application(
+        id=a.id,
+        project_id=a.project_id,
+        name=a.name,
+        platform=a.platform,
+        bundle_id=a.bundle_id,
+        builds_count=view.builds_count,
+        created_at=a.created_at,
+        updated_at=a.updated_at,
+    )
+
+
+@router.get("", responses=problem_responses(401, 403, 404, 422, 429), summary="List applications")
+async def list_applications(
+    access: ProjectTester, service: Service, page: Annotated[PageParams, Depends()]
+) -> schemas.ApplicationList:
+    views, next_cursor = await service.list(access.project, page.limit, page.after_id)
+    return schemas.ApplicationList(
+        applications=[_application(v) for v in views], next_cursor=next_cursor
+    )
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses=WRITE_BY_ID,
+    summary="Create an application (admin+)",
+)
+async def create_application(
+    body: schemas.ApplicationCreate, access: ProjectAdmin, service: Service
+) -> schemas.Application:
+    return _application(await service.create(access.project, body.model_dump()))
+
+
+@router.get("/{appId}", responses=BY_ID, summary="Get an application")
+async def get_application(access: AppTester, service: Service) -> schemas.Application:
+    return _application(await service.view(access.application))
+
+
+@router.put(
+    "/{appId}", responses=WRITE_BY_ID, summary="Update an application's fields (admin+)"
+)
+async def update_application(
+    body: schemas.ApplicationUpdate, access: AppAdmin, service: Service
+) -> schemas.Application:
+    changes = body.model_dump(exclude_unset=True)
+    return _application(await service.update(access.application, changes))
+
+
+@router.delete(
+    "/{appId}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=BY_ID,
+    summary="Delete an application with its builds and files (admin+)",
+)
+async def delete_application(access: AppAdmin, service: Service, ctx: Context) -> Response:
+    await service.delete(access.application, ctx.storage)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from buildbay.applications.models import Platform
+from buildbay.schemas import ApiModel, RequestModel, Timestamp
+
+ApplicationName = Annotated[str, Field(min_length=1, max_length=100)]
+BundleId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        examples=["com.example.app"],
+    ),
+]
+
+
+class ApplicationCreate(RequestModel):
+    name: ApplicationName
+    platform: Platform = Platform.OTHER
+    bundle_id: BundleId | None = None
+
+
+class ApplicationUpdate(RequestModel):
+    """Fields present are changed; fields left out keep their value."""
+
+    name: ApplicationName | None = None
+    platform: Platform | None = None
+    bundle_id: BundleId | None = None
+
+    @field_validator("name", "platform")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        # Only reached when the client sent the field: leaving it out keeps it, null is refused.
+        if value is None:
+            raise ValueError("cannot be null")
+        return value
+
+
+class Application(ApiModel):
+    id: str
+    project_id: str
+    name: str
+    platform: Platform
+    bundle_id: str | None
+    builds_count: int = Field(description="Ready builds of the application")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class ApplicationList(ApiModel):
+    applications: list[Application]
+    next_cursor: str | None

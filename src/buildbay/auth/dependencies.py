@@ -1,0 +1,77 @@
+"""`CurrentUser`: who is calling, checked on every resource endpoint, and counted for rate limits."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from buildbay.auth.service import AuthService, Principal
+from buildbay.auth.tokens import API_TOKEN_PREFIX
+from buildbay.config import Plan
+from buildbay.deps import AppContext, Context, SessionDep
+from buildbay.errors import NotAuthenticated, RateLimited
+
+# auto_error=False: a missing header is our own 401 problem, not FastAPI's 403.
+_bearer = HTTPBearer(auto_error=False, description="An access token or an API token (`bb_...`)")
+
+
+def auth_service(ctx: Context, db: SessionDep) -> AuthService:
+    return AuthService(
+        db,
+        ctx.access_tokens,
+        ctx.clock.now(),
+        timedelta(days=ctx.settings.refresh_token_ttl_days),
+    )
+
+
+AuthServiceDep = Annotated[AuthService, Depends(auth_service)]
+
+
+def client_ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+async def count_request(ctx: AppContext, request: Request, key: str, plan: Plan) -> None:
+    """Count one /api request against `key`'s plan; 429 once the window is spent."""
+    state = await ctx.limiter.hit(key, plan)
+    if state is None:
+        return
+    request.state.ratelimit = state
+    if not state.allowed:
+        raise RateLimited(
+            f"More than {state.limit} requests in a minute on the {state.policy} plan",
+            headers={"Retry-After": str(state.reset_after)},
+        )
+
+
+async def limit_by_ip(ctx: Context, request: Request) -> None:
+    """For endpoints that take no token: counted per client IP at the free rate."""
+    await count_request(ctx, request, f"ip:{client_ip(request)}", Plan.FREE)
+
+
+async def current_user(
+    ctx: Context,
+    request: Request,
+    service: AuthServiceDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    try:
+        if credentials is None or credentials.scheme.lower() != "bearer":
+            raise NotAuthenticated("Send `Authorization: Bearer <token>`")
+        token = credentials.credentials
+        if token.startswith(API_TOKEN_PREFIX):
+            principal = await service.authenticate_api_token(token)
+        else:
+            principal = await service.authenticate_access_token(token)
+    except NotAuthenticated:
+        await limit_by_ip(ctx, request)
+        raise
+    await count_request(ctx, request, f"user:{principal.user.id}", principal.user.plan)
+    return principal
+
+
+CurrentUser = Annotated[Principal, Depends(current_user)]
+PublicRateLimit = Depends(limit_by_ip)

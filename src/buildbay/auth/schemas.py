@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, EmailStr, Field
+
+from buildbay.config import Plan
+from buildbay.schemas import ApiModel, RequestModel, Timestamp
+
+Password = Annotated[str, Field(min_length=8, max_length=128)]
+
+
+class RegisterRequest(RequestModel):
+    email: EmailStr
+    # Passwords are taken as typed: no trimming.
+    password: Annotated[Password, Field(json_schema_extra={"format": "password"})]
+    name: Annotated[str | None, Field(max_length=100)] = None
+
+    model_config = ConfigDict(str_strip_whitespace=False)
+
+
+class LoginRequest(RequestModel):
+    email: Annotated[str, Field(max_length=320)]
+    password: Annotated[str, Field(max_length=1024)]
+
+    model_config = ConfigDict(str_strip_whitespace=False)
+
+
+class OAuthModel(BaseModel):
+    """Token fields follow OAuth 2 (RFC 6749): snake_case, exactly as named."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RefreshRequest(OAuthModel):
+    refresh_token: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class LogoutRequest(OAuthModel):
+    refresh_token: Annotated[str | None, Field(max_length=200)] = None
+
+
+class User(ApiModel):
+    id: str
+    email: str
+    name: str
+    plan: Plan
+    created_at: Timestamp
+
+
+class TokenResponse(BaseModel):
+    access_token: str
+    refresh_token: str
+    token_type: Literal["Bearer"] = "Bearer"
+    expires_in: int = Field(description="Seconds until the access token expires", examples=[86400])
+    user: User
+
+
+class CreateApiTokenRequest(RequestModel):
+    name: Annotated[str, Field(min_length=1, max_length=100)]
+    expires_in_days: Annotated[int | None, Field(ge=1, le=365)] = None
+
+
+class ApiToken(ApiModel):
+    id: str
+    name: str
+    prefix: str = Field(description="The first characters of the token, to recognise it")
+    created_at: Timestamp
+    expires_at: Timestamp | None
+    last_used_at: Timestamp | None
+
+
+class CreatedApiToken(ApiToken):
+    token: str = Field(description="The secret, shown this once; send it as `Bearer <token>`")
+
+
+class ApiTokenList(ApiModel):
+    api_tokens: list[ApiToken]

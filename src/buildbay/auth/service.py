@@ -1,0 +1,262 @@
+"""Accounts, sessions and tokens: what registering, logging in, refreshing and logging out do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.auth import passwords
+from buildbay.auth.models import ApiToken, RefreshToken, Session, User
+from buildbay.auth.tokens import (
+    API_TOKEN_DISPLAY_LENGTH,
+    AccessTokenCodec,
+    hash_token,
+    new_api_token,
+    new_refresh_token,
+)
+from buildbay.config import Plan
+from buildbay.errors import Conflict, NotAuthenticated, NotFound, RateLimited
+from buildbay.ids import new_id
+from buildbay.ratelimit.limiter import RateLimiter
+
+API_TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedTokens:
+    user: User
+    access_token: str
+    refresh_token: str
+    expires_in: int
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a user, through a login session or through an API token."""
+
+    user: User
+    session_id: str | None = None
+    api_token_id: str | None = None
+
+
+def normalise_email(email: str) -> str:
+    return email.strip().lower()
+
+
+class AuthService:
+    def __init__(
+        self,
+        db: AsyncSession,
+        codec: AccessTokenCodec,
+        now: datetime,
+        refresh_lifetime: timedelta,
+    ) -> None:
+        self.db = db
+        self.codec = codec
+        self.now = now
+        self.refresh_lifetime = refresh_lifetime
+
+    # -- accounts -------------------------------------------------------------------------------
+
+    async def register(self, email: str, password: str, name: str | None) -> IssuedTokens:
+        email = normalise_email(email)
+        if await self._user_by_email(email) is not None:
+            raise Conflict("An account with this e-mail already exists", code="email_taken")
+        user = User(
+            id=new_id("usr"),
+            email=email,
+            name=name or email.split("@", 1)[0],
+            password_hash=await passwords.hash_password(password),
+            plan=Plan.FREE,
+            created_at=self.now,
+            updated_at=self.now,
+        )
+        self.db.add(user)
+        try:
+            await self.db.flush()
+        except IntegrityError:  # registered concurrently a moment ago
+            raise Conflict(
+                "An account with this e-mail already exists", code="email_taken"
+            ) from None
+        return await self._start_session(user)
+
+    async def login(
+        self, email: str, password: str, client_ip: str, limiter: RateLimiter
+    ) -> IssuedTokens:
+        email = normalise_email(email)
+        keys = (f"email:{email}", f"ip:{client_ip}")
+        retry_after = await limiter.login_retry_after(*keys)
+        if retry_after is not None:
+            raise RateLimited(
+                "Too many failed logins; wait before trying again",
+                code="login_throttled",
+                headers={"Retry-After": str(retry_after)},
+            )
+        user = await self._user_by_email(email)
+        if not await passwords.verify_password(password, user.password_hash if user else None):
+            await limiter.count_login_failure(*keys)
+            raise NotAuthenticated("E-mail or password is wrong", code="invalid_credentials")
+        assert user is not None
+        return await self._start_session(user)
+
+    # -- sessions and tokens --------------------------------------------------------------------
+
+    async def refresh(self, refresh_token: str) -> IssuedTokens:
+        row = (
+            await self.db.execute(
+                select(RefreshToken, Session)
+                .join(Session, Session.id == RefreshToken.session_id)
+                .where(RefreshToken.token_hash == hash_token(refresh_token))
+            )
+        ).first()
+        if row is None:
+            raise NotAuthenticated("The refresh token is invalid", code="invalid_token")
+        token, session = row
+        if session.revoked_at is not None or session.expires_at <= self.now:
+            raise NotAuthenticated("The session has ended; log in again", code="session_ended")
+        # Single use: the conditional update is what decides, so two concurrent refreshes with
+        # the same token cannot both win.
+        claimed = await self.db.execute(
+            update(RefreshToken)
+            .where(RefreshToken.id == token.id, RefreshToken.used_at.is_(None))
+            .values(used_at=self.now)
+        )
+        if claimed.rowcount != 1:  # type: ignore[attr-defined]
+            await self._revoke_session(session.id)
+            # The revocation must stand although this request fails.
+            await self.db.commit()
+            raise NotAuthenticated(
+                "This refresh token was already used; the whole session is revoked",
+                code="refresh_token_reused",
+            )
+        user = await self.db.get_one(User, session.user_id)
+        return await self._issue(user, session)
+
+    async def logout(self, principal: Principal, refresh_token: str | None) -> None:
+        if principal.session_id is not None:
+            await self._revoke_session(principal.session_id)
+        if refresh_token:
+            session_id = await self.db.scalar(
+                select(RefreshToken.session_id)
+                .join(Session, Session.id == RefreshToken.session_id)
+                .where(
+                    RefreshToken.token_hash == hash_token(refresh_token),
+                    Session.user_id == principal.user.id,
+                )
+            )
+            if session_id is not None:
+                await self._revoke_session(session_id)
+
+    async def authenticate_access_token(self, token: str) -> Principal:
+        claims = self.codec.decode(token, self.now)
+        user = await self.db.scalar(
+            select(User)
+            .join(Session, Session.user_id == User.id)
+            .where(
+                Session.id == claims.session_id,
+                User.id == claims.user_id,
+                Session.revoked_at.is_(None),
+            )
+        )
+        if user is None:
+            raise NotAuthenticated("The access token has been revoked", code="token_revoked")
+        return Principal(user=user, session_id=claims.session_id)
+
+    async def authenticate_api_token(self, token: str) -> Principal:
+        row = (
+            await self.db.execute(
+                select(ApiToken, User)
+                .join(User, User.id == ApiToken.user_id)
+                .where(ApiToken.token_hash == hash_token(token))
+            )
+        ).first()
+        if row is None:
+            raise NotAuthenticated("The API token is invalid or revoked", code="invalid_token")
+        api_token, user = row
+        if api_token.expires_at is not None and api_token.expires_at <= self.now:
+            raise NotAuthenticated("The API token has expired", code="token_expired")
+        last = api_token.last_used_at
+        if last is None or self.now - last >= API_TOKEN_TOUCH_INTERVAL:
+            api_token.last_used_at = self.now
+        return Principal(user=user, api_token_id=api_token.id)
+
+    # -- API tokens -----------------------------------------------------------------------------
+
+    async def list_api_tokens(self, user: User) -> list[ApiToken]:
+        result = await self.db.scalars(
+            select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())
+        )
+        return list(result)
+
+    async def create_api_token(
+        self, user: User, name: str, expires_in_days: int | None
+    ) -> tuple[ApiToken, str]:
+        secret = new_api_token()
+        api_token = ApiToken(
+            id=new_id("tok"),
+            user_id=user.id,
+            name=name,
+            prefix=secret[:API_TOKEN_DISPLAY_LENGTH],
+            token_hash=hash_token(secret),
+            created_at=self.now,
+            expires_at=self.now + timedelta(days=expires_in_days) if expires_in_days else None,
+            last_used_at=None,
+        )
+        self.db.add(api_token)
+        await self.db.flush()
+        return api_token, secret
+
+    async def delete_api_token(self, user: User, token_id: str) -> None:
+        api_token = await self.db.scalar(
+            select(ApiToken).where(ApiToken.id == token_id, ApiToken.user_id == user.id)
+        )
+        if api_token is None:
+            raise NotFound("No API token with this id", code="api_token_not_found")
+        await self.db.delete(api_token)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    async def _user_by_email(self, email: str) -> User | None:
+        return await self.db.scalar(select(User).where(User.email == email))
+
+    async def _start_session(self, user: User) -> IssuedTokens:
+        session = Session(
+            id=new_id("ses"),
+            user_id=user.id,
+            created_at=self.now,
+            expires_at=self.now + self.refresh_lifetime,
+            revoked_at=None,
+        )
+        self.db.add(session)
+        await self.db.flush()  # the session row before the refresh token that points at it
+        return await self._issue(user, session)
+
+    async def _issue(self, user: User, session: Session) -> IssuedTokens:
+        refresh = new_refresh_token()
+        self.db.add(
+            RefreshToken(
+                id=new_id("rft"),
+                session_id=session.id,
+                token_hash=hash_token(refresh),
+                created_at=self.now,
+                used_at=None,
+            )
+        )
+        await self.db.flush()
+        return IssuedTokens(
+            user=user,
+            access_token=self.codec.issue(user.id, session.id, self.now),
+            refresh_token=refresh,
+            expires_in=int(self.codec.lifetime.total_seconds()),
+        )
+
+    async def _revoke_session(self, session_id: str) -> None:
+        await self.db.execute(
+            update(Session)
+            .where(Session.id == session_id, Session.revoked_at.is_(None))
+            .values(revoked_at=self.now)
+        )

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from buildbay.builds.models import BuildStatus
+from buildbay.schemas import ApiModel, RequestModel, Timestamp
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_NOTES_LENGTH = 10_000
+
+
+def check_file_name(value: str) -> str:
+    """A name to show and to offer as the download's file name; never a path."""
+    if value in {".", ".."}:
+        raise ValueError("cannot be . or ..")
+    if "/" in value or "\\" in value:
+        raise ValueError("cannot contain / or \\")
+    if _CONTROL.search(value):
+        raise ValueError("cannot contain control characters")
+    return value
+
+
+class UploadLinkRequest(RequestModel):
+    file_name: Annotated[str, Field(min_length=1, max_length=255, examples=["app-release.apk"])]
+    file_size: Annotated[int, Field(ge=1, strict=True, description="Exact size in bytes")]
+    sha256: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[0-9a-fA-F]{64}$",
+            description="Optional: verify then checks the stored bytes against it",
+        ),
+    ] = None
+
+    _check_file_name = field_validator("file_name")(check_file_name)
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, value: str | None) -> str | None:
+        return value.lower() if value else value
+
+
+class UploadLink(ApiModel):
+    upload_url: str
+    build_id: str
+    expires_at: Timestamp
+    upload_method: Literal["PUT"] = "PUT"
+    upload_headers: dict[str, str] = Field(
+        examples=[{"Content-Type": "application/octet-stream"}],
+        description="Headers to send with the PUT",
+    )
+
+
+class VerifyRequest(RequestModel):
+    build_id: Annotated[str, Field(min_length=1, max_length=64)]
+    notes: Annotated[str | None, Field(max_length=MAX_NOTES_LENGTH)] = None
+
+
+class Build(ApiModel):
+    build_id: str
+    project_id: str
+    application_id: str
+    file_name: str
+    file_size: int
+    sha256: str | None = Field(description="Hex SHA-256 of the stored bytes, set at verify")
+    status: BuildStatus
+    notes: str | None
+    created_at: Timestamp
+    verified_at: Timestamp | None
+    expires_at: Timestamp = Field(description="When the upload link expires(d)")
+    uploaded_by: str | None = Field(description="User id of the uploader")
+    metadata: dict[str, Any] | None = Field(
+        description="What the build file says about itself, where the format is known"
+    )
+    download_url: str | None = Field(
+        description="The tester download endpoint (302 to the file), once the build is ready"
+    )
+
+
+class BuildList(ApiModel):
+    builds: list[Build]
+    next_cursor: str | None
+
+
+class StoredUpload(ApiModel):
+    """The storage address's answer to a successful PUT."""
+
+    build_id: str
+    size: int
+    sha256: str

@@ -1,0 +1,171 @@
+"""Builds and the three-step upload: upload-link, PUT the bytes, verify.
+
+A build is `pending` from its upload link until verify has checked the stored bytes, and only
+then `ready`. A crash at any point leaves a pending build (swept once its link has expired) or a
+ready one whose bytes were checked; never a ready build without its bytes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.applications.models import Application
+from buildbay.auth.models import User
+from buildbay.builds.models import Build, BuildStatus
+from buildbay.config import Settings
+from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
+from buildbay.ids import encode_cursor, new_id
+from buildbay.storage.base import Storage, UploadTarget
+
+
+def _human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} bytes" if unit == "bytes" else f"{value:g} {unit}"
+        value /= 1024
+    return f"{size} bytes"
+
+
+class BuildService:
+    def __init__(
+        self, db: AsyncSession, now: datetime, settings: Settings, storage: Storage
+    ) -> None:
+        self.db = db
+        self.now = now
+        self.settings = settings
+        self.storage = storage
+
+    # -- step 1: upload link ----------------------------------------------------------------------
+
+    async def create_upload_link(
+        self,
+        application: Application,
+        uploader: User,
+        file_name: str,
+        file_size: int,
+        sha256: str | None,
+    ) -> tuple[Build, UploadTarget]:
+        largest = self.settings.max_upload_bytes(uploader.plan)
+        if file_size > largest:
+            raise PayloadTooLarge(
+                f"fileSize {file_size} is above the {uploader.plan.value} plan's largest build "
+                f"file ({largest} bytes, {_human_size(largest)})",
+                code="file_too_large",
+            )
+        build_id = new_id("bld")
+        build = Build(
+            id=build_id,
+            project_id=application.project_id,
+            application_id=application.id,
+            file_name=file_name,
+            file_size=file_size,
+            expected_sha256=sha256,
+            sha256=None,
+            status=BuildStatus.PENDING,
+            notes=None,
+            storage_key=f"{application.project_id}/{application.id}/{build_id}",
+            uploaded_by=uploader.id,
+            metadata_=None,
+            created_at=self.now,
+            expires_at=self.now + timedelta(seconds=self.settings.upload_link_ttl_seconds),
+            verified_at=None,
+        )
+        self.db.add(build)
+        await self.db.flush()
+        target = await self.storage.upload_target(
+            build.storage_key, file_size, build.expires_at, sha256
+        )
+        return build, target
+
+    # -- step 2 happens at the storage address; this is what it asks before taking bytes --------
+
+    async def pending_upload(self, storage_key: str) -> Build:
+        build = await self.db.scalar(select(Build).where(Build.storage_key == storage_key))
+        if build is None:
+            raise NotFound("This build no longer exists", code="build_not_found")
+        if build.status is BuildStatus.READY:
+            raise Conflict(
+                "This build is already verified; its bytes cannot change",
+                code="build_already_verified",
+            )
+        return build
+
+    # -- step 3: verify ---------------------------------------------------------------------------
+
+    async def verify(self, application: Application, build_id: str, notes: str | None) -> Build:
+        build = await self.get(application, build_id)
+        if build.status is BuildStatus.READY:
+            return build  # verify is safe to retry
+        info = await self.storage.stat(build.storage_key)
+        if info is None:
+            raise ValidationFailed(
+                "No bytes have arrived for this build; PUT the file to its uploadUrl first",
+                code="upload_incomplete",
+            )
+        if info.size != build.file_size:
+            raise ValidationFailed(
+                f"The stored file has {info.size} of the declared {build.file_size} bytes",
+                code="upload_incomplete",
+            )
+        sha256 = info.sha256 or await self.storage.compute_sha256(build.storage_key)
+        if build.expected_sha256 is not None and sha256 != build.expected_sha256:
+            raise ValidationFailed(
+                f"The stored bytes have sha256 {sha256}, not the declared {build.expected_sha256}",
+                code="checksum_mismatch",
+            )
+        # Conditional: of two concurrent verifies one makes the change, both answer the build.
+        await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
+            .values(status=BuildStatus.READY, sha256=sha256, notes=notes, verified_at=self.now)
+            .execution_options(synchronize_session=False)
+        )
+        await self.db.refresh(build)
+        return build
+
+    # -- reading and deleting -----------------------------------------------------------------------
+
+    async def list(
+        self, application: Application, status: BuildStatus | None, limit: int, after_id: str | None
+    ) -> tuple[list[Build], str | None]:
+        stmt = (
+            select(Build)
+            .where(Build.application_id == application.id)
+            .order_by(Build.id.desc())
+            .limit(limit + 1)
+        )
+        if status is not None:
+            stmt = stmt.where(Build.status == status)
+        if after_id is not None:
+            stmt = stmt.where(Build.id < after_id)
+        builds = list(await self.db.scalars(stmt))
+        next_cursor = encode_cursor(builds[limit - 1].id) if len(builds) > limit else None
+        return builds[:limit], next_cursor
+
+    async def get(self, application: Application, build_id: str) -> Build:
+        build = await self.db.scalar(
+            select(Build).where(Build.id == build_id, Build.application_id == application.id)
+        )
+        if build is None:
+            raise NotFound("No build with this id in the application", code="build_not_found")
+        return build
+
+    async def delete(self, application: Application, build_id: str) -> None:
+        build = await self.get(application, build_id)
+        await self.db.delete(build)
+        await self.db.commit()  # the row first: a crash can leave orphan bytes, not a broken build
+        await self.storage.delete(build.storage_key)
+
+    async def download_url(self, application: Application, build_id: str) -> str:
+        build = await self.get(application, build_id)
+        if build.status is not BuildStatus.READY:
+            raise Conflict(
+                "This build is not verified yet; only ready builds can be downloaded",
+                code="build_not_ready",
+            )
+        expires_at = self.now + timedelta(seconds=self.settings.download_link_ttl_seconds)
+        return await self.storage.download_url(build.storage_key, build.file_name, expires_at)

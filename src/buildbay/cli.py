@@ -1,0 +1,132 @@
+"""The `buildbay` command: run the server and look after its database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Annotated
+
+import typer
+from sqlalchemy import update
+
+from buildbay.config import ConfigurationError, Plan, Settings
+
+app = typer.Typer(
+    help="Buildbay: self-hosted build distribution.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+users_app = typer.Typer(help="User accounts.", no_args_is_help=True)
+app.add_typer(db_app, name="db", rich_help_panel="Server administration")
+app.add_typer(users_app, name="users", rich_help_panel="Server administration")
+
+
+def _settings(**overrides: object) -> Settings:
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        typer.echo(f"buildbay: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command(rich_help_panel="Server administration")
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on")] = 8000,
+) -> None:
+    """Run the API (on the embedded default it creates or migrates its own schema)."""
+    import uvicorn
+
+    from buildbay.app import create_app
+
+    settings = _settings(host=host, port=port)
+    settings.signing_key  # noqa: B018 - fail (or create the development key) before listening
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        proxy_headers=True,
+        server_header=False,
+        timeout_keep_alive=30,
+        log_level="info",
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the schema migrations to BUILDBAY_DATABASE_URL (the production path)."""
+    from buildbay.db import migrate
+    from buildbay.db.engine import create_engine
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> None:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await migrate.upgrade(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    typer.echo("database schema is up to date")
+
+
+@users_app.command("set-plan")
+def set_plan(
+    email: Annotated[str, typer.Argument(help="The user's e-mail")],
+    plan: Annotated[Plan, typer.Argument(help="free, pro or enterprise")],
+) -> None:
+    """Move a user to another plan (its rate limit and largest build file follow)."""
+    from buildbay.auth.models import User
+    from buildbay.auth.service import normalise_email
+    from buildbay.db.engine import create_engine, create_sessionmaker
+
+    settings = _settings()
+
+    async def run() -> int:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            async with create_sessionmaker(engine)() as db, db.begin():
+                result = await db.execute(
+                    update(User).where(User.email == normalise_email(email)).values(plan=plan)
+                )
+                return int(result.rowcount)  # type: ignore[attr-defined]
+        finally:
+            await engine.dispose()
+
+    if asyncio.run(run()) == 0:
+        typer.echo(f"buildbay: no user with e-mail {email}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{email} is now on the {plan.value} plan")
+
+
+@app.command(rich_help_panel="Server administration")
+def sweep() -> None:
+    """Remove pending builds whose upload link expired, with their bytes (also runs in serve)."""
+    from buildbay.app import create_app
+    from buildbay.builds.sweeper import sweep_expired_uploads
+
+    settings = _settings(sweep_interval_seconds=0)
+    ctx = create_app(settings).state.ctx
+
+    async def run() -> int:
+        try:
+            return await sweep_expired_uploads(ctx.sessions, ctx.storage, ctx.clock.now())
+        finally:
+            await ctx.engine.dispose()
+
+    typer.echo(f"swept {asyncio.run(run())} expired pending builds")
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigurationError as exc:  # pragma: no cover - raised lazily by settings
+        typer.echo(f"buildbay: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,35 @@
+"""Time comes from a clock object so tests can move it instead of sleeping."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class FrozenClock:
+    """A clock that stands still until told to move (for tests)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime.now(UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, **delta: float) -> None:
+        self._now += timedelta(**delta)
+
+
+def isoformat_z(value: datetime) -> str:
+    """ISO 8601 UTC with a Z suffix and whole seconds, as the API writes every timestamp."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

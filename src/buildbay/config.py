@@ -1,0 +1,130 @@
+"""Settings, read from the environment with the prefix ``BUILDBAY_``."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from enum import StrEnum
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+GiB = 1024**3
+MIN_SECRET_KEY_LENGTH = 32
+SECRET_KEY_FILE = "secret_key"
+
+
+class Environment(StrEnum):
+    DEVELOPMENT = "development"
+    PRODUCTION = "production"
+
+
+class Plan(StrEnum):
+    FREE = "free"
+    PRO = "pro"
+    ENTERPRISE = "enterprise"
+
+
+class ConfigurationError(Exception):
+    """The configuration cannot run a server; the message tells the operator what to set."""
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BUILDBAY_", extra="ignore")
+
+    env: Environment = Environment.DEVELOPMENT
+    data_dir: Path = Path("./data")
+    database_url: str | None = None
+    secret_key: SecretStr | None = None
+    public_url: str | None = None
+    redis_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    upload_link_ttl_seconds: PositiveInt = 3600
+    download_link_ttl_seconds: PositiveInt = 300
+    access_token_ttl_seconds: PositiveInt = 24 * 3600
+    refresh_token_ttl_days: PositiveInt = 30
+
+    max_upload_bytes_free: PositiveInt = 1 * GiB
+    max_upload_bytes_pro: PositiveInt = 4 * GiB
+    max_upload_bytes_enterprise: PositiveInt = 10 * GiB
+
+    rate_limit_enabled: bool = True
+    rate_limit_free_per_minute: PositiveInt = 100
+    rate_limit_pro_per_minute: PositiveInt = 1000
+    login_failures_per_minute: PositiveInt = 10
+
+    sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300
+
+    @model_validator(mode="after")
+    def _production_needs_a_real_secret(self) -> Settings:
+        if self.env is Environment.PRODUCTION:
+            key = self.secret_key.get_secret_value() if self.secret_key else ""
+            if len(key) < MIN_SECRET_KEY_LENGTH or key.lower() in {"changeme", "secret"}:
+                raise ConfigurationError(
+                    "BUILDBAY_SECRET_KEY must be set in production to a random string of at least "
+                    f"{MIN_SECRET_KEY_LENGTH} characters, e.g. the output of "
+                    "`python3 -c 'import secrets; print(secrets.token_urlsafe(48))'`"
+                )
+        return self
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'buildbay.sqlite3').resolve()}"
+
+    @property
+    def resolved_public_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def storage_dir(self) -> Path:
+        return self.data_dir / "builds"
+
+    @cached_property
+    def signing_key(self) -> bytes:
+        """The secret behind tokens and signed URLs.
+
+        In development without BUILDBAY_SECRET_KEY a random key is generated once and kept in the
+        data directory, so tokens and upload links survive a restart.
+        """
+        if self.secret_key is not None:
+            return self.secret_key.get_secret_value().encode()
+        path = self.data_dir / SECRET_KEY_FILE
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_text().strip().encode()
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(48))
+        return path.read_text().strip().encode()
+
+    def max_upload_bytes(self, plan: Plan) -> int:
+        return {
+            Plan.FREE: self.max_upload_bytes_free,
+            Plan.PRO: self.max_upload_bytes_pro,
+            Plan.ENTERPRISE: self.max_upload_bytes_enterprise,
+        }[plan]
+
+    def requests_per_minute(self, plan: Plan) -> int | None:
+        """None means no limit."""
+        return {
+            Plan.FREE: self.rate_limit_free_per_minute,
+            Plan.PRO: self.rate_limit_pro_per_minute,
+            Plan.ENTERPRISE: None,
+        }[plan]
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")

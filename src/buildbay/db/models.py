@@ -1,0 +1,19 @@
+"""Imports every model so that Base.metadata knows all tables (for Alembic)."""
+
+from buildbay.applications.models import Application
+from buildbay.auth.models import ApiToken, RefreshToken, Session, User
+from buildbay.builds.models import Build
+from buildbay.db.base import Base
+from buildbay.projects.models import Project, ProjectMember
+
+__all__ = [
+    "ApiToken",
+    "Application",
+    "Base",
+    "Build",
+    "Project",
+    "ProjectMember",
+    "RefreshToken",
+    "Session",
+    "User",
+]

@@ -1,0 +1,50 @@
+"""The application's shared parts, and the `Annotated` dependency aliases routes use."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from buildbay.auth.tokens import AccessTokenCodec
+from buildbay.clock import Clock
+from buildbay.config import Settings
+from buildbay.db.engine import session_scope
+from buildbay.ratelimit.limiter import RateLimiter
+
+if TYPE_CHECKING:
+    from buildbay.storage.base import Storage
+    from buildbay.storage.signing import UrlSigner
+
+
+@dataclass
+class AppContext:
+    """Everything a request may need, built once by create_app (no import-time globals)."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    clock: Clock
+    storage: Storage
+    signer: UrlSigner
+    limiter: RateLimiter
+    access_tokens: AccessTokenCodec
+
+
+def get_context(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx
+
+
+async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
+    async for session in session_scope(get_context(request).sessions):
+        yield session
+
+
+Context = Annotated[AppContext, Depends(get_context)]
+# scope="function": the transaction commits before the response is sent, so a client never sees
+# success for a write that did not land.
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]

@@ -1,0 +1,258 @@
+"""The error tree and the one handler that turns every error into RFC 9457 problem+json."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("buildbay")
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+RETRY_AFTER_UNAVAILABLE = 5
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, with Buildbay's stable `code` and the `requestId` of the log."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    type: str = Field(examples=["/problems/validation-error"])
+    title: str = Field(examples=["Validation error"])
+    status: int = Field(examples=[422])
+    detail: str = Field(examples=["fileSize: must be greater than 0"])
+    code: str = Field(examples=["validation_error"])
+    request_id: str | None = Field(default=None, alias="requestId")
+    errors: list[FieldError] | None = None
+
+
+class BuildbayError(Exception):
+    """Base of every error a service raises. Subclasses fix the status; `code` says which case."""
+
+    status: int = 500
+    code: str = "internal_error"
+    title: str | None = None
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        errors: Sequence[FieldError] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if code is not None:
+            self.code = code
+        self.headers = dict(headers or {})
+        self.errors = list(errors) if errors is not None else None
+
+
+class BadRequest(BuildbayError):
+    status, code = 400, "bad_request"
+
+
+class NotAuthenticated(BuildbayError):
+    status, code = 401, "not_authenticated"
+
+    def __init__(self, detail: str = "A valid bearer token is required", **kw: Any) -> None:
+        kw.setdefault("headers", {"WWW-Authenticate": "Bearer"})
+        super().__init__(detail, **kw)
+
+
+class Forbidden(BuildbayError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(BuildbayError):
+    status, code = 404, "not_found"
+
+
+class Conflict(BuildbayError):
+    status, code = 409, "conflict"
+
+
+class PayloadTooLarge(BuildbayError):
+    status, code = 413, "payload_too_large"
+
+
+class ValidationFailed(BuildbayError):
+    status, code = 422, "validation_error"
+
+    @classmethod
+    def for_field(cls, field: str, message: str, *, code: str | None = None) -> ValidationFailed:
+        return cls(f"{field}: {message}", code=code, errors=[FieldError(field=field, message=message)])
+
+
+class RateLimited(BuildbayError):
+    status, code = 429, "rate_limited"
+
+
+class ServiceUnavailable(BuildbayError):
+    status, code = 503, "service_unavailable"
+
+    def __init__(self, detail: str, **kw: Any) -> None:
+        kw.setdefault("headers", {"Retry-After": str(RETRY_AFTER_UNAVAILABLE)})
+        super().__init__(detail, **kw)
+
+
+class InsufficientStorage(BuildbayError):
+    status, code = 507, "insufficient_storage"
+
+
+def request_id_of(request: Request) -> str | None:
+    return getattr(request.state, "request_id", None)
+
+
+def problem_response(
+    request: Request,
+    status: int,
+    code: str,
+    detail: str,
+    *,
+    title: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    errors: Sequence[FieldError] | None = None,
+) -> JSONResponse:
+    body = problem_body(status, code, detail, request_id_of(request), title=title, errors=errors)
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_CONTENT_TYPE)
+
+
+def problem_body(
+    status: int,
+    code: str,
+    detail: str,
+    request_id: str | None,
+    *,
+    title: str | None = None,
+    errors: Sequence[FieldError] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": f"/problems/{code.replace('_', '-')}",
+        "title": title or HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "requestId": request_id,
+    }
+    if errors is not None:
+        body["errors"] = [e.model_dump() for e in errors]
+    return body
+
+
+def _field_name(loc: Sequence[int | str]) -> str:
+    # ("body", "fileSize") -> "fileSize"; ("query", "limit") -> "limit"
+    parts = [str(p) for p in loc[1:]] if len(loc) > 1 else [str(p) for p in loc]
+    return ".".join(parts) or "body"
+
+
+def _validation_response(request: Request, exc: RequestValidationError) -> JSONResponse:
+    raw = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in raw):
+        return problem_response(request, 400, "malformed_json", "The request body is not valid JSON")
+    errors = []
+    for e in raw:
+        message = str(e.get("msg", "is invalid"))
+        if e.get("type") == "extra_forbidden":
+            message = "is not a field of this request"
+        elif e.get("type") == "missing":
+            message = "is required"
+        errors.append(FieldError(field=_field_name(e.get("loc", ())), message=message))
+    detail = "; ".join(f"{e.field}: {e.message}" for e in errors) or "The request is invalid"
+    return problem_response(
+        request, 422, "validation_error", detail, title="Validation error", errors=errors
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_buildbay_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, BuildbayError)
+        if exc.status >= 500:
+            log.error("%s: %s (request %s)", exc.code, exc.detail, request_id_of(request))
+        return problem_response(
+            request,
+            exc.status,
+            exc.code,
+            exc.detail,
+            title=exc.title,
+            headers=exc.headers,
+            errors=exc.errors,
+        )
+
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return _validation_response(request, exc)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        code = codes.get(exc.status_code, HTTPStatus(exc.status_code).name.lower())
+        detail = str(exc.detail) if exc.detail else HTTPStatus(exc.status_code).phrase
+        if exc.status_code == 404 and exc.detail == "Not Found":
+            detail = f"No endpoint at {request.url.path}"
+        return problem_response(request, exc.status_code, code, detail, headers=exc.headers)
+
+    async def on_database_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("database unavailable (request %s): %s", request_id_of(request), exc)
+        return problem_response(
+            request,
+            503,
+            "database_unavailable",
+            "The database cannot be reached; try again shortly",
+            headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)},
+        )
+
+    async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error (request %s)", request_id_of(request), exc_info=exc)
+        return problem_response(
+            request,
+            500,
+            "internal_error",
+            "An unexpected error occurred; quote the requestId when reporting it",
+        )
+
+    app.add_exception_handler(BuildbayError, on_buildbay_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(OperationalError, on_database_error)
+    app.add_exception_handler(InterfaceError, on_database_error)
+    app.add_exception_handler(PoolTimeoutError, on_database_error)
+    app.add_exception_handler(ConnectionError, on_database_error)
+    app.add_exception_handler(Exception, on_unexpected_error)
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries documenting the problem+json body of each status."""
+    descriptions = {
+        400: "Malformed JSON or wrong Content-Type",
+        401: "Missing, malformed, expired or revoked token",
+        403: "No rights (or too low a role) on the project or application",
+        404: "Unknown resource",
+        409: "Conflict with the resource's current state",
+        413: "Body or declared file size too large",
+        422: "Validation error",
+        429: "Rate limit exceeded (see Retry-After)",
+        503: "Database or storage unreachable (see Retry-After)",
+    }
+    return {
+        s: {
+            "description": descriptions.get(s, HTTPStatus(s).phrase),
+            "content": {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for s in statuses
+    }

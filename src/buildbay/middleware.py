@@ -1,0 +1,108 @@
+"""One pure-ASGI middleware for what every request needs before and after the routes run:
+a request id, the JSON body rules of /api (Content-Type, 1 MiB), and the RateLimit headers."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body
+
+MAX_JSON_BODY = 1024 * 1024
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class ApiMiddleware:
+    def __init__(self, app: ASGIApp, max_json_body: int = MAX_JSON_BODY) -> None:
+        self.app = app
+        self.max_json_body = max_json_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        given = headers.get("x-request-id", "")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        state: dict[str, Any] = scope.setdefault("state", {})
+        state["request_id"] = request_id
+
+        if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
+            problem = self._check_body_headers(headers)
+            if problem is not None:
+                status, code, detail = problem
+                await _send_problem(send, status, code, detail, request_id)
+                return
+            receive = self._limited(receive)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                response_headers = MutableHeaders(scope=message)
+                response_headers.append("X-Request-ID", request_id)
+                ratelimit = state.get("ratelimit")
+                if ratelimit is not None:
+                    for name, value in ratelimit.headers().items():
+                        response_headers.append(name, value)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    def _check_body_headers(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        length = headers.get("content-length")
+        chunked = "transfer-encoding" in headers
+        if length is not None and not length.isdigit():
+            return 400, "bad_request", "Content-Length is not a number"
+        if length is not None and int(length) > self.max_json_body:
+            return 413, "body_too_large", "JSON request bodies are limited to 1 MiB"
+        has_body = chunked or (length is not None and int(length) > 0)
+        if has_body and not _is_json(headers.get("content-type", "")):
+            return (
+                400,
+                "unsupported_content_type",
+                "Send the request body as JSON with Content-Type: application/json",
+            )
+        return None
+
+    def _limited(self, receive: Receive) -> Receive:
+        received = 0
+        limit = self.max_json_body
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, "JSON request bodies are limited to 1 MiB")
+            return message
+
+        return limited_receive
+
+
+async def _send_problem(send: Send, status: int, code: str, detail: str, request_id: str) -> None:
+    body = json.dumps(problem_body(status, code, detail, request_id)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"x-request-id", request_id.encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

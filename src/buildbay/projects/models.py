@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import ForeignKey, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from buildbay.db.base import Base, EnumString
+
+
+class ProjectRole(StrEnum):
+    """Each role includes the rights of the ones below it."""
+
+    TESTER = "tester"
+    DEVELOPER = "developer"
+    ADMIN = "admin"
+    OWNER = "owner"
+
+    @property
+    def rank(self) -> int:
+        return _RANKS[self]
+
+    def includes(self, other: ProjectRole) -> bool:
+        return self.rank >= other.rank
+
+
+_RANKS = {
+    ProjectRole.TESTER: 1,
+    ProjectRole.DEVELOPER: 2,
+    ProjectRole.ADMIN: 3,
+    ProjectRole.OWNER: 4,
+}
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class ProjectMember(Base):
+    __tablename__ = "project_members"
+
+    project_id: Mapped[str] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    # The index on user_id serves "the projects I am a member of".
+    user_id: Mapped[str] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[ProjectRole] = mapped_column(EnumString(ProjectRole))
+    created_at: Mapped[datetime]

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Response, status
+
+from buildbay.auth.dependencies import CurrentUser
+from buildbay.deps import Context, SessionDep
+from buildbay.errors import problem_responses
+from buildbay.projects import schemas
+from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
+from buildbay.projects.service import MemberView, ProjectService, ProjectView
+from buildbay.schemas import PageParams
+
+router = APIRouter(tags=["projects"])
+
+BY_ID = problem_responses(401, 403, 404, 429)
+WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
+
+
+def project_service(ctx: Context, db: SessionDep) -> ProjectService:
+    return ProjectService(db, ctx.clock.now())
+
+
+Service = Annotated[ProjectService, Depends(project_service)]
+MemberId = Annotated[str, Path(alias="userId")]
+
+
+def _project(view: ProjectView) -> schemas.Project:
+    p = view.project
+    return schemas.Project(
+        id=p.id,
+        name=p.name,
+        applications_count=view.applications_count,
+        created_at=p.created_at,
+        updated_at=p.updated_at,
+    )
+
+
+def _member(view: MemberView) -> schemas.Member:
+    return schemas.Member(
+        user_id=view.user.id,
+        email=view.user.email,
+        name=view.user.name,
+        role=view.member.role,
+        created_at=view.member.created_at,
+    )
+
+
+@router.get(
+    "/api/projects",
+    responses=problem_responses(401, 422, 429),
+    summary="List the projects you are a member of, newest first",
+)
+async def list_projects(
+    caller: CurrentUser, service: Service, page: Annotated[PageParams, Depends()]
+) -> schemas.ProjectList:
+    views, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
+    return schemas.ProjectList(projects=[_project(v) for v in views], next_cursor=next_cursor)
+
+
+@router.post(
+    "/api/projects",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(400, 401, 413, 422, 429),
+    summary="Create a project; you become its owner",
+)
+async def create_project(
+    body: schemas.ProjectWrite, caller: CurrentUser, service: Service
+) -> schemas.Project:
+    return _project(await service.create(caller.user, body.name))
+
+
+@router.get("/api/project/{id}", responses=BY_ID, summary="Get a project (the seed's path)")
+@router.get("/api/projects/{id}", responses=BY_ID, summary="Get a project")
+async def get_project(access: ProjectTester, service: Service) -> schemas.Project:
+    return _project(await service.view(access.project))
+
+
+@router.put("/api/projects/{id}", responses=WRITE_BY_ID, summary="Rename a project (admin+)")
+async def update_project(
+    body: schemas.ProjectWrite, access: ProjectAdmin, service: Service
+) -> schemas.Project:
+    return _project(await service.rename(access.project, body.name))
+
+
+@router.delete(
+    "/api/projects/{id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=BY_ID,
+    summary="Delete a project with its applications, builds and files (owner)",
+)
+async def delete_project(access: ProjectOwner, service: Service, ctx: Context) -> Response:
+    await service.delete(access.project, ctx.storage)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/api/projects/{id}/members", responses=BY_ID, summary="List a project's members"
+)
+async def list_members(access: ProjectTester, service: Service) -> schemas.MemberList:
+    return schemas.MemberList(members=[_member(v) for v in await service.members(access.project)])
+
+
+@router.post(
+    "/api/projects/{id}/members",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    summary="Add a registered user to the project (admin+; owner to grant owner)",
+)
+async def add_member(
+    body: schemas.MemberCreate, access: ProjectAdmin, service: Service
+) -> schemas.Member:
+    return _member(await service.add_member(access, str(body.email), body.role))
+
+
+@router.put(
+    "/api/projects/{id}/members/{userId}",
+    responses=problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    summary="Change a member's role (admin+; owner to grant or remove owner)",
+)
+async def update_member(
+    body: schemas.MemberUpdate, user_id: MemberId, access: ProjectAdmin, service: Service
+) -> schemas.Member:
+    return _member(await service.change_role(access, user_id, body.role))
+
+
+@router.delete(
+    "/api/projects/{id}/members/{userId}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(401, 403, 404, 409, 429),
+    summary="Remove a member (admin+, or the member themself)",
+)
+async def remove_member(user_id: MemberId, access: ProjectTester, service: Service) -> Response:
+    await service.remove_member(access, user_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

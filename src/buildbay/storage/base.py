@@ -1,0 +1,92 @@
+"""The storage contract every backend (local disk, S3-compatible) fulfils, and its error tree."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from buildbay.errors import (
+    BadRequest,
+    BuildbayError,
+    InsufficientStorage,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    size: int
+    sha256: str | None  # None when the backend does not know it without reading the bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UploadTarget:
+    url: str
+    method: str = "PUT"
+    headers: dict[str, str] = field(
+        default_factory=lambda: {"Content-Type": "application/octet-stream"}
+    )
+
+
+class StorageError(BuildbayError):
+    """Base of the storage errors; routes and services never see a backend's own exceptions."""
+
+
+class ObjectNotFound(StorageError, NotFound):
+    code = "object_not_found"
+
+
+class StorageUnavailable(StorageError, ServiceUnavailable):
+    code = "storage_unavailable"
+
+
+class StorageFull(StorageError, InsufficientStorage):
+    code = "storage_full"
+
+
+class BodyTooLarge(StorageError, PayloadTooLarge):
+    code = "upload_too_large"
+
+
+class BodyTooShort(StorageError, BadRequest):
+    code = "upload_too_short"
+
+
+class Storage(Protocol):
+    """Where build files live. Keys are `project/application/build`, made by the service."""
+
+    async def upload_target(
+        self, key: str, size: int, expires_at: datetime, sha256: str | None
+    ) -> UploadTarget:
+        """A URL the client PUTs exactly `size` bytes to, valid until `expires_at`."""
+        ...
+
+    async def download_url(self, key: str, file_name: str, expires_at: datetime) -> str:
+        """A URL that serves the object as an attachment named `file_name` until `expires_at`."""
+        ...
+
+    async def stat(self, key: str) -> ObjectInfo | None:
+        """Size (and sha256 where known) of a stored object; None if there is none."""
+        ...
+
+    async def compute_sha256(self, key: str) -> str:
+        """Read the object through SHA-256, off the event loop. ObjectNotFound if absent."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Remove one object; removing an absent object is not an error."""
+        ...
+
+    async def delete_prefix(self, prefix: str) -> None:
+        """Remove every object whose key starts with `prefix` (a project's or application's)."""
+        ...
+
+    async def check(self) -> None:
+        """Raise StorageUnavailable if the backend cannot be used right now."""
+        ...
+
+

@@ -1,0 +1,249 @@
+"""Build files on the local disk, served and received by the API process through signed URLs.
+
+Uploads stream into a temporary file in the same directory tree while being hashed, are flushed
+to disk, then renamed into place atomically: a reader sees the old object or the whole new one,
+never a partial file. The SHA-256 is kept beside the object (`<object>.sha256`), tied to the
+object's inode and size, so verify does not read the bytes again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+from buildbay.storage.base import (
+    BodyTooLarge,
+    BodyTooShort,
+    ObjectInfo,
+    ObjectNotFound,
+    StorageFull,
+    StorageUnavailable,
+    UploadTarget,
+)
+from buildbay.storage.signing import UrlSigner
+
+WRITE_BLOCK = 1024 * 1024  # bytes handed to the writer thread at a time
+READ_BLOCK = 1024 * 1024
+UPLOAD_PATH = "/storage/uploads/"
+DOWNLOAD_PATH = "/storage/files/"
+
+
+class LocalStorage:
+    def __init__(self, root: Path, public_url: str, signer: UrlSigner) -> None:
+        self.root = root.resolve()
+        self._objects = self.root / "objects"
+        self._incoming = self.root / "incoming"
+        self._public_url = public_url.rstrip("/")
+        self._signer = signer
+        self._objects.mkdir(parents=True, exist_ok=True)
+        self._incoming.mkdir(parents=True, exist_ok=True)
+
+    # -- URLs -------------------------------------------------------------------------------------
+
+    async def upload_target(
+        self, key: str, size: int, expires_at: datetime, sha256: str | None
+    ) -> UploadTarget:
+        expires = int(expires_at.timestamp())
+        query = urlencode(
+            {"size": size, "expires": expires, "signature": self._signer.sign("PUT", key, expires, size)}
+        )
+        return UploadTarget(url=f"{self._public_url}{UPLOAD_PATH}{quote(key)}?{query}")
+
+    async def download_url(self, key: str, file_name: str, expires_at: datetime) -> str:
+        expires = int(expires_at.timestamp())
+        signature = self._signer.sign("GET", f"{key}\n{file_name}", expires)
+        query = urlencode({"name": file_name, "expires": expires, "signature": signature})
+        return f"{self._public_url}{DOWNLOAD_PATH}{quote(key)}?{query}"
+
+    # -- objects ----------------------------------------------------------------------------------
+
+    def path_of(self, key: str) -> Path:
+        path = (self._objects / key).resolve()
+        if not path.is_relative_to(self._objects) or path == self._objects:
+            raise ObjectNotFound("No stored object under this key")
+        return path
+
+    async def stat(self, key: str) -> ObjectInfo | None:
+        return await asyncio.to_thread(self._stat, self.path_of(key))
+
+    @staticmethod
+    def _stat(path: Path) -> ObjectInfo | None:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        sha256 = None
+        with contextlib.suppress(OSError, ValueError):
+            digest, size, inode = _sidecar(path).read_text().split()
+            if int(size) == st.st_size and int(inode) == st.st_ino:
+                sha256 = digest
+        return ObjectInfo(size=st.st_size, sha256=sha256)
+
+    async def compute_sha256(self, key: str) -> str:
+        path = self.path_of(key)
+
+        def _hash() -> str:
+            digest = hashlib.sha256()
+            try:
+                with path.open("rb") as f:
+                    while block := f.read(READ_BLOCK):
+                        digest.update(block)
+            except FileNotFoundError:
+                raise ObjectNotFound("No stored object under this key") from None
+            return digest.hexdigest()
+
+        return await asyncio.to_thread(_hash)
+
+    async def delete(self, key: str) -> None:
+        path = self.path_of(key)
+
+        def _delete() -> None:
+            for p in (_sidecar(path), path):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+
+        await asyncio.to_thread(_delete)
+
+    async def delete_prefix(self, prefix: str) -> None:
+        path = self.path_of(prefix.rstrip("/"))
+        await asyncio.to_thread(shutil.rmtree, path, True)
+
+    async def check(self) -> None:
+        def _probe() -> None:
+            with tempfile.NamedTemporaryFile(dir=self._incoming, prefix="probe-"):
+                pass
+
+        try:
+            await asyncio.to_thread(_probe)
+        except OSError as exc:
+            raise StorageUnavailable(f"The build store cannot be written: {exc.strerror}") from exc
+
+    # -- receiving an upload ------------------------------------------------------------------------
+
+    async def receive(self, key: str, size: int, body: AsyncIterator[bytes]) -> ObjectInfo:
+        """Store exactly `size` bytes from `body` under `key`; nothing is kept on any failure.
+
+        The event loop only gathers chunks; writing and hashing run in a worker thread, one block
+        behind the network, so disk, hash and socket work overlap.
+        """
+        target = self.path_of(key)
+        try:
+            fd, tmp_name = tempfile.mkstemp(dir=self._incoming, prefix="upload-")
+        except OSError as exc:
+            raise _os_error(exc) from exc
+        tmp = Path(tmp_name)
+        sink = _HashingFile(fd)
+        loop = asyncio.get_running_loop()
+        pending: asyncio.Future[None] | None = None
+        blocks: list[bytes] = []
+        gathered = received = 0
+        try:
+            async for chunk in body:
+                received += len(chunk)
+                if received > size:
+                    raise BodyTooLarge(f"The body is longer than the declared {size} bytes")
+                blocks.append(chunk)
+                gathered += len(chunk)
+                if gathered >= WRITE_BLOCK:
+                    data = b"".join(blocks)
+                    blocks.clear()
+                    gathered = 0
+                    if pending is not None:
+                        await pending
+                    pending = loop.run_in_executor(None, sink.write, data)
+            if pending is not None:
+                await pending
+                pending = None
+            if received < size:
+                raise BodyTooShort(
+                    f"The body ended after {received} of the declared {size} bytes"
+                )
+            info = await asyncio.to_thread(self._publish, sink, b"".join(blocks), tmp, target)
+        except BaseException as exc:
+            if pending is not None:
+                with contextlib.suppress(BaseException):
+                    await pending
+            await asyncio.to_thread(_discard, sink, tmp)
+            if isinstance(exc, OSError):
+                raise _os_error(exc) from exc
+            raise
+        return info
+
+    @staticmethod
+    def _publish(sink: _HashingFile, tail: bytes, tmp: Path, target: Path) -> ObjectInfo:
+        sink.write(tail)
+        sink.finish()  # fsync: the bytes are on disk before the name points at them
+        inode = os.fstat(sink.fd).st_ino
+        sink.close()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sidecar = _sidecar(target)
+        # The old sidecar goes first: a crash in between leaves an object without a known hash
+        # (verify then reads the bytes), never a hash that describes other bytes.
+        with contextlib.suppress(FileNotFoundError):
+            sidecar.unlink()
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
+        sidecar_tmp = tmp.with_suffix(".sha256")
+        sidecar_tmp.write_text(f"{sink.hexdigest} {sink.size} {inode}\n")
+        os.replace(sidecar_tmp, sidecar)
+        return ObjectInfo(size=sink.size, sha256=sink.hexdigest)
+
+
+class _HashingFile:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.hexdigest = ""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self._hash.update(data)
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+        self.size += len(data)
+
+    def finish(self) -> None:
+        os.fsync(self.fd)
+        self.hexdigest = self._hash.hexdigest()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _discard(sink: _HashingFile, tmp: Path) -> None:
+    with contextlib.suppress(OSError):
+        sink.close()
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _os_error(exc: OSError) -> StorageFull | StorageUnavailable:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull("The build store is full; nothing of this upload was kept")
+    return StorageUnavailable(f"The build store failed: {exc.strerror or exc}")

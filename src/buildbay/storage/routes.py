@@ -1,0 +1,99 @@
+"""The storage address of the local backend: PUT receives a build file, GET serves one.
+
+Neither takes a token: the signed URL is the credential, and it is checked before a byte of the
+body is read.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse
+
+from buildbay.builds.schemas import StoredUpload
+from buildbay.builds.service import BuildService
+from buildbay.deps import Context
+from buildbay.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, problem_responses
+from buildbay.storage.local import DOWNLOAD_PATH, UPLOAD_PATH, LocalStorage
+
+router = APIRouter(tags=["storage"])
+
+# Typed loosely on purpose: a URL with a missing or altered part is a bad signature (403), not a
+# validation error.
+SignedPart = Annotated[str | None, Query(max_length=128)]
+
+
+def _number(value: str | None) -> int:
+    if value is None or not value.isdigit() or len(value) > 16:
+        raise Forbidden("The storage URL is incomplete or altered", code="invalid_signature")
+    return int(value)
+
+
+def _local(ctx: Context) -> LocalStorage:
+    if not isinstance(ctx.storage, LocalStorage):
+        raise NotFound("This server does not store files itself", code="not_found")
+    return ctx.storage
+
+
+@router.put(
+    UPLOAD_PATH + "{key:path}",
+    responses=problem_responses(400, 403, 404, 409, 413, 422, 503, 507),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+    summary="Step 2: the raw bytes of a build file (the uploadUrl; signed, no token)",
+)
+async def receive_upload(
+    key: str,
+    request: Request,
+    ctx: Context,
+    size: SignedPart = None,
+    expires: SignedPart = None,
+    signature: SignedPart = None,
+) -> StoredUpload:
+    storage = _local(ctx)
+    size_ = _number(size)
+    ctx.signer.verify("PUT", key, _number(expires), signature or "", ctx.clock.now(), size_)
+    # A short transaction: no database connection is held while the bytes stream in.
+    async with ctx.sessions() as db:
+        build = await BuildService(db, ctx.clock.now(), ctx.settings, storage).pending_upload(key)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit():
+        if int(declared) > size_:
+            raise PayloadTooLarge(
+                f"Content-Length {declared} is above the build's declared {size_} bytes",
+                code="upload_too_large",
+            )
+        if int(declared) < size_:
+            raise BadRequest(
+                f"Content-Length {declared} is below the build's declared {size_} bytes",
+                code="upload_too_short",
+            )
+    info = await storage.receive(key, size_, request.stream())
+    assert info.sha256 is not None
+    return StoredUpload(build_id=build.id, size=info.size, sha256=info.sha256)
+
+
+@router.get(
+    DOWNLOAD_PATH + "{key:path}",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/octet-stream": {}}}, **problem_responses(403, 404)},
+    summary="A build file (the signed address the download endpoint redirects to)",
+)
+async def serve_file(
+    key: str,
+    ctx: Context,
+    name: Annotated[str, Query(max_length=255)] = "build",
+    expires: SignedPart = None,
+    signature: SignedPart = None,
+) -> FileResponse:
+    storage = _local(ctx)
+    ctx.signer.verify("GET", f"{key}\n{name}", _number(expires), signature or "", ctx.clock.now())
+    path = storage.path_of(key)
+    if not path.is_file():
+        raise NotFound("This build file no longer exists", code="object_not_found")
+    return FileResponse(path, filename=name, media_type="application/octet-stream")

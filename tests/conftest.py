@@ -1,0 +1,219 @@
+"""Fixtures: a real database built by the migrations, real files, the app over ASGI.
+
+The suite runs on SQLite by default and on PostgreSQL when BUILDBAY_TEST_DATABASE_URL is set
+(e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
+
+from buildbay.app import create_app
+from buildbay.clock import FrozenClock
+from buildbay.config import Settings
+from buildbay.db import migrate
+from buildbay.db.engine import create_engine
+from buildbay.db.models import Base
+
+PG_URL = os.environ.get("BUILDBAY_TEST_DATABASE_URL")
+TEST_SECRET = "test-secret-key-that-is-long-enough-0123456789"
+BASE_URL = "http://testserver"
+
+
+async def _reset_postgres(url: str) -> None:
+    engine = create_engine(url)
+    async with engine.begin() as conn:
+        await conn.execute(text("DROP SCHEMA public CASCADE"))
+        await conn.execute(text("CREATE SCHEMA public"))
+    await migrate.upgrade(engine)
+    await engine.dispose()
+
+
+async def _migrate_sqlite(path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    await migrate.upgrade(engine)
+    await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Runs the migrations once per session: a template SQLite file, or the PostgreSQL schema."""
+    if PG_URL:
+        asyncio.run(_reset_postgres(PG_URL))
+        return PG_URL
+    template = tmp_path_factory.mktemp("template") / "buildbay.sqlite3"
+    asyncio.run(_migrate_sqlite(template))
+    return str(template)
+
+
+@pytest.fixture
+def database_url(migrated_database: str, tmp_path: Path) -> Iterator[str]:
+    if PG_URL:
+        yield PG_URL
+        asyncio.run(_truncate_postgres(PG_URL))
+        return
+    path = tmp_path / "buildbay.sqlite3"
+    shutil.copyfile(migrated_database, path)
+    yield f"sqlite+aiosqlite:///{path}"
+
+
+async def _truncate_postgres(url: str) -> None:
+    engine = create_engine(url)
+    tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    async with engine.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {tables} CASCADE"))
+    await engine.dispose()
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        secret_key=TEST_SECRET,  # type: ignore[arg-type]
+        public_url=BASE_URL,
+        sweep_interval_seconds=0,
+    )
+
+
+@pytest.fixture
+async def app(settings: Settings, clock: FrozenClock) -> AsyncIterator[FastAPI]:
+    application = create_app(settings, clock=clock, migrate_on_start=False)
+    yield application
+    await application.state.ctx.engine.dispose()
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
+        yield c
+
+
+@dataclass
+class Account:
+    email: str
+    password: str
+    access_token: str
+    refresh_token: str
+    user: dict[str, Any]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.access_token}"}
+
+
+class Api:
+    """Small helpers over the client so tests read as the product's steps."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self._n = 0
+
+    async def register(self, email: str | None = None, password: str = "correct horse") -> Account:
+        self._n += 1
+        email = email or f"user{self._n}@example.com"
+        r = await self.client.post(
+            "/api/auth/register", json={"email": email, "password": password}
+        )
+        assert r.status_code == 201, r.text
+        body = r.json()
+        return Account(email, password, body["access_token"], body["refresh_token"], body["user"])
+
+    async def project(self, owner: Account, name: str = "Acme") -> dict[str, Any]:
+        r = await self.client.post("/api/projects", json={"name": name}, headers=owner.headers)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    async def application(
+        self, owner: Account, project_id: str, name: str = "Acme Android", **fields: Any
+    ) -> dict[str, Any]:
+        r = await self.client.post(
+            f"/api/projects/{project_id}/applications",
+            json={"name": name, **fields},
+            headers=owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    async def add_member(
+        self, owner: Account, project_id: str, member: Account, role: str
+    ) -> dict[str, Any]:
+        r = await self.client.post(
+            f"/api/projects/{project_id}/members",
+            json={"email": member.email, "role": role},
+            headers=owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    async def upload(
+        self,
+        account: Account,
+        project_id: str,
+        app_id: str,
+        data: bytes = b"PK\x03\x04 a build",
+        file_name: str = "app-release.apk",
+        notes: str | None = None,
+    ) -> dict[str, Any]:
+        """All three steps; returns the ready build."""
+        base = f"/api/app-distribution/{project_id}/{app_id}/builds"
+        r = await self.client.post(
+            f"{base}/upload-link",
+            json={"fileName": file_name, "fileSize": len(data)},
+            headers=account.headers,
+        )
+        assert r.status_code == 201, r.text
+        link = r.json()
+        r = await self.client.put(
+            link["uploadUrl"], content=data, headers=link["uploadHeaders"]
+        )
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = {"buildId": link["buildId"]}
+        if notes is not None:
+            body["notes"] = notes
+        r = await self.client.post(f"{base}/verify", json=body, headers=account.headers)
+        assert r.status_code == 200, r.text
+        build: dict[str, Any] = r.json()
+        return build
+
+
+@pytest.fixture
+def api(client: httpx.AsyncClient) -> Api:
+    return Api(client)
+
+
+@pytest.fixture
+async def owner(api: Api) -> Account:
+    return await api.register("owner@example.com")
+
+
+def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    """The response is RFC 9457 problem+json with this status (and code)."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["type"].startswith("/problems/")
+    assert body["title"]
+    assert body["detail"]
+    assert body["requestId"]
+    if code is not None:
+        assert body["code"] == code, body
+    return body
