@@ -141,7 +141,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         for operation in path_item.values():
             responses = operation.setdefault("responses", {})
             if path.startswith(("/api/", "/storage/")):
-                responses.setdefault("500", {"description": "Unexpected error (a bug); quote requestId"})
+                responses.setdefault(
+                    "500", {"description": "Unexpected error (a bug); quote requestId"}
+                )
                 responses.setdefault(
                     "503", {"description": "Database or storage unreachable (see Retry-After)"}
                 )

@@ -96,7 +96,9 @@ class ValidationFailed(BuildbayError):
 
     @classmethod
     def for_field(cls, field: str, message: str, *, code: str | None = None) -> ValidationFailed:
-        return cls(f"{field}: {message}", code=code, errors=[FieldError(field=field, message=message)])
+        return cls(
+            f"{field}: {message}", code=code, errors=[FieldError(field=field, message=message)]
+        )
 
 
 class RateLimited(BuildbayError):
@@ -164,7 +166,9 @@ def _field_name(loc: Sequence[int | str]) -> str:
 def _validation_response(request: Request, exc: RequestValidationError) -> JSONResponse:
     raw = exc.errors()
     if any(e.get("type") == "json_invalid" for e in raw):
-        return problem_response(request, 400, "malformed_json", "The request body is not valid JSON")
+        return problem_response(
+            request, 400, "malformed_json", "The request body is not valid JSON"
+        )
     errors = []
     for e in raw:
         message = str(e.get("msg", "is invalid"))

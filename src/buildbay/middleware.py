@@ -21,7 +21,9 @@ _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 def _is_json(content_type: str) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 class ApiMiddleware:

@@ -65,9 +65,7 @@ async def get_application(access: AppTester, service: Service) -> schemas.Applic
     return _application(await service.view(access.application))
 
 
-@router.put(
-    "/{appId}", responses=WRITE_BY_ID, summary="Update an application's fields (admin+)"
-)
+@router.put("/{appId}", responses=WRITE_BY_ID, summary="Update an application's fields (admin+)")
 async def update_application(
     body: schemas.ApplicationUpdate, access: AppAdmin, service: Service
 ) -> schemas.Application:

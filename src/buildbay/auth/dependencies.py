@@ -1,4 +1,4 @@
-"""`CurrentUser`: who is calling, checked on every resource endpoint, and counted for rate limits."""
+"""`CurrentUser`: who is calling, checked on every resource endpoint and counted for rate limits."""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import anyio.to_thread
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
@@ -21,8 +23,12 @@ _hasher = PasswordHash(
         ),
     )
 )
-# Compared against when the e-mail is unknown, so a failed login costs the same either way.
-_DUMMY_HASH = _hasher.hash("buildbay-timing-equaliser")
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Compared against when the e-mail is unknown, so a failed login costs the same either way."""
+    return _hasher.hash("buildbay-timing-equaliser")
 
 
 async def hash_password(password: str) -> str:
@@ -31,6 +37,6 @@ async def hash_password(password: str) -> str:
 
 async def verify_password(password: str, password_hash: str | None) -> bool:
     if password_hash is None:
-        await anyio.to_thread.run_sync(_hasher.verify, password, _DUMMY_HASH)
+        await anyio.to_thread.run_sync(_hasher.verify, password, _dummy_hash())
         return False
     return await anyio.to_thread.run_sync(_hasher.verify, password, password_hash)

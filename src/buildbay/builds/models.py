@@ -24,14 +24,14 @@ class Build(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
-    application_id: Mapped[str] = mapped_column(
-        ForeignKey("applications.id", ondelete="CASCADE")
-    )
+    application_id: Mapped[str] = mapped_column(ForeignKey("applications.id", ondelete="CASCADE"))
     file_name: Mapped[str] = mapped_column(String(255))
     file_size: Mapped[int] = mapped_column(BigInteger)
     expected_sha256: Mapped[str | None] = mapped_column(String(64))
     sha256: Mapped[str | None] = mapped_column(String(64))
-    status: Mapped[BuildStatus] = mapped_column(EnumString(BuildStatus), default=BuildStatus.PENDING)
+    status: Mapped[BuildStatus] = mapped_column(
+        EnumString(BuildStatus), default=BuildStatus.PENDING
+    )
     notes: Mapped[str | None] = mapped_column(Text)
     storage_key: Mapped[str] = mapped_column(String(512), unique=True)
     uploaded_by: Mapped[str | None] = mapped_column(

@@ -39,7 +39,7 @@ class BuildService:
         self.settings = settings
         self.storage = storage
 
-    # -- step 1: upload link ----------------------------------------------------------------------
+    # -- step 1: upload link -----------------------------------------------------------------------
 
     async def create_upload_link(
         self,
@@ -81,7 +81,7 @@ class BuildService:
         )
         return build, target
 
-    # -- step 2 happens at the storage address; this is what it asks before taking bytes --------
+    # -- step 2 happens at the storage address; this is what it asks before taking bytes -----------
 
     async def pending_upload(self, storage_key: str) -> Build:
         build = await self.db.scalar(select(Build).where(Build.storage_key == storage_key))
@@ -94,7 +94,7 @@ class BuildService:
             )
         return build
 
-    # -- step 3: verify ---------------------------------------------------------------------------
+    # -- step 3: verify ----------------------------------------------------------------------------
 
     async def verify(self, application: Application, build_id: str, notes: str | None) -> Build:
         build = await self.get(application, build_id)
@@ -127,7 +127,7 @@ class BuildService:
         await self.db.refresh(build)
         return build
 
-    # -- reading and deleting -----------------------------------------------------------------------
+    # -- reading and deleting ----------------------------------------------------------------------
 
     async def list(
         self, application: Application, status: BuildStatus | None, limit: int, after_id: str | None

@@ -43,9 +43,7 @@ async def sweep_expired_uploads(
             claimed = list(
                 await db.scalars(
                     delete(Build)
-                    .where(
-                        Build.id.in_([r.id for r in rows]), Build.status == BuildStatus.PENDING
-                    )
+                    .where(Build.id.in_([r.id for r in rows]), Build.status == BuildStatus.PENDING)
                     .returning(Build.storage_key)
                 )
             )

@@ -4,7 +4,6 @@ The seed's rule: an unknown project or application is 404; an existing one on wh
 no rights, or too low a role, is 403. Every route that takes an id depends on one of these.
 """
 
-
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -18,7 +17,6 @@ from buildbay.auth.service import Principal
 from buildbay.deps import SessionDep
 from buildbay.errors import Forbidden, NotFound
 from buildbay.projects.models import Project, ProjectMember, ProjectRole
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +92,9 @@ def application_access(
             )
         )
         if application is None:
-            raise NotFound("No application with this id in the project", code="application_not_found")
+            raise NotFound(
+                "No application with this id in the project", code="application_not_found"
+            )
         return ApplicationAccess(
             project=access.project, application=application, role=access.role, caller=caller
         )

@@ -95,9 +95,7 @@ async def delete_project(access: ProjectOwner, service: Service, ctx: Context) -
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get(
-    "/api/projects/{id}/members", responses=BY_ID, summary="List a project's members"
-)
+@router.get("/api/projects/{id}/members", responses=BY_ID, summary="List a project's members")
 async def list_members(access: ProjectTester, service: Service) -> schemas.MemberList:
     return schemas.MemberList(members=[_member(v) for v in await service.members(access.project)])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,8 +30,8 @@ class MemberView:
     user: User
 
 
-def _applications_count() -> Select[tuple[int]]:
-    return select(func.count(Application.id)).where(Application.project_id == Project.id)
+def _applications_count_of(project_id: Any) -> Select[Any]:
+    return select(func.count(Application.id)).where(Application.project_id == project_id)
 
 
 class ProjectService:
@@ -42,7 +43,7 @@ class ProjectService:
         self, user: User, limit: int, after_id: str | None
     ) -> tuple[list[ProjectView], str | None]:
         stmt = (
-            select(Project, _applications_count().correlate(Project).scalar_subquery())
+            select(Project, _applications_count_of(Project.id).scalar_subquery())
             .join(ProjectMember, ProjectMember.project_id == Project.id)
             .where(ProjectMember.user_id == user.id)
             .order_by(Project.id.desc())
@@ -68,9 +69,7 @@ class ProjectService:
         return ProjectView(project, 0)
 
     async def view(self, project: Project) -> ProjectView:
-        count = await self.db.scalar(
-            select(func.count(Application.id)).where(Application.project_id == project.id)
-        )
+        count = await self.db.scalar(_applications_count_of(project.id))
         return ProjectView(project, count or 0)
 
     async def rename(self, project: Project, name: str) -> ProjectView:
@@ -105,7 +104,8 @@ class ProjectService:
         user = await self.db.scalar(select(User).where(User.email == email.strip().lower()))
         if user is None:
             raise ValidationFailed.for_field(
-                "email", "no Buildbay account has this e-mail; ask them to register first",
+                "email",
+                "no Buildbay account has this e-mail; ask them to register first",
                 code="user_not_found",
             )
         if await self.db.get(ProjectMember, (access.project.id, user.id)) is not None:
@@ -175,4 +175,6 @@ class ProjectService:
 
 def _require_owner_for_owner_role(access: ProjectAccess, role: ProjectRole) -> None:
     if role is ProjectRole.OWNER and access.role is not ProjectRole.OWNER:
-        raise Forbidden("Only an owner can grant or remove the owner role", code="insufficient_role")
+        raise Forbidden(
+            "Only an owner can grant or remove the owner role", code="insufficient_role"
+        )

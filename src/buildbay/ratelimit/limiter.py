@@ -6,6 +6,7 @@ process shares them. If the counter store fails, requests are served anyway (fai
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
@@ -103,7 +104,8 @@ class RateLimiter:
 
     async def check(self) -> bool:
         try:
-            return bool(await self._storage.check())
+            result = self._storage.check()
+            return bool(await result if inspect.isawaitable(result) else result)
         except Exception:
             return False
 

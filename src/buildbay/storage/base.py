@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -88,5 +87,3 @@ class Storage(Protocol):
     async def check(self) -> None:
         """Raise StorageUnavailable if the backend cannot be used right now."""
         ...
-
-

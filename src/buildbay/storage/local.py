@@ -47,14 +47,18 @@ class LocalStorage:
         self._objects.mkdir(parents=True, exist_ok=True)
         self._incoming.mkdir(parents=True, exist_ok=True)
 
-    # -- URLs -------------------------------------------------------------------------------------
+    # -- URLs --------------------------------------------------------------------------------------
 
     async def upload_target(
         self, key: str, size: int, expires_at: datetime, sha256: str | None
     ) -> UploadTarget:
         expires = int(expires_at.timestamp())
         query = urlencode(
-            {"size": size, "expires": expires, "signature": self._signer.sign("PUT", key, expires, size)}
+            {
+                "size": size,
+                "expires": expires,
+                "signature": self._signer.sign("PUT", key, expires, size),
+            }
         )
         return UploadTarget(url=f"{self._public_url}{UPLOAD_PATH}{quote(key)}?{query}")
 
@@ -64,7 +68,7 @@ class LocalStorage:
         query = urlencode({"name": file_name, "expires": expires, "signature": signature})
         return f"{self._public_url}{DOWNLOAD_PATH}{quote(key)}?{query}"
 
-    # -- objects ----------------------------------------------------------------------------------
+    # -- objects -----------------------------------------------------------------------------------
 
     def path_of(self, key: str) -> Path:
         path = (self._objects / key).resolve()
@@ -127,7 +131,7 @@ class LocalStorage:
         except OSError as exc:
             raise StorageUnavailable(f"The build store cannot be written: {exc.strerror}") from exc
 
-    # -- receiving an upload ------------------------------------------------------------------------
+    # -- receiving an upload -----------------------------------------------------------------------
 
     async def receive(self, key: str, size: int, body: AsyncIterator[bytes]) -> ObjectInfo:
         """Store exactly `size` bytes from `body` under `key`; nothing is kept on any failure.
@@ -164,9 +168,7 @@ class LocalStorage:
                 await pending
                 pending = None
             if received < size:
-                raise BodyTooShort(
-                    f"The body ended after {received} of the declared {size} bytes"
-                )
+                raise BodyTooShort(f"The body ended after {received} of the declared {size} bytes")
             info = await asyncio.to_thread(self._publish, sink, b"".join(blocks), tmp, target)
         except BaseException as exc:
             if pending is not None:
@@ -190,11 +192,11 @@ class LocalStorage:
         # (verify then reads the bytes), never a hash that describes other bytes.
         with contextlib.suppress(FileNotFoundError):
             sidecar.unlink()
-        os.replace(tmp, target)
+        tmp.replace(target)
         _fsync_dir(target.parent)
         sidecar_tmp = tmp.with_suffix(".sha256")
         sidecar_tmp.write_text(f"{sink.hexdigest} {sink.size} {inode}\n")
-        os.replace(sidecar_tmp, sidecar)
+        sidecar_tmp.replace(sidecar)
         return ObjectInfo(size=sink.size, sha256=sink.hexdigest)
 
 

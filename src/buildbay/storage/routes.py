@@ -42,7 +42,9 @@ def _local(ctx: Context) -> LocalStorage:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
         }
     },
     summary="Step 2: the raw bytes of a build file (the uploadUrl; signed, no token)",

@@ -1,4 +1,4 @@
-"""Alembic environment. Runs on a connection handed in by buildbay.db.migrate (sync or async URL)."""
+"""Alembic environment: runs on the connection that buildbay.db.migrate hands in."""
 
 from __future__ import annotations
 

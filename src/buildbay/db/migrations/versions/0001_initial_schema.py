@@ -11,7 +11,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
@@ -58,9 +57,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_api_tokens")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_api_tokens_token_hash")),
     )
-    op.create_index(
-        "ix_api_tokens_user_id_id", "api_tokens", ["user_id", "id"], unique=False
-    )
+    op.create_index("ix_api_tokens_user_id_id", "api_tokens", ["user_id", "id"], unique=False)
 
     op.create_table(
         "applications",
@@ -104,13 +101,9 @@ def upgrade() -> None:
             name=op.f("fk_project_members_user_id_users"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint(
-            "project_id", "user_id", name=op.f("pk_project_members")
-        ),
+        sa.PrimaryKeyConstraint("project_id", "user_id", name=op.f("pk_project_members")),
     )
-    op.create_index(
-        "ix_project_members_user_id", "project_members", ["user_id"], unique=False
-    )
+    op.create_index("ix_project_members_user_id", "project_members", ["user_id"], unique=False)
 
     op.create_table(
         "sessions",
@@ -167,12 +160,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_builds")),
         sa.UniqueConstraint("storage_key", name=op.f("uq_builds_storage_key")),
     )
-    op.create_index(
-        "ix_builds_application_id_id", "builds", ["application_id", "id"], unique=False
-    )
-    op.create_index(
-        "ix_builds_status_expires_at", "builds", ["status", "expires_at"], unique=False
-    )
+    op.create_index("ix_builds_application_id_id", "builds", ["application_id", "id"], unique=False)
+    op.create_index("ix_builds_status_expires_at", "builds", ["status", "expires_at"], unique=False)
     op.create_index("ix_builds_uploaded_by", "builds", ["uploaded_by"], unique=False)
 
     op.create_table(
@@ -191,9 +180,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_refresh_tokens")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_refresh_tokens_token_hash")),
     )
-    op.create_index(
-        "ix_refresh_tokens_session_id", "refresh_tokens", ["session_id"], unique=False
-    )
+    op.create_index("ix_refresh_tokens_session_id", "refresh_tokens", ["session_id"], unique=False)
 
 
 def downgrade() -> None:

@@ -1,0 +1,121 @@
+"""Shared by the benchmarks: a real server subprocess, a free port, a registered user."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+PASSWORD = "bench-password-123"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@contextlib.contextmanager
+def running_server(
+    argv: Sequence[str], data_dir: Path, port: int, env: dict[str, str] | None = None
+) -> Iterator[Server]:
+    """Start `argv` with BUILDBAY_DATA_DIR=data_dir, wait for /healthz, stop it afterwards.
+
+    The server's log goes to a file beside the data directory (a pipe nobody reads would fill
+    up and stall the server); it is printed if the server does not come up.
+    """
+    log_path = data_dir.parent / f"server-{port}.log"
+    full_env = {
+        **os.environ,
+        "BUILDBAY_DATA_DIR": str(data_dir),
+        "BUILDBAY_HOST": "127.0.0.1",
+        "BUILDBAY_PORT": str(port),
+        **(env or {}),
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            list(argv), env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+        )
+    server = Server(process, f"http://127.0.0.1:{port}", log_path)
+    try:
+        _wait_healthy(server)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_healthy(server: Server, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            break
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{server.base_url}/healthz", timeout=1).status_code == 200:
+                return
+        time.sleep(0.1)
+    sys.stderr.write(server.log_path.read_text(errors="replace"))
+    raise SystemExit(f"the server at {server.base_url} did not become healthy")
+
+
+def register(client: httpx.Client) -> str:
+    """A fresh free-plan user; returns its access token."""
+    response = client.post(
+        "/api/auth/register",
+        json={"email": f"bench-{uuid.uuid4().hex[:12]}@example.com", "password": PASSWORD},
+    )
+    response.raise_for_status()
+    return str(response.json()["access_token"])
+
+
+def create_project(client: httpx.Client, name: str) -> str:
+    response = client.post("/api/projects", json={"name": name})
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+def create_application(client: httpx.Client, project_id: str, name: str) -> str:
+    response = client.post(
+        f"/api/projects/{project_id}/applications", json={"name": name, "platform": "android"}
+    )
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.rjust(w) if n else c.ljust(w) for c, w in zip(row, widths)))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,282 @@
+"""Upload throughput and server memory of the local-storage upload path.
+
+Starts a real `buildbay serve` (SQLite + files) in a temporary data directory, registers a user,
+creates a project and an application, asks for an upload link, PUTs the file with curl (C, so the
+client is not the bottleneck) and verifies it. The baseline, measured in the same run on the same
+disk, copies the same file in 1 MiB blocks into a new file and fsyncs it: what any upload has to
+do at least. Baseline and upload alternate, and each repeat gives one ratio.
+
+While the PUT runs, a thread samples the server's VmRSS every 20 ms; the peak growth over the RSS
+just before the PUT is reported.
+
+Requirements: median ratio upload/baseline >= 0.6, peak RSS growth < 100 MiB (worst repeat).
+Exits 1 if one is missed. Usage: .venv/bin/python bench/upload.py [--size-mib 512] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from _common import (
+    VENV_BIN,
+    create_application,
+    create_project,
+    free_port,
+    register,
+    running_server,
+    table,
+)
+
+MiB = 1024 * 1024
+BLOCK = MiB
+RATIO_REQUIRED = 0.6
+RSS_LIMIT_MIB = 100
+SAMPLE_SECONDS = 0.02
+
+
+def vm_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:  # noqa: PTH123 - read a few times a second
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak_kib = vm_rss_kib(pid)
+        self.samples = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(SAMPLE_SECONDS):
+            self.peak_kib = max(self.peak_kib, vm_rss_kib(self.pid))
+            self.samples += 1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self.peak_kib = max(self.peak_kib, vm_rss_kib(self.pid))
+
+
+def make_source(path: Path, size: int) -> str:
+    digest = hashlib.sha256()
+    with path.open("wb") as f:
+        for _ in range(size // BLOCK):
+            block = os.urandom(BLOCK)
+            digest.update(block)
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+    return digest.hexdigest()
+
+
+def baseline_copy(source: Path, target: Path) -> float:
+    """Seconds to write the source's bytes to `target` in 1 MiB blocks, then fsync."""
+    os.sync()
+    with source.open("rb", buffering=0) as src:
+        start = time.perf_counter()
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            while block := src.read(BLOCK):
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        elapsed = time.perf_counter() - start
+    target.unlink()
+    return elapsed
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:  # noqa: PTH123
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def put_with_curl(
+    url: str, headers: dict[str, str], source: Path
+) -> tuple[float, float, int, str]:
+    """Seconds, curl's CPU seconds, HTTP status and body of `curl -T source url`."""
+    argv = ["curl", "-sS", "-X", "PUT", "-T", str(source), "-H", "Expect:", "-w", "\n%{http_code}"]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    argv.append(url)
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, check=False)
+    elapsed = time.perf_counter() - start
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (children.ru_utime - children_before.ru_utime) + (
+        children.ru_stime - children_before.ru_stime
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"curl failed ({done.returncode}): {done.stderr.decode()}")
+    body, _, status = done.stdout.decode().rpartition("\n")
+    return elapsed, client_cpu, int(status), body
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mib", type=int, default=512)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the temporary files go (default: $TMPDIR)"
+    )
+    args = parser.parse_args()
+    size = args.size_mib * MiB
+
+    root = Path(tempfile.mkdtemp(prefix="buildbay-bench-upload-", dir=args.dir))
+    try:
+        return run(root, size, args.size_mib, args.repeat)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(root: Path, size: int, size_mib: int, repeat: int) -> int:
+    data_dir = root / "data"
+    data_dir.mkdir()
+    source = root / "source.bin"
+    baseline_target = data_dir / "baseline.bin"
+    print(f"creating a {size_mib} MiB source file in {root} ...", flush=True)
+    source_sha256 = make_source(source, size)
+    if source.stat().st_dev != data_dir.stat().st_dev:
+        raise SystemExit("the source and the data directory are not on the same filesystem")
+
+    port = free_port()
+    argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port)]
+    rows: list[list[object]] = []
+    ratios: list[float] = []
+    growths: list[float] = []
+    with (
+        running_server(argv, data_dir, port) as server,
+        httpx.Client(base_url=server.base_url, timeout=120) as client,
+    ):
+        token = register(client)
+        client.headers["Authorization"] = f"Bearer {token}"
+        if size > 1024 * MiB:  # the free plan's largest build file is 1 GiB
+            email = client.get("/api/auth/me").json()["email"]
+            subprocess.run(
+                [str(VENV_BIN / "buildbay"), "users", "set-plan", email, "enterprise"],
+                env={**os.environ, "BUILDBAY_DATA_DIR": str(data_dir)},
+                check=True,
+                capture_output=True,
+            )
+        project = create_project(client, "bench upload")
+        application = create_application(client, project, "bench app")
+        builds = f"/api/app-distribution/{project}/{application}/builds"
+
+        for n in range(1, repeat + 1):
+            base_s = baseline_copy(source, baseline_target)
+
+            link = client.post(
+                f"{builds}/upload-link", json={"fileName": "bench.apk", "fileSize": size}
+            )
+            link.raise_for_status()
+            link_body = link.json()
+            os.sync()
+            rss_before = vm_rss_kib(server.pid)
+            server_cpu_before = cpu_seconds(server.pid)
+            sampler = RssSampler(server.pid)
+            sampler.start()
+            try:
+                put_s, client_cpu, status, put_body = put_with_curl(
+                    link_body["uploadUrl"], link_body["uploadHeaders"], source
+                )
+            finally:
+                sampler.stop()
+            server_cpu = cpu_seconds(server.pid) - server_cpu_before
+            if status != 200:
+                raise SystemExit(f"PUT answered {status}: {put_body}")
+            if json.loads(put_body)["sha256"] != source_sha256:
+                raise SystemExit("the server stored other bytes than were sent")
+
+            start = time.perf_counter()
+            verified = client.post(f"{builds}/verify", json={"buildId": link_body["buildId"]})
+            verify_s = time.perf_counter() - start
+            verified.raise_for_status()
+            build = verified.json()
+            if build["status"] != "ready" or build["sha256"] != source_sha256:
+                raise SystemExit(f"verify did not make the build ready: {build}")
+            client.delete(f"{builds}/{link_body['buildId']}").raise_for_status()
+
+            base_rate = size_mib / base_s
+            put_rate = size_mib / put_s
+            ratio = put_rate / base_rate
+            growth = (sampler.peak_kib - rss_before) / 1024
+            ratios.append(ratio)
+            growths.append(growth)
+            rows.append(
+                [
+                    n,
+                    f"{base_rate:.0f}",
+                    f"{put_rate:.0f}",
+                    f"{ratio:.2f}",
+                    f"{100 * server_cpu / put_s:.0f}",
+                    f"{100 * client_cpu / put_s:.0f}",
+                    f"{rss_before / 1024:.1f}",
+                    f"{growth:.1f}",
+                    sampler.samples,
+                    f"{verify_s * 1000:.0f}",
+                ]
+            )
+            print(f"  repeat {n}/{repeat} done", flush=True)
+
+    median_ratio = statistics.median(ratios)
+    worst_growth = max(growths)
+    print()
+    print(f"upload of {size_mib} MiB to `buildbay serve` (SQLite + local disk), curl -T")
+    print("baseline: copy the same file in 1 MiB blocks to a new file on the same disk + fsync")
+    print()
+    print(
+        table(
+            [
+                "repeat",
+                "baseline MiB/s",
+                "PUT MiB/s",
+                "ratio",
+                "server CPU %",
+                "curl CPU %",
+                "RSS before MiB",
+                "RSS peak growth MiB",
+                "RSS samples",
+                "verify ms",
+            ],
+            rows,
+        )
+    )
+    print()
+    ratio_ok = median_ratio >= RATIO_REQUIRED
+    rss_ok = worst_growth < RSS_LIMIT_MIB
+    print(
+        f"ratio PUT/baseline: median {median_ratio:.2f} (best {max(ratios):.2f}); "
+        f"required median >= {RATIO_REQUIRED}: {'PASS' if ratio_ok else 'FAIL'}"
+    )
+    print(
+        f"server RSS peak growth during the PUT: worst {worst_growth:.1f} MiB; "
+        f"required < {RSS_LIMIT_MIB} MiB: {'PASS' if rss_ok else 'FAIL'}"
+    )
+    return 0 if ratio_ok and rss_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

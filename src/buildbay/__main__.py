@@ -1,0 +1,3 @@
+from buildbay.cli import main
+
+main()

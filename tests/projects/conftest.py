@@ -1,0 +1,23 @@
+"""Fixtures for these tests, beside the suite-wide ones of tests/conftest.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from buildbay.config import Settings
+
+StoredFiles = Callable[..., list[Path]]
+
+
+@pytest.fixture
+def stored_files(settings: Settings) -> StoredFiles:
+    """Files of the local build store whose path names every one of the given ids."""
+
+    def find(*ids: str) -> list[Path]:
+        root = settings.storage_dir
+        return [p for p in root.rglob("*") if p.is_file() and all(i in p.parts for i in ids)]
+
+    return find

@@ -1,0 +1,115 @@
+"""Storage fixtures: one harness per Storage implementation, so the contract suite runs on each.
+
+To add a backend (S3-compatible), add its name to STORAGE_BACKENDS and a `_<name>_harness`
+fixture that builds a StorageHarness (skip there with a reason when its server is not configured).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pwdlib import PasswordHash
+from pwdlib.hashers.argon2 import Argon2Hasher
+from sqlalchemy import select
+
+from buildbay.auth import passwords
+from buildbay.builds.models import Build
+from buildbay.clock import FrozenClock
+from buildbay.storage.base import Storage
+from buildbay.storage.local import LocalStorage
+from buildbay.storage.signing import UrlSigner
+from tests.conftest import BASE_URL, Api
+
+STORAGE_BACKENDS = ["local"]
+
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accounts here only set the stage; argon2id at full cost would dominate the run time."""
+    cheap = PasswordHash((Argon2Hasher(time_cost=1, memory_cost=8, parallelism=1),))
+    monkeypatch.setattr(passwords, "_hasher", cheap)
+
+
+@dataclass
+class StorageHarness:
+    """A Storage implementation and what a test needs around it."""
+
+    storage: Storage
+    # Reaches the backend's upload and download URLs.
+    http: httpx.AsyncClient
+    clock: FrozenClock
+    # Stores bytes under a key the way the backend receives an upload.
+    put: Callable[[str, bytes], Awaitable[None]]
+    # A fresh key that an upload URL may be issued for (the backend may need to know the upload).
+    uploadable_key: Callable[[int], Awaitable[str]]
+
+
+def new_key() -> str:
+    return f"prj_{uuid.uuid4().hex[:8]}/app_{uuid.uuid4().hex[:8]}/bld_{uuid.uuid4().hex}"
+
+
+async def chunks_of(data: bytes, size: int = 64 * 1024) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+@pytest.fixture
+async def _local_harness(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, clock: FrozenClock
+) -> StorageHarness:
+    storage = app.state.ctx.storage
+    assert isinstance(storage, LocalStorage)
+
+    async def put(key: str, data: bytes) -> None:
+        await storage.receive(key, len(data), chunks_of(data))
+
+    async def uploadable_key(size: int) -> str:
+        # The local storage address takes bytes only for a pending build: make one.
+        owner = await api.register()
+        project = await api.project(owner)
+        application = await api.application(owner, project["id"])
+        r = await client.post(
+            f"/api/app-distribution/{project['id']}/{application['id']}/builds/upload-link",
+            json={"fileName": "contract.bin", "fileSize": size},
+            headers=owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        async with app.state.ctx.sessions() as db:
+            key = await db.scalar(select(Build.storage_key).where(Build.id == r.json()["buildId"]))
+        assert key is not None
+        return key
+
+    return StorageHarness(storage, client, clock, put, uploadable_key)
+
+
+@pytest.fixture(params=STORAGE_BACKENDS)
+def harness(request: pytest.FixtureRequest) -> StorageHarness:
+    value: StorageHarness = request.getfixturevalue(f"_{request.param}_harness")
+    return value
+
+
+@pytest.fixture
+def signer() -> UrlSigner:
+    return UrlSigner(b"storage-test-key-that-is-long-enough-0123456789")
+
+
+@pytest.fixture
+def local_root(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def local(local_root: Path, signer: UrlSigner) -> LocalStorage:
+    """A LocalStorage on its own, for tests of what only the local backend does."""
+    return LocalStorage(local_root, BASE_URL, signer)
+
+
+def expiry(clock: FrozenClock, seconds: int) -> datetime:
+    return clock.now() + timedelta(seconds=seconds)

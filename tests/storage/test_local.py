@@ -1,0 +1,246 @@
+"""What only the local-disk backend does: receiving a streamed body, atomically, inside its root."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from buildbay.storage.base import BodyTooLarge, BodyTooShort, ObjectNotFound
+from buildbay.storage.local import WRITE_BLOCK, LocalStorage
+from tests.storage.conftest import chunks_of, new_key
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def incoming(local: LocalStorage) -> list[Path]:
+    return files_under(local.root / "incoming")
+
+
+async def test_receive_streams_many_chunks_and_stores_exactly_the_bytes(
+    local: LocalStorage,
+) -> None:
+    # Odd chunk sizes so the writer's blocks never line up with the chunks.
+    data = os.urandom(2 * WRITE_BLOCK + 12_345)
+    sent = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal sent
+        async for chunk in chunks_of(data, 7_777):
+            sent += 1
+            yield chunk
+
+    key = new_key()
+    info = await local.receive(key, len(data), body())
+
+    assert sent > 250
+    assert info.size == len(data)
+    assert info.sha256 == hashlib.sha256(data).hexdigest()
+    assert local.path_of(key).read_bytes() == data
+    assert await local.stat(key) == info
+    assert incoming(local) == []
+
+
+async def test_receive_of_an_empty_chunk_stream_for_zero_bytes_stores_an_empty_object(
+    local: LocalStorage,
+) -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield b""
+
+    key = new_key()
+    info = await local.receive(key, 0, body())
+
+    assert info.size == 0
+    assert info.sha256 == hashlib.sha256(b"").hexdigest()
+
+
+async def test_body_longer_than_declared_raises_body_too_large_and_keeps_nothing(
+    local: LocalStorage,
+) -> None:
+    key = new_key()
+    data = os.urandom(WRITE_BLOCK + 100)
+
+    with pytest.raises(BodyTooLarge) as caught:
+        await local.receive(key, len(data) - 1, chunks_of(data))
+
+    assert caught.value.status == 413
+    assert caught.value.code == "upload_too_large"
+    assert await local.stat(key) is None
+    assert incoming(local) == []
+    assert files_under(local.root / "objects") == []
+
+
+async def test_body_shorter_than_declared_raises_body_too_short_and_keeps_nothing(
+    local: LocalStorage,
+) -> None:
+    key = new_key()
+    data = os.urandom(WRITE_BLOCK + 100)
+
+    with pytest.raises(BodyTooShort) as caught:
+        await local.receive(key, len(data) + 1, chunks_of(data))
+
+    assert caught.value.status == 400
+    assert caught.value.code == "upload_too_short"
+    assert await local.stat(key) is None
+    assert incoming(local) == []
+    assert files_under(local.root / "objects") == []
+
+
+async def test_a_body_that_fails_midway_leaves_nothing(local: LocalStorage) -> None:
+    class ClientGone(Exception):
+        pass
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(3):
+            yield os.urandom(WRITE_BLOCK // 2 + 1)
+        raise ClientGone
+
+    key = new_key()
+    with pytest.raises(ClientGone):
+        await local.receive(key, 10 * WRITE_BLOCK, body())
+
+    assert await local.stat(key) is None
+    assert incoming(local) == []
+    assert files_under(local.root / "objects") == []
+
+
+async def test_a_failed_receive_keeps_the_previous_complete_object(local: LocalStorage) -> None:
+    key, first = new_key(), os.urandom(1000)
+    await local.receive(key, len(first), chunks_of(first))
+
+    with pytest.raises(BodyTooShort):
+        await local.receive(key, len(first), chunks_of(first[:10]))
+
+    assert local.path_of(key).read_bytes() == first
+    info = await local.stat(key)
+    assert info is not None
+    assert info.sha256 == hashlib.sha256(first).hexdigest()
+    assert incoming(local) == []
+
+
+async def test_a_repeat_receive_replaces_the_bytes_and_the_sidecar_hash(
+    local: LocalStorage,
+) -> None:
+    key, first, second = new_key(), os.urandom(5000), os.urandom(5000)
+    await local.receive(key, len(first), chunks_of(first))
+
+    info = await local.receive(key, len(second), chunks_of(second))
+
+    digest = hashlib.sha256(second).hexdigest()
+    assert info.sha256 == digest
+    assert local.path_of(key).read_bytes() == second
+    assert await local.stat(key) == info
+    sidecar = local.path_of(key).with_name(local.path_of(key).name + ".sha256")
+    assert sidecar.read_text().split()[0] == digest
+    assert incoming(local) == []
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["../x", "a/../../x", "../../outside", "/etc/passwd", "/tmp/x", "", "/", ".", "a/.."],
+)
+async def test_a_key_that_leaves_the_object_tree_is_refused_everywhere(
+    local: LocalStorage, local_root: Path, tmp_path: Path, key: str
+) -> None:
+    before = files_under(tmp_path)
+
+    with pytest.raises(ObjectNotFound):
+        await local.receive(key, 2, chunks_of(b"hi"))
+    with pytest.raises(ObjectNotFound):
+        await local.stat(key)
+    with pytest.raises(ObjectNotFound):
+        await local.compute_sha256(key)
+    with pytest.raises(ObjectNotFound):
+        await local.delete(key)
+    with pytest.raises(ObjectNotFound):
+        await local.delete_prefix(key)
+
+    assert files_under(tmp_path) == before
+    assert local_root.is_dir()
+    assert (local_root / "objects").is_dir()
+
+
+async def test_traversal_keys_cannot_read_or_remove_files_beside_the_objects(
+    local: LocalStorage, local_root: Path, tmp_path: Path
+) -> None:
+    beside = local_root / "x"
+    beside.write_bytes(b"not an object")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not an object either")
+
+    for key in ("../x", "a/../../x", "../../outside", str(outside)):
+        with pytest.raises(ObjectNotFound):
+            await local.delete(key)
+        with pytest.raises(ObjectNotFound):
+            await local.stat(key)
+
+    assert beside.read_bytes() == b"not an object"
+    assert outside.read_bytes() == b"not an object either"
+
+
+async def test_a_key_with_harmless_dots_stays_inside_the_tree(local: LocalStorage) -> None:
+    await local.receive("a/../b/c", 2, chunks_of(b"ok"))
+
+    assert local.path_of("b/c").read_bytes() == b"ok"
+    assert local.path_of("a/../b/c").is_relative_to(local.root / "objects")
+
+
+async def test_stat_forgets_the_hash_when_the_object_was_replaced_by_hand(
+    local: LocalStorage,
+) -> None:
+    key, data = new_key(), os.urandom(4096)
+    await local.receive(key, len(data), chunks_of(data))
+    path = local.path_of(key)
+    other = os.urandom(4096)
+    replacement = path.with_name("by-hand")
+    replacement.write_bytes(other)
+    os.replace(replacement, path)  # same size, a new inode
+
+    info = await local.stat(key)
+
+    assert info is not None
+    assert info.size == len(other)
+    assert info.sha256 is None
+    assert await local.compute_sha256(key) == hashlib.sha256(other).hexdigest()
+
+
+async def test_stat_forgets_the_hash_when_the_object_was_truncated_by_hand(
+    local: LocalStorage,
+) -> None:
+    key, data = new_key(), os.urandom(4096)
+    await local.receive(key, len(data), chunks_of(data))
+    with local.path_of(key).open("r+b") as f:
+        f.truncate(100)
+
+    info = await local.stat(key)
+
+    assert info is not None
+    assert info.size == 100
+    assert info.sha256 is None
+
+
+async def test_stat_without_a_sidecar_still_reports_the_size(local: LocalStorage) -> None:
+    key, data = new_key(), b"abc"
+    await local.receive(key, len(data), chunks_of(data))
+    path = local.path_of(key)
+    path.with_name(path.name + ".sha256").unlink()  # a crash between rename and sidecar
+
+    info = await local.stat(key)
+
+    assert info is not None
+    assert info.size == 3
+    assert info.sha256 is None
+
+
+async def test_delete_removes_the_sidecar_too(local: LocalStorage) -> None:
+    key = new_key()
+    await local.receive(key, 3, chunks_of(b"abc"))
+
+    await local.delete(key)
+
+    assert files_under(local.root / "objects") == []

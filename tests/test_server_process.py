@@ -1,0 +1,185 @@
+"""End to end over real HTTP: `buildbay serve` as its own process, then the whole product flow."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from buildbay.app import create_app
+from buildbay.config import Settings
+from tests.conftest import TEST_SECRET
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _buildbay(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "buildbay", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
+
+
+@pytest.fixture
+def server_env(tmp_path: Path, database_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
+    env.update(
+        BUILDBAY_DATA_DIR=str(tmp_path / "data"),
+        BUILDBAY_DATABASE_URL=database_url,
+        BUILDBAY_SECRET_KEY=TEST_SECRET,
+    )
+    return env
+
+
+@pytest.fixture
+def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    log = (tmp_path / "server.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "buildbay", "serve", "--port", str(port)],
+        env=server_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, (tmp_path / "server.log").read_text()
+            assert time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def test_the_whole_product_flow_over_real_http(server: str) -> None:
+    with httpx.Client(base_url=server, timeout=30) as http:
+        r = http.post(
+            "/api/auth/register", json={"email": "ci@example.com", "password": "a long password"}
+        )
+        assert r.status_code == 201, r.text
+        auth = {"Authorization": f"Bearer {r.json()['access_token']}"}
+
+        project = http.post("/api/projects", json={"name": "Acme"}, headers=auth).json()
+        app = http.post(
+            f"/api/projects/{project['id']}/applications",
+            json={"name": "Acme for Android", "platform": "android"},
+            headers=auth,
+        ).json()
+        base = f"/api/app-distribution/{project['id']}/{app['id']}/builds"
+
+        data = os.urandom(3 * 1024 * 1024 + 17)
+        r = http.post(
+            f"{base}/upload-link",
+            json={
+                "fileName": "acme-1.0.apk",
+                "fileSize": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            },
+            headers=auth,
+        )
+        assert r.status_code == 201, r.text
+        link = r.json()
+        assert link["uploadUrl"].startswith(server)
+
+        r = http.put(link["uploadUrl"], content=data, headers=link["uploadHeaders"])
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "buildId": link["buildId"],
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+
+        r = http.post(
+            f"{base}/verify", json={"buildId": link["buildId"], "notes": "1.0"}, headers=auth
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] == "ready"
+
+        listed = http.get(base, headers=auth).json()
+        assert [b["buildId"] for b in listed["builds"]] == [link["buildId"]]
+        assert listed["nextCursor"] is None
+
+        r = http.get(f"{base}/{link['buildId']}/download", headers=auth)
+        assert r.status_code == 302
+        r = http.get(r.headers["location"])
+        assert r.status_code == 200
+        assert r.content == data
+
+        assert http.delete(f"{base}/{link['buildId']}", headers=auth).status_code == 204
+        assert http.get(f"{base}/{link['buildId']}", headers=auth).status_code == 404
+
+
+def test_production_refuses_to_start_without_a_secret_key(server_env: dict[str, str]) -> None:
+    env = {k: v for k, v in server_env.items() if k != "BUILDBAY_SECRET_KEY"}
+    env["BUILDBAY_ENV"] = "production"
+    result = _buildbay("serve", "--port", str(_free_port()), env=env, check=False)
+    assert result.returncode == 2
+    assert "BUILDBAY_SECRET_KEY must be set in production" in result.stderr
+
+
+def test_development_keeps_its_generated_secret_key_in_the_data_dir(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    settings = Settings(data_dir=tmp_path / "dev")
+    first = settings.signing_key
+    assert (tmp_path / "dev" / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert Settings(data_dir=tmp_path / "dev").signing_key == first
+    assert len(first) >= 32
+
+
+def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, str]) -> None:
+    env = dict(server_env, BUILDBAY_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}")
+    assert "up to date" in _buildbay("db", "upgrade", env=env).stdout
+
+    result = _buildbay("users", "set-plan", "nobody@example.com", "pro", env=env, check=False)
+    assert result.returncode == 1
+    assert "no user with e-mail nobody@example.com" in result.stderr
+
+    async def register() -> None:
+        settings = Settings(
+            data_dir=Path(env["BUILDBAY_DATA_DIR"]),
+            database_url=env["BUILDBAY_DATABASE_URL"],
+            secret_key=TEST_SECRET,  # type: ignore[arg-type]
+        )
+        app = create_app(settings, migrate_on_start=False)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            r = await c.post(
+                "/api/auth/register", json={"email": "Pro@Example.com", "password": "12345678"}
+            )
+            assert r.status_code == 201
+        await app.state.ctx.engine.dispose()
+
+    asyncio.run(register())
+    result = _buildbay("users", "set-plan", "pro@example.com", "pro", env=env)
+    assert "pro@example.com is now on the pro plan" in result.stdout
+    result = _buildbay("users", "set-plan", "pro@example.com", "gold", env=env, check=False)
+    assert result.returncode == 2
