@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 
 from buildbay import __version__
 from buildbay.applications.routes import router as applications_router
@@ -91,7 +92,8 @@ def create_app(
                     await sweeper
             await engine.dispose()
 
-    app = FastAPI(
+    # Interactive docs (/docs, /redoc) served from the package itself: no CDN, works offline.
+    app = FastAPIOffline(
         title="Buildbay",
         version=__version__,
         description=DESCRIPTION,

@@ -1,0 +1,74 @@
+"""With BUILDBAY_REDIS_URL the request counters live in Redis, shared by every server process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import redis.asyncio
+
+from buildbay.app import create_app
+from buildbay.clock import FrozenClock
+from buildbay.config import Settings
+from tests.conftest import BASE_URL
+
+REDIS_URL = os.environ.get("BUILDBAY_TEST_REDIS_URL")
+if not REDIS_URL and not os.environ.get("BUILDBAY_REQUIRE_SERVICES"):
+    pytest.skip("BUILDBAY_TEST_REDIS_URL is not set: no Redis to test", allow_module_level=True)
+
+
+@pytest.fixture
+async def redis_url() -> AsyncIterator[str]:
+    assert REDIS_URL, "BUILDBAY_REQUIRE_SERVICES is set but BUILDBAY_TEST_REDIS_URL is not"
+    client = redis.asyncio.from_url(REDIS_URL)
+    await client.flushdb()
+    await client.aclose()
+    yield REDIS_URL
+
+
+def _client(settings: Settings, clock: FrozenClock) -> httpx.AsyncClient:
+    app = create_app(settings, clock=clock, migrate_on_start=False)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
+
+
+async def test_two_processes_share_one_request_budget(
+    settings: Settings, clock: FrozenClock, redis_url: str
+) -> None:
+    settings = settings.model_copy(update={"redis_url": redis_url})
+    async with _client(settings, clock) as one, _client(settings, clock) as two:
+        r = await one.post(
+            "/api/auth/register", json={"email": "busy@example.com", "password": "12345678"}
+        )
+        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        statuses = []
+        for i in range(100):
+            statuses.append(
+                (await (one if i % 2 else two).get("/api/auth/me", headers=headers)).status_code
+            )
+        assert statuses == [200] * 100
+        r = await one.get("/api/auth/me", headers=headers)
+        assert r.status_code == 429, r.text
+        assert r.json()["code"] == "rate_limited"
+        assert int(r.headers["Retry-After"]) >= 1
+        assert r.headers["RateLimit"].startswith('"free";r=0;t=')
+
+
+async def test_an_unreachable_redis_fails_open_and_readyz_says_so(
+    settings: Settings, clock: FrozenClock
+) -> None:
+    settings = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    async with _client(settings, clock) as client:
+        r = await client.post(
+            "/api/auth/register", json={"email": "open@example.com", "password": "12345678"}
+        )
+        assert r.status_code == 201, r.text
+        r = await client.get(
+            "/api/auth/me", headers={"Authorization": f"Bearer {r.json()['access_token']}"}
+        )
+        assert r.status_code == 200
+        assert "RateLimit" not in r.headers
+        r = await client.get("/readyz")
+        assert r.status_code == 200
+        assert r.json()["checks"]["rateLimitStore"] == "degraded"
