@@ -17,9 +17,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from pwdlib import PasswordHash
+from pwdlib.hashers.argon2 import Argon2Hasher
 from sqlalchemy import text
 
 from buildbay.app import create_app
+from buildbay.auth import passwords
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.db import migrate
@@ -74,6 +77,19 @@ async def _truncate_postgres(url: str) -> None:
     async with engine.begin() as conn:
         await conn.execute(text(f"TRUNCATE {tables} CASCADE"))
     await engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Argon2id at its lowest cost, so a register or login costs microseconds, not ~100 ms.
+
+    The real parameters are checked in tests/auth/test_password_storage.py, which overrides this
+    fixture.
+    """
+    cheap = PasswordHash((Argon2Hasher(time_cost=1, memory_cost=8, parallelism=1),))
+    dummy = cheap.hash("buildbay-timing-equaliser")
+    monkeypatch.setattr(passwords, "_hasher", cheap)
+    monkeypatch.setattr(passwords, "_dummy_hash", lambda: dummy)
 
 
 @pytest.fixture
@@ -181,9 +197,7 @@ class Api:
         )
         assert r.status_code == 201, r.text
         link = r.json()
-        r = await self.client.put(
-            link["uploadUrl"], content=data, headers=link["uploadHeaders"]
-        )
+        r = await self.client.put(link["uploadUrl"], content=data, headers=link["uploadHeaders"])
         assert r.status_code == 200, r.text
         body: dict[str, Any] = {"buildId": link["buildId"]}
         if notes is not None:
@@ -204,7 +218,9 @@ async def owner(api: Api) -> Account:
     return await api.register("owner@example.com")
 
 
-def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+def assert_problem(
+    response: httpx.Response, status: int, code: str | None = None
+) -> dict[str, Any]:
     """The response is RFC 9457 problem+json with this status (and code)."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/problem+json")

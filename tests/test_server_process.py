@@ -28,7 +28,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _buildbay(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+def _buildbay(
+    *args: str, env: dict[str, str], check: bool = True
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "buildbay", *args],
         env=env,

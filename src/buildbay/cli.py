@@ -52,6 +52,7 @@ def serve(
         http="httptools",
         proxy_headers=True,
         server_header=False,
+        access_log=False,  # ours (buildbay.access) leaves out query strings: signed URLs
         timeout_keep_alive=30,
         log_level="info",
     )

@@ -135,6 +135,10 @@ def problem_response(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_CONTENT_TYPE)
 
 
+# RFC 9110's names where Python's HTTPStatus still has the older RFC 7231 ones.
+_TITLES = {413: "Content Too Large", 422: "Unprocessable Content"}
+
+
 def problem_body(
     status: int,
     code: str,
@@ -146,7 +150,7 @@ def problem_body(
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": f"/problems/{code.replace('_', '-')}",
-        "title": title or HTTPStatus(status).phrase,
+        "title": title or _TITLES.get(status) or HTTPStatus(status).phrase,
         "status": status,
         "detail": detail,
         "code": code,
@@ -204,7 +208,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        codes = {404: "not_found", 405: "method_not_allowed"}
+        # 413 here is the JSON body limit hit while reading a chunked body (see ApiMiddleware).
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         code = codes.get(exc.status_code, HTTPStatus(exc.status_code).name.lower())
         detail = str(exc.detail) if exc.detail else HTTPStatus(exc.status_code).phrase
         if exc.status_code == 404 and exc.detail == "Not Found":
@@ -222,12 +227,16 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error (request %s)", request_id_of(request), exc_info=exc)
+        request_id = request_id_of(request)
+        log.exception("unexpected error (request %s)", request_id, exc_info=exc)
+        # Starlette sends this response from its outermost middleware, past ApiMiddleware's
+        # X-Request-ID, so the header is set here.
         return problem_response(
             request,
             500,
             "internal_error",
             "An unexpected error occurred; quote the requestId when reporting it",
+            headers={"X-Request-ID": request_id} if request_id else None,
         )
 
     app.add_exception_handler(BuildbayError, on_buildbay_error)

@@ -4,7 +4,9 @@ a request id, the JSON body rules of /api (Content-Type, 1 MiB), and the RateLim
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 import uuid
 from typing import Any
 
@@ -13,6 +15,8 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body
+
+access_log = logging.getLogger("buildbay.access")
 
 MAX_JSON_BODY = 1024 * 1024
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -41,16 +45,22 @@ class ApiMiddleware:
         state: dict[str, Any] = scope.setdefault("state", {})
         state["request_id"] = request_id
 
+        started = time.perf_counter()
+        status = 500  # what the log says if the app fails before answering
+
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
             problem = self._check_body_headers(headers)
             if problem is not None:
                 status, code, detail = problem
                 await _send_problem(send, status, code, detail, request_id)
+                _log_access(scope, status, started, request_id)
                 return
             receive = self._limited(receive)
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = message["status"]
                 response_headers = MutableHeaders(scope=message)
                 response_headers.append("X-Request-ID", request_id)
                 ratelimit = state.get("ratelimit")
@@ -59,7 +69,10 @@ class ApiMiddleware:
                         response_headers.append(name, value)
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            _log_access(scope, status, started, request_id)
 
     def _check_body_headers(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
         length = headers.get("content-length")
@@ -91,6 +104,21 @@ class ApiMiddleware:
             return message
 
         return limited_receive
+
+
+def _log_access(scope: Scope, status: int, started: float, request_id: str) -> None:
+    # The path without its query string: storage URLs carry their signature there, and a log
+    # line must not be a credential.
+    if access_log.isEnabledFor(logging.INFO):
+        access_log.info(
+            '%s "%s %s" %d %.1fms %s',
+            scope["client"][0] if scope.get("client") else "-",
+            scope["method"],
+            scope["path"],
+            status,
+            (time.perf_counter() - started) * 1000,
+            request_id,
+        )
 
 
 async def _send_problem(send: Send, status: int, code: str, detail: str, request_id: str) -> None:

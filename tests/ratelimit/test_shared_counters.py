@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -20,12 +19,12 @@ if not REDIS_URL and not os.environ.get("BUILDBAY_REQUIRE_SERVICES"):
 
 
 @pytest.fixture
-async def redis_url() -> AsyncIterator[str]:
+async def redis_url() -> str:
     assert REDIS_URL, "BUILDBAY_REQUIRE_SERVICES is set but BUILDBAY_TEST_REDIS_URL is not"
     client = redis.asyncio.from_url(REDIS_URL)
     await client.flushdb()
     await client.aclose()
-    yield REDIS_URL
+    return REDIS_URL
 
 
 def _client(settings: Settings, clock: FrozenClock) -> httpx.AsyncClient:

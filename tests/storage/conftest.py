@@ -15,11 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from pwdlib import PasswordHash
-from pwdlib.hashers.argon2 import Argon2Hasher
 from sqlalchemy import select
 
-from buildbay.auth import passwords
 from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
 from buildbay.storage.base import Storage
@@ -28,13 +25,6 @@ from buildbay.storage.signing import UrlSigner
 from tests.conftest import BASE_URL, Api
 
 STORAGE_BACKENDS = ["local"]
-
-
-@pytest.fixture(autouse=True)
-def _cheap_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Accounts here only set the stage; argon2id at full cost would dominate the run time."""
-    cheap = PasswordHash((Argon2Hasher(time_cost=1, memory_cost=8, parallelism=1),))
-    monkeypatch.setattr(passwords, "_hasher", cheap)
 
 
 @dataclass

@@ -151,3 +151,18 @@ async def test_upload_url_is_refused_for_a_different_size(harness: StorageHarnes
 
     assert r.status_code in (400, 403, 413), r.text
     assert await harness.storage.stat(key) is None
+
+
+async def test_a_key_prefix_is_not_an_object(harness: StorageHarness) -> None:
+    await harness.put("p1/a1/b1", b"the only object")
+
+    for prefix in ("p1", "p1/a1"):
+        assert await harness.storage.stat(prefix) is None
+        with pytest.raises(ObjectNotFound):
+            await harness.storage.compute_sha256(prefix)
+        await harness.storage.delete(prefix)
+
+    assert (
+        await harness.storage.compute_sha256("p1/a1/b1")
+        == hashlib.sha256(b"the only object").hexdigest()
+    )

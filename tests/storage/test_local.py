@@ -161,8 +161,7 @@ async def test_a_key_that_leaves_the_object_tree_is_refused_everywhere(
         await local.delete_prefix(key)
 
     assert files_under(tmp_path) == before
-    assert local_root.is_dir()
-    assert (local_root / "objects").is_dir()
+    assert files_under(local_root) == []
 
 
 async def test_traversal_keys_cannot_read_or_remove_files_beside_the_objects(
@@ -199,7 +198,7 @@ async def test_stat_forgets_the_hash_when_the_object_was_replaced_by_hand(
     other = os.urandom(4096)
     replacement = path.with_name("by-hand")
     replacement.write_bytes(other)
-    os.replace(replacement, path)  # same size, a new inode
+    replacement.replace(path)  # same size, a new inode
 
     info = await local.stat(key)
 

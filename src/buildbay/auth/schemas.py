@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
 
 from buildbay.config import Plan
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
@@ -18,6 +18,12 @@ class RegisterRequest(RequestModel):
 
     model_config = ConfigDict(str_strip_whitespace=False)
 
+    @field_validator("name")
+    @classmethod
+    def _trim_name(cls, value: str | None) -> str | None:
+        # A blank name means "none given": the account is then named after the e-mail.
+        return (value or "").strip() or None
+
 
 class LoginRequest(RequestModel):
     email: Annotated[str, Field(max_length=320)]
@@ -32,12 +38,17 @@ class OAuthModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Room for any token a client may send by mistake (an access token is ~250 characters): a wrong
+# token is a 401, not a 422.
+MAX_TOKEN_LENGTH = 4096
+
+
 class RefreshRequest(OAuthModel):
-    refresh_token: Annotated[str, Field(min_length=1, max_length=200)]
+    refresh_token: Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_LENGTH)]
 
 
 class LogoutRequest(OAuthModel):
-    refresh_token: Annotated[str | None, Field(max_length=200)] = None
+    refresh_token: Annotated[str | None, Field(max_length=MAX_TOKEN_LENGTH)] = None
 
 
 class User(ApiModel):

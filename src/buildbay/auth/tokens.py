@@ -61,12 +61,17 @@ class AccessTokenCodec:
 
     def decode(self, token: str, now: datetime) -> AccessClaims:
         try:
-            # Expiry is checked below against the injected clock, not the wall clock.
+            # Expiry is checked below against the injected clock, not the wall clock; `iat` is
+            # not checked at all (PyJWT would refuse a token whose issuer's clock runs ahead).
             claims = jwt.decode(
                 token,
                 self._key,
                 algorithms=[ACCESS_TOKEN_ALGORITHM],
-                options={"verify_exp": False, "require": ["exp", "sub", "sid", "jti", "typ"]},
+                options={
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "require": ["exp", "sub", "sid", "jti", "typ"],
+                },
             )
         except jwt.PyJWTError as exc:
             raise NotAuthenticated("The access token is invalid", code="invalid_token") from exc

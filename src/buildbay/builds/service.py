@@ -124,8 +124,8 @@ class BuildService:
             .values(status=BuildStatus.READY, sha256=sha256, notes=notes, verified_at=self.now)
             .execution_options(synchronize_session=False)
         )
-        await self.db.refresh(build)
-        return build
+        # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
+        return await self.get(application, build.id, reload=True)
 
     # -- reading and deleting ----------------------------------------------------------------------
 
@@ -146,9 +146,11 @@ class BuildService:
         next_cursor = encode_cursor(builds[limit - 1].id) if len(builds) > limit else None
         return builds[:limit], next_cursor
 
-    async def get(self, application: Application, build_id: str) -> Build:
+    async def get(self, application: Application, build_id: str, *, reload: bool = False) -> Build:
         build = await self.db.scalar(
-            select(Build).where(Build.id == build_id, Build.application_id == application.id)
+            select(Build)
+            .where(Build.id == build_id, Build.application_id == application.id)
+            .execution_options(populate_existing=reload)
         )
         if build is None:
             raise NotFound("No build with this id in the application", code="build_not_found")

@@ -34,9 +34,11 @@ class ApplicationAccess:
     caller: Principal
 
 
-async def _load_project(
-    db: SessionDep, caller: Principal, project_id: str, needed: ProjectRole
-) -> ProjectAccess:
+async def _membership(
+    db: SessionDep, caller: Principal, project_id: str
+) -> tuple[Project, ProjectRole]:
+    """The project and the caller's role in it: 404 if there is no such project, 403 if the
+    caller is not a member."""
     row = (
         await db.execute(
             select(Project, ProjectMember.role)
@@ -55,12 +57,15 @@ async def _load_project(
     project, role = row
     if role is None:
         raise Forbidden("You are not a member of this project", code="not_a_member")
+    return project, role
+
+
+def _require(role: ProjectRole, needed: ProjectRole) -> None:
     if not role.includes(needed):
         raise Forbidden(
             f"This needs the {needed.value} role or higher; you are {role.value}",
             code="insufficient_role",
         )
-    return ProjectAccess(project=project, role=role, caller=caller)
 
 
 def project_access(
@@ -71,7 +76,9 @@ def project_access(
         db: SessionDep,
         project_id: Annotated[str, Path(alias=param)],
     ) -> ProjectAccess:
-        return await _load_project(db, caller, project_id, needed)
+        project, role = await _membership(db, caller, project_id)
+        _require(role, needed)
+        return ProjectAccess(project=project, role=role, caller=caller)
 
     return dependency
 
@@ -85,7 +92,9 @@ def application_access(
         project_id: Annotated[str, Path(alias=project_param)],
         app_id: Annotated[str, Path(alias="appId")],
     ) -> ApplicationAccess:
-        access = await _load_project(db, caller, project_id, needed)
+        # Members learn whether an application exists (404) before whether their role
+        # suffices (403); strangers learn neither.
+        project, role = await _membership(db, caller, project_id)
         application = await db.scalar(
             select(Application).where(
                 Application.id == app_id, Application.project_id == project_id
@@ -95,9 +104,8 @@ def application_access(
             raise NotFound(
                 "No application with this id in the project", code="application_not_found"
             )
-        return ApplicationAccess(
-            project=access.project, application=application, role=access.role, caller=caller
-        )
+        _require(role, needed)
+        return ApplicationAccess(project=project, application=application, role=role, caller=caller)
 
     return dependency
 

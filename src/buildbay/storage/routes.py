@@ -21,7 +21,7 @@ router = APIRouter(tags=["storage"])
 
 # Typed loosely on purpose: a URL with a missing or altered part is a bad signature (403), not a
 # validation error.
-SignedPart = Annotated[str | None, Query(max_length=128)]
+SignedPart = Annotated[str | None, Query()]
 
 
 def _number(value: str | None) -> int:
@@ -89,7 +89,7 @@ async def receive_upload(
 async def serve_file(
     key: str,
     ctx: Context,
-    name: Annotated[str, Query(max_length=255)] = "build",
+    name: Annotated[str, Query()] = "build",
     expires: SignedPart = None,
     signature: SignedPart = None,
 ) -> FileResponse:

@@ -1,0 +1,58 @@
+"""Fixtures for the authentication tests: cheap password hashing and a second login."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from buildbay.db.models import Base
+from tests.conftest import Account
+
+Login = Callable[[Account], Awaitable[Account]]
+
+
+@pytest.fixture
+def login(client: httpx.AsyncClient) -> Login:
+    """Logs the account in again: a second session, with its own refresh-token family."""
+
+    async def login(account: Account) -> Account:
+        r = await client.post(
+            "/api/auth/login", json={"email": account.email, "password": account.password}
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        return Account(
+            account.email,
+            account.password,
+            body["access_token"],
+            body["refresh_token"],
+            body["user"],
+        )
+
+    return login
+
+
+Refresh = Callable[[str], Awaitable[httpx.Response]]
+
+
+@pytest.fixture
+def refresh(client: httpx.AsyncClient) -> Refresh:
+    async def refresh(refresh_token: str) -> httpx.Response:
+        return await client.post("/api/auth/refresh-token", json={"refresh_token": refresh_token})
+
+    return refresh
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def stored_values(app: FastAPI, model: type[Base]) -> list[str]:
+    """Every value of every row of the model's table, as text: to look for leaked secrets."""
+    async with app.state.ctx.sessions() as db:
+        rows = await db.scalars(select(model))
+        return [str(getattr(row, column.key)) for row in rows for column in model.__table__.columns]

@@ -1,0 +1,92 @@
+"""The periodic sweep of pending builds whose upload link expired without a verify."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from fastapi import FastAPI
+
+from buildbay.builds import sweeper
+from buildbay.builds.sweeper import GRACE, sweep_expired_uploads
+from buildbay.clock import FrozenClock
+from tests.builds.conftest import Builds, storage_key_of
+from tests.conftest import assert_problem
+
+LINK_TTL = timedelta(hours=1)
+
+
+async def sweep(app: FastAPI, clock: FrozenClock) -> int:
+    ctx = app.state.ctx
+    return await sweep_expired_uploads(ctx.sessions, ctx.storage, clock.now())
+
+
+async def test_sweep_removes_an_expired_pending_build_with_its_bytes(
+    builds: Builds, app: FastAPI, clock: FrozenClock
+) -> None:
+    link = await builds.pending(b"abandoned upload")
+    clock.advance(seconds=(LINK_TTL + GRACE).total_seconds() + 1)
+
+    swept = await sweep(app, clock)
+
+    assert swept == 1
+    assert_problem(await builds.get(link["buildId"]), 404, "build_not_found")
+    assert await builds.storage.stat(storage_key_of(link)) is None
+
+
+async def test_sweep_removes_an_expired_build_whose_bytes_never_came(
+    builds: Builds, app: FastAPI, clock: FrozenClock
+) -> None:
+    link = await builds.link()
+    clock.advance(seconds=(LINK_TTL + GRACE).total_seconds() + 1)
+
+    assert await sweep(app, clock) == 1
+    assert_problem(await builds.get(link["buildId"]), 404, "build_not_found")
+
+
+async def test_sweep_spares_a_pending_build_within_the_grace_period(
+    builds: Builds, app: FastAPI, clock: FrozenClock
+) -> None:
+    link = await builds.pending()
+    clock.advance(seconds=(LINK_TTL + GRACE).total_seconds() - 1)
+
+    assert await sweep(app, clock) == 0
+    assert (await builds.get(link["buildId"])).json()["status"] == "pending"
+    assert await builds.storage.stat(storage_key_of(link)) is not None
+
+
+async def test_sweep_never_touches_ready_or_fresh_pending_builds(
+    builds: Builds, app: FastAPI, clock: FrozenClock
+) -> None:
+    ready = await builds.ready(b"a ready build")
+    abandoned = await builds.pending(b"abandoned")
+    clock.advance(hours=3)
+    fresh = await builds.pending(b"fresh upload")
+
+    swept = await sweep(app, clock)
+
+    assert swept == 1
+    assert_problem(await builds.get(abandoned["buildId"]), 404, "build_not_found")
+    r = await builds.get(ready["buildId"])
+    assert r.status_code == 200, r.text
+    assert r.json() == ready
+    r = await builds.client.get(ready["downloadUrl"], headers=builds.owner.headers)
+    assert (await builds.client.get(r.headers["location"])).content == b"a ready build"
+    assert (await builds.get(fresh["buildId"])).json()["status"] == "pending"
+    assert await builds.storage.stat(storage_key_of(fresh)) is not None
+    r = await builds.verify(fresh["buildId"])
+    assert r.status_code == 200, r.text
+
+
+async def test_sweep_works_through_more_builds_than_one_batch(
+    builds: Builds, app: FastAPI, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sweeper, "BATCH", 2)
+    links = [await builds.pending(f"abandoned {i}".encode()) for i in range(5)]
+    clock.advance(hours=3)
+
+    assert await sweep(app, clock) == 5
+    assert await sweep(app, clock) == 0
+    for link in links:
+        assert_problem(await builds.get(link["buildId"]), 404, "build_not_found")
+        assert await builds.storage.stat(storage_key_of(link)) is None

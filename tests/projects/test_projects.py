@@ -1,0 +1,306 @@
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from buildbay.clock import FrozenClock
+from tests.conftest import Account, Api, assert_problem
+from tests.projects.conftest import StoredFiles
+
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+UNKNOWN_PROJECT = "prj_00000000000000000000000000"
+
+
+async def test_creating_a_project_answers_201_with_the_project(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    r = await client.post("/api/projects", json={"name": "Acme"}, headers=owner.headers)
+
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert set(body) == {"id", "name", "applicationsCount", "createdAt", "updatedAt"}
+    assert isinstance(body["id"], str)
+    assert body["id"]
+    assert body["name"] == "Acme"
+    assert body["applicationsCount"] == 0
+    assert TIMESTAMP.match(body["createdAt"])
+    assert body["updatedAt"] == body["createdAt"]
+
+
+async def test_project_name_is_trimmed(client: httpx.AsyncClient, owner: Account) -> None:
+    r = await client.post("/api/projects", json={"name": "  Acme \t"}, headers=owner.headers)
+
+    assert r.status_code == 201, r.text
+    assert r.json()["name"] == "Acme"
+
+
+async def test_project_name_of_100_characters_is_accepted(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    r = await client.post("/api/projects", json={"name": "n" * 100}, headers=owner.headers)
+
+    assert r.status_code == 201, r.text
+    assert r.json()["name"] == "n" * 100
+
+
+async def test_project_name_outside_1_to_100_characters_is_rejected(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    bodies: list[dict[str, object]] = [
+        {"name": ""},
+        {"name": "   "},  # blank once trimmed
+        {"name": "n" * 101},
+        {"name": 42},
+        {"name": None},
+        {},
+    ]
+    for body in bodies:
+        r = await client.post("/api/projects", json=body, headers=owner.headers)
+
+        problem = assert_problem(r, 422, "validation_error")
+        assert [e["field"] for e in problem["errors"]] == ["name"], body
+        assert problem["errors"][0]["message"]
+    r = await client.get("/api/projects", headers=owner.headers)
+    assert r.json()["projects"] == []
+
+
+async def test_project_body_with_unknown_fields_is_rejected(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    r = await client.post(
+        "/api/projects", json={"name": "Acme", "applicationsCount": 7}, headers=owner.headers
+    )
+
+    problem = assert_problem(r, 422, "validation_error")
+    assert problem["errors"] == [
+        {"field": "applicationsCount", "message": "is not a field of this request"}
+    ]
+
+
+async def test_project_is_readable_at_the_seeds_singular_path_and_the_plural(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    project = await api.project(owner)
+
+    singular = await client.get(f"/api/project/{project['id']}", headers=owner.headers)
+    plural = await client.get(f"/api/projects/{project['id']}", headers=owner.headers)
+
+    assert singular.status_code == 200, singular.text
+    assert plural.status_code == 200, plural.text
+    assert singular.json() == plural.json() == project
+
+
+async def test_unknown_project_is_404_at_both_paths(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    for path in (f"/api/project/{UNKNOWN_PROJECT}", f"/api/projects/{UNKNOWN_PROJECT}"):
+        r = await client.get(path, headers=owner.headers)
+
+        assert_problem(r, 404, "project_not_found")
+
+
+async def test_applications_count_counts_the_projects_applications(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    project = await api.project(owner)
+    other = await api.project(owner, "Other")
+    await api.application(owner, project["id"], "Android")
+    await api.application(owner, project["id"], "iOS")
+    await api.application(owner, other["id"], "Elsewhere")
+
+    r = await client.get(f"/api/projects/{project['id']}", headers=owner.headers)
+    assert r.json()["applicationsCount"] == 2
+    r = await client.get("/api/projects", headers=owner.headers)
+    counts = {p["id"]: p["applicationsCount"] for p in r.json()["projects"]}
+    assert counts == {project["id"]: 2, other["id"]: 1}
+
+
+async def test_updating_a_project_renames_it_and_moves_updated_at(
+    api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock
+) -> None:
+    project = await api.project(owner)
+    clock.advance(minutes=5)
+
+    r = await client.put(
+        f"/api/projects/{project['id']}", json={"name": " Renamed "}, headers=owner.headers
+    )
+
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["name"] == "Renamed"
+    assert body["createdAt"] == project["createdAt"]
+    assert body["updatedAt"] != project["updatedAt"]
+    assert body["updatedAt"] > project["updatedAt"]
+    r = await client.get(f"/api/project/{project['id']}", headers=owner.headers)
+    assert r.json() == body
+
+
+async def test_updating_a_project_with_an_empty_name_is_rejected(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    project = await api.project(owner)
+
+    r = await client.put(
+        f"/api/projects/{project['id']}", json={"name": " "}, headers=owner.headers
+    )
+
+    problem = assert_problem(r, 422, "validation_error")
+    assert [e["field"] for e in problem["errors"]] == ["name"]
+
+
+async def test_project_list_shows_only_the_callers_projects_newest_first(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    other = await api.register()
+    first = await api.project(owner, "First")
+    theirs = await api.project(other, "Theirs")
+    second = await api.project(owner, "Second")
+
+    r = await client.get("/api/projects", headers=owner.headers)
+
+    assert r.status_code == 200, r.text
+    assert r.json() == {"projects": [second, first], "nextCursor": None}
+    r = await client.get("/api/projects", headers=other.headers)
+    assert r.json() == {"projects": [theirs], "nextCursor": None}
+
+
+async def test_project_list_includes_projects_the_caller_was_added_to(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    other = await api.register()
+    theirs = await api.project(other, "Theirs")
+    await api.add_member(other, theirs["id"], owner, "tester")
+
+    r = await client.get("/api/projects", headers=owner.headers)
+
+    assert [p["id"] for p in r.json()["projects"]] == [theirs["id"]]
+
+
+async def test_project_list_pages_with_limit_and_cursor(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    created = [await api.project(owner, f"Project {i}") for i in range(5)]
+    newest_first = [p["id"] for p in reversed(created)]
+
+    seen: list[str] = []
+    page_sizes: list[int] = []
+    cursor: str | None = None
+    while True:
+        params = {"limit": "2"} | ({"cursor": cursor} if cursor else {})
+        r = await client.get("/api/projects", params=params, headers=owner.headers)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        page_sizes.append(len(body["projects"]))
+        seen.extend(p["id"] for p in body["projects"])
+        cursor = body["nextCursor"]
+        if cursor is None:
+            break
+        assert isinstance(cursor, str)
+
+    assert page_sizes == [2, 2, 1]
+    assert seen == newest_first  # no duplicates, no gaps, newest first
+
+
+async def test_project_list_with_a_limit_equal_to_the_count_has_no_next_cursor(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    await api.project(owner, "One")
+    await api.project(owner, "Two")
+
+    r = await client.get("/api/projects", params={"limit": 2}, headers=owner.headers)
+
+    assert len(r.json()["projects"]) == 2
+    assert r.json()["nextCursor"] is None
+
+
+async def test_project_list_limit_must_be_1_to_100(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    for limit in ("0", "101", "-1", "ten"):
+        r = await client.get("/api/projects", params={"limit": limit}, headers=owner.headers)
+
+        problem = assert_problem(r, 422, "validation_error")
+        assert [e["field"] for e in problem["errors"]] == ["limit"], limit
+    for limit in ("1", "100"):
+        r = await client.get("/api/projects", params={"limit": limit}, headers=owner.headers)
+
+        assert r.status_code == 200, r.text
+        assert r.json() == {"projects": [], "nextCursor": None}
+
+
+async def test_project_list_with_a_garbage_cursor_is_rejected(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    # Not base64; base64 of something that is not an id; a cursor of another shape.
+    for cursor in ("garbage!", "bm90LWFuLWlk", "%%%", "x" * 201):
+        r = await client.get("/api/projects", params={"cursor": cursor}, headers=owner.headers)
+
+        problem = assert_problem(r, 422)
+        assert problem["code"] in {"invalid_cursor", "validation_error"}, cursor
+        assert [e["field"] for e in problem["errors"]] == ["cursor"], cursor
+
+
+async def test_owner_deletes_the_project_and_it_is_gone(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    project = await api.project(owner)
+
+    r = await client.delete(f"/api/projects/{project['id']}", headers=owner.headers)
+
+    assert r.status_code == 204, r.text
+    assert r.content == b""
+    r = await client.get(f"/api/projects/{project['id']}", headers=owner.headers)
+    assert_problem(r, 404, "project_not_found")
+    r = await client.delete(f"/api/projects/{project['id']}", headers=owner.headers)
+    assert_problem(r, 404, "project_not_found")
+    r = await client.get("/api/projects", headers=owner.headers)
+    assert r.json() == {"projects": [], "nextCursor": None}
+
+
+async def test_admin_cannot_delete_the_project(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    admin = await api.register()
+    project = await api.project(owner)
+    await api.add_member(owner, project["id"], admin, "admin")
+
+    r = await client.delete(f"/api/projects/{project['id']}", headers=admin.headers)
+
+    assert_problem(r, 403, "insufficient_role")
+    r = await client.get(f"/api/projects/{project['id']}", headers=owner.headers)
+    assert r.status_code == 200
+
+
+async def test_deleting_a_project_removes_its_applications_builds_and_files(
+    api: Api, client: httpx.AsyncClient, owner: Account, stored_files: StoredFiles
+) -> None:
+    project = await api.project(owner)
+    kept = await api.project(owner, "Kept")
+    app = await api.application(owner, project["id"])
+    kept_app = await api.application(owner, kept["id"])
+    build = await api.upload(owner, project["id"], app["id"])
+    kept_build = await api.upload(owner, kept["id"], kept_app["id"])
+    assert stored_files(project["id"], build["buildId"])
+    r = await client.get(build["downloadUrl"], headers=owner.headers)
+    signed_file_url = r.headers["location"]
+
+    r = await client.delete(f"/api/projects/{project['id']}", headers=owner.headers)
+
+    assert r.status_code == 204, r.text
+    assert stored_files(project["id"]) == []
+    r = await client.get(signed_file_url)
+    assert_problem(r, 404, "object_not_found")
+    r = await client.get(
+        f"/api/projects/{project['id']}/applications/{app['id']}", headers=owner.headers
+    )
+    assert_problem(r, 404, "project_not_found")
+    builds = f"/api/app-distribution/{project['id']}/{app['id']}/builds"
+    r = await client.get(f"{builds}/{build['buildId']}", headers=owner.headers)
+    assert_problem(r, 404, "project_not_found")
+    # The other project keeps its application, build and file.
+    assert stored_files(kept["id"], kept_build["buildId"])
+    r = await client.get(
+        f"/api/app-distribution/{kept['id']}/{kept_app['id']}/builds", headers=owner.headers
+    )
+    assert [b["buildId"] for b in r.json()["builds"]] == [kept_build["buildId"]]

@@ -1,0 +1,84 @@
+"""Failed logins: at most 10 a minute per e-mail and, separately, per client IP."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.conftest import Account, Api, assert_problem
+from tests.ratelimit.conftest import ClientAt
+
+
+async def login(client: httpx.AsyncClient, email: str, password: str) -> httpx.Response:
+    return await client.post("/api/auth/login", json={"email": email, "password": password})
+
+
+def assert_login_throttled(r: httpx.Response) -> None:
+    body = assert_problem(r, 429, "login_throttled")
+    assert 1 <= int(r.headers["Retry-After"]) <= 60
+    assert "access_token" not in body
+
+
+async def test_ten_failures_for_one_email_throttle_it_even_with_the_right_password(
+    client: httpx.AsyncClient, owner: Account, client_at: ClientAt
+) -> None:
+    # Each failure from a different address: only the e-mail's counter reaches 10.
+    for i in range(10):
+        attacker = await client_at(f"198.51.100.{i + 1}")
+        assert_problem(await login(attacker, owner.email, f"guess {i}"), 401, "invalid_credentials")
+
+    assert_login_throttled(await login(client, owner.email, owner.password))
+    assert_login_throttled(await login(client, owner.email.upper(), owner.password))
+
+
+async def test_login_throttling_by_email_leaves_other_accounts_alone(
+    client: httpx.AsyncClient, api: Api, owner: Account, client_at: ClientAt
+) -> None:
+    other = await api.register("other@example.com")
+    for i in range(10):
+        attacker = await client_at(f"198.51.100.{i + 1}")
+        await login(attacker, owner.email, f"guess {i}")
+
+    r = await login(await client_at("198.51.100.1"), other.email, other.password)
+
+    assert r.status_code == 200, r.text
+
+
+async def test_ten_failures_from_one_ip_throttle_it_for_every_email(
+    client: httpx.AsyncClient, owner: Account, client_at: ClientAt
+) -> None:
+    attacker = await client_at("203.0.113.9")
+    # Each failure for a different e-mail: only the address's counter reaches 10.
+    for i in range(10):
+        r = await login(attacker, f"victim{i}@example.com", "password123")
+        assert_problem(r, 401, "invalid_credentials")
+
+    assert_login_throttled(await login(attacker, owner.email, owner.password))
+    # The same account logs in from anywhere else.
+    r = await login(client, owner.email, owner.password)
+    assert r.status_code == 200, r.text
+
+
+async def test_nine_failures_do_not_throttle(client: httpx.AsyncClient, owner: Account) -> None:
+    for i in range(9):
+        assert_problem(await login(client, owner.email, f"guess {i}"), 401, "invalid_credentials")
+
+    r = await login(client, owner.email, owner.password)
+
+    assert r.status_code == 200, r.text
+
+
+async def test_the_tenth_failure_is_still_401_and_the_eleventh_attempt_is_throttled(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    for i in range(10):
+        assert_problem(await login(client, owner.email, f"guess {i}"), 401, "invalid_credentials")
+
+    assert_login_throttled(await login(client, owner.email, "guess 10"))
+
+
+async def test_successful_logins_are_not_throttled(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    for _ in range(12):
+        r = await login(client, owner.email, owner.password)
+        assert r.status_code == 200, r.text

@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
+
+# Every endpoint of the seed, its paths exactly as written there.
+SEED_ENDPOINTS = [
+    ("post", "/api/auth/register"),
+    ("post", "/api/auth/login"),
+    ("post", "/api/auth/logout"),
+    ("post", "/api/auth/refresh-token"),
+    ("get", "/api/projects"),
+    ("post", "/api/projects"),
+    ("get", "/api/project/{id}"),
+    ("put", "/api/projects/{id}"),
+    ("delete", "/api/projects/{id}"),
+    ("get", "/api/projects/{id}/applications"),
+    ("post", "/api/projects/{id}/applications"),
+    ("get", "/api/projects/{id}/applications/{appId}"),
+    ("put", "/api/projects/{id}/applications/{appId}"),
+    ("delete", "/api/projects/{id}/applications/{appId}"),
+    ("get", "/api/app-distribution/{projectId}/{appId}/builds"),
+    ("post", "/api/app-distribution/{projectId}/{appId}/builds/upload-link"),
+    ("post", "/api/app-distribution/{projectId}/{appId}/builds/verify"),
+    ("delete", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"),
+]
+PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+@pytest.fixture
+async def document(client: httpx.AsyncClient) -> dict[str, Any]:
+    r = await client.get("/openapi.json")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    doc: dict[str, Any] = r.json()
+    return doc
+
+
+def api_operations(app: FastAPI) -> set[tuple[str, str]]:
+    found = set()
+    for context in iter_route_contexts(app.routes):
+        route, path = context.original_route, context.path_format
+        if isinstance(route, APIRoute) and path and path.startswith("/api/"):
+            found |= {(m.lower(), path) for m in route.methods - {"HEAD"}}
+    return found
+
+
+def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method, path, operation)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in {"get", "put", "post", "delete", "patch"}
+    ]
+
+
+async def test_openapi_lists_every_api_route(app: FastAPI, document: dict[str, Any]) -> None:
+    documented = {(m, p) for m, p, _ in operations(document) if p.startswith("/api/")}
+
+    assert documented == api_operations(app)
+
+
+async def test_openapi_has_the_seeds_paths_exactly_as_written(document: dict[str, Any]) -> None:
+    missing = [(m, p) for m, p in SEED_ENDPOINTS if m not in document["paths"].get(p, {})]
+
+    assert missing == []
+
+
+async def test_openapi_documents_the_contracts_extra_endpoints(document: dict[str, Any]) -> None:
+    paths = document["paths"]
+    assert "get" in paths["/api/projects/{id}"]
+    assert {"get", "post"} <= set(paths["/api/projects/{id}/members"])
+    assert {"put", "delete"} <= set(paths["/api/projects/{id}/members/{userId}"])
+    assert "get" in paths["/api/app-distribution/{projectId}/{appId}/builds/{buildId}/download"]
+    assert "delete" in paths["/api/account/api-tokens/{id}"]
+
+
+async def test_every_error_response_is_problem_json(document: dict[str, Any]) -> None:
+    wrong = []
+    for method, path, operation in operations(document):
+        for status, response in operation.get("responses", {}).items():
+            if status[0] in "45" and response.get("content") != {
+                "application/problem+json": {"schema": PROBLEM_REF}
+            }:
+                wrong.append(f"{method.upper()} {path} {status}: {response.get('content')}")
+
+    assert wrong == []
+
+
+async def test_api_operations_document_their_errors(document: dict[str, Any]) -> None:
+    missing = []
+    for method, path, operation in operations(document):
+        if not path.startswith("/api/"):
+            continue
+        statuses = set(operation["responses"])
+        if not {"429", "500", "503"} <= statuses:
+            missing.append(f"{method.upper()} {path}: {sorted(statuses)}")
+        if "{" in path and not {"401", "404"} <= statuses:
+            missing.append(f"{method.upper()} {path}: no 401/404 in {sorted(statuses)}")
+        if "requestBody" in operation and "422" not in statuses:
+            missing.append(f"{method.upper()} {path}: a body but no 422")
+
+    assert missing == []
+
+
+async def test_problem_schema_has_the_rfc_9457_fields(document: dict[str, Any]) -> None:
+    problem = document["components"]["schemas"]["Problem"]
+
+    assert {"type", "title", "status", "detail", "code", "requestId", "errors"} <= set(
+        problem["properties"]
+    )
+    assert {"type", "title", "status", "detail", "code"} <= set(problem["required"])
+
+
+async def test_no_fastapi_validation_error_schema_is_left(document: dict[str, Any]) -> None:
+    text = json.dumps(document)
+
+    assert "HTTPValidationError" not in text
+    assert "#/components/schemas/ValidationError" not in text
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+
+
+async def test_docs_answer_200(client: httpx.AsyncClient) -> None:
+    r = await client.get("/docs")
+
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/html")
+    assert "/openapi.json" in r.text
