@@ -44,7 +44,7 @@ async def _reset_postgres(url: str) -> None:
 
 
 async def _migrate_sqlite(path: Path) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    engine = create_engine(f"sqlite+inline:///{path}")
     await migrate.upgrade(engine)
     await engine.dispose()
 
@@ -68,7 +68,7 @@ def database_url(migrated_database: str, tmp_path: Path) -> Iterator[str]:
         return
     path = tmp_path / "buildbay.sqlite3"
     shutil.copyfile(migrated_database, path)
-    yield f"sqlite+aiosqlite:///{path}"
+    yield f"sqlite+inline:///{path}"
 
 
 async def _truncate_postgres(url: str) -> None:

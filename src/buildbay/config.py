@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite+aiosqlite:///{(self.data_dir / 'buildbay.sqlite3').resolve()}"
+        return f"sqlite+inline:///{(self.data_dir / 'buildbay.sqlite3').resolve()}"
 
     @property
     def resolved_public_url(self) -> str:

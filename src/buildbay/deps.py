@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from buildbay.auth.tokens import AccessTokenCodec
 from buildbay.clock import Clock
 from buildbay.config import Settings
-from buildbay.db.engine import session_scope
+from buildbay.db.engine import transaction
 from buildbay.ratelimit.limiter import RateLimiter
 
 if TYPE_CHECKING:
@@ -39,12 +39,21 @@ def get_context(request: Request) -> AppContext:
     return ctx
 
 
+async def _context(request: Request) -> AppContext:
+    # Dependencies that do not block are `async def`: FastAPI runs a plain `def` dependency in a
+    # worker thread, a thread round trip per request.
+    return get_context(request)
+
+
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
-    async for session in session_scope(get_context(request).sessions):
+    # `async with`, not `async for` over another generator: an error raised in the route is
+    # thrown in here and must reach the rollback, not leave a suspended generator (and its
+    # connection) for the garbage collector.
+    async with transaction(get_context(request).sessions) as session:
         yield session
 
 
-Context = Annotated[AppContext, Depends(get_context)]
+Context = Annotated[AppContext, Depends(_context)]
 # scope="function": the transaction commits before the response is sent, so a client never sees
 # success for a write that did not land.
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import Query
+from fastapi import Depends, Query
 from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
@@ -41,25 +42,33 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 
 
+@dataclass(frozen=True, slots=True)
 class PageParams:
     """`?limit=` and `?cursor=` of every list; the cursor is the last id of the previous page."""
 
-    def __init__(
-        self,
-        limit: Annotated[
-            int, Query(ge=1, le=MAX_PAGE_SIZE, description="Items per page (1..100)")
-        ] = DEFAULT_PAGE_SIZE,
-        cursor: Annotated[
-            str | None,
-            Query(max_length=200, description="`nextCursor` of the previous page"),
-        ] = None,
-    ) -> None:
-        self.limit = limit
-        self.after_id: str | None = None
-        if cursor:
-            try:
-                self.after_id = decode_cursor(cursor)
-            except InvalidCursorError:
-                raise ValidationFailed.for_field(
-                    "cursor", "is not a cursor this API gave out", code="invalid_cursor"
-                ) from None
+    limit: int
+    after_id: str | None
+
+
+async def page_params(
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_PAGE_SIZE, description="Items per page (1..100)")
+    ] = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=200, description="`nextCursor` of the previous page"),
+    ] = None,
+) -> PageParams:
+    # `async def`: FastAPI runs a plain `def` (or class) dependency in a worker thread.
+    after_id = None
+    if cursor:
+        try:
+            after_id = decode_cursor(cursor)
+        except InvalidCursorError:
+            raise ValidationFailed.for_field(
+                "cursor", "is not a cursor this API gave out", code="invalid_cursor"
+            ) from None
+    return PageParams(limit, after_id)
+
+
+Page = Annotated[PageParams, Depends(page_params)]

@@ -28,7 +28,7 @@ async def test_migrations_build_exactly_the_models(database_url: str) -> None:
 
 
 async def test_downgrade_removes_everything_and_upgrade_restores_it(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'roundtrip.db'}")
+    engine = create_engine(f"sqlite+inline:///{tmp_path / 'roundtrip.db'}")
     await migrate.upgrade(engine)
 
     def tables(connection: Connection) -> set[str]:

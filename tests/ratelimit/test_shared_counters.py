@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -27,9 +29,14 @@ async def redis_url() -> str:
     return REDIS_URL
 
 
-def _client(settings: Settings, clock: FrozenClock) -> httpx.AsyncClient:
+@contextlib.asynccontextmanager
+async def _client(settings: Settings, clock: FrozenClock) -> AsyncIterator[httpx.AsyncClient]:
+    """One more server process, as far as shared state goes: its own app, engine and limiter."""
     app = create_app(settings, clock=clock, migrate_on_start=False)
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+        yield client
+    await app.state.ctx.engine.dispose()
 
 
 async def test_two_processes_share_one_request_budget(

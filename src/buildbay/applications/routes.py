@@ -9,7 +9,7 @@ from buildbay.applications.service import ApplicationService, ApplicationView
 from buildbay.deps import Context, SessionDep
 from buildbay.errors import problem_responses
 from buildbay.projects.access import AppAdmin, AppTester, ProjectAdmin, ProjectTester
-from buildbay.schemas import PageParams
+from buildbay.schemas import Page
 
 router = APIRouter(prefix="/api/projects/{id}/applications", tags=["applications"])
 
@@ -17,7 +17,7 @@ BY_ID = problem_responses(401, 403, 404, 429)
 WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
 
 
-def application_service(ctx: Context, db: SessionDep) -> ApplicationService:
+async def application_service(ctx: Context, db: SessionDep) -> ApplicationService:
     return ApplicationService(db, ctx.clock.now())
 
 
@@ -40,7 +40,7 @@ def _application(view: ApplicationView) -> schemas.Application:
 
 @router.get("", responses=problem_responses(401, 403, 404, 422, 429), summary="List applications")
 async def list_applications(
-    access: ProjectTester, service: Service, page: Annotated[PageParams, Depends()]
+    access: ProjectTester, service: Service, page: Page
 ) -> schemas.ApplicationList:
     views, next_cursor = await service.list(access.project, page.limit, page.after_id)
     return schemas.ApplicationList(

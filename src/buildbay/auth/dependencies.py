@@ -18,7 +18,7 @@ from buildbay.errors import NotAuthenticated, RateLimited
 _bearer = HTTPBearer(auto_error=False, description="An access token or an API token (`bb_...`)")
 
 
-def auth_service(ctx: Context, db: SessionDep) -> AuthService:
+async def auth_service(ctx: Context, db: SessionDep) -> AuthService:
     return AuthService(
         db,
         ctx.access_tokens,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,6 +24,17 @@ from buildbay.ids import new_id
 from buildbay.ratelimit.limiter import RateLimiter
 
 API_TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
+
+# Built once, not per request: composing a statement costs more than SQLite takes to run it.
+_USER_OF_LIVE_SESSION = (
+    select(User)
+    .join(Session, Session.user_id == User.id)
+    .where(
+        Session.id == bindparam("session_id"),
+        User.id == bindparam("user_id"),
+        Session.revoked_at.is_(None),
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +165,8 @@ class AuthService:
     async def authenticate_access_token(self, token: str) -> Principal:
         claims = self.codec.decode(token, self.now)
         user = await self.db.scalar(
-            select(User)
-            .join(Session, Session.user_id == User.id)
-            .where(
-                Session.id == claims.session_id,
-                User.id == claims.user_id,
-                Session.revoked_at.is_(None),
-            )
+            _USER_OF_LIVE_SESSION,
+            {"session_id": claims.session_id, "user_id": claims.user_id},
         )
         if user is None:
             raise NotAuthenticated("The access token has been revoked", code="token_revoked")

@@ -11,7 +11,7 @@ from buildbay.builds.service import BuildService
 from buildbay.deps import Context, SessionDep
 from buildbay.errors import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
-from buildbay.schemas import PageParams
+from buildbay.schemas import Page
 
 router = APIRouter(prefix="/api/app-distribution/{projectId}/{appId}/builds", tags=["builds"])
 
@@ -19,7 +19,7 @@ BY_ID = problem_responses(401, 403, 404, 429)
 BuildId = Annotated[str, Path(alias="buildId")]
 
 
-def build_service(ctx: Context, db: SessionDep) -> BuildService:
+async def build_service(ctx: Context, db: SessionDep) -> BuildService:
     return BuildService(db, ctx.clock.now(), ctx.settings, ctx.storage)
 
 
@@ -60,7 +60,7 @@ async def list_builds(
     access: BuildsTester,
     service: Service,
     ctx: Context,
-    page: Annotated[PageParams, Depends()],
+    page: Page,
     status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
 ) -> schemas.BuildList:
     builds, next_cursor = await service.list(access.application, status, page.limit, page.after_id)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -13,10 +14,17 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
+
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+        # The inline driver waits for locks itself, without blocking the loop (busy timeout 0);
+        # aiosqlite waits in its worker thread.
+        inline = make_url(url).get_driver_name() == "inline"
+        if not inline:
+            kwargs.setdefault("connect_args", {"timeout": 30})
+        engine = create_async_engine(url, **kwargs)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -25,7 +33,8 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            if not inline:
+                cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
 
         return engine
@@ -39,7 +48,9 @@ def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]
     return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
 
 
-async def session_scope(factory: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+@contextlib.asynccontextmanager
+async def transaction(factory: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    """A session whose work commits if the block succeeds and rolls back if it raises."""
     async with factory() as session:
         try:
             yield session

@@ -10,7 +10,7 @@ from buildbay.errors import problem_responses
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
 from buildbay.projects.service import MemberView, ProjectService, ProjectView
-from buildbay.schemas import PageParams
+from buildbay.schemas import Page
 
 router = APIRouter(tags=["projects"])
 
@@ -18,7 +18,7 @@ BY_ID = problem_responses(401, 403, 404, 429)
 WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
 
 
-def project_service(ctx: Context, db: SessionDep) -> ProjectService:
+async def project_service(ctx: Context, db: SessionDep) -> ProjectService:
     return ProjectService(db, ctx.clock.now())
 
 
@@ -52,9 +52,7 @@ def _member(view: MemberView) -> schemas.Member:
     responses=problem_responses(401, 422, 429),
     summary="List the projects you are a member of, newest first",
 )
-async def list_projects(
-    caller: CurrentUser, service: Service, page: Annotated[PageParams, Depends()]
-) -> schemas.ProjectList:
+async def list_projects(caller: CurrentUser, service: Service, page: Page) -> schemas.ProjectList:
     views, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
     return schemas.ProjectList(projects=[_project(v) for v in views], next_cursor=next_cursor)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
@@ -34,6 +34,17 @@ def _applications_count_of(project_id: Any) -> Select[Any]:
     return select(func.count(Application.id)).where(Application.project_id == project_id)
 
 
+# Built once, not per request: composing a statement costs more than SQLite takes to run it.
+_PROJECTS_OF_MEMBER = (
+    select(Project, _applications_count_of(Project.id).scalar_subquery())
+    .join(ProjectMember, ProjectMember.project_id == Project.id)
+    .where(ProjectMember.user_id == bindparam("user_id"))
+    .order_by(Project.id.desc())
+    .limit(bindparam("limit"))
+)
+_PROJECTS_OF_MEMBER_AFTER = _PROJECTS_OF_MEMBER.where(Project.id < bindparam("after_id"))
+
+
 class ProjectService:
     def __init__(self, db: AsyncSession, now: datetime) -> None:
         self.db = db
@@ -42,16 +53,12 @@ class ProjectService:
     async def list_for(
         self, user: User, limit: int, after_id: str | None
     ) -> tuple[list[ProjectView], str | None]:
-        stmt = (
-            select(Project, _applications_count_of(Project.id).scalar_subquery())
-            .join(ProjectMember, ProjectMember.project_id == Project.id)
-            .where(ProjectMember.user_id == user.id)
-            .order_by(Project.id.desc())
-            .limit(limit + 1)
-        )
+        params = {"user_id": user.id, "limit": limit + 1}
+        stmt = _PROJECTS_OF_MEMBER
         if after_id is not None:
-            stmt = stmt.where(Project.id < after_id)
-        rows = (await self.db.execute(stmt)).all()
+            stmt = _PROJECTS_OF_MEMBER_AFTER
+            params["after_id"] = after_id
+        rows = (await self.db.execute(stmt, params)).all()
         views = [ProjectView(project, count) for project, count in rows[:limit]]
         next_cursor = encode_cursor(views[-1].project.id) if len(rows) > limit else None
         return views, next_cursor
