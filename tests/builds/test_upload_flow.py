@@ -623,14 +623,6 @@ class HeldBody:
         yield self.data[5:]
 
 
-RACE = (
-    "known bug: the storage PUT checks the build's state only before streaming, so a PUT that "
-    "began earlier publishes its bytes after verify or delete (fix: re-check under a row lock "
-    "before the rename, or have verify pin the object to a key no upload URL can write)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=RACE)
 async def test_a_put_that_finishes_after_verify_cannot_change_the_verified_bytes(
     builds: Builds,
 ) -> None:
@@ -652,7 +644,6 @@ async def test_a_put_that_finishes_after_verify_cannot_change_the_verified_bytes
     assert hashlib.sha256(r.content).hexdigest() == verified.json()["sha256"]
 
 
-@pytest.mark.xfail(strict=True, reason=RACE)
 async def test_a_put_that_finishes_after_delete_leaves_no_bytes(builds: Builds) -> None:
     link = await builds.link(DATA)
     late = HeldBody(DATA)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator
@@ -243,3 +244,32 @@ async def test_delete_removes_the_sidecar_too(local: LocalStorage) -> None:
     await local.delete(key)
 
     assert files_under(local.root / "objects") == []
+
+
+async def test_the_guard_excludes_a_second_holder_of_the_same_key_until_released(
+    local: LocalStorage,
+) -> None:
+    order: list[str] = []
+    first_inside = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def first() -> None:
+        async with local.guard("p/a/b"):
+            order.append("first in")
+            first_inside.set()
+            await release_first.wait()
+            order.append("first out")
+
+    async def second() -> None:
+        async with local.guard("p/a/b"):
+            order.append("second in")
+
+    holder = asyncio.create_task(first())
+    await first_inside.wait()
+    waiter = asyncio.create_task(second())
+    for _ in range(50):  # let the waiter try and fail many times
+        await asyncio.sleep(0)
+    assert order == ["first in"]
+    release_first.set()
+    await asyncio.wait_for(asyncio.gather(holder, waiter), timeout=10)
+    assert order == ["first in", "first out", "second in"]

@@ -100,6 +100,23 @@ class BuildService:
         build = await self.get(application, build_id)
         if build.status is BuildStatus.READY:
             return build  # verify is safe to retry
+        # Under the object's guard, and committed before it is let go: an upload that is still
+        # streaming either lands before the check or finds the build ready and is refused.
+        async with self.storage.guard(build.storage_key):
+            sha256 = await self._checked_sha256(build)
+            # Conditional: of two concurrent verifies one makes the change, both answer the build.
+            await self.db.execute(
+                update(Build)
+                .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
+                .values(status=BuildStatus.READY, sha256=sha256, notes=notes, verified_at=self.now)
+                .execution_options(synchronize_session=False)
+            )
+            await self.db.commit()
+        # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
+        return await self.get(application, build.id, reload=True)
+
+    async def _checked_sha256(self, build: Build) -> str:
+        """The stored bytes' SHA-256, once they are all there and match what was declared."""
         info = await self.storage.stat(build.storage_key)
         if info is None:
             raise ValidationFailed(
@@ -117,15 +134,7 @@ class BuildService:
                 f"The stored bytes have sha256 {sha256}, not the declared {build.expected_sha256}",
                 code="checksum_mismatch",
             )
-        # Conditional: of two concurrent verifies one makes the change, both answer the build.
-        await self.db.execute(
-            update(Build)
-            .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
-            .values(status=BuildStatus.READY, sha256=sha256, notes=notes, verified_at=self.now)
-            .execution_options(synchronize_session=False)
-        )
-        # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
-        return await self.get(application, build.id, reload=True)
+        return sha256
 
     # -- reading and deleting ----------------------------------------------------------------------
 

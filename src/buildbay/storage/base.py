@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -82,6 +83,11 @@ class Storage(Protocol):
 
     async def delete_prefix(self, prefix: str) -> None:
         """Remove every object whose key starts with `prefix` (a project's or application's)."""
+        ...
+
+    def guard(self, key: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """Exclusive hold on one object, so that bytes cannot change between verify's check and
+        the build becoming ready, nor land after the build was deleted."""
         ...
 
     async def check(self) -> None:

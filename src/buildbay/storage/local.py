@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from stat import S_ISREG
@@ -37,6 +39,7 @@ WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts
 READ_BLOCK = 1024 * 1024
 UPLOAD_PATH = "/storage/uploads/"
 DOWNLOAD_PATH = "/storage/files/"
+LOCK_STRIPES = 64
 
 
 class LocalStorage:
@@ -48,6 +51,8 @@ class LocalStorage:
         self._signer = signer
         self._objects.mkdir(parents=True, exist_ok=True)
         self._incoming.mkdir(parents=True, exist_ok=True)
+        self._locks = self.root / "locks"
+        self._locks.mkdir(parents=True, exist_ok=True)
 
     # -- URLs --------------------------------------------------------------------------------------
 
@@ -119,11 +124,36 @@ class LocalStorage:
                 with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                     p.unlink()
 
-        await asyncio.to_thread(_delete)
+        async with self.guard(key):  # not while an upload is putting its bytes in place
+            await asyncio.to_thread(_delete)
 
     async def delete_prefix(self, prefix: str) -> None:
         path = self.path_of(prefix.rstrip("/"))
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+    @contextlib.asynccontextmanager
+    async def guard(self, key: str) -> AsyncIterator[None]:
+        """Exclusive hold on one object: taken while an upload puts its bytes in place, while
+        verify checks them and marks the build ready, and while they are deleted.
+
+        An flock on one of a fixed set of lock files, so it holds across processes on this
+        machine; taken without blocking the event loop (try, sleep, try again).
+        """
+        stripe = zlib.crc32(key.encode()) % LOCK_STRIPES
+        # Opening a small local file takes microseconds: not worth a thread hop.
+        fd = os.open(self._locks / f"{stripe}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     async def check(self) -> None:
         def _probe() -> None:
@@ -137,11 +167,19 @@ class LocalStorage:
 
     # -- receiving an upload -----------------------------------------------------------------------
 
-    async def receive(self, key: str, size: int, body: AsyncIterator[bytes]) -> ObjectInfo:
+    async def receive(
+        self,
+        key: str,
+        size: int,
+        body: AsyncIterator[bytes],
+        before_publish: Callable[[], Awaitable[object]] | None = None,
+    ) -> ObjectInfo:
         """Store exactly `size` bytes from `body` under `key`; nothing is kept on any failure.
 
         The event loop only gathers chunks; writing and hashing run in a worker thread, one block
-        behind the network, so disk, hash and socket work overlap.
+        behind the network, so disk, hash and socket work overlap. Once every byte is on disk,
+        `before_publish` runs under the key's guard and may still refuse (the build was verified
+        or deleted while the bytes streamed); only then does the object change.
         """
         target = self.path_of(key)
         try:
@@ -173,7 +211,11 @@ class LocalStorage:
                 pending = None
             if received < size:
                 raise BodyTooShort(f"The body ended after {received} of the declared {size} bytes")
-            info = await asyncio.to_thread(self._publish, sink, b"".join(blocks), tmp, target)
+            inode = await asyncio.to_thread(_finish, sink, b"".join(blocks))
+            async with self.guard(key):
+                if before_publish is not None:
+                    await before_publish()
+                info = await asyncio.to_thread(_install, sink, inode, tmp, target)
         except BaseException as exc:
             if pending is not None:
                 with contextlib.suppress(BaseException):
@@ -183,25 +225,6 @@ class LocalStorage:
                 raise _os_error(exc) from exc
             raise
         return info
-
-    @staticmethod
-    def _publish(sink: _HashingFile, tail: bytes, tmp: Path, target: Path) -> ObjectInfo:
-        sink.write(tail)
-        sink.finish()  # fsync: the bytes are on disk before the name points at them
-        inode = os.fstat(sink.fd).st_ino
-        sink.close()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        sidecar = _sidecar(target)
-        # The old sidecar goes first: a crash in between leaves an object without a known hash
-        # (verify then reads the bytes), never a hash that describes other bytes.
-        with contextlib.suppress(FileNotFoundError):
-            sidecar.unlink()
-        tmp.replace(target)
-        _fsync_dir(target.parent)
-        sidecar_tmp = tmp.with_suffix(".sha256")
-        sidecar_tmp.write_text(f"{sink.hexdigest} {sink.size} {inode}\n")
-        sidecar_tmp.replace(sidecar)
-        return ObjectInfo(size=sink.size, sha256=sink.hexdigest)
 
 
 class _HashingFile:
@@ -245,6 +268,31 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
     if hasattr(os, "posix_fadvise"):
         with contextlib.suppress(OSError):  # a hint: an upload does not fail for it
             os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+def _finish(sink: _HashingFile, tail: bytes) -> int:
+    """Write the last bytes and fsync: they are on disk before any name points at them."""
+    sink.write(tail)
+    sink.finish()
+    inode = os.fstat(sink.fd).st_ino
+    sink.close()
+    return inode
+
+
+def _install(sink: _HashingFile, inode: int, tmp: Path, target: Path) -> ObjectInfo:
+    """Put the finished file in place atomically, with its hash beside it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sidecar = _sidecar(target)
+    # The old sidecar goes first: a crash in between leaves an object without a known hash
+    # (verify then reads the bytes), never a hash that describes other bytes.
+    with contextlib.suppress(FileNotFoundError):
+        sidecar.unlink()
+    tmp.replace(target)
+    _fsync_dir(target.parent)
+    sidecar_tmp = tmp.with_suffix(".sha256")
+    sidecar_tmp.write_text(f"{sink.hexdigest} {sink.size} {inode}\n")
+    sidecar_tmp.replace(sidecar)
+    return ObjectInfo(size=sink.size, sha256=sink.hexdigest)
 
 
 def _sidecar(path: Path) -> Path:

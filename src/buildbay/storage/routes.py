@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
 
+from buildbay.builds.models import Build
 from buildbay.builds.schemas import StoredUpload
 from buildbay.builds.service import BuildService
 from buildbay.deps import Context
@@ -60,9 +61,14 @@ async def receive_upload(
     storage = _local(ctx)
     size_ = _number(size)
     ctx.signer.verify("PUT", key, _number(expires), signature or "", ctx.clock.now(), size_)
-    # A short transaction: no database connection is held while the bytes stream in.
-    async with ctx.sessions() as db:
-        build = await BuildService(db, ctx.clock.now(), ctx.settings, storage).pending_upload(key)
+
+    async def still_pending() -> Build:
+        # Short transactions: no database connection is held while the bytes stream in.
+        async with ctx.sessions() as db:
+            service = BuildService(db, ctx.clock.now(), ctx.settings, storage)
+            return await service.pending_upload(key)
+
+    build = await still_pending()
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit():
         if int(declared) > size_:
@@ -75,7 +81,8 @@ async def receive_upload(
                 f"Content-Length {declared} is below the build's declared {size_} bytes",
                 code="upload_too_short",
             )
-    info = await storage.receive(key, size_, request.stream())
+    # Checked again once the bytes are in: the build may have been verified or deleted meanwhile.
+    info = await storage.receive(key, size_, request.stream(), before_publish=still_pending)
     assert info.sha256 is not None
     return StoredUpload(build_id=build.id, size=info.size, sha256=info.sha256)
 
