@@ -115,7 +115,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
-        lines.append("  ".join(c.rjust(w) if n else c.ljust(w) for c, w in zip(row, widths)))
+        cols = zip(row, widths, strict=True)
+        lines.append("  ".join(c.rjust(w) if n else c.ljust(w) for c, w in cols))
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)

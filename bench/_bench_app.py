@@ -1,0 +1,43 @@
+"""`buildbay serve`, with two bench endpoints added, for same-process baselines.
+
+`python bench/_bench_app.py serve --port N` runs the real command (src/buildbay/cli.py), so the
+server has exactly the uvicorn options of `buildbay serve` (uvloop, httptools, its access log
+settings, ...); only the application it builds gains `GET /bench/bare` (bench/api.py) and
+`PUT /bench/sink` (bench/upload.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+import buildbay.app
+from buildbay import cli
+
+_create_app = buildbay.app.create_app
+
+
+def create_app_with_bench_routes(*args: Any, **kwargs: Any) -> FastAPI:
+    app = _create_app(*args, **kwargs)
+
+    @app.get("/bench/bare", include_in_schema=False)
+    async def bare() -> dict[str, list[object]]:
+        """What uvicorn, FastAPI and the app's middleware cost with no auth, database or model."""
+        return {"projects": []}
+
+    @app.put("/bench/sink", include_in_schema=False)
+    async def sink(request: Request) -> dict[str, int]:
+        """The server's HTTP ceiling for a PUT: the body is read and dropped, nothing else."""
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+        return {"size": size}
+
+    return app
+
+
+if __name__ == "__main__":
+    # `serve` imports create_app from buildbay.app when it runs, so it picks this one up.
+    buildbay.app.create_app = create_app_with_bench_routes
+    cli.main()
