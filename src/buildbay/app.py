@@ -15,6 +15,7 @@ from fastapi_offline import FastAPIOffline
 
 from buildbay import __version__
 from buildbay.applications.routes import router as applications_router
+from buildbay.auth.cache import AccessTokenCache
 from buildbay.auth.routes import account_router
 from buildbay.auth.routes import router as auth_router
 from buildbay.auth.tokens import AccessTokenCodec
@@ -71,6 +72,8 @@ def create_app(
         access_tokens=AccessTokenCodec(
             settings.signing_key, timedelta(seconds=settings.access_token_ttl_seconds)
         ),
+        # Redis means several processes, and the cache hears only of this one's revocations.
+        access_cache=None if settings.redis_url else AccessTokenCache(),
     )
     if migrate_on_start is None:
         # The embedded default looks after its own schema; production runs `buildbay db upgrade`.

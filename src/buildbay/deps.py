@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from buildbay.auth.cache import AccessTokenCache
 from buildbay.auth.tokens import AccessTokenCodec
 from buildbay.clock import Clock
 from buildbay.config import Settings
@@ -32,6 +33,7 @@ class AppContext:
     signer: UrlSigner
     limiter: RateLimiter
     access_tokens: AccessTokenCodec
+    access_cache: AccessTokenCache | None  # None with several processes (see auth/cache.py)
 
 
 def get_context(request: Request) -> AppContext:

@@ -6,6 +6,8 @@ import asyncio
 
 import httpx
 
+from buildbay.auth.cache import ACCESS_CACHE_TTL
+from buildbay.clock import FrozenClock
 from buildbay.config import Plan
 from tests.conftest import Account, Api, assert_problem
 from tests.ratelimit.conftest import ClientAt, SetPlan, ratelimit
@@ -110,13 +112,16 @@ async def test_enterprise_plan_has_no_limit_and_no_ratelimit_headers(
     assert not any("RateLimit" in r.headers or "RateLimit-Policy" in r.headers for r in responses)
 
 
-async def test_a_plan_change_applies_from_the_next_request(
-    client: httpx.AsyncClient, owner: Account, set_plan: SetPlan
+async def test_a_plan_change_applies_once_the_cached_lookup_expires(
+    client: httpx.AsyncClient, owner: Account, set_plan: SetPlan, clock: FrozenClock
 ) -> None:
     await send(client, 100, owner.headers)
     assert_rate_limited(await client.get("/api/auth/me", headers=owner.headers), FREE_POLICY)
 
     await set_plan(owner, Plan.PRO)
+    # The change is made outside the API (as by `buildbay users set-plan` in another process),
+    # so the token lookup cached by the requests above may keep the old plan that long.
+    clock.advance(seconds=ACCESS_CACHE_TTL.total_seconds())
     r = await client.get("/api/auth/me", headers=owner.headers)
 
     assert r.status_code == 200, r.text

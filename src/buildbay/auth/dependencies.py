@@ -7,24 +7,30 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.service import AuthService, Principal
 from buildbay.auth.tokens import API_TOKEN_PREFIX
 from buildbay.config import Plan
-from buildbay.deps import AppContext, Context, SessionDep
+from buildbay.deps import AppContext, Context, SessionDep, get_context
 from buildbay.errors import NotAuthenticated, RateLimited
 
 # auto_error=False: a missing header is our own 401 problem, not FastAPI's 403.
 _bearer = HTTPBearer(auto_error=False, description="An access token or an API token (`bb_...`)")
 
 
-async def auth_service(ctx: Context, db: SessionDep) -> AuthService:
+def _auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
     return AuthService(
         db,
         ctx.access_tokens,
         ctx.clock.now(),
         timedelta(days=ctx.settings.refresh_token_ttl_days),
+        ctx.access_cache,
     )
+
+
+async def auth_service(ctx: Context, db: SessionDep) -> AuthService:
+    return _auth_service(ctx, db)
 
 
 AuthServiceDep = Annotated[AuthService, Depends(auth_service)]
@@ -53,11 +59,15 @@ async def limit_by_ip(ctx: Context, request: Request) -> None:
 
 
 async def current_user(
-    ctx: Context,
     request: Request,
-    service: AuthServiceDep,
+    db: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    # The context and the service are built here rather than declared as dependencies: every
+    # authenticated request runs this, and each dependency FastAPI solves costs more than the
+    # work it wraps.
+    ctx = get_context(request)
+    service = _auth_service(ctx, db)
     try:
         if credentials is None or credentials.scheme.lower() != "bearer":
             raise NotAuthenticated("Send `Authorization: Bearer <token>`")

@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, event, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
+from buildbay.auth.cache import AccessTokenCache, CachedAccess
 from buildbay.auth.models import ApiToken, RefreshToken, Session, User
 from buildbay.auth.tokens import (
     API_TOKEN_DISPLAY_LENGTH,
     AccessTokenCodec,
+    ensure_unexpired,
     hash_token,
     new_api_token,
     new_refresh_token,
@@ -26,13 +28,17 @@ from buildbay.ratelimit.limiter import RateLimiter
 API_TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
 # Built once, not per request: composing a statement costs more than SQLite takes to run it.
+# Core over the tables rather than ORM entities: the row is all the lookup needs (and all the
+# cache keeps), and the ORM's loading would cost more than the query.
+_users = User.__table__
+_sessions = Session.__table__
 _USER_OF_LIVE_SESSION = (
-    select(User)
-    .join(Session, Session.user_id == User.id)
+    select(_users)
+    .join(_sessions, _sessions.c.user_id == _users.c.id)
     .where(
-        Session.id == bindparam("session_id"),
-        User.id == bindparam("user_id"),
-        Session.revoked_at.is_(None),
+        _sessions.c.id == bindparam("session_id"),
+        _users.c.id == bindparam("user_id"),
+        _sessions.c.revoked_at.is_(None),
     )
 )
 
@@ -47,7 +53,12 @@ class IssuedTokens:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: a user, through a login session or through an API token."""
+    """Who is calling: a user, through a login session or through an API token.
+
+    Through an access token, `user` is a copy of the users row as the lookup read it, possibly
+    cached for a moment and shared by other requests: not an object of the request's database
+    session, and not to be modified.
+    """
 
     user: User
     session_id: str | None = None
@@ -65,11 +76,13 @@ class AuthService:
         codec: AccessTokenCodec,
         now: datetime,
         refresh_lifetime: timedelta,
+        access_cache: AccessTokenCache | None = None,
     ) -> None:
         self.db = db
         self.codec = codec
         self.now = now
         self.refresh_lifetime = refresh_lifetime
+        self.access_cache = access_cache
 
     # -- accounts -------------------------------------------------------------------------------
 
@@ -163,13 +176,27 @@ class AuthService:
                 await self._revoke_session(session_id)
 
     async def authenticate_access_token(self, token: str) -> Principal:
-        claims = self.codec.decode(token, self.now)
-        user = await self.db.scalar(
-            _USER_OF_LIVE_SESSION,
-            {"session_id": claims.session_id, "user_id": claims.user_id},
-        )
-        if user is None:
-            raise NotAuthenticated("The access token has been revoked", code="token_revoked")
+        cache = self.access_cache
+        cached = cache.get(token, self.now) if cache is not None else None
+        if cached is not None:
+            claims, user = cached.claims, cached.user
+            ensure_unexpired(claims, self.now)
+        else:
+            claims = self.codec.decode(token, self.now)
+            # Read before the query, which must be the first of this session's transaction (so
+            # that it reads the database as of now, not as of an earlier snapshot).
+            generation = cache.generation if cache is not None else 0
+            row = (
+                await self.db.execute(
+                    _USER_OF_LIVE_SESSION,
+                    {"session_id": claims.session_id, "user_id": claims.user_id},
+                )
+            ).first()
+            if row is None:
+                raise NotAuthenticated("The access token has been revoked", code="token_revoked")
+            user = User(**row._mapping)
+            if cache is not None:
+                cache.put(token, CachedAccess(claims, user, self.now), generation)
         return Principal(user=user, session_id=claims.session_id)
 
     async def authenticate_api_token(self, token: str) -> Principal:
@@ -266,3 +293,11 @@ class AuthService:
             .where(Session.id == session_id, Session.revoked_at.is_(None))
             .values(revoked_at=self.now)
         )
+        cache = self.access_cache
+        if cache is not None:
+            # Forgotten as the revocation commits: any earlier, and a request in between could
+            # read the still-live row and cache it again; any later, and a revoked token would
+            # still pass. (A listener on this request's session, so it goes with the session.)
+            event.listen(
+                self.db.sync_session, "after_commit", lambda _: cache.forget_session(session_id)
+            )

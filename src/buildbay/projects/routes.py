@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Depends, Path, Request, Response, status
 
 from buildbay.auth.dependencies import CurrentUser
-from buildbay.deps import Context, SessionDep
+from buildbay.deps import Context, SessionDep, get_context
 from buildbay.errors import problem_responses
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
@@ -18,8 +18,9 @@ BY_ID = problem_responses(401, 403, 404, 429)
 WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
 
 
-async def project_service(ctx: Context, db: SessionDep) -> ProjectService:
-    return ProjectService(db, ctx.clock.now())
+async def project_service(request: Request, db: SessionDep) -> ProjectService:
+    # The context straight from the request, not as a dependency: one node fewer to solve.
+    return ProjectService(db, get_context(request).clock.now())
 
 
 Service = Annotated[ProjectService, Depends(project_service)]
@@ -53,8 +54,8 @@ def _member(view: MemberView) -> schemas.Member:
     summary="List the projects you are a member of, newest first",
 )
 async def list_projects(caller: CurrentUser, service: Service, page: Page) -> schemas.ProjectList:
-    views, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
-    return schemas.ProjectList(projects=[_project(v) for v in views], next_cursor=next_cursor)
+    rows, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
+    return schemas.ProjectList.model_validate({"projects": rows, "next_cursor": next_cursor})
 
 
 @router.post(

@@ -1,0 +1,69 @@
+"""A few seconds' memory of access-token lookups, so that a client sending the same token again
+and again costs one signature check and one database query per few seconds, not one per request.
+
+Revocation stays immediate: AuthService makes the cache forget a session the moment the
+transaction revoking it commits, and a lookup that was running meanwhile is not stored (see
+`generation`). What can lag, by at most ACCESS_CACHE_TTL, is a change made to the user's row from
+outside the API, such as `buildbay users set-plan`.
+
+The cache knows only its own process's revocations, so create_app leaves it out when Redis is
+configured, the sign of several processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from buildbay.auth.models import User
+from buildbay.auth.tokens import AccessClaims
+
+ACCESS_CACHE_TTL = timedelta(seconds=2)
+ACCESS_CACHE_MAX_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAccess:
+    claims: AccessClaims
+    # Built from the users row once, then shared by the requests that hit the entry (building a
+    # mapped object costs more than the rest of a hit): transient, and never to be modified.
+    user: User
+    stored_at: datetime
+
+
+class AccessTokenCache:
+    def __init__(
+        self, ttl: timedelta = ACCESS_CACHE_TTL, max_entries: int = ACCESS_CACHE_MAX_ENTRIES
+    ) -> None:
+        self._ttl = ttl
+        self._max_entries = max_entries
+        self._entries: dict[str, CachedAccess] = {}
+        # Moves on at every eviction. A lookup reads it before querying the database and stores
+        # its answer only if it has not moved: otherwise a session may have been revoked after
+        # the query read it as live.
+        self.generation = 0
+
+    def get(self, token: str, now: datetime) -> CachedAccess | None:
+        entry = self._entries.get(token)
+        if entry is None:
+            return None
+        if not timedelta(0) <= now - entry.stored_at < self._ttl:
+            del self._entries[token]
+            return None
+        return entry
+
+    def put(self, token: str, entry: CachedAccess, generation: int) -> None:
+        if generation != self.generation:
+            return
+        self._entries.pop(token, None)
+        if len(self._entries) >= self._max_entries:
+            # Entries share one TTL, so the first inserted is the first to go stale.
+            del self._entries[next(iter(self._entries))]
+        self._entries[token] = entry
+
+    def forget_session(self, session_id: str) -> None:
+        """Called once a session's revocation has committed."""
+        self.generation += 1
+        stale = [t for t, e in self._entries.items() if e.claims.session_id == session_id]
+        for token in stale:
+            del self._entries[token]
