@@ -13,6 +13,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _lock = threading.Lock()
@@ -37,6 +41,15 @@ def new_id(prefix: str) -> str:
         chars.append(_ALPHABET[value & 31])
         value >>= 5
     return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def split_page(
+    rows: Sequence[T], limit: int, id_of: Callable[[T], str]
+) -> tuple[list[T], str | None]:
+    """A keyset page from `limit + 1` rows fetched newest first: the first `limit`, and the
+    cursor of the next page if the extra row says there is one."""
+    page = list(rows[:limit])
+    return page, encode_cursor(id_of(page[-1])) if len(rows) > limit else None
 
 
 class InvalidCursorError(ValueError):

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.builds.models import Build, BuildStatus
-from buildbay.ids import encode_cursor, new_id
+from buildbay.ids import new_id, split_page
 from buildbay.projects.models import Project
 from buildbay.storage.base import Storage
 
@@ -45,9 +45,8 @@ class ApplicationService:
         if after_id is not None:
             stmt = stmt.where(Application.id < after_id)
         rows = (await self.db.execute(stmt)).all()
-        views = [ApplicationView(app, count) for app, count in rows[:limit]]
-        next_cursor = encode_cursor(views[-1].application.id) if len(rows) > limit else None
-        return views, next_cursor
+        views = [ApplicationView(app, count) for app, count in rows]
+        return split_page(views, limit, lambda v: v.application.id)
 
     async def create(self, project: Project, fields: dict[str, Any]) -> ApplicationView:
         application = Application(

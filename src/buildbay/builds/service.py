@@ -17,7 +17,7 @@ from buildbay.auth.models import User
 from buildbay.builds.models import Build, BuildStatus
 from buildbay.config import Settings
 from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
-from buildbay.ids import encode_cursor, new_id
+from buildbay.ids import new_id, split_page
 from buildbay.storage.base import Storage, UploadTarget
 
 
@@ -151,9 +151,7 @@ class BuildService:
             stmt = stmt.where(Build.status == status)
         if after_id is not None:
             stmt = stmt.where(Build.id < after_id)
-        builds = list(await self.db.scalars(stmt))
-        next_cursor = encode_cursor(builds[limit - 1].id) if len(builds) > limit else None
-        return builds[:limit], next_cursor
+        return split_page(list(await self.db.scalars(stmt)), limit, lambda b: b.id)
 
     async def get(self, application: Application, build_id: str, *, reload: bool = False) -> Build:
         build = await self.db.scalar(

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.models import Application
 from buildbay.auth.models import User
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from buildbay.ids import encode_cursor, new_id
+from buildbay.ids import new_id, split_page
 from buildbay.projects.access import ProjectAccess
 from buildbay.projects.models import Project, ProjectMember, ProjectRole
 from buildbay.storage.base import Storage
@@ -77,8 +77,7 @@ class ProjectService:
         result = await self.db.execute(stmt, params)
         # Zipped from the plain tuples: a Row's _asdict() or _mapping costs several times more.
         rows = [dict(zip(_PROJECT_FIELDS, row, strict=True)) for row in result]
-        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
-        return rows[:limit], next_cursor
+        return split_page(rows, limit, lambda row: str(row["id"]))
 
     async def create(self, owner: User, name: str) -> ProjectView:
         project = Project(id=new_id("prj"), name=name, created_at=self.now, updated_at=self.now)
