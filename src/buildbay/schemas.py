@@ -50,16 +50,13 @@ class PageParams:
     after_id: str | None
 
 
-async def page_params(
-    limit: Annotated[
-        int, Query(ge=1, le=MAX_PAGE_SIZE, description="Items per page (1..100)")
-    ] = DEFAULT_PAGE_SIZE,
-    cursor: Annotated[
-        str | None,
-        Query(max_length=200, description="`nextCursor` of the previous page"),
-    ] = None,
-) -> PageParams:
-    # `async def`: FastAPI runs a plain `def` (or class) dependency in a worker thread.
+PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Items per page (1..100)")]
+PageCursor = Annotated[
+    str | None, Query(max_length=200, description="`nextCursor` of the previous page")
+]
+
+
+def page_of(limit: int, cursor: str | None) -> PageParams:
     after_id = None
     if cursor:
         try:
@@ -71,4 +68,13 @@ async def page_params(
     return PageParams(limit, after_id)
 
 
+async def page_params(
+    limit: PageLimit = DEFAULT_PAGE_SIZE, cursor: PageCursor = None
+) -> PageParams:
+    # `async def`: FastAPI runs a plain `def` (or class) dependency in a worker thread.
+    return page_of(limit, cursor)
+
+
+# Routes that must be quick take `limit: PageLimit` and `cursor: PageCursor` themselves and call
+# page_of: the same query parameters, without a dependency for FastAPI to solve.
 Page = Annotated[PageParams, Depends(page_params)]

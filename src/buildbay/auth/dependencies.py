@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.service import AuthService, Principal
@@ -14,9 +14,6 @@ from buildbay.auth.tokens import API_TOKEN_PREFIX
 from buildbay.config import Plan
 from buildbay.deps import AppContext, Context, SessionDep, get_context
 from buildbay.errors import NotAuthenticated, RateLimited
-
-# auto_error=False: a missing header is our own 401 problem, not FastAPI's 403.
-_bearer = HTTPBearer(auto_error=False, description="An access token or an API token (`bb_...`)")
 
 
 def _auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
@@ -58,30 +55,42 @@ async def limit_by_ip(ctx: Context, request: Request) -> None:
     await count_request(ctx, request, f"ip:{client_ip(request)}", Plan.FREE)
 
 
-async def current_user(
-    request: Request,
-    db: SessionDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    # The context and the service are built here rather than declared as dependencies: every
-    # authenticated request runs this, and each dependency FastAPI solves costs more than the
-    # work it wraps.
-    ctx = get_context(request)
-    service = _auth_service(ctx, db)
-    try:
-        if credentials is None or credentials.scheme.lower() != "bearer":
-            raise NotAuthenticated("Send `Authorization: Bearer <token>`")
-        token = credentials.credentials
-        if token.startswith(API_TOKEN_PREFIX):
-            principal = await service.authenticate_api_token(token)
-        else:
-            principal = await service.authenticate_access_token(token)
-    except NotAuthenticated:
-        await limit_by_ip(ctx, request)
-        raise
-    await count_request(ctx, request, f"user:{principal.user.id}", principal.user.plan)
-    return principal
+class _BearerAuthentication(HTTPBearer):
+    """The bearer scheme of the OpenAPI document, which also authenticates the token.
+
+    One dependency rather than the scheme plus a function using it: FastAPI solves every
+    dependency of every request anew, and on this path, which every authenticated request takes,
+    that costs more than the work it wraps. For the same reason the context and the service are
+    built here, not declared as dependencies.
+    """
+
+    async def __call__(  # type: ignore[override]  # HTTPBearer's returns only the credentials
+        self, request: Request, db: SessionDep
+    ) -> Principal:
+        credentials = await super().__call__(request)
+        ctx = get_context(request)
+        service = _auth_service(ctx, db)
+        try:
+            if credentials is None or credentials.scheme.lower() != "bearer":
+                raise NotAuthenticated("Send `Authorization: Bearer <token>`")
+            token = credentials.credentials
+            if token.startswith(API_TOKEN_PREFIX):
+                principal = await service.authenticate_api_token(token)
+            else:
+                principal = await service.authenticate_access_token(token)
+        except NotAuthenticated:
+            await limit_by_ip(ctx, request)
+            raise
+        await count_request(ctx, request, f"user:{principal.user.id}", principal.user.plan)
+        return principal
 
 
+# auto_error=False: a missing header is our own 401 problem, not FastAPI's 403. The scheme keeps
+# the name it had as a plain HTTPBearer.
+current_user = _BearerAuthentication(
+    auto_error=False,
+    scheme_name="HTTPBearer",
+    description="An access token or an API token (`bb_...`)",
+)
 CurrentUser = Annotated[Principal, Depends(current_user)]
 PublicRateLimit = Depends(limit_by_ip)

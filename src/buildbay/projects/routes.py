@@ -10,7 +10,7 @@ from buildbay.errors import problem_responses
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
 from buildbay.projects.service import MemberView, ProjectService, ProjectView
-from buildbay.schemas import Page
+from buildbay.schemas import DEFAULT_PAGE_SIZE, PageCursor, PageLimit, page_of
 
 router = APIRouter(tags=["projects"])
 
@@ -53,7 +53,17 @@ def _member(view: MemberView) -> schemas.Member:
     responses=problem_responses(401, 422, 429),
     summary="List the projects you are a member of, newest first",
 )
-async def list_projects(caller: CurrentUser, service: Service, page: Page) -> schemas.ProjectList:
+async def list_projects(
+    caller: CurrentUser,
+    db: SessionDep,
+    request: Request,
+    limit: PageLimit = DEFAULT_PAGE_SIZE,
+    cursor: PageCursor = None,
+) -> schemas.ProjectList:
+    # The service and the page built here, not through `Service` and `Page`: this list is what
+    # clients poll, and each dependency FastAPI solves per request costs more than the object.
+    service = ProjectService(db, get_context(request).clock.now())
+    page = page_of(limit, cursor)
     rows, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
     return schemas.ProjectList.model_validate({"projects": rows, "next_cursor": next_cursor})
 
