@@ -20,6 +20,7 @@ from buildbay.auth.tokens import AccessClaims
 
 ACCESS_CACHE_TTL = timedelta(seconds=2)
 ACCESS_CACHE_MAX_ENTRIES = 10_000
+_NO_TIME = timedelta(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class AccessTokenCache:
         entry = self._entries.get(token)
         if entry is None:
             return None
-        if not timedelta(0) <= now - entry.stored_at < self._ttl:
+        if not _NO_TIME <= now - entry.stored_at < self._ttl:  # not stale, clock not set back
             del self._entries[token]
             return None
         return entry
