@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -45,6 +46,16 @@ def refresh(client: httpx.AsyncClient) -> Refresh:
         return await client.post("/api/auth/refresh-token", json={"refresh_token": refresh_token})
 
     return refresh
+
+
+def assert_new_token_pair(body: dict[str, Any], account: Account) -> None:
+    """`body` is a TokenPair for `account`'s user, with tokens other than the ones it holds."""
+    assert set(body) == {"access_token", "refresh_token", "token_type", "expires_in", "user"}
+    assert body["token_type"] == "Bearer"
+    assert body["expires_in"] == 86400
+    assert body["user"] == account.user
+    assert body["access_token"] != account.access_token
+    assert body["refresh_token"] != account.refresh_token
 
 
 def bearer(token: str) -> dict[str, str]:

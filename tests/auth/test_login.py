@@ -3,7 +3,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.auth.conftest import bearer
+from tests.auth.conftest import assert_new_token_pair, bearer
 from tests.conftest import Account, assert_problem
 
 
@@ -18,12 +18,7 @@ async def test_login_answers_a_new_token_pair_and_the_user(
 
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"access_token", "refresh_token", "token_type", "expires_in", "user"}
-    assert body["token_type"] == "Bearer"
-    assert body["expires_in"] == 86400
-    assert body["user"] == owner.user
-    assert body["access_token"] != owner.access_token
-    assert body["refresh_token"] != owner.refresh_token
+    assert_new_token_pair(body, owner)
     me = await client.get("/api/auth/me", headers=bearer(body["access_token"]))
     assert me.status_code == 200, me.text
     assert me.json() == owner.user

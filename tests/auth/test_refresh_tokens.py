@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from buildbay.auth.models import RefreshToken
 from buildbay.clock import FrozenClock
-from tests.auth.conftest import Login, Refresh, bearer, stored_values
+from tests.auth.conftest import Login, Refresh, assert_new_token_pair, bearer, stored_values
 from tests.conftest import Account, assert_problem
 
 
@@ -35,12 +35,7 @@ async def test_refresh_answers_a_new_token_pair_and_the_user(
 
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"access_token", "refresh_token", "token_type", "expires_in", "user"}
-    assert body["token_type"] == "Bearer"
-    assert body["expires_in"] == 86400
-    assert body["user"] == owner.user
-    assert body["refresh_token"] != owner.refresh_token
-    assert body["access_token"] != owner.access_token
+    assert_new_token_pair(body, owner)
 
 
 async def test_refresh_rotates_and_the_new_pair_works(
