@@ -3,12 +3,14 @@
 aiosqlite hands every DB-API call (cursor, execute, fetch, close, commit) to a worker thread and
 back. On a small virtual machine each hand-off costs 150-300 µs, so a request with two indexed
 queries spent milliseconds waiting on threads for microseconds of SQLite work. This driver runs
-the calls inline: SQLAlchemy's async engine drives it through the same adapter classes it uses
-for aiosqlite, but the coroutines finish without ever leaving the thread.
+the calls inline: SQLAlchemy's async engine drives it through its own adapter classes, whose
+methods here call sqlite3 directly instead of awaiting a coroutine for each call (every such
+await is a round trip between greenlets, which cost a short query several times its SQLite work).
 
 The one thing that could stall the event loop is waiting for another connection's write lock,
-so the busy timeout is 0 and a busy database is retried with `asyncio.sleep`: the loop keeps
-serving requests meanwhile, including the one whose transaction holds the lock.
+so the busy timeout is 0 and only a busy database takes the async path: it is retried with
+`asyncio.sleep`, and the loop keeps serving requests meanwhile, including the one whose
+transaction holds the lock.
 
 URL: ``sqlite+inline:///path/to/file.sqlite3`` (the default); ``sqlite+aiosqlite://`` still works.
 """
@@ -16,16 +18,22 @@ URL: ``sqlite+inline:///path/to/file.sqlite3`` (the default); ``sqlite+aiosqlite
 from __future__ import annotations
 
 import asyncio
+import collections
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import pool
-from sqlalchemy.connectors.asyncio import AsyncAdapt_dbapi_connection, AsyncAdapt_dbapi_module
+from sqlalchemy.connectors.asyncio import (
+    AsyncAdapt_dbapi_connection,
+    AsyncAdapt_dbapi_cursor,
+    AsyncAdapt_dbapi_module,
+)
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import URL
+from sqlalchemy.util import await_
 
 T = TypeVar("T")
 
@@ -41,120 +49,102 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-async def _when_unlocked(operation: Callable[[], T]) -> T:
+def _when_unlocked(operation: Callable[[], T]) -> T:
+    """`operation()` now; if another connection holds the lock, retried without blocking."""
+    try:
+        return operation()
+    except sqlite3.OperationalError as exc:
+        if not _is_busy(exc):
+            raise
+    # Called inside SQLAlchemy's greenlet: await_ suspends this unit of work, not the loop.
+    return await_(_retry_while_busy(operation))
+
+
+async def _retry_while_busy(operation: Callable[[], T]) -> T:
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     delay = _FIRST_RETRY_DELAY
     while True:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _MAX_RETRY_DELAY)
         try:
             return operation()
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc) or time.monotonic() >= deadline:
                 raise
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, _MAX_RETRY_DELAY)
 
 
-class _Cursor:
-    """An asyncio DB-API cursor over sqlite3 whose coroutines complete inline."""
+async def _nothing() -> None:
+    return None
 
-    __slots__ = ("_cursor",)
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
-        self._cursor = cursor
+def _statement_done() -> None:
+    # AsyncConnection.execute refuses a statement during which the driver never awaited (its
+    # guard against sync drivers): one await of a finished coroutine satisfies it, where the
+    # base adapter's execute costs four round trips between greenlets.
+    await_(_nothing())
 
-    @property
-    def description(self) -> Any:
-        return self._cursor.description
 
-    @property
-    def rowcount(self) -> int:
-        return self._cursor.rowcount
+class _Cursor(AsyncAdapt_dbapi_cursor):
+    """SQLAlchemy's async cursor adapter over a plain sqlite3 cursor, called synchronously.
 
-    @property
-    def lastrowid(self) -> int | None:
-        return self._cursor.lastrowid
+    Rows are fetched at execute, as the base class does, so that a busy error can only come
+    from execute (and be waited out there).
+    """
 
-    @property
-    def arraysize(self) -> int:
-        return self._cursor.arraysize
+    __slots__ = ()
+    _awaitable_cursor_close = False
+    _cursor: sqlite3.Cursor  # type: ignore[assignment]
 
-    @arraysize.setter
-    def arraysize(self, value: int) -> None:
-        self._cursor.arraysize = value
+    def _aenter_cursor(self, cursor: Any) -> Any:
+        return cursor
 
-    async def execute(self, operation: str, parameters: Any = None) -> None:
-        await _when_unlocked(lambda: self._cursor.execute(operation, parameters or ()))
+    def execute(self, operation: Any, parameters: Any = None) -> Any:
+        cursor = self._cursor
+        _when_unlocked(lambda: cursor.execute(operation, parameters or ()))
+        if cursor.description:
+            self._rows = collections.deque(cursor.fetchall())
+        _statement_done()
+        return cursor
 
-    async def executemany(self, operation: str, seq_of_parameters: Any) -> None:
-        rows = list(seq_of_parameters)
-        await _when_unlocked(lambda: self._cursor.executemany(operation, rows))
+    def executemany(self, operation: Any, seq_of_parameters: Any) -> Any:
+        cursor, rows = self._cursor, list(seq_of_parameters)
+        _when_unlocked(lambda: cursor.executemany(operation, rows))
+        _statement_done()
+        return cursor
 
-    async def fetchone(self) -> Any:
-        return self._cursor.fetchone()
-
-    async def fetchmany(self, size: int | None = None) -> Sequence[Any]:
-        return self._cursor.fetchmany(size if size is not None else self._cursor.arraysize)
-
-    async def fetchall(self) -> Sequence[Any]:
-        return self._cursor.fetchall()
-
-    async def close(self) -> None:
+    def close(self) -> None:
+        self._rows.clear()
         self._cursor.close()
-
-    async def nextset(self) -> None:
-        return None
-
-    async def setinputsizes(self, *sizes: Any) -> None:
-        return None
-
-    async def __aenter__(self) -> _Cursor:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._cursor.close()
-
-
-class _Connection:
-    """An asyncio DB-API connection over sqlite3 whose coroutines complete inline."""
-
-    __slots__ = ("sqlite",)
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self.sqlite = connection
-
-    def cursor(self) -> _Cursor:
-        return _Cursor(self.sqlite.cursor())
-
-    async def commit(self) -> None:
-        await _when_unlocked(self.sqlite.commit)
-
-    async def rollback(self) -> None:
-        self.sqlite.rollback()
-
-    async def close(self) -> None:
-        self.sqlite.close()
 
 
 class _AdaptedConnection(AsyncAdapt_dbapi_connection):
-    """What SQLAlchemy's pool and dialect hold: its usual adapter, plus the sqlite3 extras the
-    SQLite dialect reaches for (isolation level, user functions)."""
+    """What SQLAlchemy's pool and dialect hold: its usual adapter over a sqlite3 connection,
+    plus the sqlite3 extras the SQLite dialect reaches for (isolation level, user functions)."""
 
     __slots__ = ()
-    _connection: _Connection  # type: ignore[assignment]
+    _cursor_cls = _Cursor
+    _ss_cursor_cls = _Cursor  # type: ignore[assignment]  # SQLite has no server-side cursors
+    _connection: sqlite3.Connection  # type: ignore[assignment]
 
     @property
     def isolation_level(self) -> str | None:
-        return self._connection.sqlite.isolation_level
+        return self._connection.isolation_level
 
     @isolation_level.setter
     def isolation_level(self, value: str | None) -> None:
-        self._connection.sqlite.isolation_level = value  # type: ignore[assignment]
+        self._connection.isolation_level = value  # type: ignore[assignment]
 
     def create_function(self, *args: Any, **kwargs: Any) -> None:
-        self._connection.sqlite.create_function(*args, **kwargs)
+        self._connection.create_function(*args, **kwargs)
+
+    def commit(self) -> None:
+        _when_unlocked(self._connection.commit)
+
+    def rollback(self) -> None:
+        self._connection.rollback()
 
     def close(self) -> None:
-        self._connection.sqlite.close()
+        self._connection.close()
 
 
 class _DBAPI(AsyncAdapt_dbapi_module):
@@ -180,8 +170,7 @@ class _DBAPI(AsyncAdapt_dbapi_module):
     def connect(self, *args: Any, **kwargs: Any) -> _AdaptedConnection:
         kwargs["timeout"] = 0  # never wait for a lock inside SQLite: _when_unlocked waits
         kwargs["check_same_thread"] = False  # the pool may close it from another thread
-        connection = _Connection(sqlite3.connect(*args, **kwargs))
-        return _AdaptedConnection(self, connection)  # type: ignore[arg-type]
+        return _AdaptedConnection(self, sqlite3.connect(*args, **kwargs))
 
 
 class InlineSQLiteDialect(SQLiteDialect_pysqlite):
@@ -200,7 +189,7 @@ class InlineSQLiteDialect(SQLiteDialect_pysqlite):
         return pool.StaticPool
 
     def get_driver_connection(self, connection: Any) -> Any:
-        return connection._connection
+        return connection._connection  # the sqlite3 connection
 
 
 registry.register("sqlite.inline", __name__, "InlineSQLiteDialect")
