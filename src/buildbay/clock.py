@@ -12,14 +12,16 @@ class Clock(Protocol):
 
 class SystemClock:
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        # Whole seconds, the precision the API shows: what is stored is what clients see, and
+        # a timestamp read back needs no rounding before it is written out.
+        return datetime.now(UTC).replace(microsecond=0)
 
 
 class FrozenClock:
     """A clock that stands still until told to move (for tests)."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime.now(UTC)
+        self._now = start or SystemClock().now()
 
     def now(self) -> datetime:
         return self._now
@@ -44,3 +46,14 @@ def isoformat_z(value: datetime) -> str:
         value.minute,
         value.second,
     )
+
+
+def utc_whole_seconds(value: datetime) -> datetime:
+    """`value` in UTC without its fraction of a second (a naive datetime is taken as UTC)."""
+    if value.microsecond == 0 and value.tzinfo is UTC:
+        return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    elif value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(microsecond=0)

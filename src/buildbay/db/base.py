@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -32,6 +33,13 @@ class UTCDateTime(TypeDecorator[datetime]):
             raise ValueError("naive datetime given to a UTC column")
         return value.astimezone(UTC)
 
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name == "sqlite":
+            # SQLite keeps the text SQLAlchemy wrote (`2026-11-22 04:19:53.000000`, in UTC):
+            # parsed in one C call, rather than SQLAlchemy's parser then process_result_value.
+            return _utc_from_sqlite_text
+        return super().result_processor(dialect, coltype)
+
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
@@ -40,6 +48,10 @@ class UTCDateTime(TypeDecorator[datetime]):
             # timestamp of every row read.
             return datetime.combine(value.date(), value.time(), UTC)
         return value.astimezone(UTC)
+
+
+def _utc_from_sqlite_text(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
 E = TypeVar("E", bound=StrEnum)
