@@ -131,3 +131,21 @@ async def test_docs_answer_200(client: httpx.AsyncClient) -> None:
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/html")
     assert "/openapi.json" in r.text
+
+
+async def test_every_paged_list_documents_limit_and_cursor(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    paged = []
+    for path, operations in document["paths"].items():
+        get = operations.get("get")
+        if get is None:
+            continue
+        ok = get["responses"].get("200", {}).get("content", {}).get("application/json", {})
+        ref = ok.get("schema", {}).get("$ref", "")
+        if "nextCursor" not in schemas.get(ref.rsplit("/", 1)[-1], {}).get("properties", {}):
+            continue
+        paged.append(path)
+        parameters = {p["name"]: p for p in get.get("parameters", []) if p["in"] == "query"}
+        assert parameters["limit"]["schema"]["maximum"] == 100, path
+        assert parameters["cursor"]["schema"]["type"] == "string", path
+    assert len(paged) >= 3  # projects, applications, builds

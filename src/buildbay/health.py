@@ -9,11 +9,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from buildbay.deps import Context
+from buildbay.deps import Context, TransactionRoute
 from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body, request_id_of
 from buildbay.storage.base import StorageError
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=TransactionRoute)
 
 CheckState = Literal["ok", "failing", "degraded"]
 

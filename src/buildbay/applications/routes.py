@@ -6,12 +6,14 @@ from fastapi import APIRouter, Depends, Response, status
 
 from buildbay.applications import schemas
 from buildbay.applications.service import ApplicationService, ApplicationView
-from buildbay.deps import Context, SessionDep
+from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.errors import problem_responses
 from buildbay.projects.access import AppAdmin, AppTester, ProjectAdmin, ProjectTester
-from buildbay.schemas import Page
+from buildbay.schemas import PAGE_QUERY, Page
 
-router = APIRouter(prefix="/api/projects/{id}/applications", tags=["applications"])
+router = APIRouter(
+    prefix="/api/projects/{id}/applications", tags=["applications"], route_class=TransactionRoute
+)
 
 BY_ID = problem_responses(401, 403, 404, 429)
 WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
@@ -38,7 +40,12 @@ def _application(view: ApplicationView) -> schemas.Application:
     )
 
 
-@router.get("", responses=problem_responses(401, 403, 404, 422, 429), summary="List applications")
+@router.get(
+    "",
+    responses=problem_responses(401, 403, 404, 422, 429),
+    summary="List applications",
+    openapi_extra=PAGE_QUERY,
+)
 async def list_applications(
     access: ProjectTester, service: Service, page: Page
 ) -> schemas.ApplicationList:

@@ -7,11 +7,11 @@ from fastapi import APIRouter, Body, Path, Request, Response, status
 from buildbay.auth import schemas
 from buildbay.auth.dependencies import AuthServiceDep, CurrentUser, PublicRateLimit, client_ip
 from buildbay.auth.service import IssuedTokens
-from buildbay.deps import Context
+from buildbay.deps import Context, TransactionRoute
 from buildbay.errors import problem_responses
 
-router = APIRouter(prefix="/api/auth", tags=["auth"])
-account_router = APIRouter(prefix="/api/account", tags=["account"])
+router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=TransactionRoute)
+account_router = APIRouter(prefix="/api/account", tags=["account"], route_class=TransactionRoute)
 
 
 def _token_response(issued: IssuedTokens) -> schemas.TokenResponse:

@@ -8,12 +8,16 @@ from fastapi.responses import RedirectResponse
 from buildbay.builds import schemas
 from buildbay.builds.models import Build, BuildStatus
 from buildbay.builds.service import BuildService
-from buildbay.deps import Context, SessionDep
+from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.errors import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
-from buildbay.schemas import Page
+from buildbay.schemas import PAGE_QUERY, Page
 
-router = APIRouter(prefix="/api/app-distribution/{projectId}/{appId}/builds", tags=["builds"])
+router = APIRouter(
+    prefix="/api/app-distribution/{projectId}/{appId}/builds",
+    tags=["builds"],
+    route_class=TransactionRoute,
+)
 
 BY_ID = problem_responses(401, 403, 404, 429)
 BuildId = Annotated[str, Path(alias="buildId")]
@@ -55,6 +59,7 @@ def to_schema(build: Build, public_url: str) -> schemas.Build:
     "",
     responses=problem_responses(401, 403, 404, 422, 429),
     summary="List builds, newest first",
+    openapi_extra=PAGE_QUERY,
 )
 async def list_builds(
     access: BuildsTester,

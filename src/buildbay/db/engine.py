@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import ORMExecuteState, Session
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
 
@@ -44,8 +45,65 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     return create_async_engine(url, **kwargs)
 
 
+class TrackedSession(Session):
+    """A session that notes whether it wrote, so that a request which only read ends without a
+    commit (see `finish`): a commit costs a read-only request more than its query."""
+
+
+WROTE = "buildbay.wrote"
+
+
+@event.listens_for(TrackedSession, "do_orm_execute")
+def _note_statement(state: ORMExecuteState) -> None:
+    # Anything but a SELECT counts as a write, text() included: a wrong guess costs a commit.
+    if not state.is_select:
+        state.session.info[WROTE] = True
+
+
+@event.listens_for(TrackedSession, "before_flush")
+def _note_flush(session: Session, _context: Any, _instances: Any) -> None:
+    session.info[WROTE] = True
+
+
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+    return async_sessionmaker(
+        engine, expire_on_commit=False, autoflush=False, sync_session_class=TrackedSession
+    )
+
+
+def has_writes(session: AsyncSession) -> bool:
+    """Whether committing `session` would change anything (statements run or changes pending)."""
+    return bool(session.info.get(WROTE) or session.new or session.dirty or session.deleted)
+
+
+async def finish(session: AsyncSession, *, ok: bool) -> None:
+    """End a unit of work: commit it if `ok` and it wrote, roll it back otherwise; then close.
+
+    Raises what the commit raises (after rolling back), so a caller never reports success for a
+    write that did not land.
+    """
+    if not session.in_transaction() and not has_writes(session):
+        return  # never used: no connection to give back, nothing to write
+    if ok and has_writes(session):
+        try:
+            await session.commit()
+        except BaseException:
+            await _discard(session)
+            raise
+        session.info.pop(WROTE, None)
+    elif not ok:
+        await _discard(session)
+        return
+    # After a commit, or with nothing written: the connection goes back to the pool (a read-only
+    # transaction is rolled back there); bookkeeping with no I/O to protect, so no extra task.
+    await session.close()
+
+
+async def _discard(session: AsyncSession) -> None:
+    # `async with` closes the session in a task of its own, which completes even if this one is
+    # cancelled meanwhile: the connection goes back to the pool whatever happens.
+    async with session:
+        await session.rollback()
 
 
 @contextlib.asynccontextmanager
@@ -54,13 +112,7 @@ async def transaction(factory: async_sessionmaker[AsyncSession]) -> AsyncIterato
     session = factory()
     try:
         yield session
-        await session.commit()
     except BaseException:
-        # `async with` closes the session in a task of its own, which completes even if this
-        # one is cancelled meanwhile: the connection goes back to the pool whatever happens.
-        async with session:
-            await session.rollback()
+        await finish(session, ok=False)
         raise
-    # The commit gave the connection back, so closing is bookkeeping without I/O, nothing to
-    # protect: a plain close spares every request that task and a turn of the event loop.
-    await session.close()
+    await finish(session, ok=True)

@@ -6,14 +6,14 @@ from fastapi import APIRouter, Depends, Path, Request, Response, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import CurrentUser
-from buildbay.deps import Context, SessionDep, get_context
+from buildbay.deps import Context, SessionDep, TransactionRoute, get_context
 from buildbay.errors import problem_responses
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
 from buildbay.projects.service import MemberView, ProjectService, ProjectView
-from buildbay.schemas import DEFAULT_PAGE_SIZE, PageCursor, PageLimit, page_of
+from buildbay.schemas import PAGE_QUERY, page_params
 
-router = APIRouter(tags=["projects"])
+router = APIRouter(tags=["projects"], route_class=TransactionRoute)
 
 BY_ID = problem_responses(401, 403, 404, 429)
 WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
@@ -57,18 +57,18 @@ def _member(view: MemberView) -> schemas.Member:
     "/api/projects",
     responses=problem_responses(401, 422, 429),
     summary="List the projects you are a member of, newest first",
+    openapi_extra=PAGE_QUERY,
 )
 async def list_projects(
     caller: CurrentUser,
     db: SessionDep,
     request: Request,
-    limit: PageLimit = DEFAULT_PAGE_SIZE,
-    cursor: PageCursor = None,
 ) -> schemas.ProjectList:
     # The service and the page built here, not through `Service` and `Page`: this list is what
     # clients poll, and each dependency FastAPI solves per request costs more than the object.
+    # (`Page` reads the same query parameters, documented by PAGE_QUERY.)
     service = _project_service(request, db)
-    page = page_of(limit, cursor)
+    page = await page_params(request)
     rows, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
     return schemas.ProjectList.model_validate({"projects": rows, "next_cursor": next_cursor})
 

@@ -14,11 +14,11 @@ from fastapi.responses import FileResponse
 from buildbay.builds.models import Build
 from buildbay.builds.schemas import StoredUpload
 from buildbay.builds.service import BuildService
-from buildbay.deps import Context
+from buildbay.deps import Context, TransactionRoute
 from buildbay.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, problem_responses
 from buildbay.storage.local import DOWNLOAD_PATH, UPLOAD_PATH, LocalStorage
 
-router = APIRouter(tags=["storage"])
+router = APIRouter(tags=["storage"], route_class=TransactionRoute)
 
 # Typed loosely on purpose: a URL with a missing or altered part is a bad signature (403), not a
 # validation error.
