@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,11 @@ def api(client: httpx.AsyncClient) -> Api:
 @pytest.fixture
 async def owner(api: Api) -> Account:
     return await api.register("owner@example.com")
+
+
+def iso_z(value: datetime) -> str:
+    """A UTC datetime as the API writes it: `2026-11-22T04:19:53Z`."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def assert_problem(

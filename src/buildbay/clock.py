@@ -30,24 +30,6 @@ class FrozenClock:
         self._now += timedelta(**delta)
 
 
-def isoformat_z(value: datetime) -> str:
-    """ISO 8601 UTC with a Z suffix and whole seconds, as the API writes every timestamp."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    elif value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    # %-formatting: strftime (or an f-string) costs twice as much, and every item of a list has
-    # two or three timestamps.
-    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (  # noqa: UP031
-        value.year,
-        value.month,
-        value.day,
-        value.hour,
-        value.minute,
-        value.second,
-    )
-
-
 def utc_whole_seconds(value: datetime) -> datetime:
     """`value` in UTC without its fraction of a second (a naive datetime is taken as UTC)."""
     if value.microsecond == 0 and value.tzinfo is UTC:

@@ -10,9 +10,9 @@ import pytest
 from fastapi import FastAPI
 
 from buildbay.auth.models import ApiToken
-from buildbay.clock import FrozenClock, isoformat_z
+from buildbay.clock import FrozenClock
 from tests.auth.conftest import bearer, stored_values
-from tests.conftest import Account, Api, assert_problem
+from tests.conftest import Account, Api, assert_problem, iso_z
 
 API_TOKEN_FIELDS = {"id", "name", "prefix", "createdAt", "expiresAt", "lastUsedAt"}
 
@@ -42,7 +42,7 @@ async def test_create_api_token_answers_201_with_the_secret(
     assert set(body) == API_TOKEN_FIELDS | {"token"}
     assert body["id"]
     assert body["name"] == "CI"
-    assert body["createdAt"] == isoformat_z(clock.now())
+    assert body["createdAt"] == iso_z(clock.now())
     assert body["expiresAt"] is None
     assert body["lastUsedAt"] is None
     secret = body["token"]
@@ -129,11 +129,11 @@ async def test_using_an_api_token_sets_last_used_at(
     assert (await client.get("/api/projects", headers=bearer(token))).status_code == 200
 
     [listed] = await list_tokens(client, owner)
-    assert listed["lastUsedAt"] == isoformat_z(first_use)
+    assert listed["lastUsedAt"] == iso_z(first_use)
     clock.advance(hours=2)
     assert (await client.get("/api/projects", headers=bearer(token))).status_code == 200
     [listed] = await list_tokens(client, owner)
-    assert listed["lastUsedAt"] == isoformat_z(clock.now())
+    assert listed["lastUsedAt"] == iso_z(clock.now())
 
 
 async def test_a_deleted_api_token_answers_401(client: httpx.AsyncClient, owner: Account) -> None:
@@ -205,7 +205,7 @@ async def test_expires_in_days_from_1_to_365_sets_expires_at(
 ) -> None:
     created = await create_token(client, owner, name="CI", expiresInDays=days)
 
-    assert created["expiresAt"] == isoformat_z(clock.now() + timedelta(days=days))
+    assert created["expiresAt"] == iso_z(clock.now() + timedelta(days=days))
 
 
 @pytest.mark.parametrize("days", [0, -1, 366, "7 days", 1.5])

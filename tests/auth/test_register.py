@@ -3,9 +3,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from buildbay.clock import FrozenClock, isoformat_z
+from buildbay.clock import FrozenClock
 from tests.auth.conftest import bearer
-from tests.conftest import Api, assert_problem
+from tests.conftest import Api, assert_problem, iso_z
 
 TOKEN_PAIR_FIELDS = {"access_token", "refresh_token", "token_type", "expires_in", "user"}
 USER_FIELDS = {"id", "email", "name", "plan", "createdAt"}
@@ -36,7 +36,7 @@ async def test_register_creates_a_free_account_and_answers_a_token_pair(
     assert user["email"] == "ada@example.com"
     assert user["name"] == "Ada Lovelace"
     assert user["plan"] == "free"
-    assert user["createdAt"] == isoformat_z(clock.now())
+    assert user["createdAt"] == iso_z(clock.now())
 
 
 async def test_the_registered_access_token_identifies_the_new_user(

@@ -11,12 +11,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 import pytest
 
-from buildbay.clock import FrozenClock, isoformat_z
+from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.storage.base import StorageUnavailable
 from buildbay.storage.local import UPLOAD_PATH
 from tests.builds.conftest import DATA, Builds, storage_key_of
-from tests.conftest import Account, Api, assert_problem
+from tests.conftest import Account, Api, assert_problem, iso_z
 
 
 async def test_three_step_upload_makes_a_ready_build(
@@ -163,7 +163,7 @@ async def test_upload_link_answers_the_upload_instructions(
     assert set(body) == {"uploadUrl", "buildId", "expiresAt", "uploadMethod", "uploadHeaders"}
     assert body["uploadUrl"].startswith(f"http://testserver{UPLOAD_PATH}")
     assert body["buildId"].startswith("bld_")
-    assert body["expiresAt"] == isoformat_z(clock.now() + timedelta(hours=1))
+    assert body["expiresAt"] == iso_z(clock.now() + timedelta(hours=1))
     assert body["expiresAt"].endswith("Z")
     assert body["uploadMethod"] == "PUT"
     assert body["uploadHeaders"] == {"Content-Type": "application/octet-stream"}
@@ -182,7 +182,7 @@ async def test_upload_link_creates_a_pending_build(builds: Builds, clock: Frozen
     assert build["fileSize"] == 10
     assert build["verifiedAt"] is None
     assert build["downloadUrl"] is None
-    assert build["createdAt"] == isoformat_z(clock.now())
+    assert build["createdAt"] == iso_z(clock.now())
     assert build["expiresAt"] == link["expiresAt"]
     assert build["uploadedBy"] == builds.owner.user["id"]
 
@@ -456,7 +456,7 @@ async def test_verify_makes_the_build_ready(builds: Builds, clock: FrozenClock) 
     assert build["fileName"] == "app-release.apk"
     assert build["fileSize"] == len(DATA)
     assert build["notes"] == "Fixes the login crash"
-    assert build["verifiedAt"] == isoformat_z(clock.now())
+    assert build["verifiedAt"] == iso_z(clock.now())
     assert build["expiresAt"] == link["expiresAt"]
     assert build["downloadUrl"] == (f"http://testserver{builds.base}/{link['buildId']}/download")
     assert (await builds.get(link["buildId"])).json() == build
