@@ -9,6 +9,7 @@ object's inode and size, so verify does not read the bytes again.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import fcntl
@@ -176,8 +177,8 @@ class LocalStorage:
     ) -> ObjectInfo:
         """Store exactly `size` bytes from `body` under `key`; nothing is kept on any failure.
 
-        The event loop only gathers chunks; writing and hashing run in a worker thread, one block
-        behind the network, so disk, hash and socket work overlap. Once every byte is on disk,
+        The event loop only gathers chunks; a block's hash and write run in two worker threads,
+        side by side and one block behind the network, so socket, hash and disk work overlap. Once every byte is on disk,
         `before_publish` runs under the key's guard and may still refuse (the build was verified
         or deleted while the bytes streamed); only then does the object change.
         """
@@ -188,8 +189,8 @@ class LocalStorage:
             raise _os_error(exc) from exc
         tmp = Path(tmp_name)
         sink = _HashingFile(fd)
-        loop = asyncio.get_running_loop()
-        pending: asyncio.Future[None] | None = None
+        # The block before the one being gathered: its hash and its write, in two threads.
+        inflight: list[concurrent.futures.Future[None]] = []
         blocks: list[bytes] = []
         gathered = received = 0
         try:
@@ -203,12 +204,9 @@ class LocalStorage:
                     data = b"".join(blocks)
                     blocks.clear()
                     gathered = 0
-                    if pending is not None:
-                        await pending
-                    pending = loop.run_in_executor(None, sink.write, data)
-            if pending is not None:
-                await pending
-                pending = None
+                    await _settled(inflight)
+                    inflight = [_WORKERS.submit(sink.hash, data), _WORKERS.submit(sink.write, data)]
+            await _settled(inflight)
             if received < size:
                 raise BodyTooShort(f"The body ended after {received} of the declared {size} bytes")
             inode = await asyncio.to_thread(_finish, sink, b"".join(blocks))
@@ -217,14 +215,24 @@ class LocalStorage:
                     await before_publish()
                 info = await asyncio.to_thread(_install, sink, inode, tmp, target)
         except BaseException as exc:
-            if pending is not None:
-                with contextlib.suppress(BaseException):
-                    await pending
-            await asyncio.to_thread(_discard, sink, tmp)
+            # The threads may still be writing (this task may have been cancelled): the file is
+            # closed and removed only once they are done.
+            await asyncio.shield(asyncio.to_thread(_discard, sink, tmp, inflight))
             if isinstance(exc, OSError):
                 raise _os_error(exc) from exc
             raise
         return info
+
+
+# Hashing and writing release the GIL: each block's two run side by side, while the event loop
+# gathers the next one. Two threads per upload in progress; more uploads queue for them.
+_WORKERS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="upload")
+
+
+async def _settled(futures: list[concurrent.futures.Future[None]]) -> None:
+    """Wait for every one of `futures`, then raise the first error among them."""
+    for future in futures:
+        await asyncio.wrap_future(future)
 
 
 class _HashingFile:
@@ -236,8 +244,10 @@ class _HashingFile:
         self.closed = False
         self._writeback_from = 0
 
-    def write(self, data: bytes) -> None:
+    def hash(self, data: bytes) -> None:
         self._hash.update(data)
+
+    def write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
@@ -272,6 +282,7 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
 
 def _finish(sink: _HashingFile, tail: bytes) -> int:
     """Write the last bytes and fsync: they are on disk before any name points at them."""
+    sink.hash(tail)
     sink.write(tail)
     sink.finish()
     inode = os.fstat(sink.fd).st_ino
@@ -299,7 +310,10 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-def _discard(sink: _HashingFile, tmp: Path) -> None:
+def _discard(
+    sink: _HashingFile, tmp: Path, inflight: list[concurrent.futures.Future[None]]
+) -> None:
+    concurrent.futures.wait(inflight)
     with contextlib.suppress(OSError):
         sink.close()
     with contextlib.suppress(FileNotFoundError):
