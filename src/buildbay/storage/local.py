@@ -178,9 +178,10 @@ class LocalStorage:
         """Store exactly `size` bytes from `body` under `key`; nothing is kept on any failure.
 
         The event loop only gathers chunks; a block's hash and write run in two worker threads,
-        side by side and one block behind the network, so socket, hash and disk work overlap. Once every byte is on disk,
-        `before_publish` runs under the key's guard and may still refuse (the build was verified
-        or deleted while the bytes streamed); only then does the object change.
+        side by side and one block behind the network, so socket, hash and disk work overlap.
+        Once every byte is on disk, `before_publish` runs under the key's guard and may still
+        refuse (the build was verified or deleted while the bytes streamed); only then does the
+        object change.
         """
         target = self.path_of(key)
         try:
