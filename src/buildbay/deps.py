@@ -80,7 +80,7 @@ class TransactionRoute(APIRoute):
         return run_in_transaction
 
 
-async def get_session(request: Request) -> AsyncSession:
+def request_session(request: Request) -> AsyncSession:
     """The request's session, created on first use; TransactionRoute ends it."""
     scope = request.scope
     session: AsyncSession | None = scope.get(_SESSION)
@@ -89,6 +89,10 @@ async def get_session(request: Request) -> AsyncSession:
             raise RuntimeError(f"{scope['path']}: SessionDep needs a TransactionRoute")
         session = scope[_SESSION] = get_context(request).sessions()
     return session
+
+
+async def get_session(request: Request) -> AsyncSession:
+    return request_session(request)
 
 
 Context = Annotated[AppContext, Depends(_context)]
