@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +31,7 @@ from buildbay.config import Settings
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine
 from buildbay.db.models import Base
+from tests.processes import free_port, running
 
 PG_URL = os.environ.get("BUILDBAY_TEST_DATABASE_URL")
 TEST_SECRET = "test-secret-key-that-is-long-enough-0123456789"
@@ -91,6 +94,57 @@ def fast_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
     dummy = cheap.hash("buildbay-timing-equaliser")
     monkeypatch.setattr(passwords, "_hasher", cheap)
     monkeypatch.setattr(passwords, "_dummy_hash", lambda: dummy)
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """An S3-compatible server in a process of its own (moto's server mode), over real HTTP."""
+
+    endpoint_url: str
+    env: dict[str, str]  # what a process needs to reach it (credentials, region)
+
+    def new_bucket(self) -> str:
+        import botocore.session
+
+        name = f"buildbay-{uuid.uuid4().hex[:12]}"
+        client = botocore.session.get_session().create_client(
+            "s3", endpoint_url=self.endpoint_url, region_name=S3_REGION
+        )
+        client.create_bucket(Bucket=name)
+        return name
+
+
+S3_REGION = "us-east-1"
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "buildbay-test",
+    "AWS_SECRET_ACCESS_KEY": "buildbay-test-secret",
+    "AWS_DEFAULT_REGION": S3_REGION,
+}
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """Started once per test session; each test takes a bucket of its own."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {name: os.environ.get(name) for name in S3_CREDENTIALS}
+    os.environ.update(S3_CREDENTIALS)  # botocore reads credentials from the environment
+    env = {**os.environ, **S3_CREDENTIALS}
+    moto = Path(sys.executable).parent / "moto_server"
+    try:
+        with running(
+            [str(moto), "-H", "127.0.0.1", "-p", str(port)],
+            env=env,
+            log_path=tmp_path_factory.mktemp("s3") / "moto.log",
+            ready_url=f"{endpoint}/",
+        ):
+            yield S3Server(endpoint, dict(S3_CREDENTIALS))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,14 +16,9 @@ import pytest
 from buildbay.app import create_app
 from buildbay.config import Settings
 from tests.conftest import TEST_SECRET
+from tests.processes import free_port, running
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _buildbay(
@@ -54,31 +47,15 @@ def server_env(tmp_path: Path, database_url: str) -> dict[str, str]:
 
 @pytest.fixture
 def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
-    log = (tmp_path / "server.log").open("w")
-    process = subprocess.Popen(
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with running(
         [sys.executable, "-m", "buildbay", "serve", "--port", str(port)],
         env=server_env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, (tmp_path / "server.log").read_text()
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.1)
+        log_path=tmp_path / "server.log",
+        ready_url=f"{base}/readyz",
+    ):
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
 
 
 def test_the_whole_product_flow_over_real_http(server: str) -> None:
@@ -142,7 +119,7 @@ def test_the_whole_product_flow_over_real_http(server: str) -> None:
 def test_production_refuses_to_start_without_a_secret_key(server_env: dict[str, str]) -> None:
     env = {k: v for k, v in server_env.items() if k != "BUILDBAY_SECRET_KEY"}
     env["BUILDBAY_ENV"] = "production"
-    result = _buildbay("serve", "--port", str(_free_port()), env=env, check=False)
+    result = _buildbay("serve", "--port", str(free_port()), env=env, check=False)
     assert result.returncode == 2
     assert "BUILDBAY_SECRET_KEY must be set in production" in result.stderr
 

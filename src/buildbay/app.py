@@ -32,7 +32,7 @@ from buildbay.middleware import ApiMiddleware
 from buildbay.projects.routes import router as projects_router
 from buildbay.ratelimit.limiter import RateLimiter
 from buildbay.storage.base import Storage
-from buildbay.storage.local import LocalStorage
+from buildbay.storage.factory import create_storage
 from buildbay.storage.routes import router as storage_router
 from buildbay.storage.signing import UrlSigner
 
@@ -60,7 +60,7 @@ def create_app(
     engine = create_engine(settings.resolved_database_url)
     signer = UrlSigner(settings.signing_key)
     if storage is None:
-        storage = LocalStorage(settings.storage_dir, settings.resolved_public_url, signer)
+        storage = create_storage(settings, signer, clock)
     ctx = AppContext(
         settings=settings,
         engine=engine,

@@ -28,6 +28,11 @@ class Plan(StrEnum):
     ENTERPRISE = "enterprise"
 
 
+class StorageKind(StrEnum):
+    LOCAL = "local"  # files under DATA_DIR, served by the API process
+    S3 = "s3"  # an S3-compatible bucket; clients use presigned URLs
+
+
 class ConfigurationError(Exception):
     """The configuration cannot run a server; the message tells the operator what to set."""
 
@@ -62,6 +67,18 @@ class Settings(BaseSettings):
     login_failures_per_minute: PositiveInt = 10
 
     sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300
+
+    storage: StorageKind = StorageKind.LOCAL
+    s3_bucket: str | None = None
+    s3_endpoint_url: str | None = None  # empty for AWS; e.g. http://minio:9000
+    s3_region: str | None = None
+    s3_prefix: str = ""
+
+    @model_validator(mode="after")
+    def _s3_needs_a_bucket(self) -> Settings:
+        if self.storage is StorageKind.S3 and not self.s3_bucket:
+            raise ConfigurationError("BUILDBAY_STORAGE=s3 needs BUILDBAY_S3_BUCKET")
+        return self
 
     @model_validator(mode="after")
     def _production_needs_a_real_secret(self) -> Settings:

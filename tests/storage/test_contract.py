@@ -116,7 +116,7 @@ async def test_upload_url_takes_the_bytes_and_download_url_serves_them(
         key, len(data), expiry(harness.clock, 3600), digest
     )
     assert target.method == "PUT"
-    assert target.headers == {"Content-Type": "application/octet-stream"}
+    assert target.headers["Content-Type"] == "application/octet-stream"
     r = await harness.http.request(target.method, target.url, content=data, headers=target.headers)
     assert r.status_code == 200, r.text
 
@@ -133,6 +133,8 @@ async def test_upload_url_takes_the_bytes_and_download_url_serves_them(
 
 
 async def test_download_url_stops_working_when_it_expires(harness: StorageHarness) -> None:
+    if harness.unsigned_reason:
+        pytest.skip(harness.unsigned_reason)
     key = new_key()
     await harness.put(key, b"bytes")
     url = await harness.storage.download_url(key, "a.bin", expiry(harness.clock, 300))
@@ -144,6 +146,8 @@ async def test_download_url_stops_working_when_it_expires(harness: StorageHarnes
 
 
 async def test_upload_url_is_refused_for_a_different_size(harness: StorageHarness) -> None:
+    if harness.unsigned_reason:
+        pytest.skip(harness.unsigned_reason)
     key = await harness.uploadable_key(10)
     target = await harness.storage.upload_target(key, 10, expiry(harness.clock, 3600), None)
 

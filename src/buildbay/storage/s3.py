@@ -1,0 +1,219 @@
+"""Build files in an S3-compatible bucket (AWS S3, MinIO, Cloudflare R2, Ceph).
+
+The bytes never pass through the API: clients PUT to a presigned URL and download from another.
+Presigning is a local computation (no network round trip in upload-link); HEAD, GET and DELETE
+go to the bucket through botocore in a pool of threads of their own, so a slow bucket holds
+threads, never the event loop. Every botocore error becomes one of the storage errors.
+
+Unlike the local backend this one cannot refuse a PUT: a presigned URL works until it expires,
+so the holder of an upload link could still replace the bytes of a build verified before the
+link expired (see docs/operations.md). Verify records the sha256 of the bytes it checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import concurrent.futures
+import contextlib
+import functools
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import botocore.session
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from buildbay.storage.base import ObjectInfo, ObjectNotFound, StorageUnavailable, UploadTarget
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+READ_BLOCK = 1024 * 1024
+_MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4's limit
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
+# Enough threads for many concurrent HEADs and hashes; each waits on the network, not the CPU.
+_WORKERS = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="s3")
+
+
+class S3Storage:
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self._now = clock
+        session = botocore.session.get_session()  # credentials the standard AWS way
+        # Any: botocore builds the S3 methods at run time, so its stubs cannot name them.
+        self._client: Any = session.create_client(
+            "s3",
+            endpoint_url=endpoint_url or None,
+            region_name=region or None,
+            config=Config(
+                signature_version="s3v4",
+                # Path style works with every S3-compatible server; AWS accepts it too.
+                s3={"addressing_style": "path"},
+                # Checksums only where asked: a default CRC32 would land in presigned URLs, and
+                # clients would have to send a header they cannot know.
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                retries={"max_attempts": 3, "mode": "standard"},
+                connect_timeout=5,
+                read_timeout=30,
+                max_pool_connections=32,
+            ),
+        )
+
+    def object_key(self, key: str) -> str:
+        return self.prefix + key
+
+    # -- URLs (computed locally) -------------------------------------------------------------------
+
+    async def upload_target(
+        self, key: str, size: int, expires_at: datetime, sha256: str | None
+    ) -> UploadTarget:
+        params: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self.object_key(key),
+            "ContentLength": size,
+            "ContentType": "application/octet-stream",
+        }
+        headers = {"Content-Type": "application/octet-stream"}
+        if sha256 is not None:
+            # Signed, so the client must send it, and S3 refuses bytes that do not match it.
+            checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
+            params["ChecksumSHA256"] = checksum
+            headers["x-amz-checksum-sha256"] = checksum
+        url = self._presign("put_object", params, expires_at)
+        return UploadTarget(url=url, headers=headers)
+
+    async def download_url(self, key: str, file_name: str, expires_at: datetime) -> str:
+        # As the local backend's FileResponse writes it: plain when the name allows, else RFC 5987.
+        quoted = quote(file_name)
+        if quoted == file_name:
+            disposition = f'attachment; filename="{file_name}"'
+        else:
+            disposition = f"attachment; filename*=utf-8''{quoted}"
+        params = {
+            "Bucket": self.bucket,
+            "Key": self.object_key(key),
+            "ResponseContentDisposition": disposition,
+        }
+        return self._presign("get_object", params, expires_at)
+
+    def _presign(self, operation: str, params: dict[str, Any], expires_at: datetime) -> str:
+        seconds = int((expires_at - self._now()).total_seconds())
+        seconds = max(1, min(seconds, _MAX_PRESIGN_SECONDS))
+        try:
+            url: str = self._client.generate_presigned_url(
+                operation, Params=params, ExpiresIn=seconds
+            )
+        except BotoCoreError as exc:  # e.g. no credentials configured
+            raise StorageUnavailable(f"Cannot sign a storage URL: {exc}") from exc
+        return url
+
+    # -- the bucket --------------------------------------------------------------------------------
+
+    async def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            head = await self._call(
+                self._client.head_object,
+                Bucket=self.bucket,
+                Key=self.object_key(key),
+                ChecksumMode="ENABLED",
+            )
+        except ObjectNotFound:
+            return None
+        return ObjectInfo(size=int(head["ContentLength"]), sha256=_hex_sha256(head))
+
+    async def compute_sha256(self, key: str) -> str:
+        response = await self._call(
+            self._client.get_object, Bucket=self.bucket, Key=self.object_key(key)
+        )
+        return await self._run(_hash_stream, response["Body"])
+
+    async def delete(self, key: str) -> None:
+        # S3 answers 204 for an absent key as well.
+        await self._call(self._client.delete_object, Bucket=self.bucket, Key=self.object_key(key))
+
+    async def delete_prefix(self, prefix: str) -> None:
+        await self._run(self._delete_prefix, self.object_key(prefix))
+
+    def _delete_prefix(self, prefix: str) -> None:
+        pages = self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        for page in pages:
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:  # at most 1000 a page, as DeleteObjects takes
+                self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True}
+                )
+
+    @contextlib.asynccontextmanager
+    async def guard(self, key: str) -> AsyncIterator[None]:
+        # Nothing to hold: the bucket takes PUTs from presigned URLs without asking this process
+        # (see the module's docstring).
+        yield
+
+    async def check(self) -> None:
+        try:
+            await self._call(self._client.head_bucket, Bucket=self.bucket)
+        except ObjectNotFound as exc:  # a HEAD's 404 carries no code: here it is the bucket
+            raise StorageUnavailable(f"The bucket {self.bucket} does not exist") from exc
+
+    # -- calls off the event loop, errors translated ----------------------------------------------
+
+    async def _call(self, method: Callable[..., T], **kwargs: Any) -> T:
+        return await self._run(functools.partial(method, **kwargs))
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(_WORKERS, fn, *args)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in _NOT_FOUND or status == "404":
+                if code == "NoSuchBucket":
+                    raise StorageUnavailable(f"The bucket {self.bucket} does not exist") from exc
+                raise ObjectNotFound("No stored object under this key") from exc
+            log.warning("S3 refused %s: %s %s", getattr(fn, "func", fn), code, error.get("Message"))
+            raise StorageUnavailable(f"The object store refused the request ({code})") from exc
+        except BotoCoreError as exc:  # connection refused, timeouts, no credentials, ...
+            log.warning("S3 unreachable: %s", exc)
+            raise StorageUnavailable("The object store cannot be reached") from exc
+
+
+def _hex_sha256(head: dict[str, Any]) -> str | None:
+    """The object's SHA-256 as hex, when S3 kept a full-object one (not a multipart composite)."""
+    checksum = head.get("ChecksumSHA256")
+    if not checksum or "-" in checksum or head.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
+        return None
+    try:
+        return base64.b64decode(checksum, validate=True).hex()
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _hash_stream(body: Any) -> str:
+    digest = hashlib.sha256()
+    try:
+        for block in iter(lambda: body.read(READ_BLOCK), b""):
+            digest.update(block)
+    finally:
+        body.close()
+    return digest.hexdigest()
