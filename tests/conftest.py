@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio
 from fastapi import FastAPI
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
@@ -34,6 +35,9 @@ from buildbay.db.models import Base
 from tests.processes import free_port, running
 
 PG_URL = os.environ.get("BUILDBAY_TEST_DATABASE_URL")
+REDIS_URL = os.environ.get("BUILDBAY_TEST_REDIS_URL")
+# Set by .ci/run: a test that needs PostgreSQL or Redis fails instead of skipping without them.
+REQUIRE_SERVICES = bool(os.environ.get("BUILDBAY_REQUIRE_SERVICES"))
 TEST_SECRET = "test-secret-key-that-is-long-enough-0123456789"
 BASE_URL = "http://testserver"
 
@@ -145,6 +149,19 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture
+async def redis_url() -> str:
+    """BUILDBAY_TEST_REDIS_URL, a Redis database the tests may flush, flushed."""
+    if not REDIS_URL:
+        if REQUIRE_SERVICES:
+            pytest.fail("BUILDBAY_REQUIRE_SERVICES is set but BUILDBAY_TEST_REDIS_URL is not")
+        pytest.skip("BUILDBAY_TEST_REDIS_URL is not set: no Redis to test")
+    client = redis.asyncio.from_url(REDIS_URL)
+    await client.flushdb()
+    await client.aclose()
+    return REDIS_URL
 
 
 @pytest.fixture

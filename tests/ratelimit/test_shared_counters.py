@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator
 
 import httpx
-import pytest
-import redis.asyncio
 
 from buildbay.app import create_app
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from tests.conftest import BASE_URL
-
-REDIS_URL = os.environ.get("BUILDBAY_TEST_REDIS_URL")
-if not REDIS_URL and not os.environ.get("BUILDBAY_REQUIRE_SERVICES"):
-    pytest.skip("BUILDBAY_TEST_REDIS_URL is not set: no Redis to test", allow_module_level=True)
-
-
-@pytest.fixture
-async def redis_url() -> str:
-    assert REDIS_URL, "BUILDBAY_REQUIRE_SERVICES is set but BUILDBAY_TEST_REDIS_URL is not"
-    client = redis.asyncio.from_url(REDIS_URL)
-    await client.flushdb()
-    await client.aclose()
-    return REDIS_URL
 
 
 @contextlib.asynccontextmanager
