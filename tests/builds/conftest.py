@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -10,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from buildbay.storage.base import Storage
 from buildbay.storage.local import UPLOAD_PATH, LocalStorage
 from tests.conftest import Account, Api
 
@@ -31,7 +33,13 @@ class Builds:
     owner: Account
     project_id: str
     app_id: str
-    storage: LocalStorage
+    storage: Storage
+    # What reaches the upload URLs: the app itself for local storage, real HTTP for a bucket.
+    uploader: httpx.AsyncClient
+
+    def key_of(self, link: dict[str, Any]) -> str:
+        """The storage key of a build (as BuildService makes it)."""
+        return f"{self.project_id}/{self.app_id}/{link['buildId']}"
 
     @property
     def base(self) -> str:
@@ -54,7 +62,9 @@ class Builds:
         return link
 
     async def put(self, link: dict[str, Any], data: bytes = DATA) -> httpx.Response:
-        return await self.client.put(link["uploadUrl"], content=data, headers=link["uploadHeaders"])
+        return await self.uploader.put(
+            link["uploadUrl"], content=data, headers=link["uploadHeaders"]
+        )
 
     async def verify(
         self, build_id: str, account: Account | None = None, **fields: Any
@@ -88,9 +98,14 @@ class Builds:
 
 
 @pytest.fixture
-async def builds(app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account) -> Builds:
+async def builds(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account
+) -> AsyncIterator[Builds]:
     project = await api.project(owner)
     application = await api.application(owner, project["id"])
     storage = app.state.ctx.storage
-    assert isinstance(storage, LocalStorage)
-    return Builds(client, api, owner, project["id"], application["id"], storage)
+    if isinstance(storage, LocalStorage):
+        yield Builds(client, api, owner, project["id"], application["id"], storage, client)
+        return
+    async with httpx.AsyncClient(timeout=30) as uploader:
+        yield Builds(client, api, owner, project["id"], application["id"], storage, uploader)

@@ -2,18 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from fastapi import FastAPI
 
+from buildbay.app import create_app
 from buildbay.builds import sweeper
 from buildbay.builds.sweeper import GRACE, sweep_expired_uploads
 from buildbay.clock import FrozenClock
-from tests.builds.conftest import Builds, storage_key_of
-from tests.conftest import assert_problem
+from buildbay.config import Settings
+from buildbay.storage.s3 import S3Storage
+from tests.builds.conftest import Builds
+from tests.conftest import S3_REGION, S3Server, assert_problem
 
 LINK_TTL = timedelta(hours=1)
+
+
+@pytest.fixture(params=["local", "s3"])
+async def app(
+    request: pytest.FixtureRequest, settings: Settings, clock: FrozenClock
+) -> AsyncIterator[FastAPI]:
+    """The sweep runs on both backends: bytes in local files or in a bucket."""
+    storage = None
+    if request.param == "s3":
+        s3: S3Server = request.getfixturevalue("s3_server")
+        storage = S3Storage(
+            s3.new_bucket(), endpoint_url=s3.endpoint_url, region=S3_REGION, clock=clock.now
+        )
+    application = create_app(settings, clock=clock, storage=storage, migrate_on_start=False)
+    yield application
+    await application.state.ctx.engine.dispose()
 
 
 async def sweep(app: FastAPI, clock: FrozenClock) -> int:
@@ -31,7 +51,7 @@ async def test_sweep_removes_an_expired_pending_build_with_its_bytes(
 
     assert swept == 1
     assert_problem(await builds.get(link["buildId"]), 404, "build_not_found")
-    assert await builds.storage.stat(storage_key_of(link)) is None
+    assert await builds.storage.stat(builds.key_of(link)) is None
 
 
 async def test_sweep_removes_an_expired_build_whose_bytes_never_came(
@@ -52,7 +72,7 @@ async def test_sweep_spares_a_pending_build_within_the_grace_period(
 
     assert await sweep(app, clock) == 0
     assert (await builds.get(link["buildId"])).json()["status"] == "pending"
-    assert await builds.storage.stat(storage_key_of(link)) is not None
+    assert await builds.storage.stat(builds.key_of(link)) is not None
 
 
 async def test_sweep_never_touches_ready_or_fresh_pending_builds(
@@ -71,9 +91,9 @@ async def test_sweep_never_touches_ready_or_fresh_pending_builds(
     assert r.status_code == 200, r.text
     assert r.json() == ready
     r = await builds.client.get(ready["downloadUrl"], headers=builds.owner.headers)
-    assert (await builds.client.get(r.headers["location"])).content == b"a ready build"
+    assert (await builds.uploader.get(r.headers["location"])).content == b"a ready build"
     assert (await builds.get(fresh["buildId"])).json()["status"] == "pending"
-    assert await builds.storage.stat(storage_key_of(fresh)) is not None
+    assert await builds.storage.stat(builds.key_of(fresh)) is not None
     r = await builds.verify(fresh["buildId"])
     assert r.status_code == 200, r.text
 
@@ -89,4 +109,4 @@ async def test_sweep_works_through_more_builds_than_one_batch(
     assert await sweep(app, clock) == 0
     for link in links:
         assert_problem(await builds.get(link["buildId"]), 404, "build_not_found")
-        assert await builds.storage.stat(storage_key_of(link)) is None
+        assert await builds.storage.stat(builds.key_of(link)) is None
