@@ -162,3 +162,39 @@ def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, 
     assert "pro@example.com is now on the pro plan" in result.stdout
     result = _buildbay("users", "set-plan", "pro@example.com", "gold", env=env, check=False)
     assert result.returncode == 2
+
+
+def test_several_workers_need_redis(server_env: dict[str, str]) -> None:
+    result = _buildbay(
+        "serve", "--port", str(free_port()), "--workers", "2", env=server_env, check=False
+    )
+    assert result.returncode == 2
+    assert "--workers above 1 needs BUILDBAY_REDIS_URL" in result.stderr
+
+
+def test_several_workers_share_one_port_and_one_migrated_schema(
+    server_env: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
+    # The embedded default, which migrates itself: the parent does it once, before the workers.
+    env = {k: v for k, v in server_env.items() if k != "BUILDBAY_DATABASE_URL"}
+    env["BUILDBAY_REDIS_URL"] = redis_url
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "workers.log"
+    argv = [sys.executable, "-m", "buildbay", "serve", "--port", str(port), "--workers", "2"]
+    with (
+        running(argv, env=env, log_path=log, ready_url=f"{base}/readyz", timeout=60),
+        httpx.Client(base_url=base, timeout=30) as http,
+    ):
+        r = http.post(
+            "/api/auth/register", json={"email": "w@example.com", "password": "pw-123456"}
+        )
+        assert r.status_code == 201, r.text
+        auth = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        # New connections, so that both workers answer some of them.
+        for _ in range(20):
+            with httpx.Client(base_url=base, timeout=30) as fresh:
+                assert fresh.get("/api/projects", headers=auth).status_code == 200
+    started = log.read_text().count("Started server process")
+    assert started == 2, log.read_text()
+    assert log.read_text().count("Running upgrade") == 1  # by the parent, once

@@ -47,6 +47,12 @@ Every error is `application/problem+json` (RFC 9457) with a stable `code`.
 """
 
 
+def create_worker_app() -> FastAPI:
+    """The app of each process of `buildbay serve --workers N`: settings from the environment,
+    the schema already migrated by the parent process."""
+    return create_app(migrate_on_start=False)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -76,8 +82,7 @@ def create_app(
         access_cache=None if settings.redis_url else AccessTokenCache(),
     )
     if migrate_on_start is None:
-        # The embedded default looks after its own schema; production runs `buildbay db upgrade`.
-        migrate_on_start = settings.env == "development" and settings.is_sqlite
+        migrate_on_start = settings.migrates_itself
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from sqlalchemy import update
@@ -35,6 +36,9 @@ def _settings(**overrides: object) -> Settings:
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on")] = 8000,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Server processes sharing the port (more than 1 needs Redis)")
+    ] = 1,
 ) -> None:
     """Run the API (on the embedded default it creates or migrates its own schema)."""
     import uvicorn
@@ -43,28 +47,40 @@ def serve(
 
     settings = _settings(host=host, port=port)
     settings.signing_key  # noqa: B018 - fail (or create the development key) before listening
+    if workers > 1 and not settings.redis_url:
+        typer.echo(
+            "buildbay: --workers above 1 needs BUILDBAY_REDIS_URL: request counts and token "
+            "revocations must be shared by the processes",
+            err=True,
+        )
+        raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        proxy_headers=True,
-        server_header=False,
-        access_log=False,  # ours (buildbay.access) leaves out query strings: signed URLs
-        timeout_keep_alive=30,
-        log_level="info",
-    )
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "proxy_headers": True,
+        "server_header": False,
+        "access_log": False,  # ours (buildbay.access) leaves out query strings: signed URLs
+        "timeout_keep_alive": 30,
+        "log_level": "info",
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings), **options)
+        return
+    # Several processes: the schema is migrated here, once, and each worker builds its app from
+    # the same environment (host and port included, for the URLs it writes).
+    if settings.migrates_itself:
+        _migrate(settings)
+    os.environ["BUILDBAY_HOST"], os.environ["BUILDBAY_PORT"] = host, str(port)
+    uvicorn.run("buildbay.app:create_worker_app", factory=True, workers=workers, **options)
 
 
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Apply the schema migrations to BUILDBAY_DATABASE_URL (the production path)."""
+def _migrate(settings: Settings) -> None:
     from buildbay.db import migrate
     from buildbay.db.engine import create_engine
 
-    settings = _settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
 
     async def run() -> None:
@@ -75,6 +91,12 @@ def db_upgrade() -> None:
             await engine.dispose()
 
     asyncio.run(run())
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the schema migrations to BUILDBAY_DATABASE_URL (the production path)."""
+    _migrate(_settings())
     typer.echo("database schema is up to date")
 
 

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         return f"http://{self.host}:{self.port}"
 
     @property
+    def migrates_itself(self) -> bool:
+        """The embedded default migrates its own schema; production runs `buildbay db upgrade`."""
+        return self.env is Environment.DEVELOPMENT and self.is_sqlite
+
+    @property
     def storage_dir(self) -> Path:
         return self.data_dir / "builds"
 
