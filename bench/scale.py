@@ -1,0 +1,151 @@
+"""Authenticated `GET /api/projects` throughput: one and two server processes on PostgreSQL +
+Redis, beside the single-process embedded default (SQLite), all measured in one run.
+
+Each configuration is a real `buildbay serve` (`--workers 2` for two processes, which share the
+port); the user owns 10 projects and is on the enterprise plan, so rate limiting stays on (its
+Redis round trip is part of the figure) but never answers 429. wrk loads each configuration in
+turn, after a warm-up, with the same connections and duration. PostgreSQL gets a database of its
+own (created and dropped here); Redis a database number of its own (flushed).
+
+There is no pass mark: the numbers are for the operations guide. On a 2-core machine wrk and the
+server processes share the cores, so a second process gains less than it would on a bigger host.
+Usage: .venv/bin/python bench/scale.py [--duration 10] [--connections 32]
+       [--postgres postgresql://postgres@127.0.0.1:5432] [--redis redis://127.0.0.1:6379/14]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import asyncpg
+import httpx
+import redis
+
+from _common import (
+    VENV_BIN,
+    create_application,
+    create_project,
+    free_port,
+    register,
+    running_server,
+    table,
+)
+from api import WrkResult, wrk
+
+DATABASE = "buildbay_bench"
+PROJECTS = 10
+WARMUP_SECONDS = 3
+
+
+async def _recreate_database(server_url: str) -> None:
+    connection = await asyncpg.connect(f"{server_url}/postgres")
+    try:
+        await connection.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        await connection.execute(f"CREATE DATABASE {DATABASE}")
+    finally:
+        await connection.close()
+
+
+async def _drop_database(server_url: str) -> None:
+    connection = await asyncpg.connect(f"{server_url}/postgres")
+    try:
+        await connection.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+    finally:
+        await connection.close()
+
+
+def measure(
+    name: str, env: dict[str, str], workers: int, data_dir: Path, duration: int, connections: int
+) -> WrkResult:
+    port = free_port()
+    argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port), "--workers", str(workers)]
+    with (
+        running_server(argv, data_dir, port, env) as server,
+        httpx.Client(base_url=server.base_url, timeout=30) as client,
+    ):
+        token = register(client)
+        email = client.get("/api/auth/me", headers={"Authorization": f"Bearer {token}"}).json()
+        subprocess.run(
+            [str(VENV_BIN / "buildbay"), "users", "set-plan", email["email"], "enterprise"],
+            env={**os.environ, "BUILDBAY_DATA_DIR": str(data_dir), **env},
+            check=True,
+            capture_output=True,
+        )
+        client.headers["Authorization"] = f"Bearer {token}"
+        for n in range(PROJECTS):
+            create_application(client, create_project(client, f"p{n}"), f"a{n}")
+        url = f"{server.base_url}/api/projects"
+        print(f"  {name}: warming up, then {duration} s ...", flush=True)
+        wrk(url, token, WARMUP_SECONDS, connections)
+        return wrk(url, token, duration, connections)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed")
+
+    root = Path(tempfile.mkdtemp(prefix="buildbay-bench-scale-"))
+    asyncio.run(_recreate_database(args.postgres))
+    redis.Redis.from_url(args.redis).flushdb()
+    pg_url = f"{args.postgres.replace('postgresql://', 'postgresql+asyncpg://')}/{DATABASE}"
+    scaled = {"BUILDBAY_DATABASE_URL": pg_url, "BUILDBAY_REDIS_URL": args.redis}
+    try:
+        subprocess.run(
+            [str(VENV_BIN / "buildbay"), "db", "upgrade"],
+            env={**os.environ, "BUILDBAY_DATA_DIR": str(root / "pg"), **scaled},
+            check=True,
+            capture_output=True,
+        )
+        configurations = [
+            ("SQLite, 1 process", {}, 1, root / "sqlite"),
+            ("PostgreSQL + Redis, 1 process", scaled, 1, root / "pg"),
+            ("PostgreSQL + Redis, 2 processes", scaled, 2, root / "pg"),
+        ]
+        results = [
+            (name, measure(name, env, workers, data, args.duration, args.connections))
+            for name, env, workers, data in configurations
+        ]
+    finally:
+        asyncio.run(_drop_database(args.postgres))
+        shutil.rmtree(root, ignore_errors=True)
+
+    single_pg = results[1][1].rps
+    print()
+    print(
+        f"wrk -t1 -c{args.connections} -d{args.duration}s, authenticated GET /api/projects "
+        f"(10 projects), enterprise plan (rate limiting on, never 429), {os.cpu_count()} CPUs"
+    )
+    print(
+        table(
+            ["configuration", "req/s", "p50 ms", "p99 ms", "vs PG 1 process", "errors"],
+            [
+                [
+                    name,
+                    f"{r.rps:.0f}",
+                    f"{r.p50_ms:.2f}",
+                    f"{r.p99_ms:.2f}",
+                    f"{r.rps / single_pg:.2f}",
+                    r.non_2xx + r.socket_errors,
+                ]
+                for name, r in results
+            ],
+        )
+    )
+    return 0 if all(r.non_2xx + r.socket_errors == 0 for _, r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
