@@ -10,10 +10,12 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+from buildbay.app import create_app
 from buildbay.clock import FrozenClock
+from buildbay.config import Settings
 from buildbay.storage.base import ObjectNotFound, StorageUnavailable
 from buildbay.storage.s3 import S3Storage, _hex_sha256
-from tests.conftest import S3_REGION, S3Server
+from tests.conftest import BASE_URL, S3_REGION, S3Server, assert_problem
 from tests.processes import free_port
 from tests.storage.conftest import StorageHarness, new_key
 
@@ -139,3 +141,19 @@ async def test_a_missing_bucket_is_storage_unavailable_not_a_missing_object(
         await storage.check()
     with pytest.raises((StorageUnavailable, ObjectNotFound)):
         await storage.compute_sha256(new_key())
+
+
+async def test_readyz_fails_while_the_bucket_is_unreachable(
+    settings: Settings, clock: FrozenClock
+) -> None:
+    storage = S3Storage(
+        "nowhere", endpoint_url=f"http://127.0.0.1:{free_port()}", region=S3_REGION, clock=clock.now
+    )
+    app = create_app(settings, clock=clock, storage=storage, migrate_on_start=False)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+        r = await client.get("/readyz")
+    await app.state.ctx.engine.dispose()
+    problem = assert_problem(r, 503, "not_ready")
+    assert problem["checks"] == {"database": "ok", "storage": "failing"}
+    assert r.headers["retry-after"] == "5"
