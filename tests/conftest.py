@@ -107,7 +107,7 @@ class S3Server:
     endpoint_url: str
     env: dict[str, str]  # what a process needs to reach it (credentials, region)
 
-    def new_bucket(self) -> str:
+    def new_bucket(self, *, versioned: bool = False) -> str:
         import botocore.session
 
         name = f"buildbay-{uuid.uuid4().hex[:12]}"
@@ -115,6 +115,8 @@ class S3Server:
             "s3", endpoint_url=self.endpoint_url, region_name=S3_REGION
         )
         client.create_bucket(Bucket=name)
+        if versioned:
+            client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
         return name
 
 

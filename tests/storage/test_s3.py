@@ -157,3 +157,57 @@ async def test_readyz_fails_while_the_bucket_is_unreachable(
     problem = assert_problem(r, 503, "not_ready")
     assert problem["checks"] == {"database": "ok", "storage": "failing"}
     assert r.headers["retry-after"] == "5"
+
+
+async def test_in_a_versioned_bucket_a_put_after_verify_cannot_change_the_build(
+    settings: Settings, clock: FrozenClock, s3_server: S3Server
+) -> None:
+    storage = S3Storage(
+        s3_server.new_bucket(versioned=True),
+        endpoint_url=s3_server.endpoint_url,
+        region=S3_REGION,
+        clock=clock.now,
+    )
+    app = create_app(settings, clock=clock, storage=storage, migrate_on_start=False)
+    verified, later = b"the verified build", b"bytes PUT after verify"
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url=BASE_URL) as api,
+        httpx.AsyncClient() as bucket,
+    ):
+        r = await api.post(
+            "/api/auth/register", json={"email": "v@example.com", "password": "pw-123456"}
+        )
+        auth = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        project = (await api.post("/api/projects", json={"name": "P"}, headers=auth)).json()["id"]
+        app_id = (
+            await api.post(
+                f"/api/projects/{project}/applications", json={"name": "A"}, headers=auth
+            )
+        ).json()["id"]
+        builds = f"/api/app-distribution/{project}/{app_id}/builds"
+        link = (
+            await api.post(
+                f"{builds}/upload-link",
+                json={"fileName": "a.apk", "fileSize": len(verified)},
+                headers=auth,
+            )
+        ).json()
+        assert (
+            await bucket.put(link["uploadUrl"], content=verified, headers=link["uploadHeaders"])
+        ).is_success
+        r = await api.post(f"{builds}/verify", json={"buildId": link["buildId"]}, headers=auth)
+        assert r.status_code == 200, r.text
+
+        # The upload URL is still valid and the bucket takes the PUT (same size: S3 signs it).
+        replaced = later[: len(verified)].ljust(len(verified), b"!")
+        assert (
+            await bucket.put(link["uploadUrl"], content=replaced, headers=link["uploadHeaders"])
+        ).is_success
+
+        download = await api.get(f"{builds}/{link['buildId']}/download", headers=auth)
+        assert download.status_code == 302
+        served = await bucket.get(download.headers["location"])
+    await app.state.ctx.engine.dispose()
+    assert served.content == verified
+    assert r.json()["sha256"] == hashlib.sha256(verified).hexdigest()

@@ -34,6 +34,8 @@ class Build(Base):
     )
     notes: Mapped[str | None] = mapped_column(Text)
     storage_key: Mapped[str] = mapped_column(String(512), unique=True)
+    # The object's version that verify checked, where the storage keeps versions (ObjectInfo).
+    storage_version: Mapped[str | None] = mapped_column(String(1024))
     uploaded_by: Mapped[str | None] = mapped_column(
         ForeignKey("users.id", ondelete="SET NULL"), index=True
     )

@@ -103,20 +103,27 @@ class BuildService:
         # Under the object's guard, and committed before it is let go: an upload that is still
         # streaming either lands before the check or finds the build ready and is refused.
         async with self.storage.guard(build.storage_key):
-            sha256 = await self._checked_sha256(build)
+            sha256, version = await self._checked_bytes(build)
             # Conditional: of two concurrent verifies one makes the change, both answer the build.
             await self.db.execute(
                 update(Build)
                 .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
-                .values(status=BuildStatus.READY, sha256=sha256, notes=notes, verified_at=self.now)
+                .values(
+                    status=BuildStatus.READY,
+                    sha256=sha256,
+                    storage_version=version,
+                    notes=notes,
+                    verified_at=self.now,
+                )
                 .execution_options(synchronize_session=False)
             )
             await self.db.commit()
         # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
         return await self.get(application, build.id, reload=True)
 
-    async def _checked_sha256(self, build: Build) -> str:
-        """The stored bytes' SHA-256, once they are all there and match what was declared."""
+    async def _checked_bytes(self, build: Build) -> tuple[str, str | None]:
+        """The stored bytes' SHA-256 (and storage version), once they are all there and match
+        what was declared."""
         info = await self.storage.stat(build.storage_key)
         if info is None:
             raise ValidationFailed(
@@ -128,13 +135,13 @@ class BuildService:
                 f"The stored file has {info.size} of the declared {build.file_size} bytes",
                 code="upload_incomplete",
             )
-        sha256 = info.sha256 or await self.storage.compute_sha256(build.storage_key)
+        sha256 = info.sha256 or await self.storage.compute_sha256(build.storage_key, info.version)
         if build.expected_sha256 is not None and sha256 != build.expected_sha256:
             raise ValidationFailed(
                 f"The stored bytes have sha256 {sha256}, not the declared {build.expected_sha256}",
                 code="checksum_mismatch",
             )
-        return sha256
+        return sha256, info.version
 
     # -- reading and deleting ----------------------------------------------------------------------
 
@@ -177,4 +184,6 @@ class BuildService:
                 code="build_not_ready",
             )
         expires_at = self.now + timedelta(seconds=self.settings.download_link_ttl_seconds)
-        return await self.storage.download_url(build.storage_key, build.file_name, expires_at)
+        return await self.storage.download_url(
+            build.storage_key, build.file_name, expires_at, build.storage_version
+        )

@@ -21,6 +21,9 @@ from buildbay.errors import (
 class ObjectInfo:
     size: int
     sha256: str | None  # None when the backend does not know it without reading the bytes
+    # The version of these bytes where the backend keeps several (an S3 bucket with versioning):
+    # verify pins it, so a later PUT to a still-valid upload URL cannot change a ready build.
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +68,20 @@ class Storage(Protocol):
         """A URL the client PUTs exactly `size` bytes to, valid until `expires_at`."""
         ...
 
-    async def download_url(self, key: str, file_name: str, expires_at: datetime) -> str:
-        """A URL that serves the object as an attachment named `file_name` until `expires_at`."""
+    async def download_url(
+        self, key: str, file_name: str, expires_at: datetime, version: str | None = None
+    ) -> str:
+        """A URL that serves the object (that `version` of it, if given) as an attachment named
+        `file_name` until `expires_at`."""
         ...
 
     async def stat(self, key: str) -> ObjectInfo | None:
         """Size (and sha256 where known) of a stored object; None if there is none."""
         ...
 
-    async def compute_sha256(self, key: str) -> str:
-        """Read the object through SHA-256, off the event loop. ObjectNotFound if absent."""
+    async def compute_sha256(self, key: str, version: str | None = None) -> str:
+        """Read the object (that `version` of it) through SHA-256, off the event loop.
+        ObjectNotFound if absent."""
         ...
 
     async def delete(self, key: str) -> None:

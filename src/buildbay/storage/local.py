@@ -70,7 +70,10 @@ class LocalStorage:
         )
         return UploadTarget(url=f"{self._public_url}{UPLOAD_PATH}{quote(key)}?{query}")
 
-    async def download_url(self, key: str, file_name: str, expires_at: datetime) -> str:
+    async def download_url(
+        self, key: str, file_name: str, expires_at: datetime, version: str | None = None
+    ) -> str:
+        # One version per key here: the guard keeps a verified object's bytes as they are.
         expires = int(expires_at.timestamp())
         signature = self._signer.sign("GET", f"{key}\n{file_name}", expires)
         query = urlencode({"name": file_name, "expires": expires, "signature": signature})
@@ -102,7 +105,7 @@ class LocalStorage:
                 sha256 = digest
         return ObjectInfo(size=st.st_size, sha256=sha256)
 
-    async def compute_sha256(self, key: str) -> str:
+    async def compute_sha256(self, key: str, version: str | None = None) -> str:
         path = self.path_of(key)
 
         def _hash() -> str:

@@ -5,9 +5,10 @@ Presigning is a local computation (no network round trip in upload-link); HEAD, 
 go to the bucket through botocore in a pool of threads of their own, so a slow bucket holds
 threads, never the event loop. Every botocore error becomes one of the storage errors.
 
-Unlike the local backend this one cannot refuse a PUT: a presigned URL works until it expires,
-so the holder of an upload link could still replace the bytes of a build verified before the
-link expired (see docs/operations.md). Verify records the sha256 of the bytes it checked.
+Unlike the local backend this one cannot refuse a PUT: a presigned URL works until it expires.
+In a bucket with versioning, verify pins the version it checked, and downloads serve that
+version whatever is PUT later; without versioning, the holder of an upload link could replace
+a verified build's bytes until the link expires (see docs/operations.md).
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ class S3Storage:
         url = self._presign("put_object", params, expires_at)
         return UploadTarget(url=url, headers=headers)
 
-    async def download_url(self, key: str, file_name: str, expires_at: datetime) -> str:
+    async def download_url(
+        self, key: str, file_name: str, expires_at: datetime, version: str | None = None
+    ) -> str:
         # As the local backend's FileResponse writes it: plain when the name allows, else RFC 5987.
         quoted = quote(file_name)
         if quoted == file_name:
@@ -110,6 +113,7 @@ class S3Storage:
             "Bucket": self.bucket,
             "Key": self.object_key(key),
             "ResponseContentDisposition": disposition,
+            **_version(version),
         }
         return self._presign("get_object", params, expires_at)
 
@@ -136,11 +140,20 @@ class S3Storage:
             )
         except ObjectNotFound:
             return None
-        return ObjectInfo(size=int(head["ContentLength"]), sha256=_hex_sha256(head))
+        version = head.get("VersionId")
+        return ObjectInfo(
+            size=int(head["ContentLength"]),
+            sha256=_hex_sha256(head),
+            # "null": the bucket does not keep versions (never enabled, or suspended).
+            version=version if version and version != "null" else None,
+        )
 
-    async def compute_sha256(self, key: str) -> str:
+    async def compute_sha256(self, key: str, version: str | None = None) -> str:
         response = await self._call(
-            self._client.get_object, Bucket=self.bucket, Key=self.object_key(key)
+            self._client.get_object,
+            Bucket=self.bucket,
+            Key=self.object_key(key),
+            **_version(version),
         )
         return await self._run(_hash_stream, response["Body"])
 
@@ -196,6 +209,10 @@ class S3Storage:
         except BotoCoreError as exc:  # connection refused, timeouts, no credentials, ...
             log.warning("S3 unreachable: %s", exc)
             raise StorageUnavailable("The object store cannot be reached") from exc
+
+
+def _version(version: str | None) -> dict[str, str]:
+    return {"VersionId": version} if version else {}
 
 
 def _hex_sha256(head: dict[str, Any]) -> str | None:
