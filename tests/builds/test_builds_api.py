@@ -27,6 +27,7 @@ BUILD_FIELDS = {
     "expiresAt",
     "uploadedBy",
     "metadata",
+    "metadataError",
     "downloadUrl",
 }
 

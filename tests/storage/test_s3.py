@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from datetime import timedelta
@@ -11,10 +12,12 @@ import httpx
 import pytest
 
 from buildbay.app import create_app
+from buildbay.builds.metadata import read_metadata
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.storage.base import ObjectNotFound, StorageUnavailable
 from buildbay.storage.s3 import S3Storage, _hex_sha256
+from tests.builds.test_metadata import ipa
 from tests.conftest import BASE_URL, S3_REGION, S3Server, assert_problem
 from tests.processes import free_port
 from tests.storage.conftest import StorageHarness, new_key
@@ -211,3 +214,27 @@ async def test_in_a_versioned_bucket_a_put_after_verify_cannot_change_the_build(
     await app.state.ctx.engine.dispose()
     assert served.content == verified
     assert r.json()["sha256"] == hashlib.sha256(verified).hexdigest()
+
+
+async def test_an_ipa_in_the_bucket_is_read_with_ranged_gets(
+    s3: S3Storage, clock: FrozenClock
+) -> None:
+    data = ipa(extra={"Assets.car": os.urandom(2 * 1024 * 1024)}).getvalue()  # the asset: unread
+    key = new_key()
+    target = await s3.upload_target(key, len(data), clock.now() + timedelta(hours=1), None)
+    async with httpx.AsyncClient() as http:
+        assert (await http.put(target.url, content=data, headers=target.headers)).is_success
+
+    ranges: list[str] = []
+    s3._client.meta.events.register(
+        "before-call.s3.GetObject", lambda params, **_: ranges.append(params["headers"]["Range"])
+    )
+    metadata, error = await asyncio.to_thread(
+        read_metadata, lambda: s3.open_reader(key, len(data)), "Example.ipa"
+    )
+
+    assert error is None
+    assert metadata is not None
+    assert metadata["bundleId"] == "com.example.app"
+    fetched = sum(int(r.split("-")[1]) - int(r.split("=")[1].split("-")[0]) + 1 for r in ranges)
+    assert fetched < len(data) / 2  # the directory and Info.plist, not the 2 MiB asset

@@ -5,7 +5,7 @@ whatever the archive's directory claims: a zip bomb, a huge manifest or a corrup
 MetadataError, never in unbounded memory or time.
 
 So far: `.ipa` (Info.plist, embedded.mobileprovision, the app icon with Apple's CgBI PNG encoding
-undone). Not yet wired into verify (issue 4).
+undone); verify stores what `read_metadata` finds. APK and AAB are still to come.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import re
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -36,6 +37,22 @@ class MetadataError(Exception):
 class Parsed:
     metadata: dict[str, Any]
     icon_png: bytes | None  # a standard PNG, when the build has an icon
+
+
+def read_metadata(
+    open_file: Callable[[], IO[bytes]], file_name: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(metadata, None) for a file in a known format, (None, why) if it does not parse as the
+    format its name claims, (None, None) for other files. Blocking: run it in a worker thread."""
+    suffix = file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
+    parser = _PARSERS.get(suffix)
+    if parser is None:
+        return None, None
+    try:
+        with open_file() as file:
+            return parser(file).metadata, None
+    except MetadataError as exc:
+        return None, f"Not a readable .{suffix}: {exc}"
 
 
 def parse_ipa(file: IO[bytes]) -> Parsed:
@@ -196,6 +213,9 @@ def normal_png(data: bytes) -> bytes:
         struct.pack(">I", len(chunk)) + kind + chunk + struct.pack(">I", zlib.crc32(kind + chunk))
         for kind, chunk in body
     )
+
+
+_PARSERS: dict[str, Callable[[IO[bytes]], Parsed]] = {"ipa": parse_ipa}
 
 
 def _chunks(data: bytes) -> list[tuple[bytes, bytes]]:

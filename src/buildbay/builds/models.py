@@ -40,6 +40,7 @@ class Build(Base):
         ForeignKey("users.id", ondelete="SET NULL"), index=True
     )
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    metadata_error: Mapped[str | None] = mapped_column(String(500))
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     verified_at: Mapped[datetime | None]

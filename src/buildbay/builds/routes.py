@@ -51,6 +51,7 @@ def to_schema(build: Build, public_url: str) -> schemas.Build:
         expires_at=build.expires_at,
         uploaded_by=build.uploaded_by,
         metadata=build.metadata_,
+        metadata_error=build.metadata_error,
         download_url=download_url,
     )
 

@@ -74,6 +74,9 @@ class Build(ApiModel):
     metadata: dict[str, Any] | None = Field(
         description="What the build file says about itself, where the format is known"
     )
+    metadata_error: str | None = Field(
+        description="Why `metadata` is null for a file whose name says .ipa but does not parse",
+    )
     download_url: str | None = Field(
         description="The tester download endpoint (302 to the file), once the build is ready"
     )

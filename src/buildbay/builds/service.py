@@ -7,18 +7,23 @@ ready one whose bytes were checked; never a ready build without its bytes.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
+from typing import IO, Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.models import Application
+from buildbay.applications.models import Application, Platform
 from buildbay.auth.models import User
+from buildbay.builds.metadata import read_metadata
 from buildbay.builds.models import Build, BuildStatus
 from buildbay.config import Settings
 from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id, split_page
 from buildbay.storage.base import Storage, UploadTarget
+
+METADATA_SECONDS = 30  # to read what a build says about itself; past it, no metadata
 
 
 def _human_size(size: int) -> str:
@@ -104,6 +109,13 @@ class BuildService:
         # streaming either lands before the check or finds the build ready and is refused.
         async with self.storage.guard(build.storage_key):
             sha256, version = await self._checked_bytes(build)
+            metadata, metadata_error = await self._metadata(build, version)
+            identity = (metadata or {}).get("bundleId")
+            if identity and application.bundle_id and identity != application.bundle_id:
+                raise ValidationFailed(
+                    f"This build is {identity}; the application is {application.bundle_id}",
+                    code="bundle_id_mismatch",
+                )
             # Conditional: of two concurrent verifies one makes the change, both answer the build.
             await self.db.execute(
                 update(Build)
@@ -112,14 +124,50 @@ class BuildService:
                     status=BuildStatus.READY,
                     sha256=sha256,
                     storage_version=version,
+                    metadata_=metadata,
+                    metadata_error=metadata_error,
                     notes=notes,
                     verified_at=self.now,
                 )
                 .execution_options(synchronize_session=False)
             )
+            if identity:
+                await self._adopt_identity(application, identity)
             await self.db.commit()
         # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
         return await self.get(application, build.id, reload=True)
+
+    async def _metadata(
+        self, build: Build, version: str | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
+        storage = self.storage
+
+        def open_file() -> IO[bytes]:
+            return storage.open_reader(build.storage_key, build.file_size, version)
+
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(read_metadata, open_file, build.file_name), METADATA_SECONDS
+            )
+        except TimeoutError:
+            return None, f"Reading the file took longer than {METADATA_SECONDS} seconds"
+
+    async def _adopt_identity(self, application: Application, bundle_id: str) -> None:
+        """An application without a bundle id takes its first ready build's (and, if its
+        platform is unset, iOS: only .ipa files give one so far)."""
+        await self.db.execute(
+            update(Application)
+            .where(Application.id == application.id, Application.bundle_id.is_(None))
+            .values(bundle_id=bundle_id)
+            .execution_options(synchronize_session=False)
+        )
+        await self.db.execute(
+            update(Application)
+            .where(Application.id == application.id, Application.platform == Platform.OTHER)
+            .values(platform=Platform.IOS)
+            .execution_options(synchronize_session=False)
+        )
 
     async def _checked_bytes(self, build: Build) -> tuple[str, str | None]:
         """The stored bytes' SHA-256 (and storage version), once they are all there and match

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from buildbay.errors import (
     BadRequest,
@@ -82,6 +82,11 @@ class Storage(Protocol):
     async def compute_sha256(self, key: str, version: str | None = None) -> str:
         """Read the object (that `version` of it) through SHA-256, off the event loop.
         ObjectNotFound if absent."""
+        ...
+
+    def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:
+        """The object (of `size` bytes; that `version` of it) as a seekable binary file whose
+        reads block: for a worker thread. ObjectNotFound if absent."""
         ...
 
     async def delete(self, key: str) -> None:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from stat import S_ISREG
+from typing import BinaryIO
 from urllib.parse import quote, urlencode
 
 from buildbay.storage.base import (
@@ -104,6 +105,12 @@ class LocalStorage:
             if int(size) == st.st_size and int(inode) == st.st_ino:
                 sha256 = digest
         return ObjectInfo(size=st.st_size, sha256=sha256)
+
+    def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:
+        try:
+            return self.path_of(key).open("rb")
+        except (FileNotFoundError, IsADirectoryError):
+            raise ObjectNotFound("No stored object under this key") from None
 
     async def compute_sha256(self, key: str, version: str | None = None) -> str:
         path = self.path_of(key)

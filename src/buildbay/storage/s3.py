@@ -20,10 +20,11 @@ import concurrent.futures
 import contextlib
 import functools
 import hashlib
+import io
 import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import quote
 
 import botocore.session
@@ -157,6 +158,10 @@ class S3Storage:
         )
         return await self._run(_hash_stream, response["Body"])
 
+    def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:
+        raw = _RangeReader(self._client, self.bucket, self.object_key(key), size, version)
+        return io.BufferedReader(raw, buffer_size=256 * 1024)
+
     async def delete(self, key: str) -> None:
         # S3 answers 204 for an absent key as well.
         await self._call(self._client.delete_object, Bucket=self.bucket, Key=self.object_key(key))
@@ -209,6 +214,48 @@ class S3Storage:
         except BotoCoreError as exc:  # connection refused, timeouts, no credentials, ...
             log.warning("S3 unreachable: %s", exc)
             raise StorageUnavailable("The object store cannot be reached") from exc
+
+
+class _RangeReader(io.RawIOBase):
+    """A seekable, read-only view of one object, read with ranged GETs: zipfile can find an
+    archive's directory and a few entries without the whole object being fetched."""
+
+    def __init__(self, client: Any, bucket: str, key: str, size: int, version: str | None) -> None:
+        self._client, self._bucket, self._key = client, bucket, key
+        self._size, self._version, self._position = size, version, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        end = min(self._position + len(view), self._size)
+        if end <= self._position:
+            return 0
+        try:
+            response = self._client.get_object(
+                Bucket=self._bucket,
+                Key=self._key,
+                Range=f"bytes={self._position}-{end - 1}",
+                **_version(self._version),
+            )
+            data = response["Body"].read()
+        except (ClientError, BotoCoreError) as exc:
+            raise OSError(f"the object store refused a read: {exc}") from exc
+        view[: len(data)] = data
+        self._position += len(data)
+        return len(data)
 
 
 def _version(version: str | None) -> dict[str, str]:

@@ -1,0 +1,84 @@
+"""Verify reads what an .ipa says about itself, checks it against the application, and keeps a
+build whose file does not parse (with the reason)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.builds.conftest import Builds
+from tests.builds.test_metadata import INFO, ipa
+from tests.conftest import assert_problem
+
+IPA = ipa().getvalue()
+
+
+async def _verified(builds: Builds, data: bytes, file_name: str) -> httpx.Response:
+    link = await builds.link(data, fileName=file_name)
+    assert (await builds.put(link, data)).status_code == 200
+    return await builds.verify(link["buildId"])
+
+
+async def _application(builds: Builds) -> dict[str, Any]:
+    r = await builds.client.get(
+        f"/api/projects/{builds.project_id}/applications/{builds.app_id}",
+        headers=builds.owner.headers,
+    )
+    assert r.status_code == 200
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def test_an_ipa_build_carries_its_metadata_and_names_the_application(
+    builds: Builds,
+) -> None:
+    assert (await _application(builds))["bundleId"] is None
+
+    r = await _verified(builds, IPA, "Example.ipa")
+
+    assert r.status_code == 200, r.text
+    build = r.json()
+    assert build["metadata"]["bundleId"] == INFO["CFBundleIdentifier"]
+    assert build["metadata"]["shortVersion"] == "2.4.0"
+    assert build["metadata"]["buildNumber"] == "812"
+    assert build["metadataError"] is None
+    listed = await builds.client.get(builds.base, headers=builds.owner.headers)
+    assert listed.json()["builds"][0]["metadata"] == build["metadata"]
+    application = await _application(builds)
+    assert application["bundleId"] == "com.example.app"  # taken from its first ready build
+    assert application["platform"] == "ios"
+
+
+async def test_a_build_of_another_app_is_refused_and_stays_pending(builds: Builds) -> None:
+    r = await builds.client.put(
+        f"/api/projects/{builds.project_id}/applications/{builds.app_id}",
+        json={"bundleId": "com.example.other"},
+        headers=builds.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    link = await builds.link(IPA, fileName="Example.ipa")
+    await builds.put(link, IPA)
+
+    problem = assert_problem(await builds.verify(link["buildId"]), 422, "bundle_id_mismatch")
+    assert "com.example.app" in problem["detail"]
+    assert (await builds.get(link["buildId"])).json()["status"] == "pending"
+
+
+async def test_a_file_that_is_not_the_ipa_it_claims_is_ready_without_metadata(
+    builds: Builds,
+) -> None:
+    r = await _verified(builds, b"PK\x03\x04 this is not really a zip", "Broken.ipa")
+
+    assert r.status_code == 200, r.text
+    build = r.json()
+    assert build["status"] == "ready"
+    assert build["metadata"] is None
+    assert build["metadataError"].startswith("Not a readable .ipa: not a zip archive")
+    assert (await _application(builds))["bundleId"] is None
+
+
+async def test_a_format_not_read_yet_has_neither_metadata_nor_an_error(builds: Builds) -> None:
+    build = (await _verified(builds, IPA, "installer.exe")).json()
+    assert build["metadata"] is None
+    assert build["metadataError"] is None
