@@ -41,6 +41,7 @@ MINIMUM_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds"): "tester",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/verify"): "developer",
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/latest"): "tester",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "tester",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/download"): "tester",
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",

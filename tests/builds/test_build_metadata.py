@@ -82,3 +82,46 @@ async def test_a_format_not_read_yet_has_neither_metadata_nor_an_error(builds: B
     build = (await _verified(builds, IPA, "installer.exe")).json()
     assert build["metadata"] is None
     assert build["metadataError"] is None
+
+
+async def _ipa_build(builds: Builds, short_version: str, build_number: str) -> dict[str, Any]:
+    info = {**INFO, "CFBundleShortVersionString": short_version, "CFBundleVersion": build_number}
+    r = await _verified(builds, ipa(info).getvalue(), "Example.ipa")
+    assert r.status_code == 200, r.text
+    build: dict[str, Any] = r.json()
+    return build
+
+
+async def test_builds_can_be_filtered_by_version_name_and_code(builds: Builds) -> None:
+    first = await _ipa_build(builds, "1.0.0", "100")
+    second = await _ipa_build(builds, "1.1.0", "110")
+    third = await _ipa_build(builds, "1.1.0", "111")
+
+    async def ids(**params: str) -> list[str]:
+        r = await builds.client.get(builds.base, params=params, headers=builds.owner.headers)
+        assert r.status_code == 200, r.text
+        return [b["buildId"] for b in r.json()["builds"]]
+
+    assert await ids(versionName="1.1.0") == [third["buildId"], second["buildId"]]
+    assert await ids(versionCode="100") == [first["buildId"]]
+    assert await ids(versionName="1.1.0", versionCode="110") == [second["buildId"]]
+    assert await ids(versionName="9.9.9") == []
+
+
+async def test_latest_is_the_newest_ready_build_of_the_version_asked(builds: Builds) -> None:
+    latest = f"{builds.base}/latest"
+    assert_problem(
+        await builds.client.get(latest, headers=builds.owner.headers), 404, "build_not_found"
+    )
+    older = await _ipa_build(builds, "1.0.0", "100")
+    newer = await _ipa_build(builds, "2.0.0", "200")
+    await builds.link(IPA, fileName="pending.ipa")  # pending builds never count
+
+    r = await builds.client.get(latest, headers=builds.owner.headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["buildId"] == newer["buildId"]
+    assert r.json()["downloadUrl"].endswith(f"/builds/{newer['buildId']}/download")
+    r = await builds.client.get(
+        latest, params={"versionName": "1.0.0"}, headers=builds.owner.headers
+    )
+    assert r.json()["buildId"] == older["buildId"]

@@ -7,7 +7,7 @@ from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
 from buildbay.builds.models import Build, BuildStatus
-from buildbay.builds.service import BuildService
+from buildbay.builds.service import BuildService, VersionFilter
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.errors import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
@@ -20,6 +20,22 @@ router = APIRouter(
 )
 
 BY_ID = problem_responses(401, 403, 404, 429)
+VersionName = Annotated[
+    str | None,
+    Query(
+        alias="versionName",
+        max_length=100,
+        description="Only builds of this version name (APK versionName, IPA shortVersion)",
+    ),
+]
+VersionCode = Annotated[
+    str | None,
+    Query(
+        alias="versionCode",
+        max_length=100,
+        description="Only builds of this version code (APK versionCode, IPA buildNumber)",
+    ),
+]
 BuildId = Annotated[str, Path(alias="buildId")]
 
 
@@ -68,8 +84,16 @@ async def list_builds(
     ctx: Context,
     page: Page,
     status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
+    version_name: VersionName = None,
+    version_code: VersionCode = None,
 ) -> schemas.BuildList:
-    builds, next_cursor = await service.list(access.application, status, page.limit, page.after_id)
+    builds, next_cursor = await service.list(
+        access.application,
+        status,
+        page.limit,
+        page.after_id,
+        VersionFilter(version_name, version_code),
+    )
     public_url = ctx.settings.resolved_public_url
     return schemas.BuildList(
         builds=[to_schema(b, public_url) for b in builds], next_cursor=next_cursor
@@ -109,6 +133,23 @@ async def verify_upload(
     return to_schema(build, ctx.settings.resolved_public_url)
 
 
+@router.get(
+    "/latest",
+    responses=problem_responses(401, 403, 404, 422, 429),
+    summary="The newest ready build (of a version, if asked): a stable address for CI",
+)
+async def latest_build(
+    access: BuildsTester,
+    service: Service,
+    ctx: Context,
+    version_name: VersionName = None,
+    version_code: VersionCode = None,
+) -> schemas.Build:
+    build = await service.latest(access.application, VersionFilter(version_name, version_code))
+    return to_schema(build, ctx.settings.resolved_public_url)
+
+
+# After /latest: a path parameter would take that word for a build id.
 @router.get("/{buildId}", responses=BY_ID, summary="Get a build")
 async def get_build(
     build_id: BuildId, access: BuildsTester, service: Service, ctx: Context

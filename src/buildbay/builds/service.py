@@ -8,10 +8,11 @@ ready one whose bytes were checked; never a ready build without its bytes.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, String, cast, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, Platform
@@ -24,6 +25,31 @@ from buildbay.ids import new_id, split_page
 from buildbay.storage.base import Storage, UploadTarget
 
 METADATA_SECONDS = 30  # to read what a build says about itself; past it, no metadata
+
+
+@dataclass(frozen=True, slots=True)
+class VersionFilter:
+    """`?versionName=` and `?versionCode=`: an APK's own fields, or for an .ipa its
+    CFBundleShortVersionString (`shortVersion`) and CFBundleVersion (`buildNumber`)."""
+
+    name: str | None = None
+    code: str | None = None
+
+
+def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]:
+    if version is None:
+        return []
+    clauses = []
+    for wanted, keys in (
+        (version.name, ("versionName", "shortVersion")),
+        (version.code, ("versionCode", "buildNumber")),
+    ):
+        if wanted is not None:
+            # As text on both databases (an APK's versionCode is a number in the JSON).
+            clauses.append(
+                or_(*(cast(Build.metadata_[key].as_string(), String) == wanted for key in keys))
+            )
+    return clauses
 
 
 def _human_size(size: int) -> str:
@@ -194,11 +220,16 @@ class BuildService:
     # -- reading and deleting ----------------------------------------------------------------------
 
     async def list(
-        self, application: Application, status: BuildStatus | None, limit: int, after_id: str | None
+        self,
+        application: Application,
+        status: BuildStatus | None,
+        limit: int,
+        after_id: str | None,
+        version: VersionFilter | None = None,
     ) -> tuple[list[Build], str | None]:
         stmt = (
             select(Build)
-            .where(Build.application_id == application.id)
+            .where(Build.application_id == application.id, *_version_clauses(version))
             .order_by(Build.id.desc())
             .limit(limit + 1)
         )
@@ -207,6 +238,22 @@ class BuildService:
         if after_id is not None:
             stmt = stmt.where(Build.id < after_id)
         return split_page(list(await self.db.scalars(stmt)), limit, lambda b: b.id)
+
+    async def latest(self, application: Application, version: VersionFilter | None) -> Build:
+        """The newest ready build (of that version, if asked)."""
+        build = await self.db.scalar(
+            select(Build)
+            .where(
+                Build.application_id == application.id,
+                Build.status == BuildStatus.READY,
+                *_version_clauses(version),
+            )
+            .order_by(Build.id.desc())
+            .limit(1)
+        )
+        if build is None:
+            raise NotFound("No ready build matches", code="build_not_found")
+        return build
 
     async def get(self, application: Application, build_id: str, *, reload: bool = False) -> Build:
         build = await self.db.scalar(
