@@ -54,7 +54,8 @@ _SESSION = "buildbay.session"
 class TransactionRoute(APIRoute):
     """A route whose request session (SessionDep) commits once the response is built, before it
     is sent, so a client never sees success for a write that did not land; any error rolls it
-    back. Every router of the API uses this class (tests/test_app.py checks it).
+    back. Every router of the API uses this class (tests/db/test_request_transactions.py checks
+    it).
 
     A route class rather than a generator dependency: FastAPI runs a generator dependency
     through context managers and an exit stack, which cost more on every request than the

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 from sqlalchemy import event, make_url
@@ -82,18 +80,18 @@ async def finish(session: AsyncSession, *, ok: bool) -> None:
     Raises what the commit raises (after rolling back), so a caller never reports success for a
     write that did not land.
     """
-    if not session.in_transaction() and not has_writes(session):
+    wrote = has_writes(session)
+    if not wrote and not session.in_transaction():
         return  # never used: no connection to give back, nothing to write
-    if ok and has_writes(session):
+    if not ok:
+        await _discard(session)
+        return
+    if wrote:
         try:
             await session.commit()
         except BaseException:
             await _discard(session)
             raise
-        session.info.pop(WROTE, None)
-    elif not ok:
-        await _discard(session)
-        return
     # After a commit, or with nothing written: the connection goes back to the pool (a read-only
     # transaction is rolled back there); bookkeeping with no I/O to protect, so no extra task.
     await session.close()
@@ -104,15 +102,3 @@ async def _discard(session: AsyncSession) -> None:
     # cancelled meanwhile: the connection goes back to the pool whatever happens.
     async with session:
         await session.rollback()
-
-
-@contextlib.asynccontextmanager
-async def transaction(factory: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
-    """A session whose work commits if the block succeeds and rolls back if it raises."""
-    session = factory()
-    try:
-        yield session
-    except BaseException:
-        await finish(session, ok=False)
-        raise
-    await finish(session, ok=True)
