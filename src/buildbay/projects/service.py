@@ -39,15 +39,11 @@ def _applications_count_of(project_id: Any) -> Select[Any]:
 # session costs several times what SQLite takes to find the rows.
 _projects = Project.__table__
 _members = ProjectMember.__table__
-_applications = Application.__table__
 _PROJECTS_OF_MEMBER = (
     select(
         _projects.c.id,
         _projects.c.name,
-        select(func.count(_applications.c.id))
-        .where(_applications.c.project_id == _projects.c.id)
-        .scalar_subquery()
-        .label("applications_count"),
+        _applications_count_of(_projects.c.id).scalar_subquery().label("applications_count"),
         _projects.c.created_at,
         _projects.c.updated_at,
     )
