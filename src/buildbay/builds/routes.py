@@ -20,22 +20,30 @@ router = APIRouter(
 )
 
 BY_ID = problem_responses(401, 403, 404, 429)
-VersionName = Annotated[
-    str | None,
-    Query(
-        alias="versionName",
-        max_length=100,
-        description="Only builds of this version name (APK versionName, IPA shortVersion)",
-    ),
-]
-VersionCode = Annotated[
-    str | None,
-    Query(
-        alias="versionCode",
-        max_length=100,
-        description="Only builds of this version code (APK versionCode, IPA buildNumber)",
-    ),
-]
+
+
+async def version_filter(
+    version_name: Annotated[
+        str | None,
+        Query(
+            alias="versionName",
+            max_length=100,
+            description="Only builds of this version name (APK versionName, IPA shortVersion)",
+        ),
+    ] = None,
+    version_code: Annotated[
+        str | None,
+        Query(
+            alias="versionCode",
+            max_length=100,
+            description="Only builds of this version code (APK versionCode, IPA buildNumber)",
+        ),
+    ] = None,
+) -> VersionFilter:
+    return VersionFilter(version_name, version_code)
+
+
+Version = Annotated[VersionFilter, Depends(version_filter)]
 BuildId = Annotated[str, Path(alias="buildId")]
 
 
@@ -83,16 +91,11 @@ async def list_builds(
     service: Service,
     ctx: Context,
     page: Page,
+    version: Version,
     status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
-    version_name: VersionName = None,
-    version_code: VersionCode = None,
 ) -> schemas.BuildList:
     builds, next_cursor = await service.list(
-        access.application,
-        status,
-        page.limit,
-        page.after_id,
-        VersionFilter(version_name, version_code),
+        access.application, status, page.limit, page.after_id, version
     )
     public_url = ctx.settings.resolved_public_url
     return schemas.BuildList(
@@ -142,10 +145,9 @@ async def latest_build(
     access: BuildsTester,
     service: Service,
     ctx: Context,
-    version_name: VersionName = None,
-    version_code: VersionCode = None,
+    version: Version,
 ) -> schemas.Build:
-    build = await service.latest(access.application, VersionFilter(version_name, version_code))
+    build = await service.latest(access.application, version)
     return to_schema(build, ctx.settings.resolved_public_url)
 
 
