@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import BinaryIO, Protocol
+from typing import IO, BinaryIO, Protocol
 
 from buildbay.errors import (
     BadRequest,
@@ -33,6 +34,17 @@ class UploadTarget:
     headers: dict[str, str] = field(
         default_factory=lambda: {"Content-Type": "application/octet-stream"}
     )
+
+
+READ_BLOCK = 1024 * 1024
+
+
+def sha256_of(stream: IO[bytes]) -> str:
+    """Hex SHA-256 of what is left to read in `stream`, read in blocks (blocking: a thread's)."""
+    digest = hashlib.sha256()
+    while block := stream.read(READ_BLOCK):
+        digest.update(block)
+    return digest.hexdigest()
 
 
 class StorageError(BuildbayError):

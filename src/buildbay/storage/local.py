@@ -33,12 +33,12 @@ from buildbay.storage.base import (
     StorageFull,
     StorageUnavailable,
     UploadTarget,
+    sha256_of,
 )
 from buildbay.storage.signing import UrlSigner
 
 WRITE_BLOCK = 1024 * 1024  # bytes handed to the writer thread at a time
 WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts flushing them
-READ_BLOCK = 1024 * 1024
 UPLOAD_PATH = "/storage/uploads/"
 DOWNLOAD_PATH = "/storage/files/"
 LOCK_STRIPES = 64
@@ -106,24 +106,17 @@ class LocalStorage:
                 sha256 = digest
         return ObjectInfo(size=st.st_size, sha256=sha256)
 
-    def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:
+    def open_reader(self, key: str, size: int = 0, version: str | None = None) -> BinaryIO:
+        # One size and version per key here: the file is what it is.
         try:
             return self.path_of(key).open("rb")
         except (FileNotFoundError, IsADirectoryError):
             raise ObjectNotFound("No stored object under this key") from None
 
     async def compute_sha256(self, key: str, version: str | None = None) -> str:
-        path = self.path_of(key)
-
         def _hash() -> str:
-            digest = hashlib.sha256()
-            try:
-                with path.open("rb") as f:
-                    while block := f.read(READ_BLOCK):
-                        digest.update(block)
-            except (FileNotFoundError, IsADirectoryError):
-                raise ObjectNotFound("No stored object under this key") from None
-            return digest.hexdigest()
+            with self.open_reader(key) as f:
+                return sha256_of(f)
 
         return await asyncio.to_thread(_hash)
 

@@ -19,7 +19,6 @@ import binascii
 import concurrent.futures
 import contextlib
 import functools
-import hashlib
 import io
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -31,13 +30,18 @@ import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from buildbay.storage.base import ObjectInfo, ObjectNotFound, StorageUnavailable, UploadTarget
+from buildbay.storage.base import (
+    ObjectInfo,
+    ObjectNotFound,
+    StorageUnavailable,
+    UploadTarget,
+    sha256_of,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-READ_BLOCK = 1024 * 1024
 _MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4's limit
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
 # Enough threads for many concurrent HEADs and hashes; each waits on the network, not the CPU.
@@ -156,7 +160,13 @@ class S3Storage:
             Key=self.object_key(key),
             **_version(version),
         )
-        return await self._run(_hash_stream, response["Body"])
+        body = response["Body"]
+
+        def _hash() -> str:
+            with contextlib.closing(body):
+                return sha256_of(body)
+
+        return await self._run(_hash)
 
     def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:
         raw = _RangeReader(self._client, self.bucket, self.object_key(key), size, version)
@@ -271,13 +281,3 @@ def _hex_sha256(head: dict[str, Any]) -> str | None:
         return base64.b64decode(checksum, validate=True).hex()
     except (binascii.Error, ValueError):
         return None
-
-
-def _hash_stream(body: Any) -> str:
-    digest = hashlib.sha256()
-    try:
-        for block in iter(lambda: body.read(READ_BLOCK), b""):
-            digest.update(block)
-    finally:
-        body.close()
-    return digest.hexdigest()
