@@ -44,21 +44,16 @@ PROJECTS = 10
 WARMUP_SECONDS = 3
 
 
-async def _recreate_database(server_url: str) -> None:
+async def _admin(server_url: str, *statements: str) -> None:
     connection = await asyncpg.connect(f"{server_url}/postgres")
     try:
-        await connection.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        await connection.execute(f"CREATE DATABASE {DATABASE}")
+        for statement in statements:
+            await connection.execute(statement)
     finally:
         await connection.close()
 
 
-async def _drop_database(server_url: str) -> None:
-    connection = await asyncpg.connect(f"{server_url}/postgres")
-    try:
-        await connection.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-    finally:
-        await connection.close()
+DROP = f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"
 
 
 def measure(
@@ -98,7 +93,7 @@ def main() -> int:
         raise SystemExit("wrk is not installed")
 
     root = Path(tempfile.mkdtemp(prefix="buildbay-bench-scale-"))
-    asyncio.run(_recreate_database(args.postgres))
+    asyncio.run(_admin(args.postgres, DROP, f"CREATE DATABASE {DATABASE}"))
     redis.Redis.from_url(args.redis).flushdb()
     pg_url = f"{args.postgres.replace('postgresql://', 'postgresql+asyncpg://')}/{DATABASE}"
     scaled = {"BUILDBAY_DATABASE_URL": pg_url, "BUILDBAY_REDIS_URL": args.redis}
@@ -119,7 +114,7 @@ def main() -> int:
             for name, env, workers, data in configurations
         ]
     finally:
-        asyncio.run(_drop_database(args.postgres))
+        asyncio.run(_admin(args.postgres, DROP))
         shutil.rmtree(root, ignore_errors=True)
 
     single_pg = results[1][1].rps
