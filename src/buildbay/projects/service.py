@@ -37,13 +37,19 @@ def _applications_count_of(project_id: Any) -> Select[Any]:
 # Built once, not per request: composing a statement costs more than SQLite takes to run it.
 # Core over the tables, not ORM entities: a list only reads, and loading entities into the
 # session costs several times what SQLite takes to find the rows.
+# (So the count is spelled out here: _applications_count_of names an ORM attribute, and any
+# ORM attribute in the statement sends the whole list through the ORM's loading again.)
 _projects = Project.__table__
 _members = ProjectMember.__table__
+_applications = Application.__table__
 _PROJECTS_OF_MEMBER = (
     select(
         _projects.c.id,
         _projects.c.name,
-        _applications_count_of(_projects.c.id).scalar_subquery().label("applications_count"),
+        select(func.count(_applications.c.id))
+        .where(_applications.c.project_id == _projects.c.id)
+        .scalar_subquery()
+        .label("applications_count"),
         _projects.c.created_at,
         _projects.c.updated_at,
     )
