@@ -14,7 +14,7 @@ from sqlalchemy import event, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from buildbay.db.engine import finish, has_writes
+from buildbay.db.engine import finish, has_writes, read_rows
 from buildbay.deps import SessionDep, TransactionRoute
 from buildbay.errors import Conflict
 from buildbay.projects.models import Project
@@ -176,3 +176,29 @@ async def test_a_session_outside_a_transaction_route_is_refused(app: FastAPI) ->
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         with pytest.raises(RuntimeError, match="SessionDep needs a TransactionRoute"):
             await c.get("/plain")
+
+
+async def test_read_rows_leaves_an_unused_session_unused(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    async with sessions() as db:
+        db.add(_project("prj_committed"))
+        await db.commit()
+    session = sessions()
+    rows = await read_rows(session, select(Project.name), {})
+    assert [row.name for row in rows] == ["prj_committed"]
+    # Read on a connection of its own, which is back in the pool: the session holds none.
+    assert not session.in_transaction()
+    await finish(session, ok=True)
+
+
+async def test_read_rows_reads_in_the_sessions_transaction_once_it_has_one(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    session = sessions()
+    session.add(_project("prj_uncommitted"))
+    await session.flush()
+    rows = await read_rows(session, select(Project.name), {})
+    assert [row.name for row in rows] == ["prj_uncommitted"]  # its own write, not yet committed
+    await finish(session, ok=False)
+    assert await _project_names(sessions) == []

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import event, make_url
+from sqlalchemy import Engine, Executable, Row, event, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -12,6 +13,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.util import greenlet_spawn
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
 
@@ -102,3 +104,28 @@ async def _discard(session: AsyncSession) -> None:
     # cancelled meanwhile: the connection goes back to the pool whatever happens.
     async with session:
         await session.rollback()
+
+
+async def read_rows(
+    session: AsyncSession, statement: Executable, params: Mapping[str, Any]
+) -> Sequence[Row[Any]]:
+    """The rows of one Core SELECT, as `session` sees them.
+
+    A session already in a transaction reads on its connection (and sees its own writes). Otherwise the rows come
+    from a pooled connection of the engine, taken, used and given back in one trip into
+    SQLAlchemy's synchronous layer rather than one per step: on the hot list endpoint the ORM
+    session and its greenlet round trips cost twice what this does (bench/api.py). The session
+    is left unused, so a request never holds two connections (which a busy pool could deadlock
+    on).
+    """
+    if session.in_transaction():
+        return (await session.execute(statement, params)).all()
+    assert session.bind is not None
+    return await greenlet_spawn(_read_rows, session.bind.sync_engine, statement, params)
+
+
+def _read_rows(
+    engine: Engine, statement: Executable, params: Mapping[str, Any]
+) -> Sequence[Row[Any]]:
+    with engine.connect() as connection:
+        return connection.execute(statement, params).all()

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import CurrentUser
-from buildbay.deps import Context, SessionDep, TransactionRoute, get_context
+from buildbay.deps import Context, SessionDep, TransactionRoute, get_context, request_session
 from buildbay.errors import problem_responses
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
@@ -59,15 +59,12 @@ def _member(view: MemberView) -> schemas.Member:
     summary="List the projects you are a member of, newest first",
     openapi_extra=PAGE_QUERY,
 )
-async def list_projects(
-    caller: CurrentUser,
-    db: SessionDep,
-    request: Request,
-) -> schemas.ProjectList:
-    # The service and the page built here, not through `Service` and `Page`: this list is what
-    # clients poll, and each dependency FastAPI solves per request costs more than the object.
-    # (`Page` reads the same query parameters, documented by PAGE_QUERY.)
-    service = _project_service(request, db)
+async def list_projects(caller: CurrentUser, request: Request) -> schemas.ProjectList:
+    # The session, the service and the page taken here, not through `SessionDep`, `Service` and
+    # `Page`: this list is what clients poll, and each dependency FastAPI solves per request
+    # costs more than the object. (`Page` reads the same query parameters, documented by
+    # PAGE_QUERY.)
+    service = _project_service(request, request_session(request))
     page = await page_params(request)
     rows, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
     return schemas.ProjectList.model_validate({"projects": rows, "next_cursor": next_cursor})

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.auth.models import User
+from buildbay.db.engine import read_rows
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id, split_page
 from buildbay.projects.access import ProjectAccess
@@ -76,7 +77,7 @@ class ProjectService:
         if after_id is not None:
             stmt = _PROJECTS_OF_MEMBER_AFTER
             params["after_id"] = after_id
-        result = await self.db.execute(stmt, params)
+        result = await read_rows(self.db, stmt, params)
         # Zipped from the plain tuples: a Row's _asdict() or _mapping costs several times more.
         rows = [dict(zip(_PROJECT_FIELDS, row, strict=True)) for row in result]
         return split_page(rows, limit, lambda row: str(row["id"]))
