@@ -111,12 +111,12 @@ async def read_rows(
 ) -> Sequence[Row[Any]]:
     """The rows of one Core SELECT, as `session` sees them.
 
-    A session already in a transaction reads on its connection (and sees its own writes). Otherwise the rows come
-    from a pooled connection of the engine, taken, used and given back in one trip into
-    SQLAlchemy's synchronous layer rather than one per step: on the hot list endpoint the ORM
-    session and its greenlet round trips cost twice what this does (bench/api.py). The session
-    is left unused, so a request never holds two connections (which a busy pool could deadlock
-    on).
+    A session already in a transaction reads on its connection (and sees its own writes).
+    Otherwise the rows come from a pooled connection of the engine, taken, used and given back
+    in one trip into SQLAlchemy's synchronous layer rather than one per step: on the hot list
+    endpoint the ORM session and its greenlet round trips cost twice what this does
+    (bench/api.py). The session is left unused, so a request never holds two connections
+    (which a busy pool could deadlock on).
     """
     if session.in_transaction():
         return (await session.execute(statement, params)).all()
