@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 
 from buildbay.config import Settings
+from tests.builds.android_files import APK
 from tests.conftest import Account, Api, assert_problem
 
 # The contract's minimum role for each route (Projects, members and roles).
@@ -45,6 +46,14 @@ MINIMUM_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "tester",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/download"): "tester",
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): "tester",
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link"): "tester",
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): "tester",
+    # Another member's link; a tester may revoke its own (tests/builds/test_install_links.py).
+    (
+        "DELETE",
+        "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
+    ): "developer",
 }
 # Routes that belong to the calling user rather than to a project: another user's id is 404.
 PER_USER = {("DELETE", "/api/account/api-tokens/{id}")}
@@ -58,11 +67,13 @@ UNKNOWN = {
     "appId": "app_00000000000000000000000000",
     "buildId": "bld_00000000000000000000000000",
     "userId": "usr_00000000000000000000000000",
+    "linkId": "inl_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
     "buildId": "build_not_found",
     "userId": "member_not_found",
+    "linkId": "install_link_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
@@ -107,6 +118,10 @@ BODIES: dict[tuple[str, str], Callable[[Accounts, World], dict[str, Any]]] = {
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/verify"): lambda a, w: {
         "buildId": w.ids["buildId"]
     },
+    (
+        "POST",
+        "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link",
+    ): lambda a, w: {"expiresInHours": 2},
 }
 
 
@@ -182,7 +197,14 @@ async def make_world(api: Api, client: httpx.AsyncClient, a: Accounts) -> World:
     ):
         await api.add_member(a.owner, project["id"], account, role)
     app = await api.application(a.owner, project["id"])
-    build = await api.upload(a.owner, project["id"], app["id"])
+    # A real APK, so that the build has an icon to fetch.
+    build = await api.upload(a.owner, project["id"], app["id"], APK.read_bytes(), "demo.apk")
+    r = await client.post(
+        f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}/install-link",
+        headers=a.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    link_id = r.json()["linkId"]
     r = await client.post("/api/account/api-tokens", json={"name": "ci"}, headers=a.owner.headers)
     assert r.status_code == 201, r.text
     ids = {
@@ -191,6 +213,7 @@ async def make_world(api: Api, client: httpx.AsyncClient, a: Accounts) -> World:
         "appId": app["id"],
         "buildId": build["buildId"],
         "userId": a.member.user["id"],
+        "linkId": link_id,
     }
     return World(ids=ids, api_token_id=r.json()["id"])
 

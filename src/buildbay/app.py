@@ -19,6 +19,8 @@ from buildbay.auth.cache import AccessTokenCache
 from buildbay.auth.routes import account_router
 from buildbay.auth.routes import router as auth_router
 from buildbay.auth.tokens import AccessTokenCodec
+from buildbay.builds.install import InstallTokens
+from buildbay.builds.install_page import router as install_page_router
 from buildbay.builds.routes import router as builds_router
 from buildbay.builds.sweeper import sweep_expired_uploads
 from buildbay.clock import Clock, SystemClock
@@ -74,6 +76,7 @@ def create_app(
         clock=clock,
         storage=storage,
         signer=signer,
+        install_tokens=InstallTokens(settings.signing_key),
         limiter=RateLimiter(settings),
         access_tokens=AccessTokenCodec(
             settings.signing_key, timedelta(seconds=settings.access_token_ttl_seconds)
@@ -117,6 +120,7 @@ def create_app(
         applications_router,
         builds_router,
         storage_router,
+        install_page_router,
         health_router,
     ):
         app.include_router(router)

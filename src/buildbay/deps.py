@@ -18,6 +18,7 @@ from buildbay.db.engine import finish
 from buildbay.ratelimit.limiter import RateLimiter
 
 if TYPE_CHECKING:
+    from buildbay.builds.install import InstallTokens
     from buildbay.storage.base import Storage
     from buildbay.storage.signing import UrlSigner
 
@@ -32,6 +33,7 @@ class AppContext:
     clock: Clock
     storage: Storage
     signer: UrlSigner
+    install_tokens: InstallTokens
     limiter: RateLimiter
     access_tokens: AccessTokenCodec
     access_cache: AccessTokenCache | None  # None with several processes (see auth/cache.py)

@@ -87,6 +87,10 @@ class Conflict(BuildbayError):
     status, code = 409, "conflict"
 
 
+class Gone(BuildbayError):
+    status, code = 410, "gone"
+
+
 class PayloadTooLarge(BuildbayError):
     status, code = 413, "payload_too_large"
 
@@ -257,6 +261,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         403: "No rights (or too low a role) on the project or application",
         404: "Unknown resource",
         409: "Conflict with the resource's current state",
+        410: "The link has expired or was revoked",
         413: "Body or declared file size too large",
         422: "Validation error",
         429: "Rate limit exceeded (see Retry-After)",

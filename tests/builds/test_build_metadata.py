@@ -1,12 +1,15 @@
-"""Verify reads what an .ipa says about itself, checks it against the application, and keeps a
+"""Verify reads what a build file says about itself, checks it against the application, and keeps a
 build whose file does not parse (with the reason)."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import httpx
 
+from buildbay.builds.android import parse_apk
+from tests.builds.android_files import APK, aab, expected
 from tests.builds.conftest import Builds
 from tests.builds.test_metadata import INFO, ipa
 from tests.conftest import assert_problem
@@ -125,3 +128,39 @@ async def test_latest_is_the_newest_ready_build_of_the_version_asked(builds: Bui
         latest, params={"versionName": "1.0.0"}, headers=builds.owner.headers
     )
     assert r.json()["buildId"] == older["buildId"]
+
+
+async def test_an_apk_build_carries_its_metadata_icon_and_names_the_application(
+    builds: Builds,
+) -> None:
+    r = await _verified(builds, APK.read_bytes(), "demo.apk")
+
+    assert r.status_code == 200, r.text
+    build = r.json()
+    assert build["metadata"]["packageName"] == expected()["packageName"]
+    assert build["metadata"]["signingCertificateSha256"] == expected()["certificate"]
+    application = await _application(builds)
+    assert application["bundleId"] == expected()["packageName"]
+    assert application["platform"] == "android"
+    icon = await builds.client.get(build["iconUrl"], headers=builds.owner.headers)
+    assert icon.status_code == 200
+    assert icon.headers["content-type"] == "image/png"
+    assert icon.content == parse_apk(io.BytesIO(APK.read_bytes())).icon_png
+
+
+async def test_an_apk_of_another_package_is_refused(builds: Builds) -> None:
+    await _verified(builds, APK.read_bytes(), "demo.apk")  # the application takes its package
+    link = await builds.link(aab(), fileName="other.aab")
+    await builds.put(link, aab())
+
+    assert_problem(await builds.verify(link["buildId"]), 422, "bundle_id_mismatch")
+
+
+async def test_a_build_without_an_icon_has_no_icon_url(builds: Builds) -> None:
+    build = (await _verified(builds, aab(), "bundle.aab")).json()
+    assert build["metadata"]["versionCode"] == 310
+    assert build["iconUrl"] is None
+    r = await builds.client.get(
+        f"{builds.base}/{build['buildId']}/icon", headers=builds.owner.headers
+    )
+    assert_problem(r, 404, "icon_not_found")

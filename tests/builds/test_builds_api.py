@@ -29,6 +29,8 @@ BUILD_FIELDS = {
     "metadata",
     "metadataError",
     "downloadUrl",
+    "installUrl",
+    "iconUrl",
 }
 
 

@@ -14,12 +14,8 @@ from typing import Any
 
 import pytest
 
-from buildbay.builds.metadata import (
-    PLIST_LIMIT,
-    MetadataError,
-    normal_png,
-    parse_ipa,
-)
+from buildbay.builds.archive import MetadataError
+from buildbay.builds.ipa import PLIST_LIMIT, normal_png, parse_ipa
 
 PNG = b"\x89PNG\r\n\x1a\n"
 INFO: dict[str, Any] = {

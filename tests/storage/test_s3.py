@@ -229,11 +229,12 @@ async def test_an_ipa_in_the_bucket_is_read_with_ranged_gets(
     s3._client.meta.events.register(
         "before-call.s3.GetObject", lambda params, **_: ranges.append(params["headers"]["Range"])
     )
-    metadata, error = await asyncio.to_thread(
+    reading = await asyncio.to_thread(
         read_metadata, lambda: s3.open_reader(key, len(data)), "Example.ipa"
     )
 
-    assert error is None
+    assert reading.error is None
+    metadata = reading.metadata
     assert metadata is not None
     assert metadata["bundleId"] == "com.example.app"
     fetched = sum(int(r.split("-")[1]) - int(r.split("=")[1].split("-")[0]) + 1 for r in ranges)

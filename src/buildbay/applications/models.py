@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy import ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -27,5 +27,9 @@ class Application(Base):
     name: Mapped[str] = mapped_column(String(100))
     platform: Mapped[Platform] = mapped_column(EnumString(Platform), default=Platform.OTHER)
     bundle_id: Mapped[str | None] = mapped_column(String(255))
+    # Retention: the sweeper deletes ready builds beyond the newest N, or older than D days,
+    # and never the newest ready build.
+    retention_keep_last: Mapped[int | None] = mapped_column(Integer)
+    retention_keep_days: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]

@@ -1,12 +1,5 @@
-"""What a build file says about itself, read within fixed bounds.
-
-Only the parts of an archive that name the app are read, each at most a bounded number of bytes,
-whatever the archive's directory claims: a zip bomb, a huge manifest or a corrupt archive ends in
-MetadataError, never in unbounded memory or time.
-
-So far: `.ipa` (Info.plist, embedded.mobileprovision, the app icon with Apple's CgBI PNG encoding
-undone); verify stores what `read_metadata` finds. APK and AAB are still to come.
-"""
+"""What an .ipa says about itself: Info.plist, embedded.mobileprovision, and the app icon
+with Apple's CgBI PNG encoding undone."""
 
 from __future__ import annotations
 
@@ -15,61 +8,28 @@ import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
+
+from buildbay.builds.archive import MetadataError, Parsed, open_archive, read_entry
 
 PLIST_LIMIT = 1024 * 1024  # Info.plist and the provisioning profile
 ICON_LIMIT = 2 * 1024 * 1024  # an icon file, compressed or not
 ICON_PIXELS_LIMIT = 1024 * 1024 * 4  # decoded RGBA bytes of an icon (a 1024 x 1024 icon is 4 MiB)
-ENTRIES_LIMIT = 100_000  # entries in the archive's directory
 
 _APP_INFO = re.compile(r"^Payload/[^/]+\.app/Info\.plist$")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-class MetadataError(Exception):
-    """The file does not parse as what it claims to be; the message says why, for a person."""
-
-
-@dataclass(frozen=True)
-class Parsed:
-    metadata: dict[str, Any]
-    icon_png: bytes | None  # a standard PNG, when the build has an icon
-
-
-def read_metadata(
-    open_file: Callable[[], IO[bytes]], file_name: str
-) -> tuple[dict[str, Any] | None, str | None]:
-    """(metadata, None) for a file in a known format, (None, why) if it does not parse as the
-    format its name claims, (None, None) for other files. Blocking: run it in a worker thread."""
-    suffix = file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
-    parser = _PARSERS.get(suffix)
-    if parser is None:
-        return None, None
-    try:
-        with open_file() as file:
-            return parser(file).metadata, None
-    except MetadataError as exc:
-        return None, f"Not a readable .{suffix}: {exc}"
-
-
 def parse_ipa(file: IO[bytes]) -> Parsed:
     """Bundle id, versions, minimum OS, name, provisioning profile and icon of an .ipa."""
-    try:
-        archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise MetadataError(f"not a zip archive: {exc}") from None
+    archive, names = open_archive(file)
     with archive:
-        entries = archive.infolist()
-        if len(entries) > ENTRIES_LIMIT:
-            raise MetadataError(f"more than {ENTRIES_LIMIT} entries in the archive")
-        infos = [e for e in entries if _APP_INFO.match(e.filename)]
+        infos = [e for name, e in names.items() if _APP_INFO.match(name)]
         if len(infos) != 1:
             raise MetadataError("no Payload/<name>.app/Info.plist (or more than one)")
         app_dir = infos[0].filename.rsplit("/", 1)[0] + "/"
-        info = _plist(_read(archive, infos[0], PLIST_LIMIT))
+        info = _plist(read_entry(archive, infos[0], PLIST_LIMIT))
         bundle_id = info.get("CFBundleIdentifier")
         if not isinstance(bundle_id, str) or not bundle_id:
             raise MetadataError("Info.plist has no CFBundleIdentifier")
@@ -81,26 +41,11 @@ def parse_ipa(file: IO[bytes]) -> Parsed:
             "appName": _text(info.get("CFBundleDisplayName") or info.get("CFBundleName")),
             "provisioning": None,
         }
-        names = {e.filename: e for e in entries}
         profile = names.get(app_dir + "embedded.mobileprovision")
         if profile is not None:
-            metadata["provisioning"] = _provisioning(_read(archive, profile, PLIST_LIMIT))
+            metadata["provisioning"] = _provisioning(read_entry(archive, profile, PLIST_LIMIT))
         icon = _icon(archive, names, app_dir, info)
     return Parsed(metadata, icon)
-
-
-def _read(archive: zipfile.ZipFile, entry: zipfile.ZipInfo, limit: int) -> bytes:
-    """An entry's bytes, refusing to inflate past `limit` whatever its header declares."""
-    if entry.file_size > limit:
-        raise MetadataError(f"{entry.filename} is larger than {limit} bytes")
-    try:
-        with archive.open(entry) as stream:
-            data = stream.read(limit + 1)
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError) as exc:
-        raise MetadataError(f"{entry.filename} cannot be read: {exc}") from None
-    if len(data) > limit:
-        raise MetadataError(f"{entry.filename} is larger than {limit} bytes")
-    return data
 
 
 def _plist(data: bytes) -> dict[str, Any]:
@@ -168,7 +113,7 @@ def _icon(
     ]
     for entry in sorted(candidates, key=lambda e: e.file_size, reverse=True):
         try:
-            return normal_png(_read(archive, entry, ICON_LIMIT))
+            return normal_png(read_entry(archive, entry, ICON_LIMIT))
         except MetadataError:
             continue
     return None
@@ -213,9 +158,6 @@ def normal_png(data: bytes) -> bytes:
         struct.pack(">I", len(chunk)) + kind + chunk + struct.pack(">I", zlib.crc32(kind + chunk))
         for kind, chunk in body
     )
-
-
-_PARSERS: dict[str, Callable[[IO[bytes]], Parsed]] = {"ipa": parse_ipa}
 
 
 def _chunks(data: bytes) -> list[tuple[bytes, bytes]]:

@@ -4,7 +4,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -20,6 +30,7 @@ class Build(Base):
     __table_args__ = (
         Index("ix_builds_application_id_id", "application_id", "id"),
         Index("ix_builds_status_expires_at", "status", "expires_at"),
+        Index("ix_builds_application_id_version_code_id", "application_id", "version_code", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -41,6 +52,36 @@ class Build(Base):
     )
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
     metadata_error: Mapped[str | None] = mapped_column(String(500))
+    # The build's version as a number, for ?sort=version: an APK's or AAB's versionCode, an
+    # .ipa's CFBundleVersion when it is a whole number (null otherwise).
+    version_code: Mapped[int | None] = mapped_column(BigInteger)
+    has_icon: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     verified_at: Mapped[datetime | None]
+
+
+class BuildIcon(Base):
+    """The app icon a build's file carries, as a PNG any browser shows (kept out of `builds`,
+    whose rows every list reads)."""
+
+    __tablename__ = "build_icons"
+
+    build_id: Mapped[str] = mapped_column(
+        ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True
+    )
+    png: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class InstallLink(Base):
+    """A public install page for one build, reached by a signed link until it expires or is
+    revoked (builds/install.py)."""
+
+    __tablename__ = "install_links"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    build_id: Mapped[str] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"), index=True)
+    created_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]

@@ -2,15 +2,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
 from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.install import InstallLinks
+from buildbay.builds.models import Build, BuildStatus, InstallLink
 from buildbay.builds.service import BuildService, VersionFilter
 from buildbay.deps import Context, SessionDep, TransactionRoute
-from buildbay.errors import problem_responses
+from buildbay.errors import Forbidden, NotFound, problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
+from buildbay.projects.models import ProjectRole
 from buildbay.schemas import PAGE_QUERY, Page
 
 router = APIRouter(
@@ -20,6 +22,8 @@ router = APIRouter(
 )
 
 BY_ID = problem_responses(401, 403, 404, 429)
+# A build's bytes, and so its icon, never change.
+ICON_CACHE = {"Cache-Control": "private, max-age=31536000, immutable"}
 
 
 async def version_filter(
@@ -54,13 +58,19 @@ async def build_service(ctx: Context, db: SessionDep) -> BuildService:
 Service = Annotated[BuildService, Depends(build_service)]
 
 
-def to_schema(build: Build, public_url: str) -> schemas.Build:
-    download_url = None
-    if build.status is BuildStatus.READY:
-        download_url = (
-            f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
-            f"/builds/{build.id}/download"
-        )
+async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
+    return InstallLinks(db, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
+
+
+Links = Annotated[InstallLinks, Depends(install_links)]
+
+
+def to_schema(build: Build, public_url: str, install_url: str | None = None) -> schemas.Build:
+    address = (
+        f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
+        f"/builds/{build.id}"
+    )
+    ready = build.status is BuildStatus.READY
     return schemas.Build(
         build_id=build.id,
         project_id=build.project_id,
@@ -76,7 +86,31 @@ def to_schema(build: Build, public_url: str) -> schemas.Build:
         uploaded_by=build.uploaded_by,
         metadata=build.metadata_,
         metadata_error=build.metadata_error,
-        download_url=download_url,
+        download_url=f"{address}/download" if ready else None,
+        install_url=install_url if ready else None,
+        icon_url=f"{address}/icon" if build.has_icon else None,
+    )
+
+
+async def present(builds: list[Build], links: InstallLinks) -> list[schemas.Build]:
+    """The builds as the API shows them, each with its newest live install link's address."""
+    current = await links.current([b.id for b in builds if b.status is BuildStatus.READY])
+    return [
+        to_schema(b, links.public_url, links.url(current[b.id]) if b.id in current else None)
+        for b in builds
+    ]
+
+
+def _install_link(link: InstallLink, build: Build, links: InstallLinks) -> schemas.InstallLink:
+    url = links.url(link)
+    return schemas.InstallLink(
+        link_id=link.id,
+        url=url,
+        manifest_url=f"{url}/manifest.plist" if build.file_name.lower().endswith(".ipa") else None,
+        created_by=link.created_by,
+        created_at=link.created_at,
+        expires_at=link.expires_at,
+        revoked_at=link.revoked_at,
     )
 
 
@@ -90,6 +124,7 @@ async def list_builds(
     access: BuildsTester,
     service: Service,
     ctx: Context,
+    links: Links,
     page: Page,
     version: Version,
     status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
@@ -97,10 +132,7 @@ async def list_builds(
     builds, next_cursor = await service.list(
         access.application, status, page.limit, page.after_id, version
     )
-    public_url = ctx.settings.resolved_public_url
-    return schemas.BuildList(
-        builds=[to_schema(b, public_url) for b in builds], next_cursor=next_cursor
-    )
+    return schemas.BuildList(builds=await present(builds, links), next_cursor=next_cursor)
 
 
 @router.post(
@@ -130,10 +162,12 @@ async def create_upload_link(
     summary="Step 3: confirm the upload; the build becomes ready (developer+)",
 )
 async def verify_upload(
-    body: schemas.VerifyRequest, access: BuildsDeveloper, service: Service, ctx: Context
+    body: schemas.VerifyRequest, access: BuildsDeveloper, service: Service, links: Links
 ) -> schemas.Build:
     build = await service.verify(access.application, body.build_id, body.notes)
-    return to_schema(build, ctx.settings.resolved_public_url)
+    if body.install_link is not None:
+        await links.create(build, access.caller.user, body.install_link.expires_in_hours)
+    return (await present([build], links))[0]
 
 
 @router.get(
@@ -142,22 +176,19 @@ async def verify_upload(
     summary="The newest ready build (of a version, if asked): a stable address for CI",
 )
 async def latest_build(
-    access: BuildsTester,
-    service: Service,
-    ctx: Context,
-    version: Version,
+    access: BuildsTester, service: Service, links: Links, version: Version
 ) -> schemas.Build:
     build = await service.latest(access.application, version)
-    return to_schema(build, ctx.settings.resolved_public_url)
+    return (await present([build], links))[0]
 
 
 # After /latest: a path parameter would take that word for a build id.
 @router.get("/{buildId}", responses=BY_ID, summary="Get a build")
 async def get_build(
-    build_id: BuildId, access: BuildsTester, service: Service, ctx: Context
+    build_id: BuildId, access: BuildsTester, service: Service, links: Links
 ) -> schemas.Build:
     build = await service.get(access.application, build_id)
-    return to_schema(build, ctx.settings.resolved_public_url)
+    return (await present([build], links))[0]
 
 
 @router.get(
@@ -185,4 +216,80 @@ async def download_build(
 )
 async def delete_build(build_id: BuildId, access: BuildsDeveloper, service: Service) -> Response:
     await service.delete(access.application, build_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/{buildId}/icon",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}},
+        **problem_responses(401, 403, 404, 429),
+    },
+    summary="The app icon the build's file carries, as a PNG (tester+)",
+)
+async def build_icon(
+    build_id: BuildId, access: BuildsTester, service: Service, links: Links
+) -> Response:
+    build = await service.get(access.application, build_id)
+    png = await links.icon(build) if build.has_icon else None
+    if png is None:
+        raise NotFound("This build's file carries no icon", code="icon_not_found")
+    return Response(png, media_type="image/png", headers=ICON_CACHE)
+
+
+@router.post(
+    "/{buildId}/install-link",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(400, 401, 403, 404, 409, 422, 429),
+    summary="Create a public install page for a ready build (tester+)",
+)
+async def create_install_link(
+    build_id: BuildId,
+    access: BuildsTester,
+    service: Service,
+    links: Links,
+    body: Annotated[schemas.InstallLinkRequest | None, Body()] = None,
+) -> schemas.InstallLink:
+    build = await service.get(access.application, build_id)
+    hours = (body or schemas.InstallLinkRequest()).expires_in_hours
+    link = await links.create(build, access.caller.user, hours)
+    return _install_link(link, build, links)
+
+
+@router.get(
+    "/{buildId}/install-links",
+    responses=BY_ID,
+    summary="The build's install links, newest first, expired and revoked ones included",
+)
+async def list_install_links(
+    build_id: BuildId, access: BuildsTester, service: Service, links: Links
+) -> schemas.InstallLinkList:
+    build = await service.get(access.application, build_id)
+    return schemas.InstallLinkList(
+        install_links=[_install_link(link, build, links) for link in await links.of_build(build)]
+    )
+
+
+@router.delete(
+    "/{buildId}/install-links/{linkId}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=BY_ID,
+    summary="Revoke an install link: its page answers 410 (developer+, or its creator)",
+)
+async def revoke_install_link(
+    build_id: BuildId,
+    link_id: Annotated[str, Path(alias="linkId")],
+    access: BuildsTester,
+    service: Service,
+    links: Links,
+) -> Response:
+    build = await service.get(access.application, build_id)
+    link = await links.find(build, link_id)
+    if link.created_by != access.caller.user.id and not access.role.includes(ProjectRole.DEVELOPER):
+        raise Forbidden(
+            "Only its creator or a developer (or higher) can revoke this link",
+            code="insufficient_role",
+        )
+    await links.revoke(link)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
+from buildbay.builds.install import DEFAULT_HOURS, MAX_HOURS
 from buildbay.builds.models import BuildStatus
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
 
@@ -53,9 +54,25 @@ class UploadLink(ApiModel):
     )
 
 
+class InstallLinkRequest(RequestModel):
+    expires_in_hours: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_HOURS,
+            strict=True,
+            description=f"How long the link works (default {DEFAULT_HOURS}, at most {MAX_HOURS})",
+        ),
+    ] = DEFAULT_HOURS
+
+
 class VerifyRequest(RequestModel):
     build_id: Annotated[str, Field(min_length=1, max_length=64)]
     notes: Annotated[str | None, Field(max_length=MAX_NOTES_LENGTH)] = None
+    install_link: InstallLinkRequest | None = Field(
+        default=None,
+        description="Also create an install link; the answer's installUrl is then its address",
+    )
 
 
 class Build(ApiModel):
@@ -80,6 +97,28 @@ class Build(ApiModel):
     download_url: str | None = Field(
         description="The tester download endpoint (302 to the file), once the build is ready"
     )
+    install_url: str | None = Field(
+        description="The public install page of the build's newest live install link, if any"
+    )
+    icon_url: str | None = Field(
+        description="The app icon the build's file carries (PNG, tester+), if it has one"
+    )
+
+
+class InstallLink(ApiModel):
+    link_id: str
+    url: str = Field(description="The public install page: share it, or print it from CI")
+    manifest_url: str | None = Field(
+        description="For an .ipa: the itms-services manifest the page's install button uses"
+    )
+    created_by: str | None
+    created_at: Timestamp
+    expires_at: Timestamp
+    revoked_at: Timestamp | None
+
+
+class InstallLinkList(ApiModel):
+    install_links: list[InstallLink]
 
 
 class BuildList(ApiModel):

@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, Platform
 from buildbay.auth.models import User
-from buildbay.builds.metadata import read_metadata
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.metadata import Reading, read_metadata
+from buildbay.builds.models import Build, BuildIcon, BuildStatus
 from buildbay.config import Settings
 from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id, split_page
@@ -52,7 +52,18 @@ def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]
     return clauses
 
 
-def _human_size(size: int) -> str:
+def _version_code(metadata: dict[str, Any]) -> int | None:
+    """A build's version as a number to sort by: versionCode, or a whole-number buildNumber."""
+    code = metadata.get("versionCode")
+    if isinstance(code, int):
+        return code
+    build_number = metadata.get("buildNumber")
+    if isinstance(build_number, str) and build_number.isascii() and build_number.isdigit():
+        return int(build_number) if len(build_number) <= 18 else None
+    return None
+
+
+def human_size(size: int) -> str:
     value = float(size)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
@@ -84,7 +95,7 @@ class BuildService:
         if file_size > largest:
             raise PayloadTooLarge(
                 f"fileSize {file_size} is above the {uploader.plan.value} plan's largest build "
-                f"file ({largest} bytes, {_human_size(largest)})",
+                f"file ({largest} bytes, {human_size(largest)})",
                 code="file_too_large",
             )
         build_id = new_id("bld")
@@ -135,8 +146,9 @@ class BuildService:
         # streaming either lands before the check or finds the build ready and is refused.
         async with self.storage.guard(build.storage_key):
             sha256, version = await self._checked_bytes(build)
-            metadata, metadata_error = await self._metadata(build, version)
-            identity = (metadata or {}).get("bundleId")
+            reading = await self._metadata(build, version)
+            metadata = reading.metadata or {}
+            identity = metadata.get("bundleId") or metadata.get("packageName")
             if identity and application.bundle_id and identity != application.bundle_id:
                 raise ValidationFailed(
                     f"This build is {identity}; the application is {application.bundle_id}",
@@ -150,22 +162,25 @@ class BuildService:
                     status=BuildStatus.READY,
                     sha256=sha256,
                     storage_version=version,
-                    metadata_=metadata,
-                    metadata_error=metadata_error,
+                    metadata_=reading.metadata,
+                    metadata_error=reading.error,
+                    version_code=_version_code(metadata),
+                    has_icon=reading.icon_png is not None,
                     notes=notes,
                     verified_at=self.now,
                 )
                 .execution_options(synchronize_session=False)
             )
             if identity:
-                await self._adopt_identity(application, identity)
+                platform = Platform.IOS if "bundleId" in metadata else Platform.ANDROID
+                await self._adopt_identity(application, identity, platform)
+            if reading.icon_png is not None:
+                await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
             await self.db.commit()
         # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
         return await self.get(application, build.id, reload=True)
 
-    async def _metadata(
-        self, build: Build, version: str | None
-    ) -> tuple[dict[str, Any] | None, str | None]:
+    async def _metadata(self, build: Build, version: str | None) -> Reading:
         """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
         storage = self.storage
 
@@ -177,11 +192,13 @@ class BuildService:
                 asyncio.to_thread(read_metadata, open_file, build.file_name), METADATA_SECONDS
             )
         except TimeoutError:
-            return None, f"Reading the file took longer than {METADATA_SECONDS} seconds"
+            return Reading(error=f"Reading the file took longer than {METADATA_SECONDS} seconds")
 
-    async def _adopt_identity(self, application: Application, bundle_id: str) -> None:
-        """An application without a bundle id takes its first ready build's (and, if its
-        platform is unset, iOS: only .ipa files give one so far)."""
+    async def _adopt_identity(
+        self, application: Application, bundle_id: str, platform: Platform
+    ) -> None:
+        """An application without a bundle id takes its first ready build's (an .ipa's bundle
+        id, an .apk's or .aab's package name), and its platform if that is unset."""
         await self.db.execute(
             update(Application)
             .where(Application.id == application.id, Application.bundle_id.is_(None))
@@ -191,7 +208,7 @@ class BuildService:
         await self.db.execute(
             update(Application)
             .where(Application.id == application.id, Application.platform == Platform.OTHER)
-            .values(platform=Platform.IOS)
+            .values(platform=platform)
             .execution_options(synchronize_session=False)
         )
 

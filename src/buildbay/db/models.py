@@ -2,7 +2,7 @@
 
 from buildbay.applications.models import Application
 from buildbay.auth.models import ApiToken, RefreshToken, Session, User
-from buildbay.builds.models import Build
+from buildbay.builds.models import Build, BuildIcon, InstallLink
 from buildbay.db.base import Base
 from buildbay.projects.models import Project, ProjectMember
 
@@ -11,6 +11,8 @@ __all__ = [
     "Application",
     "Base",
     "Build",
+    "BuildIcon",
+    "InstallLink",
     "Project",
     "ProjectMember",
     "RefreshToken",

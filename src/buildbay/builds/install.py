@@ -1,0 +1,160 @@
+"""Install links: a public page for one build, reached by a signed link a member creates.
+
+The link is `{public_url}/install/{token}`, the token being the link's id and an HMAC of it: no
+database lookup for a forged token, and the URL can be shown again for as long as the link lives
+(the build record's `installUrl`). Expiry and revocation live on the row, so an expired or
+revoked link answers 410, and an unknown one 404.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.applications.models import Application
+from buildbay.auth.models import User
+from buildbay.auth.tokens import derive_key
+from buildbay.builds.models import Build, BuildIcon, BuildStatus, InstallLink
+from buildbay.errors import Conflict, Gone, NotFound
+from buildbay.ids import new_id
+
+DEFAULT_HOURS = 24 * 7
+MAX_HOURS = 24 * 90
+_SIGNATURE_BYTES = 18  # 144 bits, 24 characters
+
+
+class InstallTokens:
+    """`{link id}.{signature}`: which link, and proof that this server made the URL."""
+
+    def __init__(self, master_key: bytes) -> None:
+        self._key = derive_key(master_key, "install-link")
+
+    def _signature(self, link_id: str) -> str:
+        digest = hmac.new(self._key, link_id.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest[:_SIGNATURE_BYTES]).decode()
+
+    def token(self, link_id: str) -> str:
+        return f"{link_id}.{self._signature(link_id)}"
+
+    def link_id(self, token: str) -> str | None:
+        """The link id of a token this server made, None for anything else."""
+        link_id, _, signature = token.partition(".")
+        if not link_id or len(token) > 100 or not link_id.isascii():
+            return None
+        if not hmac.compare_digest(self._signature(link_id), signature):
+            return None
+        return link_id
+
+
+@dataclass(frozen=True, slots=True)
+class InstallTarget:
+    """What the public install page shows."""
+
+    link: InstallLink
+    build: Build
+    application: Application
+
+
+class InstallLinks:
+    def __init__(
+        self, db: AsyncSession, now: datetime, tokens: InstallTokens, public_url: str
+    ) -> None:
+        self.db = db
+        self.now = now
+        self.tokens = tokens
+        self.public_url = public_url
+
+    def url(self, link: InstallLink) -> str:
+        return f"{self.public_url}/install/{self.tokens.token(link.id)}"
+
+    async def create(self, build: Build, creator: User, hours: int) -> InstallLink:
+        if build.status is not BuildStatus.READY:
+            raise Conflict(
+                "Only a ready build can have an install link; verify the upload first",
+                code="build_not_ready",
+            )
+        link = InstallLink(
+            id=new_id("inl"),
+            build_id=build.id,
+            created_by=creator.id,
+            created_at=self.now,
+            expires_at=self.now + timedelta(hours=hours),
+            revoked_at=None,
+        )
+        self.db.add(link)
+        await self.db.flush()
+        return link
+
+    async def of_build(self, build: Build) -> list[InstallLink]:
+        """Every link of the build, newest first, expired and revoked ones included."""
+        return list(
+            await self.db.scalars(
+                select(InstallLink)
+                .where(InstallLink.build_id == build.id)
+                .order_by(InstallLink.id.desc())
+            )
+        )
+
+    async def find(self, build: Build, link_id: str) -> InstallLink:
+        link = await self.db.scalar(
+            select(InstallLink).where(InstallLink.id == link_id, InstallLink.build_id == build.id)
+        )
+        if link is None:
+            raise NotFound(
+                "No install link with this id on the build", code="install_link_not_found"
+            )
+        return link
+
+    async def revoke(self, link: InstallLink) -> None:
+        """From now on its page answers 410. Revoking twice changes nothing."""
+        if link.revoked_at is None:
+            link.revoked_at = self.now
+            await self.db.flush()
+
+    async def current(self, build_ids: list[str]) -> dict[str, InstallLink]:
+        """The newest live link of each build that has one."""
+        if not build_ids:
+            return {}
+        links = await self.db.scalars(
+            select(InstallLink)
+            .where(
+                InstallLink.build_id.in_(build_ids),
+                InstallLink.revoked_at.is_(None),
+                InstallLink.expires_at > self.now,
+            )
+            .order_by(InstallLink.id)
+        )
+        return {link.build_id: link for link in links}  # the newest wins: ids sort by time
+
+    async def open(self, token: str) -> InstallTarget:
+        """The link, build and application behind a token; 404 if it is not one, 410 if it
+        expired or was revoked (or its build was deleted)."""
+        link_id = self.tokens.link_id(token)
+        if link_id is None:
+            raise NotFound("This install link does not exist", code="install_link_not_found")
+        row = (
+            await self.db.execute(
+                select(InstallLink, Build, Application)
+                .join(Build, Build.id == InstallLink.build_id)
+                .join(Application, Application.id == Build.application_id)
+                .where(InstallLink.id == link_id)
+            )
+        ).first()
+        if row is None:
+            # Signed by us, so it existed: its build (and with it the link) was deleted.
+            raise Gone("The build this link pointed to was deleted", code="install_link_gone")
+        link, build, application = row
+        if link.revoked_at is not None:
+            raise Gone("This install link was revoked", code="install_link_revoked")
+        if link.expires_at <= self.now:
+            raise Gone("This install link has expired", code="install_link_expired")
+        return InstallTarget(link, build, application)
+
+    async def icon(self, build: Build) -> bytes | None:
+        return await self.db.scalar(select(BuildIcon.png).where(BuildIcon.build_id == build.id))

@@ -1,0 +1,195 @@
+"""The public install page of a build, its iOS manifest, its download and its icon.
+
+No token: the signed link is the credential (builds/install.py). A browser that asks for HTML
+gets an HTML page for an unknown (404), expired or revoked (410) link; other clients get the
+usual problem+json.
+"""
+
+from __future__ import annotations
+
+import plistlib
+from datetime import datetime, timedelta
+from typing import Annotated
+from urllib.parse import quote
+
+import segno
+from fastapi import APIRouter, Depends, Path, Request, Response, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from buildbay.auth.dependencies import PublicRateLimit
+from buildbay.builds.install import InstallLinks, InstallTarget
+from buildbay.builds.service import human_size
+from buildbay.deps import AppContext, Context, SessionDep, TransactionRoute
+from buildbay.errors import BuildbayError, NotFound, problem_responses
+
+router = APIRouter(
+    prefix="/install/{token}",
+    tags=["install pages"],
+    route_class=TransactionRoute,
+    dependencies=[PublicRateLimit],
+)
+
+_templates = Environment(
+    loader=PackageLoader("buildbay", "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+Token = Annotated[str, Path(max_length=100, description="The signed token of the install link")]
+NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+
+
+async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
+    return InstallLinks(db, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
+
+
+Links = Annotated[InstallLinks, Depends(install_links)]
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime("%d %b %Y, %H:%M UTC")
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_ios(target: InstallTarget) -> bool:
+    return target.build.file_name.lower().endswith(".ipa")
+
+
+@router.get(
+    "",
+    response_class=HTMLResponse,
+    responses={
+        200: {"content": {"text/html": {}}, "description": "The install page"},
+        **problem_responses(404, 410, 429),
+    },
+    summary="A build's public install page (a signed link; no token)",
+)
+async def install_page(token: Token, request: Request, links: Links) -> Response:
+    try:
+        target = await links.open(token)
+    except BuildbayError as exc:
+        if "text/html" not in request.headers.get("accept", ""):
+            raise
+        title = "Install link not found" if exc.status == 404 else "Install link no longer works"
+        page = _templates.get_template("install_error.html").render(title=title, detail=exc.detail)
+        return HTMLResponse(page, status_code=exc.status, headers=NO_STORE)
+    build, application = target.build, target.application
+    metadata = build.metadata_ or {}
+    page_url = links.url(target.link)
+    ios = _is_ios(target)
+    name_version = metadata.get("versionName") or metadata.get("shortVersion")
+    code = metadata.get("versionCode") or metadata.get("buildNumber")
+    version = f"{name_version} ({code})" if name_version and code else (name_version or code)
+    min_os = None
+    if metadata.get("minOs"):
+        min_os = f"iOS {metadata['minOs']}"
+    elif metadata.get("minSdk"):
+        min_os = f"Android API {metadata['minSdk']}"
+    provisioning = metadata.get("provisioning") or {}
+    profile = None
+    if provisioning.get("type"):
+        profile = provisioning["type"]
+        if provisioning.get("expiresAt"):
+            profile += f", expires {provisioning['expiresAt'][:10]}"
+    qr = segno.make(page_url, error="m")
+    page = _templates.get_template("install.html").render(
+        name=metadata.get("appName") or application.name,
+        version=version,
+        icon_url=f"{page_url}/icon.png" if build.has_icon else None,
+        ios=ios,
+        android=build.file_name.lower().endswith((".apk", ".aab")),
+        https=page_url.startswith("https://"),
+        itms_url="itms-services://?action=download-manifest&url="
+        + quote(f"{page_url}/manifest.plist", safe=""),
+        download_url=f"{page_url}/download",
+        file_name=build.file_name,
+        size=human_size(build.file_size),
+        uploaded=_when(build.verified_at or build.created_at),
+        uploaded_iso=_iso(build.verified_at or build.created_at),
+        identifier=metadata.get("bundleId") or metadata.get("packageName"),
+        min_os=min_os,
+        profile=profile,
+        expires=_when(target.link.expires_at),
+        expires_iso=_iso(target.link.expires_at),
+        notes=build.notes,
+        qr_svg=Markup(qr.svg_inline(scale=5, border=2, title=f"QR code of {page_url}")),  # noqa: S704
+    )
+    return HTMLResponse(page, headers=NO_STORE)
+
+
+async def _file_url(ctx: AppContext, target: InstallTarget) -> str:
+    build = target.build
+    expires_at = ctx.clock.now() + timedelta(seconds=ctx.settings.download_link_ttl_seconds)
+    return await ctx.storage.download_url(
+        build.storage_key, build.file_name, expires_at, build.storage_version
+    )
+
+
+@router.get(
+    "/download",
+    status_code=status.HTTP_302_FOUND,
+    response_class=RedirectResponse,
+    responses={
+        302: {"description": "Redirect to a short-lived signed address of the file"},
+        **problem_responses(404, 410, 429),
+    },
+    summary="Download the build of an install link: 302 to a short-lived signed URL",
+)
+async def install_download(token: Token, links: Links, ctx: Context) -> RedirectResponse:
+    target = await links.open(token)
+    return RedirectResponse(await _file_url(ctx, target), status_code=status.HTTP_302_FOUND)
+
+
+@router.get(
+    "/manifest.plist",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/xml": {}}, "description": "The itms-services manifest"},
+        **problem_responses(404, 410, 429),
+    },
+    summary="The iOS over-the-air install manifest of an .ipa's install link",
+)
+async def install_manifest(token: Token, links: Links, ctx: Context) -> Response:
+    target = await links.open(token)
+    if not _is_ios(target):
+        raise NotFound("Only an .ipa build has an iOS manifest", code="manifest_not_found")
+    metadata = target.build.metadata_ or {}
+    assets = [{"kind": "software-package", "url": await _file_url(ctx, target)}]
+    if target.build.has_icon:
+        assets.append({"kind": "display-image", "url": f"{links.url(target.link)}/icon.png"})
+    manifest = {
+        "items": [
+            {
+                "assets": assets,
+                "metadata": {
+                    "bundle-identifier": metadata.get("bundleId") or target.application.bundle_id,
+                    "bundle-version": metadata.get("shortVersion") or "",
+                    "kind": "software",
+                    "title": metadata.get("appName") or target.application.name,
+                },
+            }
+        ]
+    }
+    return Response(plistlib.dumps(manifest), media_type="application/xml", headers=NO_STORE)
+
+
+@router.get(
+    "/icon.png",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/png": {}}, "description": "The app icon"},
+        **problem_responses(404, 410, 429),
+    },
+    summary="The app icon of an install link's build",
+)
+async def install_icon(token: Token, links: Links) -> Response:
+    target = await links.open(token)
+    png = await links.icon(target.build) if target.build.has_icon else None
+    if png is None:
+        raise NotFound("This build's file carries no icon", code="icon_not_found")
+    return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})

@@ -1,0 +1,145 @@
+"""Android fixtures for the tests: the committed APKs (tests/fixtures/android/make_apk.sh) with
+what Android's own tools read from them, and .aab files whose protobuf manifest is encoded by
+Google's protobuf library from the field numbers of aapt2's Resources.proto (an encoder
+independent of the decoder under test)."""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "android"
+APK = FIXTURES / "demo.apk"  # signed v2 + v3
+APK_V1 = FIXTURES / "demo-v1.apk"  # signed only with a JAR signature
+
+
+@cache
+def expected() -> dict[str, Any]:
+    """What `aapt dump badging`, `apksigner` and `keytool` said about the fixtures."""
+    text = (FIXTURES / "expected.txt").read_text()
+
+    def find(pattern: str) -> str:
+        match = re.search(pattern, text)
+        assert match, pattern
+        return match.group(1)
+
+    return {
+        "packageName": find(r"package: name='([^']+)'"),
+        "versionCode": int(find(r"versionCode='(\d+)'")),
+        "versionName": find(r"versionName='([^']+)'"),
+        "minSdk": int(find(r"sdkVersion:'(\d+)'")),
+        "targetSdk": int(find(r"targetSdkVersion:'(\d+)'")),
+        "appName": find(r"application-label:'([^']+)'"),
+        "certificate": find(r"certificate SHA-256 digest: ([0-9a-f]{64})"),
+        "certificateV1": find(r"demo-v1.apk\s+SHA256: ([0-9A-F:]+)").replace(":", "").lower(),
+    }
+
+
+_PROTO = """
+XmlNode: element=1:XmlElement text=2:string
+XmlElement: namespace_uri=2:string name=3:string attribute=4*:XmlAttribute child=5*:XmlNode
+XmlAttribute: namespace_uri=1:string name=2:string value=3:string resource_id=5:uint32 compiled_item=6:Item
+Item: str=2:String prim=7:Primitive
+String: value=1:string
+Primitive: int_decimal_value=6:int32
+"""  # noqa: E501
+
+
+@cache
+def _messages() -> dict[str, Any]:
+    types = {
+        "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        "uint32": descriptor_pb2.FieldDescriptorProto.TYPE_UINT32,
+        "int32": descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
+    }
+    file = descriptor_pb2.FileDescriptorProto(name="resources_subset.proto", package="aapt.pb")
+    for line in _PROTO.strip().splitlines():
+        name, fields = line.split(":", 1)
+        message = file.message_type.add(name=name)
+        for field in fields.split():
+            field_name, spec = field.split("=")
+            number, kind = spec.split(":")
+            repeated = number.endswith("*")
+            added = message.field.add(
+                name=field_name,
+                number=int(number.rstrip("*")),
+                label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+                if repeated
+                else descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+            )
+            if kind in types:
+                added.type = types[kind]
+            else:
+                added.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+                added.type_name = f".aapt.pb.{kind}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"aapt.pb.{name}"))
+        for name in ("XmlNode", "XmlElement", "XmlAttribute")
+    }
+
+
+ANDROID_NS = "http://schemas.android.com/apk/res/android"
+
+
+def proto_manifest(
+    package: str = "dev.buildbay.bundle",
+    version_name: str = "3.1.0",
+    version_code: int = 310,
+    min_sdk: int = 26,
+    *,
+    compiled: bool = True,
+) -> bytes:
+    """An AndroidManifest.xml as aapt2 writes it into a bundle. With `compiled`, the numbers are
+    compiled items with no raw text, as aapt2 leaves them."""
+    m = _messages()
+
+    def attribute(name: str, value: str | int, *, android: bool = True) -> Any:
+        attr = m["XmlAttribute"](name=name, namespace_uri=ANDROID_NS if android else "")
+        if isinstance(value, int) and compiled:
+            attr.compiled_item.prim.int_decimal_value = value
+        elif isinstance(value, str) and compiled:
+            attr.value = value
+            attr.compiled_item.str.value = value
+        else:
+            attr.value = str(value)
+        return attr
+
+    uses_sdk = m["XmlNode"]()
+    uses_sdk.element.name = "uses-sdk"
+    uses_sdk.element.attribute.append(attribute("minSdkVersion", min_sdk))
+    application = m["XmlNode"]()
+    application.element.name = "application"
+    root = m["XmlNode"]()
+    root.element.name = "manifest"
+    root.element.attribute.extend(
+        [
+            attribute("package", package, android=False),
+            attribute("versionCode", version_code),
+            attribute("versionName", version_name),
+        ]
+    )
+    root.element.child.extend([uses_sdk, application])
+    root.element.child.add(text="\n")
+    data: bytes = root.SerializeToString()
+    return data
+
+
+def aab(manifest: bytes | None = None) -> bytes:
+    """An app bundle: the base module's protobuf manifest and a dex placeholder."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("BundleConfig.pb", b"")
+        archive.writestr(
+            "base/manifest/AndroidManifest.xml",
+            proto_manifest() if manifest is None else manifest,
+        )
+        archive.writestr("base/dex/classes.dex", b"dex\n035\0")
+    return buffer.getvalue()

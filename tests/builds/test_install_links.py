@@ -1,0 +1,277 @@
+"""Install links: the public page (its QR code decoded back to the URL), the iOS manifest, the
+download, expiry, revocation and who may do what."""
+
+from __future__ import annotations
+
+import plistlib
+import re
+from datetime import datetime
+from html import unescape
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import zxingcpp
+from PIL import Image, ImageDraw
+
+from buildbay.clock import FrozenClock
+from tests.builds.android_files import APK, expected
+from tests.builds.conftest import Builds
+from tests.builds.test_metadata import INFO, cgbi_png, ipa
+from tests.conftest import Account, assert_problem
+
+HTML = {"Accept": "text/html,application/xhtml+xml"}
+
+
+async def _ready(builds: Builds, data: bytes, file_name: str, **verify: Any) -> dict[str, Any]:
+    link = await builds.link(data, fileName=file_name)
+    assert (await builds.put(link, data)).status_code == 200
+    r = await builds.verify(link["buildId"], **verify)
+    assert r.status_code == 200, r.text
+    build: dict[str, Any] = r.json()
+    return build
+
+
+async def _install_link(
+    builds: Builds, build_id: str, account: Account | None = None, **body: Any
+) -> httpx.Response:
+    return await builds.client.post(
+        f"{builds.base}/{build_id}/install-link",
+        json=body or None,
+        headers=(account or builds.owner).headers,
+    )
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path
+
+
+def qr_text(page: str) -> str:
+    """The page's inline SVG QR code, drawn as pixels and read by ZXing."""
+    svg = re.search(r"<svg.*?</svg>", page, re.DOTALL)
+    assert svg, "no QR code on the page"
+    path = re.search(r' d="([^"]+)"', svg.group(0))
+    assert path
+    size = int(re.search(r'width="(\d+)"', svg.group(0)).group(1))  # type: ignore[union-attr]
+    scale = int(re.search(r"scale\((\d+)\)", svg.group(0)).group(1))  # type: ignore[union-attr]
+    image = Image.new("L", (size, size), 255)
+    draw = ImageDraw.Draw(image)
+    x = y = 0.0
+    for command, numbers in re.findall(r"([MmHhVv])([-\d.\s]+)", path.group(1)):
+        values = [float(n) for n in numbers.split()]
+        if command in "Mm":
+            x, y = (values[0], values[1]) if command == "M" else (x + values[0], y + values[1])
+        elif command == "h":  # a run of dark modules on the row around y
+            top = int(y - 0.5) * scale
+            draw.rectangle([x * scale, top, (x + values[0]) * scale - 1, top + scale - 1], fill=0)
+            x += values[0]
+        else:
+            raise AssertionError(f"unexpected path command {command}")
+    results = zxingcpp.read_barcodes(image)
+    assert len(results) == 1, "ZXing found no QR code"
+    text: str = results[0].text
+    return text
+
+
+async def test_a_member_creates_a_link_and_the_page_shows_the_build(
+    builds: Builds, client: httpx.AsyncClient
+) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk", notes="Fixes the <login> crash")
+    tester = await builds.api.register("tester@example.com")
+    await builds.api.add_member(builds.owner, builds.project_id, tester, "tester")
+
+    r = await _install_link(builds, build["buildId"], tester)
+
+    assert r.status_code == 201, r.text
+    link = r.json()
+    assert link["url"].startswith("http://")
+    assert "/install/" in link["url"]
+    assert link["manifestUrl"] is None  # not an .ipa
+    assert link["createdBy"] == tester.user["id"]
+    page = await client.get(_path(link["url"]), headers=HTML)  # no Authorization header
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert page.headers["cache-control"] == "no-store"
+    text = unescape(page.text)
+    assert expected()["appName"] in text
+    assert "Version 1.4.2 (42)" in text
+    assert "Fixes the <login> crash" in text  # shown, and escaped in the HTML
+    assert "&lt;login&gt;" in page.text
+    assert 'href="' + link["url"] + '/download"' in page.text
+    assert "itms-services" not in page.text
+    assert '<meta name="viewport"' in page.text
+    assert qr_text(page.text) == link["url"]
+
+    icon = await client.get(_path(link["url"]) + "/icon.png")
+    assert icon.status_code == 200
+    assert icon.content.startswith(b"\x89PNG")
+    download = await client.get(_path(link["url"]) + "/download")
+    assert download.status_code == 302
+    file = await client.get(download.headers["location"])
+    assert file.content == APK.read_bytes()
+
+
+async def test_the_default_expiry_is_a_week_and_can_be_chosen(
+    builds: Builds, clock: FrozenClock
+) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    week = (await _install_link(builds, build["buildId"])).json()
+    hours = (await _install_link(builds, build["buildId"], expiresInHours=3)).json()
+
+    now = clock.now().timestamp()
+    assert _seconds(week["expiresAt"]) - now == 7 * 24 * 3600
+    assert _seconds(hours["expiresAt"]) - now == 3 * 3600
+    for bad in (0, 24 * 90 + 1, "12"):
+        r = await _install_link(builds, build["buildId"], expiresInHours=bad)
+        assert_problem(r, 422, "validation_error")
+
+
+def _seconds(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+async def test_an_ipa_link_offers_itms_services_and_a_valid_manifest(
+    builds: Builds, client: httpx.AsyncClient
+) -> None:
+    icon, _ = cgbi_png(8, 8)
+    data = ipa(extra={"AppIcon60x60@2x.png": icon}).getvalue()
+    build = await _ready(builds, data, "Example.ipa")
+    assert build["iconUrl"] is not None
+    link = (await _install_link(builds, build["buildId"])).json()
+    assert link["manifestUrl"] == link["url"] + "/manifest.plist"
+
+    page = await client.get(_path(link["url"]), headers=HTML)
+    itms = re.search(r'href="(itms-services://[^"]+)"', page.text)
+    assert itms, page.text
+    query = parse_qs(urlsplit(unescape(itms.group(1))).query)
+    assert query["action"] == ["download-manifest"]
+    assert query["url"] == [link["manifestUrl"]]
+
+    r = await client.get(_path(link["manifestUrl"]))
+    assert r.status_code == 200
+    manifest = plistlib.loads(r.content)
+    item = manifest["items"][0]
+    assert item["metadata"] == {
+        "bundle-identifier": INFO["CFBundleIdentifier"],
+        "bundle-version": INFO["CFBundleShortVersionString"],
+        "kind": "software",
+        "title": INFO["CFBundleDisplayName"],
+    }
+    package = next(a for a in item["assets"] if a["kind"] == "software-package")
+    assert (await client.get(package["url"])).content == data  # iOS sends no token either
+    image = next(a for a in item["assets"] if a["kind"] == "display-image")
+    assert (await client.get(image["url"])).headers["content-type"] == "image/png"
+
+
+async def test_an_android_link_has_no_ios_manifest(
+    builds: Builds, client: httpx.AsyncClient
+) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    link = (await _install_link(builds, build["buildId"])).json()
+    r = await client.get(_path(link["url"]) + "/manifest.plist")
+    assert_problem(r, 404, "manifest_not_found")
+
+
+async def test_an_expired_link_is_gone(
+    builds: Builds, client: httpx.AsyncClient, clock: FrozenClock
+) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    link = (await _install_link(builds, build["buildId"], expiresInHours=1)).json()
+    clock.advance(hours=1)
+
+    assert_problem(await client.get(_path(link["url"])), 410, "install_link_expired")
+    page = await client.get(_path(link["url"]), headers=HTML)
+    assert page.status_code == 410
+    assert page.headers["content-type"].startswith("text/html")
+    assert "expired" in page.text
+    for part in ("/download", "/manifest.plist", "/icon.png"):
+        assert_problem(await client.get(_path(link["url"]) + part), 410, "install_link_expired")
+    assert (await builds.get(build["buildId"])).json()["installUrl"] is None
+
+
+async def test_a_revoked_link_is_gone_and_listed_as_revoked(
+    builds: Builds, client: httpx.AsyncClient
+) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    link = (await _install_link(builds, build["buildId"])).json()
+    assert (await builds.get(build["buildId"])).json()["installUrl"] == link["url"]
+
+    r = await builds.client.delete(
+        f"{builds.base}/{build['buildId']}/install-links/{link['linkId']}",
+        headers=builds.owner.headers,
+    )
+
+    assert r.status_code == 204
+    assert_problem(await client.get(_path(link["url"])), 410, "install_link_revoked")
+    listed = await builds.client.get(
+        f"{builds.base}/{build['buildId']}/install-links", headers=builds.owner.headers
+    )
+    assert [(x["linkId"], x["revokedAt"] is not None) for x in listed.json()["installLinks"]] == [
+        (link["linkId"], True)
+    ]
+    assert (await builds.get(build["buildId"])).json()["installUrl"] is None
+
+
+async def test_forged_and_unknown_tokens_are_404(builds: Builds, client: httpx.AsyncClient) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    link = (await _install_link(builds, build["buildId"])).json()
+    token = _path(link["url"]).rsplit("/", 1)[1]
+    link_id, signature = token.split(".")
+    forged = [
+        f"{link_id}.{signature[:-1]}{'A' if signature[-1] != 'A' else 'B'}",
+        f"inl_00000000000000000000000000.{signature}",
+        link_id,
+        "nothing",
+    ]
+    for bad in forged:
+        assert_problem(await client.get(f"/install/{bad}"), 404, "install_link_not_found")
+    page = await client.get(f"/install/{forged[0]}", headers=HTML)
+    assert page.status_code == 404
+    assert "not found" in page.text
+
+
+async def test_the_link_of_a_deleted_build_is_gone(
+    builds: Builds, client: httpx.AsyncClient
+) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    link = (await _install_link(builds, build["buildId"])).json()
+    r = await builds.client.delete(
+        f"{builds.base}/{build['buildId']}", headers=builds.owner.headers
+    )
+    assert r.status_code == 204
+    assert_problem(await client.get(_path(link["url"])), 410, "install_link_gone")
+
+
+async def test_verify_can_create_the_link_a_ci_job_prints(builds: Builds) -> None:
+    link = await builds.link(APK.read_bytes(), fileName="demo.apk")
+    await builds.put(link, APK.read_bytes())
+
+    r = await builds.verify(link["buildId"], installLink={"expiresInHours": 48})
+
+    assert r.status_code == 200, r.text
+    build = r.json()
+    assert "/install/" in build["installUrl"]
+    assert build["downloadUrl"].endswith(f"/builds/{build['buildId']}/download")
+    listed = await builds.client.get(builds.base, headers=builds.owner.headers)
+    assert listed.json()["builds"][0]["installUrl"] == build["installUrl"]
+    latest = await builds.client.get(f"{builds.base}/latest", headers=builds.owner.headers)
+    assert latest.json()["installUrl"] == build["installUrl"]
+
+
+async def test_a_pending_build_has_no_install_link(builds: Builds) -> None:
+    link = await builds.link()
+    assert_problem(await _install_link(builds, link["buildId"]), 409, "build_not_ready")
+
+
+async def test_a_tester_revokes_its_own_links_only(builds: Builds) -> None:
+    build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    tester = await builds.api.register("tester@example.com")
+    await builds.api.add_member(builds.owner, builds.project_id, tester, "tester")
+    own = (await _install_link(builds, build["buildId"], tester)).json()
+    owners = (await _install_link(builds, build["buildId"])).json()
+    links = f"{builds.base}/{build['buildId']}/install-links"
+
+    r = await builds.client.delete(f"{links}/{owners['linkId']}", headers=tester.headers)
+    assert_problem(r, 403, "insufficient_role")
+    r = await builds.client.delete(f"{links}/{own['linkId']}", headers=tester.headers)
+    assert r.status_code == 204
