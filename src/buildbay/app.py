@@ -22,7 +22,7 @@ from buildbay.auth.tokens import AccessTokenCodec
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.install_page import router as install_page_router
 from buildbay.builds.routes import router as builds_router
-from buildbay.builds.sweeper import sweep_expired_uploads
+from buildbay.builds.sweeper import sweep
 from buildbay.clock import Clock, SystemClock
 from buildbay.config import Settings
 from buildbay.db import migrate
@@ -132,9 +132,9 @@ async def _sweep_forever(ctx: AppContext) -> None:
     while True:
         await asyncio.sleep(ctx.settings.sweep_interval_seconds)
         try:
-            await sweep_expired_uploads(ctx.sessions, ctx.storage, ctx.clock.now())
+            await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
         except Exception:
-            log.exception("sweeping expired uploads failed; trying again next round")
+            log.exception("sweeping failed; trying again next round")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

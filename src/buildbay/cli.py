@@ -131,20 +131,25 @@ def set_plan(
 
 @app.command(rich_help_panel="Server administration")
 def sweep() -> None:
-    """Remove pending builds whose upload link expired, with their bytes (also runs in serve)."""
+    """Remove pending builds whose upload link expired, and ready builds beyond their
+    application's retention rule, with their bytes (also runs in serve)."""
     from buildbay.app import create_app
-    from buildbay.builds.sweeper import sweep_expired_uploads
+    from buildbay.builds.sweeper import Swept, sweep
 
     settings = _settings(sweep_interval_seconds=0)
     ctx = create_app(settings).state.ctx
 
-    async def run() -> int:
+    async def run() -> Swept:
         try:
-            return await sweep_expired_uploads(ctx.sessions, ctx.storage, ctx.clock.now())
+            return await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
         finally:
             await ctx.engine.dispose()
 
-    typer.echo(f"swept {asyncio.run(run())} expired pending builds")
+    swept = asyncio.run(run())
+    typer.echo(
+        f"swept {swept.expired_uploads} expired pending builds "
+        f"and {swept.retention} builds beyond their retention rule"
+    )
 
 
 def main() -> None:

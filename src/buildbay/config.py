@@ -38,6 +38,7 @@ class ConfigurationError(Exception):
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class Settings(BaseSettings):
@@ -60,6 +61,10 @@ class Settings(BaseSettings):
     max_upload_bytes_free: PositiveInt = 1 * GiB
     max_upload_bytes_pro: PositiveInt = 4 * GiB
     max_upload_bytes_enterprise: PositiveInt = 10 * GiB
+    # Storage per user (the builds they uploaded, pending ones included); 0 means unlimited.
+    quota_bytes_free: NonNegativeInt = 5 * GiB
+    quota_bytes_pro: NonNegativeInt = 100 * GiB
+    quota_bytes_enterprise: NonNegativeInt = 0
 
     rate_limit_enabled: bool = True
     rate_limit_free_per_minute: PositiveInt = 100
@@ -138,6 +143,15 @@ class Settings(BaseSettings):
             Plan.PRO: self.max_upload_bytes_pro,
             Plan.ENTERPRISE: self.max_upload_bytes_enterprise,
         }[plan]
+
+    def storage_quota(self, plan: Plan) -> int | None:
+        """Bytes of builds a user of `plan` may keep; None means no limit."""
+        quota = {
+            Plan.FREE: self.quota_bytes_free,
+            Plan.PRO: self.quota_bytes_pro,
+            Plan.ENTERPRISE: self.quota_bytes_enterprise,
+        }[plan]
+        return quota or None
 
     def requests_per_minute(self, plan: Plan) -> int | None:
         """None means no limit."""

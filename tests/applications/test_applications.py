@@ -29,8 +29,10 @@ async def test_creating_an_application_answers_201_with_defaults(
     assert r.status_code == 201, r.text
     body = r.json()
     assert set(body) == {
-        "id", "projectId", "name", "platform", "bundleId", "buildsCount", "createdAt", "updatedAt"
+        "id", "projectId", "name", "platform", "bundleId", "retention", "buildsCount", "createdAt",
+        "updatedAt",
     }  # fmt: skip
+    assert body["retention"] == {"keepLast": None, "keepDays": None}
     assert isinstance(body["id"], str)
     assert body["id"]
     assert body["projectId"] == project["id"]

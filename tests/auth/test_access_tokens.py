@@ -35,8 +35,16 @@ async def test_me_answers_the_calling_user(client: httpx.AsyncClient, owner: Acc
     r = await client.get("/api/auth/me", headers=owner.headers)
 
     assert r.status_code == 200, r.text
-    assert r.json() == owner.user
-    assert set(r.json()) == {"id", "email", "name", "plan", "createdAt"}
+    body = r.json()
+    # The seed's User, plus the storage usage and the plan's limits.
+    assert {k: v for k, v in body.items() if k not in {"usage", "limits"}} == owner.user
+    assert set(body) == {"id", "email", "name", "plan", "createdAt", "usage", "limits"}
+    assert body["usage"] == {"storageBytes": 0, "builds": 0}
+    assert body["limits"] == {
+        "storageQuotaBytes": 5 * 1024**3,
+        "maxUploadBytes": 1024**3,
+        "requestsPerMinute": 100,
+    }
 
 
 async def test_access_token_is_a_jwt_expiring_24_hours_after_issue(

@@ -34,6 +34,9 @@ def _application(view: ApplicationView) -> schemas.Application:
         name=a.name,
         platform=a.platform,
         bundle_id=a.bundle_id,
+        retention=schemas.Retention(
+            keep_last=a.retention_keep_last, keep_days=a.retention_keep_days
+        ),
         builds_count=view.builds_count,
         created_at=a.created_at,
         updated_at=a.updated_at,

@@ -19,10 +19,28 @@ BundleId = Annotated[
 ]
 
 
+class RetentionRule(RequestModel):
+    """Which ready builds the sweeper keeps; the newest ready build is always kept."""
+
+    keep_last: Annotated[
+        int | None, Field(ge=1, le=100_000, strict=True, description="Keep the newest N")
+    ] = None
+    keep_days: Annotated[
+        int | None,
+        Field(ge=1, le=36_500, strict=True, description="Keep builds verified in the last D days"),
+    ] = None
+
+
+class Retention(ApiModel):
+    keep_last: int | None
+    keep_days: int | None
+
+
 class ApplicationCreate(RequestModel):
     name: ApplicationName
     platform: Platform = Platform.OTHER
     bundle_id: BundleId | None = None
+    retention: RetentionRule | None = None
 
 
 class ApplicationUpdate(RequestModel):
@@ -31,6 +49,9 @@ class ApplicationUpdate(RequestModel):
     name: ApplicationName | None = None
     platform: Platform | None = None
     bundle_id: BundleId | None = None
+    retention: RetentionRule | None = Field(
+        default=None, description="Replaces the rule; null keeps every build"
+    )
 
     @field_validator("name", "platform")
     @classmethod
@@ -47,6 +68,7 @@ class Application(ApiModel):
     name: str
     platform: Platform
     bundle_id: str | None
+    retention: Retention = Field(description="Both null: every build is kept")
     builds_count: int = Field(description="Ready builds of the application")
     created_at: Timestamp
     updated_at: Timestamp

@@ -28,6 +28,16 @@ def _ready_builds_of(application_id: Any) -> Any:
     )
 
 
+def _columns(fields: dict[str, Any]) -> dict[str, Any]:
+    """A request's fields as the model's columns (`retention` is two of them)."""
+    columns = dict(fields)
+    if "retention" in columns:
+        rule = columns.pop("retention") or {}
+        columns["retention_keep_last"] = rule.get("keep_last")
+        columns["retention_keep_days"] = rule.get("keep_days")
+    return columns
+
+
 class ApplicationService:
     def __init__(self, db: AsyncSession, now: datetime) -> None:
         self.db = db
@@ -54,7 +64,7 @@ class ApplicationService:
             project_id=project.id,
             created_at=self.now,
             updated_at=self.now,
-            **fields,
+            **_columns(fields),
         )
         self.db.add(application)
         await self.db.flush()
@@ -65,7 +75,7 @@ class ApplicationService:
         return ApplicationView(application, count or 0)
 
     async def update(self, application: Application, changes: dict[str, Any]) -> ApplicationView:
-        for name, value in changes.items():
+        for name, value in _columns(changes).items():
             setattr(application, name, value)
         application.updated_at = self.now
         await self.db.flush()

@@ -7,7 +7,8 @@ from fastapi import APIRouter, Body, Path, Request, Response, status
 from buildbay.auth import schemas
 from buildbay.auth.dependencies import AuthServiceDep, CurrentUser, PublicRateLimit, client_ip
 from buildbay.auth.service import IssuedTokens
-from buildbay.deps import Context, TransactionRoute
+from buildbay.builds.service import storage_usage
+from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.errors import problem_responses
 
 router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=TransactionRoute)
@@ -74,9 +75,27 @@ async def logout(
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/me", responses=problem_responses(401, 429), summary="The calling user")
-async def me(principal: CurrentUser) -> schemas.User:
-    return schemas.User.model_validate(principal.user)
+@router.get(
+    "/me",
+    responses=problem_responses(401, 429),
+    summary="The calling user, with storage usage and the plan's limits",
+)
+async def me(principal: CurrentUser, ctx: Context, db: SessionDep) -> schemas.Me:
+    user, settings = principal.user, ctx.settings
+    usage = await storage_usage(db, user.id)
+    return schemas.Me(
+        id=user.id,
+        email=user.email,
+        name=user.name,
+        plan=user.plan,
+        created_at=user.created_at,
+        usage=schemas.Usage(storage_bytes=usage.bytes, builds=usage.builds),
+        limits=schemas.Limits(
+            storage_quota_bytes=settings.storage_quota(user.plan),
+            max_upload_bytes=settings.max_upload_bytes(user.plan),
+            requests_per_minute=settings.requests_per_minute(user.plan),
+        ),
+    )
 
 
 @account_router.get(

@@ -59,6 +59,22 @@ class User(ApiModel):
     created_at: Timestamp
 
 
+class Usage(ApiModel):
+    storage_bytes: int = Field(description="Bytes of the builds you uploaded (pending included)")
+    builds: int = Field(description="Builds you uploaded that still exist")
+
+
+class Limits(ApiModel):
+    storage_quota_bytes: int | None = Field(description="Null: no limit")
+    max_upload_bytes: int
+    requests_per_minute: int | None = Field(description="Null: no limit")
+
+
+class Me(User):
+    usage: Usage
+    limits: Limits = Field(description="Your plan's limits")
+
+
 class TokenResponse(BaseModel):
     access_token: str
     refresh_token: str

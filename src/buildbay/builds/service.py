@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any
 
-from sqlalchemy import ColumnElement, String, cast, or_, select, update
+from sqlalchemy import ColumnElement, String, cast, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, Platform
@@ -72,6 +72,25 @@ def human_size(size: int) -> str:
     return f"{size} bytes"
 
 
+@dataclass(frozen=True, slots=True)
+class StorageUsage:
+    bytes: int
+    builds: int
+
+
+async def storage_usage(db: AsyncSession, user_id: str) -> StorageUsage:
+    """What a user's builds take: every build they uploaded, pending ones included (their
+    declared size is reserved from the upload link on)."""
+    row = (
+        await db.execute(
+            select(func.coalesce(func.sum(Build.file_size), 0), func.count(Build.id)).where(
+                Build.uploaded_by == user_id
+            )
+        )
+    ).one()
+    return StorageUsage(int(row[0]), int(row[1]))
+
+
 class BuildService:
     def __init__(
         self, db: AsyncSession, now: datetime, settings: Settings, storage: Storage
@@ -98,6 +117,7 @@ class BuildService:
                 f"file ({largest} bytes, {human_size(largest)})",
                 code="file_too_large",
             )
+        await self._check_quota(uploader, file_size)
         build_id = new_id("bld")
         build = Build(
             id=build_id,
@@ -122,6 +142,22 @@ class BuildService:
             build.storage_key, file_size, build.expires_at, sha256
         )
         return build, target
+
+    async def _check_quota(self, uploader: User, file_size: int) -> None:
+        quota = self.settings.storage_quota(uploader.plan)
+        if quota is None:
+            return
+        # On PostgreSQL the uploader's row is locked until the link is committed, so two
+        # concurrent links cannot both fit in the last free bytes (SQLite ignores FOR UPDATE).
+        await self.db.execute(select(User.id).where(User.id == uploader.id).with_for_update())
+        used = (await storage_usage(self.db, uploader.id)).bytes
+        if used + file_size > quota:
+            raise PayloadTooLarge(
+                f"This build ({human_size(file_size)}) would take your storage to "
+                f"{human_size(used + file_size)}, past the {uploader.plan.value} plan's "
+                f"{human_size(quota)}; delete builds or set a retention rule",
+                code="quota_exceeded",
+            )
 
     # -- step 2 happens at the storage address; this is what it asks before taking bytes -----------
 

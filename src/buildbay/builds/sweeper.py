@@ -1,18 +1,22 @@
-"""Removes pending builds whose upload link expired without a verify, with their bytes.
+"""Removes pending builds whose upload link expired without a verify, and ready builds beyond
+their application's retention rule, each with its bytes.
 
 Safe to run in several processes at once: each candidate row is claimed by a conditional delete
-(and, on PostgreSQL, locked with SKIP LOCKED so two sweepers never wait on each other). A ready
-build is never touched.
+(and, on PostgreSQL, locked with SKIP LOCKED so two sweepers never wait on each other), and only
+the process whose delete returned a row deletes its bytes. Rows go first, committed: a crash can
+leave orphan bytes, never a ready build without them.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from buildbay.applications.models import Application
 from buildbay.builds.models import Build, BuildStatus
 from buildbay.storage.base import Storage
 
@@ -53,3 +57,91 @@ async def sweep_expired_uploads(
         log.info("swept %d expired pending builds", len(claimed))
         if len(rows) < BATCH:
             return swept
+
+
+@dataclass(frozen=True)
+class Swept:
+    expired_uploads: int
+    retention: int
+
+
+async def sweep(
+    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime
+) -> Swept:
+    """One round of every sweep (`buildbay sweep`, and `serve` every sweep interval)."""
+    expired = await sweep_expired_uploads(sessions, storage, now)
+    return Swept(expired, await sweep_retention(sessions, storage, now))
+
+
+async def sweep_retention(
+    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime
+) -> int:
+    """Deletes the ready builds each application's retention rule no longer keeps: beyond the
+    newest `keepLast`, or verified more than `keepDays` days ago. An application's newest ready
+    build is always kept."""
+    async with sessions() as db:
+        rules = (
+            await db.execute(
+                select(
+                    Application.id,
+                    Application.retention_keep_last,
+                    Application.retention_keep_days,
+                ).where(
+                    or_(
+                        Application.retention_keep_last.is_not(None),
+                        Application.retention_keep_days.is_not(None),
+                    )
+                )
+            )
+        ).all()
+    swept = 0
+    for application_id, keep_last, keep_days in rules:
+        swept += await _apply_rule(sessions, storage, now, application_id, keep_last, keep_days)
+    return swept
+
+
+async def _apply_rule(
+    sessions: async_sessionmaker[AsyncSession],
+    storage: Storage,
+    now: datetime,
+    application_id: str,
+    keep_last: int | None,
+    keep_days: int | None,
+) -> int:
+    oldest_kept = now - timedelta(days=keep_days) if keep_days is not None else None
+    async with sessions() as db:
+        ready = (
+            await db.execute(
+                select(Build.id, Build.verified_at)
+                .where(Build.application_id == application_id, Build.status == BuildStatus.READY)
+                .order_by(Build.id.desc())
+            )
+        ).all()
+    doomed = [
+        build_id
+        for position, (build_id, verified_at) in enumerate(ready)
+        if position > 0  # the newest stays, whatever the rule
+        and (
+            (keep_last is not None and position >= keep_last)
+            or (oldest_kept is not None and verified_at is not None and verified_at < oldest_kept)
+        )
+    ]
+    swept = 0
+    for start in range(0, len(doomed), BATCH):
+        async with sessions() as db, db.begin():
+            claimed = list(
+                await db.scalars(
+                    delete(Build)
+                    .where(
+                        Build.id.in_(doomed[start : start + BATCH]),
+                        Build.status == BuildStatus.READY,
+                    )
+                    .returning(Build.storage_key)
+                )
+            )
+        for key in claimed:
+            await storage.delete(key)
+        swept += len(claimed)
+    if swept:
+        log.info("retention: deleted %d builds of %s", swept, application_id)
+    return swept
