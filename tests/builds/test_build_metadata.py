@@ -164,3 +164,32 @@ async def test_a_build_without_an_icon_has_no_icon_url(builds: Builds) -> None:
         f"{builds.base}/{build['buildId']}/icon", headers=builds.owner.headers
     )
     assert_problem(r, 404, "icon_not_found")
+
+
+async def test_builds_sort_by_version_code_across_pages(builds: Builds) -> None:
+    made = {code: await _ipa_build(builds, "1.0", str(code)) for code in (20, 300, 5, 300, 41)} | {
+        "none": (await _ipa_build(builds, "1.0", "1.2.3"))
+    }  # not a number: sorts last
+    last_300 = made[300]["buildId"]
+
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"sort": "version", "limit": "2", **({"cursor": cursor} if cursor else {})}
+        r = await builds.client.get(builds.base, params=params, headers=builds.owner.headers)
+        assert r.status_code == 200, r.text
+        seen += [b["metadata"]["buildNumber"] for b in r.json()["builds"]]
+        cursor = r.json()["nextCursor"]
+        if cursor is None:
+            break
+
+    assert seen == ["300", "300", "41", "20", "5", "1.2.3"]
+    r = await builds.client.get(
+        builds.base, params={"sort": "version", "limit": "1"}, headers=builds.owner.headers
+    )
+    assert r.json()["builds"][0]["buildId"] == last_300  # the newer of the two 300s first
+    assert_problem(
+        await builds.client.get(builds.base, params={"sort": "size"}, headers=builds.owner.headers),
+        422,
+        "validation_error",
+    )

@@ -8,7 +8,7 @@ from fastapi.responses import RedirectResponse
 from buildbay.builds import schemas
 from buildbay.builds.install import InstallLinks
 from buildbay.builds.models import Build, BuildStatus, InstallLink
-from buildbay.builds.service import BuildService, VersionFilter
+from buildbay.builds.service import BuildOrder, BuildService, VersionFilter
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.errors import Forbidden, NotFound, problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
@@ -128,9 +128,16 @@ async def list_builds(
     page: Page,
     version: Version,
     status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
+    sort: Annotated[
+        BuildOrder,
+        Query(
+            description="`newest` first (the default), or by `version`: the highest versionCode "
+            "(an .ipa's numeric CFBundleVersion) first, builds without one last"
+        ),
+    ] = BuildOrder.NEWEST,
 ) -> schemas.BuildList:
     builds, next_cursor = await service.list(
-        access.application, status, page.limit, page.after_id, version
+        access.application, status, page.limit, page.after_id, version, sort
     )
     return schemas.BuildList(builds=await present(builds, links), next_cursor=next_cursor)
 

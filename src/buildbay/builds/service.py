@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import IO, Any
 
-from sqlalchemy import ColumnElement, String, cast, func, or_, select, update
+from sqlalchemy import ColumnElement, String, and_, cast, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, Platform
@@ -25,6 +26,11 @@ from buildbay.ids import new_id, split_page
 from buildbay.storage.base import Storage, UploadTarget
 
 METADATA_SECONDS = 30  # to read what a build says about itself; past it, no metadata
+
+
+class BuildOrder(StrEnum):
+    NEWEST = "newest"
+    VERSION = "version"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,18 +285,33 @@ class BuildService:
         limit: int,
         after_id: str | None,
         version: VersionFilter | None = None,
+        sort: BuildOrder = BuildOrder.NEWEST,
     ) -> tuple[list[Build], str | None]:
-        stmt = (
-            select(Build)
-            .where(Build.application_id == application.id, *_version_clauses(version))
-            .order_by(Build.id.desc())
-            .limit(limit + 1)
+        stmt = select(Build).where(
+            Build.application_id == application.id, *_version_clauses(version)
         )
         if status is not None:
             stmt = stmt.where(Build.status == status)
-        if after_id is not None:
-            stmt = stmt.where(Build.id < after_id)
-        return split_page(list(await self.db.scalars(stmt)), limit, lambda b: b.id)
+        if sort is BuildOrder.VERSION:
+            # Highest version code first, builds without one last; the newest first among equals.
+            # The cursor is still the last build's id: its version code is looked up here.
+            key = func.coalesce(Build.version_code, -1)
+            stmt = stmt.order_by(key.desc(), Build.id.desc())
+            if after_id is not None:
+                after_key = await self.db.scalar(
+                    select(func.coalesce(Build.version_code, -1)).where(
+                        Build.id == after_id, Build.application_id == application.id
+                    )
+                )
+                if after_key is None:
+                    return [], None  # the cursor's build was deleted meanwhile: nothing after it
+                stmt = stmt.where(or_(key < after_key, and_(key == after_key, Build.id < after_id)))
+        else:
+            stmt = stmt.order_by(Build.id.desc())
+            if after_id is not None:
+                stmt = stmt.where(Build.id < after_id)
+        builds = list(await self.db.scalars(stmt.limit(limit + 1)))
+        return split_page(builds, limit, lambda b: b.id)
 
     async def latest(self, application: Application, version: VersionFilter | None) -> Build:
         """The newest ready build (of that version, if asked)."""
