@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
@@ -18,6 +19,12 @@ _PARSERS: dict[str, Callable[[IO[bytes]], Parsed]] = {
     "apk": parse_apk,
     "ipa": parse_ipa,
 }
+
+
+# Each parse is bounded (the entries it reads, and what it keeps of them); this bounds how many
+# run at once in a process, so the memory bound holds for the process, not per verify.
+PARALLEL_PARSES = 2
+_slots = threading.BoundedSemaphore(PARALLEL_PARSES)
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ def read_metadata(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading
     if parser is None:
         return Reading()
     try:
-        with open_file() as file:
+        with _slots, open_file() as file:
             parsed = parser(file)
     except MetadataError as exc:
         return Reading(error=f"Not a readable .{suffix}: {exc}")
