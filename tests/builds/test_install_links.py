@@ -95,6 +95,7 @@ async def test_a_member_creates_a_link_and_the_page_shows_the_build(
     text = unescape(page.text)
     assert expected()["appName"] in text
     assert "Version 1.4.2 (42)" in text
+    assert f"{len(APK.read_bytes()) / 1024:.1f} KiB" in text
     assert "Fixes the <login> crash" in text  # shown, and escaped in the HTML
     assert "&lt;login&gt;" in page.text
     assert 'href="' + link["url"] + '/download"' in page.text

@@ -70,10 +70,13 @@ def _version_code(metadata: dict[str, Any]) -> int | None:
 
 
 def human_size(size: int) -> str:
+    """`812 bytes`, `8.5 KiB`, `1 GiB`: one decimal at most."""
     value = float(size)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
-            return f"{size} bytes" if unit == "bytes" else f"{value:g} {unit}"
+            if unit == "bytes":
+                return f"{size} bytes"
+            return f"{value:.1f}".removesuffix(".0") + f" {unit}"
         value /= 1024
     return f"{size} bytes"
 
