@@ -15,7 +15,7 @@ import zxingcpp
 from PIL import Image, ImageDraw
 
 from buildbay.clock import FrozenClock
-from tests.builds.android_files import APK, expected
+from tests.builds.android_files import APK, aab, expected
 from tests.builds.conftest import Builds
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
 from tests.conftest import Account, assert_problem
@@ -276,3 +276,32 @@ async def test_a_tester_revokes_its_own_links_only(builds: Builds) -> None:
     assert_problem(r, 403, "insufficient_role")
     r = await builds.client.delete(f"{links}/{own['linkId']}", headers=tester.headers)
     assert r.status_code == 204
+
+
+async def test_a_retried_verify_reuses_the_live_link(builds: Builds) -> None:
+    link = await builds.link(APK.read_bytes(), fileName="demo.apk")
+    await builds.put(link, APK.read_bytes())
+    first = (await builds.verify(link["buildId"], installLink={})).json()
+    again = (await builds.verify(link["buildId"], installLink={})).json()
+
+    assert again["installUrl"] == first["installUrl"]
+    listed = await builds.client.get(
+        f"{builds.base}/{link['buildId']}/install-links", headers=builds.owner.headers
+    )
+    assert len(listed.json()["installLinks"]) == 1
+
+
+async def test_an_overlong_token_is_a_plain_not_found(client: httpx.AsyncClient) -> None:
+    page = await client.get("/install/" + "x" * 500, headers=HTML)
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html")
+
+
+async def test_an_app_bundle_page_says_it_is_not_installable_as_it_is(
+    builds: Builds, client: httpx.AsyncClient
+) -> None:
+    build = await _ready(builds, aab(), "bundle.aab")
+    link = (await _install_link(builds, build["buildId"])).json()
+    page = await client.get(_path(link["url"]), headers=HTML)
+    assert "Android App Bundle" in page.text
+    assert "allow installs from your browser" not in page.text

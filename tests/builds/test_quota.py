@@ -36,7 +36,7 @@ async def test_a_build_that_would_pass_the_quota_is_refused(builds: Builds) -> N
     problem = assert_problem(
         await builds.request_link({"fileName": "big.apk", "fileSize": 11}), 413, "quota_exceeded"
     )
-    assert "free plan" in problem["detail"]
+    assert "past the free plan's 100 bytes" in problem["detail"]
     assert (await builds.request_link({"fileName": "fits.apk", "fileSize": 10})).status_code == 201
 
     # Deleting builds gives the room back.
@@ -62,3 +62,10 @@ async def test_zero_means_no_quota(builds: Builds, settings: Settings) -> None:
     await builds.ready(b"x" * 200)
     assert (await builds.request_link({"fileName": "a.apk", "fileSize": 500})).status_code == 201
     assert (await _me(builds))["limits"]["storageQuotaBytes"] is None
+
+
+async def test_the_rate_limit_shown_is_none_when_rate_limiting_is_off(
+    builds: Builds, settings: Settings
+) -> None:
+    settings.rate_limit_enabled = False
+    assert (await _me(builds))["limits"]["requestsPerMinute"] is None

@@ -93,7 +93,9 @@ async def me(principal: CurrentUser, ctx: Context, db: SessionDep) -> schemas.Me
         limits=schemas.Limits(
             storage_quota_bytes=settings.storage_quota(user.plan),
             max_upload_bytes=settings.max_upload_bytes(user.plan),
-            requests_per_minute=settings.requests_per_minute(user.plan),
+            requests_per_minute=settings.requests_per_minute(user.plan)
+            if settings.rate_limit_enabled
+            else None,
         ),
     )
 

@@ -70,7 +70,7 @@ def parse_apk(file: IO[bytes]) -> Parsed:
         icon_ref = application.get(ANDROID + "icon") if application is not None else None
         metadata: dict[str, Any] = {
             "packageName": package,
-            "versionName": manifest.get(ANDROID + "versionName") or None,
+            "versionName": _string(resources, manifest.get(ANDROID + "versionName")),
             "versionCode": _integer(manifest.get(ANDROID + "versionCode")),
             "minSdk": _integer(uses_sdk.get(ANDROID + "minSdkVersion"))
             if uses_sdk is not None

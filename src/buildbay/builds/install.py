@@ -24,8 +24,6 @@ from buildbay.builds.models import Build, BuildIcon, BuildStatus, InstallLink
 from buildbay.errors import Conflict, Gone, NotFound
 from buildbay.ids import new_id
 
-DEFAULT_HOURS = 24 * 7
-MAX_HOURS = 24 * 90
 _SIGNATURE_BYTES = 18  # 144 bits, 24 characters
 
 

@@ -37,7 +37,9 @@ _templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-Token = Annotated[str, Path(max_length=100, description="The signed token of the install link")]
+# No length rule here: a token that is too long is just not one of ours (404, as HTML for a
+# browser), not a validation error.
+Token = Annotated[str, Path(description="The signed token of the install link")]
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 
 
@@ -102,7 +104,8 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
         version=version,
         icon_url=f"{page_url}/icon.png" if build.has_icon else None,
         ios=ios,
-        android=build.file_name.lower().endswith((".apk", ".aab")),
+        android=build.file_name.lower().endswith(".apk"),
+        bundle=build.file_name.lower().endswith(".aab"),
         https=page_url.startswith("https://"),
         itms_url="itms-services://?action=download-manifest&url="
         + quote(f"{page_url}/manifest.plist", safe=""),

@@ -172,7 +172,8 @@ async def verify_upload(
     body: schemas.VerifyRequest, access: BuildsDeveloper, service: Service, links: Links
 ) -> schemas.Build:
     build = await service.verify(access.application, body.build_id, body.notes)
-    if body.install_link is not None:
+    # A retried verify (CI retries) reuses the build's live link rather than adding another.
+    if body.install_link is not None and not await links.current([build.id]):
         await links.create(build, access.caller.user, body.install_link.expires_in_hours)
     return (await present([build], links))[0]
 

@@ -5,12 +5,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from buildbay.builds.install import DEFAULT_HOURS, MAX_HOURS
 from buildbay.builds.models import BuildStatus
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NOTES_LENGTH = 10_000
+DEFAULT_HOURS = 24 * 7  # an install link's life, unless asked
+MAX_HOURS = 24 * 90
 
 
 def check_file_name(value: str) -> str:
@@ -92,7 +93,8 @@ class Build(ApiModel):
         description="What the build file says about itself, where the format is known"
     )
     metadata_error: str | None = Field(
-        description="Why `metadata` is null for a file whose name says .ipa but does not parse",
+        description="Why `metadata` is null for a file whose name says .apk, .aab or .ipa but "
+        "does not parse as one",
     )
     download_url: str | None = Field(
         description="The tester download endpoint (302 to the file), once the build is ready"

@@ -162,9 +162,9 @@ class BuildService:
         used = (await storage_usage(self.db, uploader.id)).bytes
         if used + file_size > quota:
             raise PayloadTooLarge(
-                f"This build ({human_size(file_size)}) would take your storage to "
-                f"{human_size(used + file_size)}, past the {uploader.plan.value} plan's "
-                f"{human_size(quota)}; delete builds or set a retention rule",
+                f"This build ({file_size} bytes) would take your storage to {used + file_size} "
+                f"bytes, past the {uploader.plan.value} plan's {quota} bytes "
+                f"({human_size(quota)}); delete builds or set a retention rule",
                 code="quota_exceeded",
             )
 
