@@ -28,6 +28,7 @@ format: $(SYNCED)
 bench: $(SYNCED) ## Benchmarks (print ratios against a baseline measured in the same run)
 	$(VENV)/bin/python bench/upload.py
 	$(VENV)/bin/python bench/api.py
+	$(VENV)/bin/python bench/cli_upload.py
 
 $(UV):
 	$(PYTHON) -m venv .uv

@@ -312,3 +312,30 @@ def assert_problem(
     if code is not None:
         assert body["code"] == code, body
     return body
+
+
+# -- a real `buildbay serve` process -------------------------------------------------------
+
+
+@pytest.fixture
+def server_env(tmp_path: Path, database_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
+    env.update(
+        BUILDBAY_DATA_DIR=str(tmp_path / "data"),
+        BUILDBAY_DATABASE_URL=database_url,
+        BUILDBAY_SECRET_KEY=TEST_SECRET,
+    )
+    return env
+
+
+@pytest.fixture
+def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with running(
+        [sys.executable, "-m", "buildbay", "serve", "--port", str(port)],
+        env=server_env,
+        log_path=tmp_path / "server.log",
+        ready_url=f"{base}/readyz",
+    ):
+        yield base

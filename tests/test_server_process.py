@@ -7,7 +7,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -32,30 +31,6 @@ def _buildbay(
         timeout=60,
         check=check,
     )
-
-
-@pytest.fixture
-def server_env(tmp_path: Path, database_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
-    env.update(
-        BUILDBAY_DATA_DIR=str(tmp_path / "data"),
-        BUILDBAY_DATABASE_URL=database_url,
-        BUILDBAY_SECRET_KEY=TEST_SECRET,
-    )
-    return env
-
-
-@pytest.fixture
-def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with running(
-        [sys.executable, "-m", "buildbay", "serve", "--port", str(port)],
-        env=server_env,
-        log_path=tmp_path / "server.log",
-        ready_url=f"{base}/readyz",
-    ):
-        yield base
 
 
 def test_the_whole_product_flow_over_real_http(server: str) -> None:

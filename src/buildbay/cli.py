@@ -1,4 +1,5 @@
-"""The `buildbay` command: run the server and look after its database."""
+"""The `buildbay` command: the client (client/cli.py), and running the server and looking after
+its database."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from typing import Annotated, Any
 import typer
 from sqlalchemy import update
 
+from buildbay.client.cli import EXIT_CODES_HELP, register
 from buildbay.config import ConfigurationError, Plan, Settings
 
 app = typer.Typer(
-    help="Buildbay: self-hosted build distribution.",
+    help="Buildbay: self-hosted build distribution. Upload builds from CI, hand them to testers.",
+    epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
 )
@@ -22,6 +25,7 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 users_app = typer.Typer(help="User accounts.", no_args_is_help=True)
 app.add_typer(db_app, name="db", rich_help_panel="Server administration")
 app.add_typer(users_app, name="users", rich_help_panel="Server administration")
+register(app)  # login, upload, projects, apps, builds, members, tokens
 
 
 def _settings(**overrides: object) -> Settings:
@@ -131,8 +135,7 @@ def set_plan(
 
 @app.command(rich_help_panel="Server administration")
 def sweep() -> None:
-    """Remove pending builds whose upload link expired, and ready builds beyond their
-    application's retention rule, with their bytes (also runs in serve)."""
+    """Remove expired pending builds and builds past their retention rule (serve does too)."""
     from buildbay.app import create_app
     from buildbay.builds.sweeper import Swept, sweep
 

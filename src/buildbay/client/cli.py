@@ -1,0 +1,818 @@
+"""The client side of the `buildbay` command: log in, manage projects, applications, members,
+API tokens and builds, and upload from a terminal or a CI job.
+
+Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from buildbay.client.api import Buildbay, RetryPolicy
+from buildbay.client.config import DEFAULT_PROFILE, Profile, load_profiles, save_profiles
+from buildbay.client.errors import (
+    ApiError,
+    AuthenticationError,
+    BuildbayClientError,
+    ConflictError,
+    LimitError,
+    NetworkError,
+    NotFoundError,
+    PermissionDenied,
+    ServerError,
+    ValidationError,
+)
+
+EXIT_AUTH, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_LIMIT, EXIT_NETWORK = 3, 4, 5, 6, 7
+EXIT_CODES_HELP = (
+    "Exit codes: 0 done (upload: the build is verified and ready); 1 other error; "
+    "2 wrong usage; 3 authentication or permission; 4 not found; "
+    "5 refused (validation or conflict); 6 a limit (file size, storage quota, rate limit); "
+    "7 network or server unavailable after retries."
+)
+_EXIT_CODES: list[tuple[type[BuildbayClientError], int]] = [
+    (AuthenticationError, EXIT_AUTH),
+    (PermissionDenied, EXIT_AUTH),
+    (NotFoundError, EXIT_NOT_FOUND),
+    (ValidationError, EXIT_REFUSED),
+    (ConflictError, EXIT_REFUSED),
+    (LimitError, EXIT_LIMIT),
+    (NetworkError, EXIT_NETWORK),
+    (ServerError, EXIT_NETWORK),
+]
+
+# Piped or captured, tables keep their rows on one line (ids are not folded at 80 columns).
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON")]
+ProjectRef = Annotated[str, typer.Option("--project", "-p", help="Project id or name")]
+AppRef = Annotated[str, typer.Option("--app", "-a", help="Application id or name")]
+
+
+@dataclass
+class Target:
+    """Which server and which credentials: --url/--token or BUILDBAY_URL/BUILDBAY_TOKEN over the
+    profile's."""
+
+    profile: str = DEFAULT_PROFILE
+    url: str | None = None
+    token: str | None = None
+
+
+def target(ctx: typer.Context) -> Target:
+    found = ctx.find_root().obj
+    return found if isinstance(found, Target) else Target()
+
+
+def options(
+    ctx: typer.Context,
+    profile: Annotated[
+        str,
+        typer.Option(
+            envvar="BUILDBAY_PROFILE", help="Profile (environment) to use: production, development"
+        ),
+    ] = DEFAULT_PROFILE,
+    url: Annotated[
+        str | None, typer.Option(envvar="BUILDBAY_URL", help="Server address (overrides profile)")
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BUILDBAY_TOKEN", help="API token (overrides profile)", show_default=False
+        ),
+    ] = None,
+) -> None:
+    ctx.obj = Target(profile, url, token)
+
+
+@contextmanager
+def connect(ctx: typer.Context) -> Iterator[Buildbay]:
+    """A client for the chosen target; API errors become one line and the exit code."""
+    chosen = target(ctx)
+    profiles = load_profiles()
+    profile = profiles.get(chosen.profile)
+    url = chosen.url or (profile.url if profile else None)
+    if url is None:
+        _fail(
+            f"no server for profile {chosen.profile!r}: run `buildbay login --url URL` "
+            "or set BUILDBAY_URL",
+            EXIT_AUTH,
+        )
+    token = chosen.token or (profile.token if profile else None)
+    refresh = None if chosen.token else (profile.refresh_token if profile else None)
+
+    def keep(tokens: Any) -> None:  # a refreshed pair replaces the saved one
+        if profile is not None and not chosen.token:
+            profile.token, profile.refresh_token = tokens.access_token, tokens.refresh_token
+            save_profiles(profiles)
+
+    with (
+        failures(),
+        Buildbay(url, token, refresh_token=refresh, on_tokens=keep, retry=_retry()) as client,
+    ):
+        yield client
+
+
+def _retry() -> RetryPolicy:
+    """BUILDBAY_RETRY_ATTEMPTS: how many times a step is tried in all (default 6, about 30 s)."""
+    attempts = os.environ.get("BUILDBAY_RETRY_ATTEMPTS", "")
+    return RetryPolicy(attempts=max(1, int(attempts))) if attempts.isdigit() else RetryPolicy()
+
+
+@contextmanager
+def failures() -> Iterator[None]:
+    try:
+        yield
+    except BuildbayClientError as exc:
+        code = next((c for kind, c in _EXIT_CODES if isinstance(exc, kind)), 1)
+        message = str(exc)
+        if isinstance(exc, ApiError) and exc.request_id:
+            message += f" [requestId {exc.request_id}]"
+        _fail(message, code)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"buildbay: {message}", markup=False)
+    raise typer.Exit(code)
+
+
+def emit(value: BaseModel | Sequence[BaseModel], as_json: bool, table: Callable[[], Table]) -> None:
+    if as_json:
+        data = (
+            value.model_dump(mode="json", by_alias=True)
+            if isinstance(value, BaseModel)
+            else [v.model_dump(mode="json", by_alias=True) for v in value]
+        )
+        out.print_json(json.dumps(data))
+    else:
+        out.print(table())
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value else "-"
+
+
+def _size(size: int) -> str:
+    from buildbay.builds.service import human_size
+
+    return human_size(size)
+
+
+# -- resolving names ----------------------------------------------------------------------------
+
+
+def project_id(client: Buildbay, ref: str) -> str:
+    if ref.startswith("prj_"):
+        return ref
+    matches, cursor = [], None
+    while True:
+        page = client.list_projects(limit=100, cursor=cursor)
+        matches += [p.id for p in page.projects if p.name == ref]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return _one(matches, f"project named {ref!r}")
+
+
+def app_id(client: Buildbay, project: str, ref: str) -> str:
+    if ref.startswith("app_"):
+        return ref
+    matches, cursor = [], None
+    while True:
+        page = client.list_applications(project, limit=100, cursor=cursor)
+        matches += [a.id for a in page.applications if a.name == ref]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return _one(matches, f"application named {ref!r}")
+
+
+def _one(matches: list[str], what: str) -> str:
+    if not matches:
+        _fail(f"no {what} (use its id, or check the name)", EXIT_NOT_FOUND)
+    if len(matches) > 1:
+        _fail(f"more than one {what}: use its id ({', '.join(matches)})", EXIT_REFUSED)
+    return matches[0]
+
+
+# -- login --------------------------------------------------------------------------------------
+
+
+def login(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None, typer.Option("--url", help="Server address, e.g. https://builds.example.com")
+    ] = None,
+    email: Annotated[str | None, typer.Option(help="Log in with e-mail and password")] = None,
+    token: Annotated[
+        str | None, typer.Option("--token", help="Use an API token instead (bb_...)")
+    ] = None,
+) -> None:
+    """Log in and save the credentials in the profile (file mode 0600)."""
+    chosen = target(ctx)
+    profiles = load_profiles()
+    previous = profiles.get(chosen.profile)
+    server = url or chosen.url or (previous.url if previous else None)
+    if server is None:
+        server = typer.prompt("Server address")
+    profile = Profile(url=server.rstrip("/"))
+    with failures(), Buildbay(profile.url, token, retry=_retry()) as client:
+        if token:
+            user = client.me()
+            profile.token, profile.email = token, user.email
+        else:
+            email = email or typer.prompt("E-mail")
+            password = typer.prompt("Password", hide_input=True)
+            tokens = client.login(email, password)
+            profile.token, profile.refresh_token = tokens.access_token, tokens.refresh_token
+            profile.email = tokens.user.email
+    profiles[chosen.profile] = profile
+    path = save_profiles(profiles)
+    err.print(f"Logged in to {profile.url} as {profile.email} (profile {chosen.profile}, {path})")
+
+
+def logout(ctx: typer.Context) -> None:
+    """End the session (an access token is revoked) and forget the profile's credentials."""
+    chosen = target(ctx)
+    profiles = load_profiles()
+    profile = profiles.get(chosen.profile)
+    if profile is None or profile.token is None:
+        err.print(f"Profile {chosen.profile} is not logged in")
+        return
+    if profile.refresh_token:  # a login session; an API token is revoked with `tokens revoke`
+        with failures(), Buildbay(profile.url, profile.token) as client:
+            client.logout(profile.refresh_token)
+    profile.token = profile.refresh_token = None
+    save_profiles(profiles)
+    err.print(f"Logged out of {profile.url}")
+
+
+def whoami(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Who the token belongs to, with the plan, storage usage and limits."""
+    with connect(ctx) as client:
+        me = client.me()
+    quota = me.limits.storage_quota_bytes
+
+    def table() -> Table:
+        t = _table("email", "name", "plan", "storage used", "quota")
+        t.add_row(
+            me.email, me.name, me.plan.value, _size(me.usage.storage_bytes),
+            _size(quota) if quota else "unlimited",
+        )  # fmt: skip
+        return t
+
+    emit(me, as_json, table)
+
+
+# -- projects -----------------------------------------------------------------------------------
+
+projects = typer.Typer(help="Projects you are a member of.", no_args_is_help=True)
+
+
+@projects.command("list")
+def projects_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """List your projects, newest first."""
+    with connect(ctx) as client:
+        found = _all(lambda cursor: client.list_projects(limit=100, cursor=cursor), "projects")
+
+    def table() -> Table:
+        t = _table("id", "name", "applications", "created")
+        for p in found:
+            t.add_row(p.id, p.name, str(p.applications_count), _when(p.created_at))
+        return t
+
+    emit(found, as_json, table)
+
+
+def _all(fetch: Callable[[str | None], Any], field: str) -> list[Any]:
+    items: list[Any] = []
+    cursor = None
+    while True:
+        page = fetch(cursor)
+        items += getattr(page, field)
+        cursor = page.next_cursor
+        if cursor is None:
+            return items
+
+
+def _project_table(p: Any) -> Callable[[], Table]:
+    def table() -> Table:
+        t = _table("id", "name", "applications", "created", "updated")
+        t.add_row(p.id, p.name, str(p.applications_count), _when(p.created_at), _when(p.updated_at))
+        return t
+
+    return table
+
+
+@projects.command("create")
+def projects_create(ctx: typer.Context, name: str, as_json: JsonOption = False) -> None:
+    """Create a project; you become its owner."""
+    with connect(ctx) as client:
+        project = client.create_project(name)
+    emit(project, as_json, _project_table(project))
+
+
+@projects.command("show")
+def projects_show(ctx: typer.Context, project: str, as_json: JsonOption = False) -> None:
+    """Show a project (by id or name)."""
+    with connect(ctx) as client:
+        found = client.get_project(project_id(client, project))
+    emit(found, as_json, _project_table(found))
+
+
+@projects.command("rename")
+def projects_rename(
+    ctx: typer.Context, project: str, name: str, as_json: JsonOption = False
+) -> None:
+    """Rename a project (admin+)."""
+    with connect(ctx) as client:
+        renamed = client.rename_project(project_id(client, project), name)
+    emit(renamed, as_json, _project_table(renamed))
+
+
+@projects.command("delete")
+def projects_delete(
+    ctx: typer.Context,
+    project: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+) -> None:
+    """Delete a project with its applications and builds (owner)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        if not yes:
+            typer.confirm(f"Delete project {pid} and every build in it?", abort=True)
+        client.delete_project(pid)
+    err.print(f"Deleted project {pid}")
+
+
+# -- members ------------------------------------------------------------------------------------
+
+members = typer.Typer(help="Members of a project and their roles.", no_args_is_help=True)
+
+
+def _members_table(found: Sequence[Any]) -> Callable[[], Table]:
+    def table() -> Table:
+        t = _table("user id", "email", "name", "role", "since")
+        for m in found:
+            t.add_row(m.user_id, m.email, m.name, m.role.value, _when(m.created_at))
+        return t
+
+    return table
+
+
+@members.command("list")
+def members_list(ctx: typer.Context, project: ProjectRef, as_json: JsonOption = False) -> None:
+    """List a project's members."""
+    with connect(ctx) as client:
+        found = client.list_members(project_id(client, project)).members
+    emit(found, as_json, _members_table(found))
+
+
+@members.command("add")
+def members_add(
+    ctx: typer.Context,
+    email: str,
+    project: ProjectRef,
+    role: Annotated[str, typer.Option(help="tester, developer, admin or owner")] = "tester",
+    as_json: JsonOption = False,
+) -> None:
+    """Add a registered user to a project (admin+)."""
+    with connect(ctx) as client:
+        member = client.add_member(project_id(client, project), email, role)
+    emit(member, as_json, _members_table([member]))
+
+
+def _member_id(client: Buildbay, project: str, ref: str) -> str:
+    if ref.startswith("usr_"):
+        return ref
+    found = [m.user_id for m in client.list_members(project).members if m.email == ref.lower()]
+    return _one(found, f"member with e-mail {ref!r}")
+
+
+@members.command("set-role")
+def members_set_role(
+    ctx: typer.Context, member: str, role: str, project: ProjectRef, as_json: JsonOption = False
+) -> None:
+    """Change a member's role (member by user id or e-mail)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        changed = client.set_member_role(pid, _member_id(client, pid, member), role)
+    emit(changed, as_json, _members_table([changed]))
+
+
+@members.command("remove")
+def members_remove(ctx: typer.Context, member: str, project: ProjectRef) -> None:
+    """Remove a member from a project (or yourself: leave it)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        client.remove_member(pid, _member_id(client, pid, member))
+    err.print(f"Removed {member} from {pid}")
+
+
+# -- applications -------------------------------------------------------------------------------
+
+apps = typer.Typer(help="Applications inside a project.", no_args_is_help=True)
+
+
+def _apps_table(found: Sequence[Any]) -> Callable[[], Table]:
+    def table() -> Table:
+        t = _table("id", "name", "platform", "bundle id", "ready builds", "retention")
+        for a in found:
+            rule = ", ".join(
+                part
+                for part in (
+                    f"last {a.retention.keep_last}" if a.retention.keep_last else "",
+                    f"{a.retention.keep_days} days" if a.retention.keep_days else "",
+                )
+                if part
+            )
+            t.add_row(
+                a.id, a.name, a.platform.value, a.bundle_id or "-", str(a.builds_count),
+                rule or "keep all",
+            )  # fmt: skip
+        return t
+
+    return table
+
+
+@apps.command("list")
+def apps_list(ctx: typer.Context, project: ProjectRef, as_json: JsonOption = False) -> None:
+    """List a project's applications."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        found = _all(
+            lambda cursor: client.list_applications(pid, limit=100, cursor=cursor),
+            "applications",
+        )
+    emit(found, as_json, _apps_table(found))
+
+
+@apps.command("create")
+def apps_create(
+    ctx: typer.Context,
+    name: str,
+    project: ProjectRef,
+    platform: Annotated[
+        str | None, typer.Option(help="android, ios, macos, windows, linux, other")
+    ] = None,
+    bundle_id: Annotated[str | None, typer.Option(help="e.g. com.example.app")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create an application (admin+)."""
+    with connect(ctx) as client:
+        created = client.create_application(project_id(client, project), name, platform, bundle_id)
+    emit(created, as_json, _apps_table([created]))
+
+
+@apps.command("show")
+def apps_show(
+    ctx: typer.Context, app: str, project: ProjectRef, as_json: JsonOption = False
+) -> None:
+    """Show an application (by id or name)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        found = client.get_application(pid, app_id(client, pid, app))
+    emit(found, as_json, _apps_table([found]))
+
+
+@apps.command("update")
+def apps_update(
+    ctx: typer.Context,
+    app: str,
+    project: ProjectRef,
+    name: Annotated[str | None, typer.Option(help="New name")] = None,
+    platform: Annotated[str | None, typer.Option(help="New platform")] = None,
+    bundle_id: Annotated[str | None, typer.Option(help="New bundle id")] = None,
+    keep_last: Annotated[
+        int | None, typer.Option(help="Retention: keep the newest N ready builds")
+    ] = None,
+    keep_days: Annotated[
+        int | None, typer.Option(help="Retention: keep builds of the last D days")
+    ] = None,
+    keep_all: Annotated[bool, typer.Option(help="Retention: remove the rule")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Change an application's fields or retention rule (admin+)."""
+    changes: dict[str, Any] = {
+        k: v
+        for k, v in {"name": name, "platform": platform, "bundleId": bundle_id}.items()
+        if v is not None
+    }
+    if keep_all:
+        changes["retention"] = None
+    elif keep_last is not None or keep_days is not None:
+        rule = {"keepLast": keep_last, "keepDays": keep_days}
+        changes["retention"] = {k: v for k, v in rule.items() if v is not None}
+    if not changes:
+        _fail("nothing to change: give --name, --platform, --bundle-id or a retention option", 2)
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        updated = client.update_application(pid, app_id(client, pid, app), changes)
+    emit(updated, as_json, _apps_table([updated]))
+
+
+@apps.command("delete")
+def apps_delete(
+    ctx: typer.Context,
+    app: str,
+    project: ProjectRef,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+) -> None:
+    """Delete an application with its builds (admin+)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        if not yes:
+            typer.confirm(f"Delete application {aid} and every build of it?", abort=True)
+        client.delete_application(pid, aid)
+    err.print(f"Deleted application {aid}")
+
+
+# -- builds -------------------------------------------------------------------------------------
+
+builds = typer.Typer(help="Builds of an application.", no_args_is_help=True)
+
+
+def _version(build: Any) -> str:
+    metadata = build.metadata or {}
+    name = metadata.get("versionName") or metadata.get("shortVersion")
+    code = metadata.get("versionCode") or metadata.get("buildNumber")
+    return f"{name} ({code})" if name and code else str(name or code or "-")
+
+
+def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
+    def table() -> Table:
+        t = _table("id", "file", "version", "size", "status", "uploaded", "notes")
+        for b in found:
+            notes = (b.notes or "").splitlines()[0][:40] if b.notes else ""
+            t.add_row(
+                b.build_id, b.file_name, _version(b), _size(b.file_size), b.status.value,
+                _when(b.verified_at or b.created_at), notes,
+            )  # fmt: skip
+        return t
+
+    return table
+
+
+def _links(build: Any) -> None:
+    """The addresses a person or the next CI step wants, one per line."""
+    out.print(f"build    {build.build_id} ({build.status.value})")
+    if build.download_url:
+        out.print(f"download {build.download_url}")
+    if build.install_url:
+        out.print(f"install  {build.install_url}")
+
+
+@builds.command("list")
+def builds_list(
+    ctx: typer.Context,
+    project: ProjectRef,
+    app: AppRef,
+    version_name: Annotated[str | None, typer.Option(help="Only this version name")] = None,
+    sort: Annotated[str, typer.Option(help="newest or version")] = "newest",
+    limit: Annotated[int, typer.Option(min=1, max=100, help="How many")] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """List builds, newest first (or by version)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        page = client.list_builds(
+            pid, app_id(client, pid, app), limit, version_name=version_name, sort=sort
+        )
+    emit(page.builds, as_json, _builds_table(page.builds))
+
+
+@builds.command("show")
+def builds_show(
+    ctx: typer.Context, build_id: str, project: ProjectRef, app: AppRef, as_json: JsonOption = False
+) -> None:
+    """Show a build with its metadata and links."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        build = client.get_build(pid, app_id(client, pid, app), build_id)
+    if as_json:
+        emit(build, True, _builds_table([build]))
+        return
+    out.print(_builds_table([build])())
+    _links(build)
+
+
+@builds.command("latest")
+def builds_latest(
+    ctx: typer.Context,
+    project: ProjectRef,
+    app: AppRef,
+    version_name: Annotated[str | None, typer.Option(help="The newest of this version")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The newest ready build: its id and links."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        build = client.latest_build(pid, app_id(client, pid, app), version_name)
+    if as_json:
+        emit(build, True, _builds_table([build]))
+    else:
+        _links(build)
+
+
+@builds.command("download")
+def builds_download(
+    ctx: typer.Context,
+    build_id: str,
+    project: ProjectRef,
+    app: AppRef,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="File or directory to save to")
+    ] = Path(),
+) -> None:
+    """Download a ready build's file."""
+    with connect(ctx) as client, _progress("Downloading") as progress:
+        pid = project_id(client, project)
+        saved = client.download_build(
+            pid, app_id(client, pid, app), build_id, output, progress=progress
+        )
+    err.print(f"Saved {saved}")
+
+
+@builds.command("delete")
+def builds_delete(ctx: typer.Context, build_id: str, project: ProjectRef, app: AppRef) -> None:
+    """Delete a build and its file (developer+)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        client.delete_build(pid, app_id(client, pid, app), build_id)
+    err.print(f"Deleted build {build_id}")
+
+
+# -- upload -------------------------------------------------------------------------------------
+
+
+def _interactive() -> bool:
+    return err.is_terminal and not os.environ.get("CI")
+
+
+@contextmanager
+def _progress(verb: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on a terminal; in CI, a plain line every 10 % (and at the end)."""
+    if _interactive():
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(verb, total=None)
+
+            def show(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield show
+        return
+    state = {"next": 0, "last": 0, "started": time.monotonic()}
+
+    def log(done: int, total: int) -> None:
+        if done < state["last"]:  # a retry sends the file again from its start
+            state.update(next=0, started=time.monotonic())
+            err.print(f"{verb}: starting again after a failure")
+        state["last"] = done
+        if total and (done >= state["next"] or done == total):
+            percent = done * 100 // total
+            elapsed = max(time.monotonic() - state["started"], 1e-6)
+            rate = done / elapsed / 1024 / 1024
+            err.print(f"{verb}: {percent:3d}% {_size(done)} of {_size(total)} ({rate:.1f} MiB/s)")
+            state["next"] = min(total, done + max(total // 10, 1))
+
+    yield log
+
+
+def upload(
+    ctx: typer.Context,
+    file: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="The build file")
+    ],
+    project: ProjectRef,
+    app: AppRef,
+    notes: Annotated[str | None, typer.Option(help="Release notes")] = None,
+    notes_file: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="Release notes from a file"),
+    ] = None,
+    install_link_hours: Annotated[
+        int | None,
+        typer.Option(min=1, max=2160, help="Also create an install link valid this long"),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Upload a build and verify it. Exits 0 only once the build is ready."""
+    if notes is not None and notes_file is not None:
+        _fail("give --notes or --notes-file, not both", 2)
+    text = notes_file.read_text() if notes_file is not None else notes
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        with _progress("Uploading") as progress:
+            build = client.upload_build(
+                pid, aid, file, notes=text, install_link_hours=install_link_hours,
+                progress=progress,
+            )  # fmt: skip
+    if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
+        _fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
+    if as_json:
+        emit(build, True, _builds_table([build]))
+    else:
+        _links(build)
+
+
+# -- API tokens ---------------------------------------------------------------------------------
+
+tokens = typer.Typer(help="Your API tokens (for CI).", no_args_is_help=True)
+
+
+@tokens.command("list")
+def tokens_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """List your API tokens (never their secret)."""
+    with connect(ctx) as client:
+        found = client.list_api_tokens().api_tokens
+
+    def table() -> Table:
+        t = _table("id", "name", "prefix", "created", "expires", "last used")
+        for x in found:
+            t.add_row(
+                x.id, x.name, x.prefix, _when(x.created_at), _when(x.expires_at),
+                _when(x.last_used_at),
+            )  # fmt: skip
+        return t
+
+    emit(found, as_json, table)
+
+
+@tokens.command("create")
+def tokens_create(
+    ctx: typer.Context,
+    name: str,
+    expires_in_days: Annotated[int | None, typer.Option(min=1, max=365)] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create an API token; its secret is printed this once."""
+    with connect(ctx) as client:
+        created = client.create_api_token(name, expires_in_days)
+    if as_json:
+        emit(created, True, lambda: _table())
+        return
+    err.print(f"Created {created.id} ({created.name}); the secret is shown once:")
+    out.print(created.token)
+
+
+@tokens.command("revoke")
+def tokens_revoke(ctx: typer.Context, token_id: str) -> None:
+    """Revoke an API token: it stops working at once."""
+    with connect(ctx) as client:
+        client.revoke_api_token(token_id)
+    err.print(f"Revoked {token_id}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the client commands to the `buildbay` command."""
+    app.callback()(options)
+    app.command(rich_help_panel="Client")(login)
+    app.command(rich_help_panel="Client")(logout)
+    app.command(rich_help_panel="Client")(whoami)
+    app.command(rich_help_panel="Client")(upload)
+    for group, name in (
+        (projects, "projects"),
+        (apps, "apps"),
+        (builds, "builds"),
+        (members, "members"),
+        (tokens, "tokens"),
+    ):
+        app.add_typer(group, name=name, rich_help_panel="Client")

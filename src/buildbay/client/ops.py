@@ -1,0 +1,256 @@
+"""Every endpoint of the API as an `Op`: what to send and which of the server's own models the
+answer is. Both clients (client/api.py) run the same ops, one synchronously, one with asyncio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from buildbay.applications import schemas as applications
+from buildbay.auth import schemas as auth
+from buildbay.builds import schemas as builds
+from buildbay.projects import schemas as projects
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Op(Generic[T]):
+    method: str
+    path: str
+    model: type[BaseModel] | None = None  # None: the answer has no body (204, 302)
+    json: dict[str, Any] | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    # Safe to send again when the connection broke after sending: GET, PUT, DELETE and verify.
+    idempotent: bool = True
+    authenticated: bool = True
+
+    def parse(self, body: Any) -> T:
+        if self.model is None:
+            return None  # type: ignore[return-value]
+        return self.model.model_validate(body)  # type: ignore[return-value]
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _page(limit: int | None, cursor: str | None, **more: str | None) -> dict[str, str]:
+    params = {"limit": str(limit) if limit else None, "cursor": cursor, **more}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _fields(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+# -- auth ---------------------------------------------------------------------------------------
+
+
+def login(email: str, password: str) -> Op[auth.TokenResponse]:
+    body = {"email": email, "password": password}
+    return Op("POST", "/api/auth/login", auth.TokenResponse, body, authenticated=False)
+
+
+def register(email: str, password: str, name: str) -> Op[auth.TokenResponse]:
+    body = {"email": email, "password": password, "name": name}
+    return Op(
+        "POST",
+        "/api/auth/register",
+        auth.TokenResponse,
+        body,
+        idempotent=False,
+        authenticated=False,
+    )
+
+
+def refresh(refresh_token: str) -> Op[auth.TokenResponse]:
+    body = {"refresh_token": refresh_token}
+    return Op(
+        "POST", "/api/auth/refresh-token", auth.TokenResponse, body, idempotent=False,
+        authenticated=False,
+    )  # fmt: skip
+
+
+def logout(refresh_token: str | None = None) -> Op[None]:
+    return Op("POST", "/api/auth/logout", None, _fields(refresh_token=refresh_token))
+
+
+def me() -> Op[auth.Me]:
+    return Op("GET", "/api/auth/me", auth.Me)
+
+
+def list_api_tokens() -> Op[auth.ApiTokenList]:
+    return Op("GET", "/api/account/api-tokens", auth.ApiTokenList)
+
+
+def create_api_token(name: str, expires_in_days: int | None = None) -> Op[auth.CreatedApiToken]:
+    body = _fields(name=name, expiresInDays=expires_in_days)
+    return Op("POST", "/api/account/api-tokens", auth.CreatedApiToken, body, idempotent=False)
+
+
+def revoke_api_token(token_id: str) -> Op[None]:
+    return Op("DELETE", f"/api/account/api-tokens/{_q(token_id)}")
+
+
+# -- projects and members -----------------------------------------------------------------------
+
+
+def list_projects(limit: int | None = None, cursor: str | None = None) -> Op[projects.ProjectList]:
+    return Op("GET", "/api/projects", projects.ProjectList, params=_page(limit, cursor))
+
+
+def create_project(name: str) -> Op[projects.Project]:
+    return Op("POST", "/api/projects", projects.Project, {"name": name}, idempotent=False)
+
+
+def get_project(project_id: str) -> Op[projects.Project]:
+    return Op("GET", f"/api/projects/{_q(project_id)}", projects.Project)
+
+
+def rename_project(project_id: str, name: str) -> Op[projects.Project]:
+    return Op("PUT", f"/api/projects/{_q(project_id)}", projects.Project, {"name": name})
+
+
+def delete_project(project_id: str) -> Op[None]:
+    return Op("DELETE", f"/api/projects/{_q(project_id)}")
+
+
+def list_members(project_id: str) -> Op[projects.MemberList]:
+    return Op("GET", f"/api/projects/{_q(project_id)}/members", projects.MemberList)
+
+
+def add_member(project_id: str, email: str, role: str) -> Op[projects.Member]:
+    body = {"email": email, "role": role}
+    path = f"/api/projects/{_q(project_id)}/members"
+    return Op("POST", path, projects.Member, body, idempotent=False)
+
+
+def set_member_role(project_id: str, user_id: str, role: str) -> Op[projects.Member]:
+    path = f"/api/projects/{_q(project_id)}/members/{_q(user_id)}"
+    return Op("PUT", path, projects.Member, {"role": role})
+
+
+def remove_member(project_id: str, user_id: str) -> Op[None]:
+    return Op("DELETE", f"/api/projects/{_q(project_id)}/members/{_q(user_id)}")
+
+
+# -- applications -------------------------------------------------------------------------------
+
+
+def _apps(project_id: str) -> str:
+    return f"/api/projects/{_q(project_id)}/applications"
+
+
+def list_applications(
+    project_id: str, limit: int | None = None, cursor: str | None = None
+) -> Op[applications.ApplicationList]:
+    return Op("GET", _apps(project_id), applications.ApplicationList, params=_page(limit, cursor))
+
+
+def create_application(
+    project_id: str, name: str, platform: str | None = None, bundle_id: str | None = None
+) -> Op[applications.Application]:
+    body = _fields(name=name, platform=platform, bundleId=bundle_id)
+    return Op("POST", _apps(project_id), applications.Application, body, idempotent=False)
+
+
+def get_application(project_id: str, app_id: str) -> Op[applications.Application]:
+    return Op("GET", f"{_apps(project_id)}/{_q(app_id)}", applications.Application)
+
+
+def update_application(
+    project_id: str, app_id: str, changes: dict[str, Any]
+) -> Op[applications.Application]:
+    """`changes` in the API's field names (name, platform, bundleId, retention)."""
+    path = f"{_apps(project_id)}/{_q(app_id)}"
+    return Op("PUT", path, applications.Application, changes)
+
+
+def delete_application(project_id: str, app_id: str) -> Op[None]:
+    return Op("DELETE", f"{_apps(project_id)}/{_q(app_id)}")
+
+
+# -- builds -------------------------------------------------------------------------------------
+
+
+def _builds(project_id: str, app_id: str) -> str:
+    return f"/api/app-distribution/{_q(project_id)}/{_q(app_id)}/builds"
+
+
+def list_builds(
+    project_id: str,
+    app_id: str,
+    limit: int | None = None,
+    cursor: str | None = None,
+    *,
+    status: str | None = None,
+    version_name: str | None = None,
+    version_code: str | None = None,
+    sort: str | None = None,
+) -> Op[builds.BuildList]:
+    params = _page(
+        limit, cursor, status=status, versionName=version_name, versionCode=version_code, sort=sort
+    )
+    return Op("GET", _builds(project_id, app_id), builds.BuildList, params=params)
+
+
+def get_build(project_id: str, app_id: str, build_id: str) -> Op[builds.Build]:
+    return Op("GET", f"{_builds(project_id, app_id)}/{_q(build_id)}", builds.Build)
+
+
+def latest_build(project_id: str, app_id: str, version_name: str | None = None) -> Op[builds.Build]:
+    params = _fields(versionName=version_name)
+    return Op("GET", f"{_builds(project_id, app_id)}/latest", builds.Build, params=params)
+
+
+def download(project_id: str, app_id: str, build_id: str) -> Op[None]:
+    """Answers 302: the file's short-lived signed address is in its Location header."""
+    return Op("GET", f"{_builds(project_id, app_id)}/{_q(build_id)}/download")
+
+
+def delete_build(project_id: str, app_id: str, build_id: str) -> Op[None]:
+    return Op("DELETE", f"{_builds(project_id, app_id)}/{_q(build_id)}")
+
+
+def upload_link(
+    project_id: str, app_id: str, file_name: str, file_size: int, sha256: str | None = None
+) -> Op[builds.UploadLink]:
+    body = _fields(fileName=file_name, fileSize=file_size, sha256=sha256)
+    path = f"{_builds(project_id, app_id)}/upload-link"
+    return Op("POST", path, builds.UploadLink, body, idempotent=False)
+
+
+def verify(
+    project_id: str,
+    app_id: str,
+    build_id: str,
+    notes: str | None = None,
+    install_link_hours: int | None = None,
+) -> Op[builds.Build]:
+    body: dict[str, Any] = _fields(buildId=build_id, notes=notes)
+    if install_link_hours is not None:
+        body["installLink"] = {"expiresInHours": install_link_hours}
+    # Verify is safe to repeat: a ready build answers itself.
+    return Op("POST", f"{_builds(project_id, app_id)}/verify", builds.Build, body)
+
+
+def create_install_link(
+    project_id: str, app_id: str, build_id: str, expires_in_hours: int | None = None
+) -> Op[builds.InstallLink]:
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}/install-link"
+    body = _fields(expiresInHours=expires_in_hours)
+    return Op("POST", path, builds.InstallLink, body, idempotent=False)
+
+
+def list_install_links(project_id: str, app_id: str, build_id: str) -> Op[builds.InstallLinkList]:
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}/install-links"
+    return Op("GET", path, builds.InstallLinkList)
+
+
+def revoke_install_link(project_id: str, app_id: str, build_id: str, link_id: str) -> Op[None]:
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}/install-links/{_q(link_id)}"
+    return Op("DELETE", path)

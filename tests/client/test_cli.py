@@ -1,0 +1,250 @@
+"""The `buildbay` client commands against a real `buildbay serve` process: login, each command's
+output, --json, the exit code of each failure class, and an upload that survives the server
+being killed and restarted in the middle of it."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.builds.android_files import APK
+from tests.processes import free_port, running
+
+pytestmark = pytest.mark.slow
+
+PASSWORD = "a long password"
+
+
+class Cli:
+    """`python -m buildbay ...` with its own config directory, as a user or a CI job runs it."""
+
+    def __init__(self, server: str, config: Path) -> None:
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
+        self.env.update(BUILDBAY_CONFIG_DIR=str(config), BUILDBAY_RETRY_ATTEMPTS="2", CI="true")
+        self.server = server
+
+    def __call__(
+        self, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "buildbay", *args],
+            env={**self.env, **(env or {})},
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def json(self, *args: str, **kwargs: Any) -> Any:
+        done = self(*args, "--json", **kwargs)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+@pytest.fixture
+def cli(server: str, tmp_path: Path) -> Cli:
+    r = httpx.post(
+        f"{server}/api/auth/register",
+        json={"email": "ci@example.com", "password": PASSWORD, "name": "CI"},
+    )
+    assert r.status_code == 201, r.text
+    return Cli(server, tmp_path / "config")
+
+
+def _login(cli: Cli) -> None:
+    done = cli("login", "--url", cli.server, "--email", "ci@example.com", stdin=PASSWORD + "\n")
+    assert done.returncode == 0, done.stderr
+
+
+def test_login_saves_a_private_profile_and_whoami_answers(cli: Cli, tmp_path: Path) -> None:
+    _login(cli)
+
+    saved = tmp_path / "config" / "credentials.json"
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    profile = json.loads(saved.read_text())["profiles"]["production"]
+    assert profile["url"] == cli.server
+    assert profile["refresh_token"]
+    me = cli.json("whoami")
+    assert me["email"] == "ci@example.com"
+    assert me["usage"] == {"storageBytes": 0, "builds": 0}
+    # A second profile is another environment: not logged in there.
+    done = cli("--profile", "development", "whoami")
+    assert done.returncode == 3
+    assert "no server for profile 'development'" in done.stderr
+
+
+def test_projects_apps_upload_builds_and_tokens(cli: Cli, tmp_path: Path) -> None:
+    _login(cli)
+    project = cli.json("projects", "create", "Acme")
+    assert project["name"] == "Acme"
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    notes = tmp_path / "notes.md"
+    notes.write_text("Fixes the login crash\n")
+
+    build = cli.json(
+        "upload", str(APK), "-p", "Acme", "-a", "Acme Android", "--notes-file", str(notes),
+        "--install-link-hours", "24",
+    )  # fmt: skip
+
+    assert build["status"] == "ready"
+    assert build["notes"] == "Fixes the login crash"  # the server trims notes
+    assert build["metadata"]["packageName"] == "dev.buildbay.demo"
+    assert build["sha256"] == hashlib.sha256(APK.read_bytes()).hexdigest()
+    assert "/install/" in build["installUrl"]
+    # Plain output: the links a CI log shows.
+    latest = cli("builds", "latest", "-p", project["id"], "-a", app["id"])
+    assert latest.returncode == 0, latest.stderr
+    assert f"build    {build['buildId']} (ready)" in latest.stdout
+    assert f"install  {build['installUrl']}" in latest.stdout
+    listed = cli("builds", "list", "-p", "Acme", "-a", "Acme Android")
+    assert build["buildId"] in listed.stdout
+    assert "1.4.2 (42)" in listed.stdout
+    assert [
+        b["buildId"] for b in cli.json("builds", "list", "-p", "Acme", "-a", "Acme Android")
+    ] == [build["buildId"]]
+    target = tmp_path / "downloads"
+    target.mkdir()
+    done = cli(
+        "builds",
+        "download",
+        build["buildId"],
+        "-p",
+        "Acme",
+        "-a",
+        "Acme Android",
+        "-o",
+        str(target),
+    )
+    assert done.returncode == 0, done.stderr
+    assert (target / APK.name).read_bytes() == APK.read_bytes()
+    shown = cli.json("apps", "update", "Acme Android", "-p", "Acme", "--keep-last", "5")
+    assert shown["retention"] == {"keepLast": 5, "keepDays": None}
+    assert shown["bundleId"] == "dev.buildbay.demo"
+
+    # An API token for CI: BUILDBAY_URL and BUILDBAY_TOKEN, no profile at all.
+    token = cli.json("tokens", "create", "github-actions")
+    ci = {"BUILDBAY_URL": cli.server, "BUILDBAY_TOKEN": token["token"], "BUILDBAY_PROFILE": "none"}
+    assert [p["name"] for p in cli.json("projects", "list", env=ci)] == ["Acme"]
+    assert [t["name"] for t in cli.json("tokens", "list")] == ["github-actions"]
+    assert cli("tokens", "revoke", token["id"]).returncode == 0
+    revoked = cli("projects", "list", env=ci)
+    assert revoked.returncode == 3
+    assert "(401 invalid_token)" in revoked.stderr or "(401 token_revoked)" in revoked.stderr
+
+    done = cli("builds", "delete", build["buildId"], "-p", "Acme", "-a", "Acme Android")
+    assert done.returncode == 0, done.stderr
+    assert cli("projects", "delete", "Acme", "--yes").returncode == 0
+    assert cli.json("projects", "list") == []
+
+
+def test_members_by_email(cli: Cli) -> None:
+    _login(cli)
+    httpx.post(
+        f"{cli.server}/api/auth/register",
+        json={"email": "tester@example.com", "password": PASSWORD, "name": "Tess"},
+    )
+    cli.json("projects", "create", "Acme")
+    added = cli.json("members", "add", "tester@example.com", "-p", "Acme")
+    assert added["role"] == "tester"
+    changed = cli.json("members", "set-role", "tester@example.com", "developer", "-p", "Acme")
+    assert changed["role"] == "developer"
+    assert cli("members", "remove", "tester@example.com", "-p", "Acme").returncode == 0
+    assert [m["email"] for m in cli.json("members", "list", "-p", "Acme")] == ["ci@example.com"]
+
+
+def test_each_failure_class_has_its_exit_code(cli: Cli, tmp_path: Path) -> None:
+    _login(cli)
+    project = cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Android", "-p", "Acme")
+
+    def code(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+        done = cli(*args, env=env)
+        assert done.stderr.count("\n") <= 3, done.stderr  # one line, not a traceback
+        return done.returncode, done.stderr
+
+    assert code("projects", "show", "prj_00000000000000000000000000")[0] == 4
+    assert code("builds", "show", "bld_nope", "-p", "Acme", "-a", "Android")[0] == 4
+    assert code("projects", "show", "No such project")[0] == 4
+    assert code("projects", "create", " ")[0] == 5  # a name of only spaces: 422
+    assert code("projects", "list", env={"BUILDBAY_TOKEN": "bb_" + "A" * 40})[0] == 3
+    empty = tmp_path / "empty.apk"
+    empty.write_bytes(b"")
+    assert code("upload", str(empty), "-p", "Acme", "-a", "Android")[0] == 5  # fileSize 0: 422
+    too_big = tmp_path / "big.apk"
+    with too_big.open("wb") as file:  # sparse: above the free plan's 1 GiB, nothing written
+        file.truncate(1024**3 + 1)
+    returncode, message = code("upload", str(too_big), "-p", project["id"], "-a", "Android")
+    assert returncode == 6
+    assert "file_too_large" in message
+    returncode, message = code(
+        "projects", "list", env={"BUILDBAY_URL": f"http://127.0.0.1:{free_port()}"}
+    )
+    assert returncode == 7
+    assert "cannot reach the server" in message
+    assert cli("projects", "frobnicate").returncode == 2  # usage: typer's own message
+
+
+def test_an_upload_survives_the_server_being_killed_and_restarted(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    """400 MiB through the CLI; the server gets SIGKILL once part of it has arrived, and comes
+    back on the same port and data: the CLI's retry finishes the upload, and exits 0."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "buildbay", "serve", "--port", str(port)]
+
+    def serve(log: str) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+        return running(argv, env=server_env, log_path=tmp_path / log, ready_url=f"{base}/readyz")
+
+    big = tmp_path / "big.apk"
+    block = os.urandom(1024 * 1024)
+    with big.open("wb") as file:
+        for i in range(400):
+            file.write(i.to_bytes(4, "big") + block[4:])
+    digest = hashlib.sha256(big.read_bytes()).hexdigest()
+
+    with serve("server-1.log") as first:
+        cli = Cli(base, tmp_path / "config")
+        cli.env["BUILDBAY_RETRY_ATTEMPTS"] = "10"
+        r = httpx.post(
+            f"{base}/api/auth/register", json={"email": "ci@example.com", "password": PASSWORD}
+        )
+        assert r.status_code == 201, r.text
+        _login(cli)
+        cli.json("projects", "create", "Acme")
+        cli.json("apps", "create", "Android", "-p", "Acme")
+        upload = subprocess.Popen(
+            [sys.executable, "-m", "buildbay", "upload", str(big), "-p", "Acme", "-a", "Android",
+             "--json"],
+            env=cli.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert upload.stderr is not None
+        # Progress lines come every 10 %: the server dies once a tenth has gone out.
+        seen = []
+        while "Uploading:  10%" not in (line := upload.stderr.readline()):
+            assert line, f"the upload ended before it was 10 % through: {seen}"
+            seen.append(line)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with serve("server-2.log"):
+        out, errors = upload.communicate(timeout=300)
+    assert upload.returncode == 0, errors
+    build = json.loads(out)
+    assert build["status"] == "ready"
+    assert build["sha256"] == digest
+    assert build["fileSize"] == big.stat().st_size
+    assert "Uploading: starting again after a failure" in errors  # the kill was felt

@@ -1,0 +1,208 @@
+"""The Python SDK: the async client against the app itself, token refresh with the injected
+clock, typed errors, and the retry policy against scripted answers."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from buildbay.client import (
+    AsyncBuildbay,
+    Buildbay,
+    ConflictError,
+    LimitError,
+    NetworkError,
+    NotFoundError,
+    RetryPolicy,
+    ServerError,
+    ops,
+)
+from buildbay.clock import FrozenClock
+from tests.builds.android_files import APK
+from tests.conftest import BASE_URL, Account
+
+FAST = RetryPolicy(attempts=4, base_delay=0.0, max_delay=0.0)
+
+
+@pytest.fixture
+def sdk(app: FastAPI, owner: Account) -> AsyncBuildbay:
+    return AsyncBuildbay(
+        BASE_URL, owner.access_token, transport=httpx.ASGITransport(app=app), retry=FAST
+    )
+
+
+async def test_upload_build_runs_the_three_steps_and_answers_the_ready_build(
+    sdk: AsyncBuildbay, tmp_path: Path
+) -> None:
+    project = await sdk.create_project("Acme")
+    app = await sdk.create_application(project.id, "Acme Android")
+    seen: list[tuple[int, int]] = []
+
+    build = await sdk.upload_build(
+        project.id, app.id, APK, notes="first", install_link_hours=1,
+        progress=lambda done, total: seen.append((done, total)),
+    )  # fmt: skip
+
+    assert build.status.value == "ready"
+    assert build.sha256 == hashlib.sha256(APK.read_bytes()).hexdigest()
+    assert build.metadata is not None
+    assert build.metadata["versionCode"] == 42
+    assert build.install_url is not None
+    assert seen[0] == (0, APK.stat().st_size)
+    assert seen[-1] == (APK.stat().st_size, APK.stat().st_size)
+    latest = await sdk.latest_build(project.id, app.id)
+    assert latest.build_id == build.build_id
+    links = await sdk.list_install_links(project.id, app.id, build.build_id)
+    assert [link.url for link in links.install_links] == [build.install_url]
+    await sdk.aclose()
+
+
+async def test_errors_are_typed_with_the_problem(sdk: AsyncBuildbay) -> None:
+    project = await sdk.create_project("Acme")
+    app = await sdk.create_application(project.id, "Acme Android")
+    with pytest.raises(NotFoundError) as missing:
+        await sdk.get_build(project.id, app.id, "bld_00000000000000000000000000")
+    assert (missing.value.status, missing.value.code) == (404, "build_not_found")
+    assert missing.value.request_id
+    link = await sdk.run(ops.upload_link(project.id, app.id, "a.apk", 10))
+    with pytest.raises(ConflictError) as pending:
+        await sdk.create_install_link(project.id, app.id, link.build_id)
+    assert pending.value.code == "build_not_ready"
+    await sdk.aclose()
+
+
+async def test_an_expired_access_token_is_refreshed_once_and_handed_over(
+    app: FastAPI, owner: Account, clock: FrozenClock
+) -> None:
+    handed: list[str] = []
+    sdk = AsyncBuildbay(
+        BASE_URL,
+        owner.access_token,
+        refresh_token=owner.refresh_token,
+        on_tokens=lambda tokens: handed.append(tokens.access_token),
+        transport=httpx.ASGITransport(app=app),
+        retry=FAST,
+    )
+    clock.advance(hours=25)  # the access token lives 24 h
+
+    me = await sdk.me()
+
+    assert me.email == owner.email
+    assert len(handed) == 1
+    assert sdk.token == handed[0] != owner.access_token
+    assert sdk.refresh_token != owner.refresh_token  # rotated
+    await sdk.aclose()
+
+
+def _scripted(
+    answers: list[httpx.Response | type[Exception]], calls: list[httpx.Request]
+) -> httpx.MockTransport:
+    """A server that answers each request with the next scripted answer (or raises it)."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        answer = answers.pop(0)
+        if isinstance(answer, httpx.Response):
+            return answer
+        raise answer("scripted", request=request)  # type: ignore[call-arg]
+
+    return httpx.MockTransport(handle)
+
+
+def _client(
+    answers: list[httpx.Response | type[Exception]],
+) -> tuple[Buildbay, list[httpx.Request]]:
+    calls: list[httpx.Request] = []
+    client = Buildbay("http://server.test", "tok", retry=FAST, transport=_scripted(answers, calls))
+    return client, calls
+
+
+PROJECT = {
+    "id": "prj_1", "name": "Acme", "applicationsCount": 0,
+    "createdAt": "2026-11-22T00:00:00Z", "updatedAt": "2026-11-22T00:00:00Z",
+}  # fmt: skip
+
+
+def _problem(status: int, code: str, **headers: str) -> httpx.Response:
+    body = {"status": status, "code": code, "detail": code, "requestId": "r1"}
+    return httpx.Response(status, json=body, headers=headers)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        lambda: _problem(429, "rate_limited", **{"Retry-After": "0"}),
+        lambda: _problem(503, "database_unavailable", **{"Retry-After": "0"}),
+        lambda: httpx.ConnectError,
+        lambda: httpx.ReadError,  # a GET is safe to send again
+    ],
+)
+def test_a_read_is_retried_after_a_passing_failure(first: Callable[[], object]) -> None:
+    client, calls = _client([first(), httpx.Response(200, json=PROJECT)])  # type: ignore[list-item]
+    assert client.get_project("prj_1").name == "Acme"
+    assert len(calls) == 2
+
+
+def test_a_create_is_not_sent_twice_when_the_connection_broke_after_sending() -> None:
+    client, calls = _client([httpx.ReadError, httpx.Response(201, json=PROJECT)])
+    with pytest.raises(NetworkError):
+        client.create_project("Acme")
+    assert len(calls) == 1
+
+
+def test_a_create_is_retried_when_the_connection_never_opened() -> None:
+    client, calls = _client([httpx.ConnectError, httpx.Response(201, json=PROJECT)])
+    assert client.create_project("Acme").id == "prj_1"
+    assert len(calls) == 2
+
+
+def test_retries_end_with_the_last_error() -> None:
+    client, calls = _client([_problem(503, "database_unavailable") for _ in range(4)])
+    with pytest.raises(ServerError) as raised:
+        client.get_project("prj_1")
+    assert raised.value.code == "database_unavailable"
+    assert len(calls) == FAST.attempts
+    client, calls = _client([_problem(413, "quota_exceeded")])
+    with pytest.raises(LimitError):
+        client.create_project("Acme")
+    assert len(calls) == 1  # a refusal is not retried
+
+
+def test_the_upload_put_never_carries_the_token(tmp_path: Path) -> None:
+    file = tmp_path / "a.apk"
+    file.write_bytes(b"bytes")
+    link = {
+        "uploadUrl": "http://bucket.test/put?sig=1", "buildId": "bld_1",
+        "expiresAt": "2026-11-22T01:00:00Z", "uploadMethod": "PUT",
+        "uploadHeaders": {"Content-Type": "application/octet-stream"},
+    }  # fmt: skip
+    build = {
+        "buildId": "bld_1", "projectId": "prj_1", "applicationId": "app_1", "fileName": "a.apk",
+        "fileSize": 5, "sha256": hashlib.sha256(b"bytes").hexdigest(), "status": "ready",
+        "notes": None, "createdAt": "2026-11-22T00:00:00Z", "verifiedAt": "2026-11-22T00:00:00Z",
+        "expiresAt": "2026-11-22T01:00:00Z", "uploadedBy": "usr_1", "metadata": None,
+        "metadataError": None, "downloadUrl": "http://server.test/d", "installUrl": None,
+        "iconUrl": None,
+    }  # fmt: skip
+    client, calls = _client(
+        [
+            httpx.Response(201, json=link),
+            httpx.ReadError,  # the PUT broke: sent again, whole
+            httpx.Response(200, json={"buildId": "bld_1", "size": 5, "sha256": "x"}),
+            httpx.Response(200, json=build),
+        ]
+    )
+
+    assert client.upload_build("prj_1", "app_1", file).status.value == "ready"
+
+    upload_link, put, again, verify = calls
+    assert upload_link.read().find(hashlib.sha256(b"bytes").hexdigest().encode()) > 0
+    assert put.url.host == again.url.host == "bucket.test"
+    assert "authorization" not in put.headers
+    assert again.content == b"bytes"
+    assert verify.headers["authorization"] == "Bearer tok"
