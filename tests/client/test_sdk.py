@@ -3,6 +3,7 @@ clock, typed errors, and the retry policy against scripted answers."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +15,12 @@ from fastapi import FastAPI
 from buildbay.client import (
     AsyncBuildbay,
     Buildbay,
+    BuildbayClientError,
     ConflictError,
     LimitError,
     NetworkError,
     NotFoundError,
+    PermissionDenied,
     RetryPolicy,
     ServerError,
     ops,
@@ -206,3 +209,92 @@ def test_the_upload_put_never_carries_the_token(tmp_path: Path) -> None:
     assert "authorization" not in put.headers
     assert again.content == b"bytes"
     assert verify.headers["authorization"] == "Bearer tok"
+
+
+def test_retry_after_is_waited_for_as_the_server_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    waited: list[float] = []
+    monkeypatch.setattr("buildbay.client.api.time.sleep", waited.append)
+    client, _ = _client(
+        [
+            _problem(429, "rate_limited", **{"Retry-After": "7"}),
+            _problem(
+                503, "database_unavailable", **{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}
+            ),
+            httpx.Response(200, json=PROJECT),
+        ]
+    )
+    client.get_project("prj_1")
+    assert waited == [7.0, 0.0]  # a date in the past: at once
+
+
+async def test_concurrent_calls_refresh_an_expired_token_once(
+    app: FastAPI, owner: Account, clock: FrozenClock
+) -> None:
+    refreshed: list[str] = []
+    sdk = AsyncBuildbay(
+        BASE_URL, owner.access_token, refresh_token=owner.refresh_token,
+        on_tokens=lambda tokens: refreshed.append(tokens.access_token),
+        transport=httpx.ASGITransport(app=app), retry=FAST,
+    )  # fmt: skip
+    clock.advance(hours=25)
+
+    answers = await asyncio.gather(*(sdk.me() for _ in range(5)))
+
+    assert {me.email for me in answers} == {owner.email}
+    assert len(refreshed) == 1  # a second use of the refresh token would end the session
+    await sdk.aclose()
+
+
+def test_an_upload_address_that_keeps_expiring_is_not_retried_forever(tmp_path: Path) -> None:
+    file = tmp_path / "a.apk"
+    file.write_bytes(b"bytes")
+    link = {
+        "uploadUrl": "http://bucket.test/put", "buildId": "bld_1",
+        "expiresAt": "2026-11-22T01:00:00Z", "uploadHeaders": {},
+    }  # fmt: skip
+    answers: list[httpx.Response | type[Exception]] = []
+    for _ in range(FAST.attempts):
+        answers += [httpx.Response(201, json=link), _problem(403, "url_expired")]
+    client, calls = _client(answers)
+    with pytest.raises(PermissionDenied):
+        client.upload_build("prj_1", "app_1", file)
+    assert len(calls) == 2 * FAST.attempts
+
+
+def test_a_file_that_changes_while_it_is_sent_is_an_error(tmp_path: Path) -> None:
+    file = tmp_path / "a.apk"
+    file.write_bytes(b"0123456789")
+    link = {
+        "uploadUrl": "http://bucket.test/put", "buildId": "bld_1",
+        "expiresAt": "2026-11-22T01:00:00Z", "uploadHeaders": {},
+    }  # fmt: skip
+
+    def shrink_then_answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            file.write_bytes(b"01234")  # truncated after step 1 measured it
+            return httpx.Response(201, json=link)
+        request.read()
+        return httpx.Response(200, json={})
+
+    client = Buildbay("http://server.test", "tok", retry=FAST,
+                      transport=httpx.MockTransport(shrink_then_answer))  # fmt: skip
+    with pytest.raises(BuildbayClientError, match="changed while it was being sent"):
+        client.upload_build("prj_1", "app_1", file)
+
+
+async def test_the_async_client_downloads_and_checks_a_build(
+    sdk: AsyncBuildbay, tmp_path: Path
+) -> None:
+    project = await sdk.create_project("Acme")
+    app = await sdk.create_application(project.id, "Acme Android")
+    build = await sdk.upload_build(project.id, app.id, APK)
+
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+
+    saved = await sdk.download_build(project.id, app.id, build.build_id, downloads)
+
+    assert saved == downloads / APK.name
+    assert saved.read_bytes() == APK.read_bytes()
+    assert sorted(downloads.iterdir()) == [saved]  # no partial file left
+    await sdk.aclose()

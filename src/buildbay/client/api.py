@@ -1,6 +1,9 @@
 """The Python SDK: `Buildbay` (synchronous) and `AsyncBuildbay` (asyncio), over httpx.
 
-Both run the same ops (client/ops.py) with the same policy:
+Both run the same ops (client/ops.py) and the same flows: each multi-step job (a request with
+its retries, an upload, a download) is written once, in `_Core`, as a generator that yields
+what it needs done (send this, sleep that long, PUT the file) and gets the outcome back; each
+client carries those actions out its own way, blocking or awaited. The policy:
 
 - errors come back as typed exceptions (client/errors.py) carrying the problem+json answer;
 - 429 waits for Retry-After, 503 and a connection that could not be opened are retried with
@@ -19,19 +22,31 @@ import asyncio
 import hashlib
 import os
 import random
+import re
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import httpx
+from pydantic import ValidationError as ModelError
 
 from buildbay import __version__
 from buildbay.auth import schemas as auth
 from buildbay.builds import schemas as builds
+from buildbay.builds.schemas import MAX_NOTES_LENGTH
 from buildbay.client import ops
-from buildbay.client.errors import ApiError, NetworkError, error_for
+from buildbay.client.errors import (
+    ApiError,
+    BuildbayClientError,
+    NetworkError,
+    UnexpectedAnswer,
+    error_for,
+)
 from buildbay.client.ops import Op
 
 P = ParamSpec("P")
@@ -43,7 +58,10 @@ Progress = Callable[[int, int], None]  # (bytes sent, total bytes)
 
 @dataclass
 class RetryPolicy:
-    attempts: int = 6  # tries of one step in all
+    """8 tries with delays of 0.5, 1, 2, 4, 8, 15 and 15 s (each cut by up to half at random):
+    23-45 s in all, enough for a server to restart."""
+
+    attempts: int = 8  # tries of one step in all
     base_delay: float = 0.5
     max_delay: float = 15.0
     max_retry_after: float = 120.0
@@ -54,9 +72,69 @@ class RetryPolicy:
         return min(self.max_delay, self.base_delay * 2.0**attempt) * jitter
 
 
+def _size_of(path: Path) -> int:
+    return path.stat().st_size
+
+
 def file_sha256(path: Path) -> str:
     with path.open("rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+# -- what a flow asks its client to do ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Send:
+    """One HTTP request; back comes the response, or the transport error."""
+
+    request: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Put:
+    """The file's first `size` bytes to an upload address; the response, or the error."""
+
+    url: str
+    headers: dict[str, str]
+    file: Path
+    size: int
+    progress: Progress | None
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    """A GET of a signed address into `target`; None, or the transport error (an error answer
+    raises)."""
+
+    url: str
+    target: Path
+    total: int
+    progress: Progress | None
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Refresh:
+    """Refresh the tokens under the client's lock, unless they changed since `sent_with`."""
+
+    sent_with: str | None
+
+
+@dataclass(frozen=True)
+class _Local:
+    """Blocking local work (hashing, a stat); its result comes back."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+_Action = _Send | _Put | _Fetch | _Sleep | _Refresh | _Local
+Flow = Generator[_Action, Any, T]
 
 
 class _Core:
@@ -76,6 +154,8 @@ class _Core:
         self.refresh_token = refresh_token
         self.on_tokens = on_tokens
         self.retry = retry or RetryPolicy()
+        # Each client holds a lock (`_refreshing`) so that one refresh runs at a time: a refresh
+        # token is single use, and a second use of it makes the server revoke the session.
 
     def _request(self, op: Op[Any]) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
@@ -100,9 +180,9 @@ class _Core:
         if response is None:  # the connection broke after sending: only an idempotent step
             return self.retry.backoff(attempt) if op is None or op.idempotent else -1
         if response.status_code in (429, 503):
-            after = response.headers.get("retry-after", "")
-            if after.isdigit():
-                return min(float(after), self.retry.max_retry_after)
+            after = _retry_after(response.headers.get("retry-after", ""))
+            if after is not None:
+                return min(after, self.retry.max_retry_after)
             return self.retry.backoff(attempt)
         if response.status_code in (502, 504) and (op is None or op.idempotent):
             return self.retry.backoff(attempt)
@@ -126,12 +206,157 @@ class _Core:
             raise error_for(response.status_code, _problem(response))
         if op.model is None:
             return None  # type: ignore[return-value]
-        return op.parse(response.json())
+        try:
+            return op.parse(response.json())
+        except (ValueError, ModelError) as exc:
+            raise UnexpectedAnswer(
+                f"{op.method} {op.path} answered {response.status_code} with a body this client "
+                f"does not understand ({type(exc).__name__}): is {self.base_url} a Buildbay server?"
+            ) from None
+
+    def _put_outcome(self, response: httpx.Response, attempt: int) -> float | str:
+        """After a PUT of the file: "done", "relink" (its address expired), or seconds to wait
+        before sending it again (raises when it is not worth it)."""
+        if response.is_success:
+            return "done"
+        problem = _problem(response)
+        if problem.get("code") == "url_expired" and attempt + 1 < self.retry.attempts:
+            return "relink"
+        delay = self._delay(attempt, response, None)
+        if delay < 0:
+            raise error_for(response.status_code, problem)
+        return delay
+
+    def _broken(self, exc: httpx.TransportError, attempt: int, op: Op[Any] | None) -> float:
+        """Seconds to wait after a transport failure; raises when it is not worth retrying."""
+        if not isinstance(exc, _PASSING):
+            raise NetworkError(f"cannot send the request to {self.base_url}: {exc}") from exc
+        delay = self._delay(attempt, None, op if _sent(exc) else None)
+        if delay < 0:
+            raise _unreachable(exc) from exc
+        return delay
 
     def _upload_headers(self, link: builds.UploadLink, size: int) -> dict[str, str]:
         # Never the Authorization header: the signed URL is the credential, and with S3 storage
         # it is another host.
         return {**link.upload_headers, "Content-Length": str(size)}
+
+    # -- flows -------------------------------------------------------------------------------------
+
+    def _send_flow(self, op: Op[Any]) -> Flow[httpx.Response]:
+        """`op` sent with the retry and refresh policy: the final response."""
+        refreshed = False
+        attempt = 0
+        while True:
+            sent_with = self.token
+            answer = yield _Send(self._request(op))
+            if isinstance(answer, httpx.TransportError):
+                delay = self._broken(answer, attempt, op)
+            else:
+                if not refreshed and self._wants_refresh(op, answer):
+                    yield _Refresh(sent_with)
+                    refreshed = True
+                    continue
+                delay = self._delay(attempt, answer, op) if answer.is_error else -1
+                if delay < 0:
+                    return cast("httpx.Response", answer)
+            yield _Sleep(delay)
+            attempt += 1
+
+    def _run_flow(self, op: Op[T]) -> Flow[T]:
+        response = yield from self._send_flow(op)
+        return self._result(op, response)
+
+    def _upload_flow(
+        self,
+        project_id: str,
+        app_id: str,
+        path: str | os.PathLike[str],
+        notes: str | None,
+        install_link_hours: int | None,
+        progress: Progress | None,
+    ) -> Flow[builds.Build]:
+        _check_notes(notes)
+        file = Path(path)
+        size = yield _Local(_size_of, (file,))
+        sha256 = yield _Local(file_sha256, (file,))
+        new_link = ops.upload_link(project_id, app_id, file.name, size, sha256)
+        link = yield from self._run_flow(new_link)
+        attempt = 0
+        while True:
+            answer = yield _Put(
+                link.upload_url, self._upload_headers(link, size), file, size, progress
+            )
+            if isinstance(answer, httpx.TransportError):
+                outcome: float | str = self._broken(answer, attempt, None)  # same bytes again
+            else:
+                outcome = self._put_outcome(answer, attempt)
+                if outcome == "done":
+                    break
+                if outcome == "relink":
+                    link = yield from self._run_flow(new_link)
+                    attempt += 1
+                    continue
+            yield _Sleep(float(outcome))
+            attempt += 1
+        verify = ops.verify(project_id, app_id, link.build_id, notes, install_link_hours)
+        return (yield from self._run_flow(verify))
+
+    def _download_flow(
+        self,
+        project_id: str,
+        app_id: str,
+        build_id: str,
+        destination: str | os.PathLike[str],
+        progress: Progress | None,
+    ) -> Flow[Path]:
+        build = yield from self._run_flow(ops.get_build(project_id, app_id, build_id))
+        target = _target(Path(destination), build)
+        partial = target.with_name(f".{target.name}.part")
+        attempt = 0
+        try:
+            while True:
+                answer = yield from self._send_flow(ops.download(project_id, app_id, build_id))
+                if answer.status_code != 302:  # the file's signed address, or why not
+                    raise error_for(answer.status_code, _problem(answer))
+                failed = yield _Fetch(
+                    answer.headers["location"], partial, build.file_size, progress
+                )
+                if failed is None:
+                    break
+                yield _Sleep(self._broken(failed, attempt, None))
+                attempt += 1
+            yield _Local(_check_download, (partial, build))
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return target
+
+
+# Failures that may pass: the server restarting, a dropped connection, a timeout. Others (a
+# URL without a scheme, a file that changed while it was sent) are raised at once.
+_PASSING = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+    httpx.PoolTimeout,
+    httpx.RemoteProtocolError,
+)
+
+
+def _retry_after(value: str) -> float | None:
+    """Retry-After as seconds: a number, or an HTTP date."""
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:
@@ -141,11 +366,20 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
         body = None
     if isinstance(body, dict):
         return body
-    return {"status": response.status_code, "detail": response.text[:200] or response.reason_phrase}
+    text = re.sub(r"\s+", " ", response.text[:200]).strip()  # one line, whatever it was
+    return {"status": response.status_code, "detail": text or response.reason_phrase}
 
 
 def _unreachable(exc: httpx.TransportError) -> NetworkError:
     return NetworkError(f"cannot reach the server: {exc.__class__.__name__}: {exc}")
+
+
+def _check_notes(notes: str | None) -> None:
+    """Before any byte is sent: verify would refuse them after the whole upload."""
+    if notes is not None and len(notes) > MAX_NOTES_LENGTH:
+        raise BuildbayClientError(
+            f"notes have {len(notes)} characters; at most {MAX_NOTES_LENGTH} are accepted"
+        )
 
 
 def _sent(exc: httpx.TransportError) -> bool:
@@ -186,6 +420,7 @@ class Buildbay(_Core):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         super().__init__(base_url, token, refresh_token, on_tokens, retry)
+        self._refreshing = threading.Lock()
         self._http = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
             transport=transport,
@@ -203,31 +438,60 @@ class Buildbay(_Core):
 
     def run(self, op: Op[T]) -> T:
         """Send one op, with the retry and refresh policy; its parsed answer."""
-        return self._result(op, self._send(op))
+        return self._drive(self._run_flow(op))
 
-    def _send(self, op: Op[Any]) -> httpx.Response:
-        refreshed = False
-        attempt = 0
-        while True:
-            try:
-                response = self._http.request(**self._request(op))
-            except httpx.TransportError as exc:
-                delay = self._delay(attempt, None, op if _sent(exc) else None)
-                if delay < 0:
-                    raise _unreachable(exc) from exc
-            else:
-                if not refreshed and self._wants_refresh(op, response):
-                    self._took_tokens(self.run(ops.refresh(self.refresh_token or "")))
-                    refreshed = True
-                    continue
-                delay = self._delay(attempt, response, op) if response.is_error else -1
-                if delay < 0:
-                    return response
-            time.sleep(delay)
-            attempt += 1
+    def _drive(self, flow: Flow[T]) -> T:
+        answer: Any = None
+        try:
+            while True:
+                try:
+                    action = flow.send(answer)
+                except StopIteration as done:
+                    return cast("T", done.value)
+                answer = self._do(action)
+        finally:
+            flow.close()  # runs the flow's own clean-up if this one is interrupted
+
+    def _do(self, action: _Action) -> Any:
+        try:
+            match action:
+                case _Send(request):
+                    return self._http.request(**request)
+                case _Put(url, headers, file, size, progress):
+                    return self._http.put(
+                        url, content=_read_chunks(file, size, progress), headers=headers
+                    )
+                case _Fetch(url, target, total, progress):
+                    with self._http.stream("GET", url) as stream:
+                        if stream.is_error:
+                            stream.read()
+                            raise error_for(stream.status_code, _problem(stream))
+                        with target.open("wb") as out:
+                            for chunk in stream.iter_bytes(CHUNK):
+                                out.write(chunk)
+                                if progress is not None:
+                                    progress(out.tell(), total)
+                    return None
+                case _Sleep(seconds):
+                    time.sleep(seconds)
+                case _Refresh(sent_with):
+                    with self._refreshing:
+                        if self.token == sent_with:  # else another call refreshed meanwhile
+                            self._took_tokens(self.run(ops.refresh(self.refresh_token or "")))
+                case _Local(function, args):
+                    return function(*args)
+        except httpx.TransportError as exc:
+            return exc
+        return None
 
     def login(self, email: str, password: str) -> auth.TokenResponse:
         tokens = self.run(ops.login(email, password))
+        self._took_tokens(tokens)
+        return tokens
+
+    def register(self, email: str, password: str, name: str) -> auth.TokenResponse:
+        """Create an account, and use its tokens from now on."""
+        tokens = self.run(ops.register(email, password, name))
         self._took_tokens(tokens)
         return tokens
 
@@ -268,34 +532,15 @@ class Buildbay(_Core):
         install_link_hours: int | None = None,
         progress: Progress | None = None,
     ) -> builds.Build:
-        """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise)."""
-        file = Path(path)
-        size, sha256 = file.stat().st_size, file_sha256(file)
-        link = self.run(ops.upload_link(project_id, app_id, file.name, size, sha256))
-        attempt = 0
-        while True:
-            try:
-                response = self._http.put(
-                    link.upload_url,
-                    content=_read_chunks(file, size, progress),
-                    headers=self._upload_headers(link, size),
-                )
-            except httpx.TransportError as exc:
-                delay = self._delay(attempt, None, None)  # a PUT of the same bytes is idempotent
-                if delay < 0:
-                    raise _unreachable(exc) from exc
-            else:
-                if response.is_success:
-                    break
-                if _problem(response).get("code") == "url_expired":
-                    link = self.run(ops.upload_link(project_id, app_id, file.name, size, sha256))
-                    continue
-                delay = self._delay(attempt, response, None)
-                if delay < 0:
-                    raise error_for(response.status_code, _problem(response))
-            time.sleep(delay)
-            attempt += 1
-        return self.run(ops.verify(project_id, app_id, link.build_id, notes, install_link_hours))
+        """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
+
+        The SHA-256 is computed in a first pass and declared at step 1, so the storage checks
+        the bytes as they arrive (S3 verifies the signed checksum) and verify needs no second
+        read of the stored object.
+        """
+        return self._drive(
+            self._upload_flow(project_id, app_id, path, notes, install_link_hours, progress)
+        )
 
     def download_build(
         self,
@@ -306,36 +551,39 @@ class Buildbay(_Core):
         *,
         progress: Progress | None = None,
     ) -> Path:
-        """Save a ready build's file as `destination` (a directory: under the build's name)."""
-        build = self.run(ops.get_build(project_id, app_id, build_id))
-        target = _target(Path(destination), build)
-        answer = self._send(ops.download(project_id, app_id, build_id))  # 302 to a signed URL
-        if answer.status_code != 302:
-            raise error_for(answer.status_code, _problem(answer))
-        partial = target.with_name(target.name + ".part")
-        with self._http.stream("GET", answer.headers["location"]) as stream:
-            if stream.is_error:
-                stream.read()
-                raise error_for(stream.status_code, _problem(stream))
-            with partial.open("wb") as out:
-                for chunk in stream.iter_bytes(CHUNK):
-                    out.write(chunk)
-                    if progress is not None:
-                        progress(out.tell(), build.file_size)
-        partial.replace(target)
-        return target
+        """Save a ready build's file as `destination` (a directory: under the build's file
+        name), checked against its SHA-256; nothing is left behind if it fails."""
+        return self._drive(self._download_flow(project_id, app_id, build_id, destination, progress))
 
 
 def _target(destination: Path, build: builds.Build) -> Path:
-    return destination / build.file_name if destination.is_dir() else destination
+    # Only the name's last part: the server does not choose where the file goes.
+    return destination / Path(build.file_name).name if destination.is_dir() else destination
+
+
+def _check_download(file: Path, build: builds.Build) -> None:
+    size = file.stat().st_size
+    if size != build.file_size or (build.sha256 and file_sha256(file) != build.sha256):
+        raise BuildbayClientError(
+            f"the downloaded file does not match build {build.build_id} "
+            f"({size} of {build.file_size} bytes, or another SHA-256)"
+        )
+
+
+def _changed(file: Path) -> BuildbayClientError:
+    return BuildbayClientError(f"{file} changed while it was being sent; upload it again")
 
 
 def _read_chunks(file: Path, size: int, progress: Progress | None) -> Iterator[bytes]:
+    """The file's first `size` bytes (its size at step 1), in blocks, reporting progress."""
     sent = 0
     if progress is not None:
         progress(0, size)
     with file.open("rb") as source:
-        while chunk := source.read(CHUNK):
+        while sent < size:
+            chunk = source.read(min(CHUNK, size - sent))
+            if not chunk:
+                raise _changed(file)
             sent += len(chunk)
             yield chunk
             if progress is not None:
@@ -347,7 +595,10 @@ async def _aread_chunks(file: Path, size: int, progress: Progress | None) -> Asy
     if progress is not None:
         progress(0, size)
     with file.open("rb") as source:
-        while chunk := await asyncio.to_thread(source.read, CHUNK):
+        while sent < size:
+            chunk = await asyncio.to_thread(source.read, min(CHUNK, size - sent))
+            if not chunk:
+                raise _changed(file)
             sent += len(chunk)
             yield chunk
             if progress is not None:
@@ -369,6 +620,7 @@ class AsyncBuildbay(_Core):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(base_url, token, refresh_token, on_tokens, retry)
+        self._refreshing = asyncio.Lock()
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=10.0),
             transport=transport,
@@ -385,31 +637,60 @@ class AsyncBuildbay(_Core):
         await self._http.aclose()
 
     async def run(self, op: Op[T]) -> T:
-        return self._result(op, await self._send(op))
+        return await self._drive(self._run_flow(op))
 
-    async def _send(self, op: Op[Any]) -> httpx.Response:
-        refreshed = False
-        attempt = 0
-        while True:
-            try:
-                response = await self._http.request(**self._request(op))
-            except httpx.TransportError as exc:
-                delay = self._delay(attempt, None, op if _sent(exc) else None)
-                if delay < 0:
-                    raise _unreachable(exc) from exc
-            else:
-                if not refreshed and self._wants_refresh(op, response):
-                    self._took_tokens(await self.run(ops.refresh(self.refresh_token or "")))
-                    refreshed = True
-                    continue
-                delay = self._delay(attempt, response, op) if response.is_error else -1
-                if delay < 0:
-                    return response
-            await asyncio.sleep(delay)
-            attempt += 1
+    async def _drive(self, flow: Flow[T]) -> T:
+        answer: Any = None
+        try:
+            while True:
+                try:
+                    action = flow.send(answer)
+                except StopIteration as done:
+                    return cast("T", done.value)
+                answer = await self._do(action)
+        finally:
+            flow.close()
+
+    async def _do(self, action: _Action) -> Any:
+        try:
+            match action:
+                case _Send(request):
+                    return await self._http.request(**request)
+                case _Put(url, headers, file, size, progress):
+                    return await self._http.put(
+                        url, content=_aread_chunks(file, size, progress), headers=headers
+                    )
+                case _Fetch(url, target, total, progress):
+                    async with self._http.stream("GET", url) as stream:
+                        if stream.is_error:
+                            await stream.aread()
+                            raise error_for(stream.status_code, _problem(stream))
+                        with target.open("wb") as out:
+                            async for chunk in stream.aiter_bytes(CHUNK):
+                                out.write(chunk)
+                                if progress is not None:
+                                    progress(out.tell(), total)
+                    return None
+                case _Sleep(seconds):
+                    await asyncio.sleep(seconds)
+                case _Refresh(sent_with):
+                    async with self._refreshing:
+                        if self.token == sent_with:  # else another task refreshed meanwhile
+                            refresh = ops.refresh(self.refresh_token or "")
+                            self._took_tokens(await self.run(refresh))
+                case _Local(function, args):
+                    return await asyncio.to_thread(function, *args)
+        except httpx.TransportError as exc:
+            return exc
+        return None
 
     async def login(self, email: str, password: str) -> auth.TokenResponse:
         tokens = await self.run(ops.login(email, password))
+        self._took_tokens(tokens)
+        return tokens
+
+    async def register(self, email: str, password: str, name: str) -> auth.TokenResponse:
+        tokens = await self.run(ops.register(email, password, name))
         self._took_tokens(tokens)
         return tokens
 
@@ -450,37 +731,23 @@ class AsyncBuildbay(_Core):
         install_link_hours: int | None = None,
         progress: Progress | None = None,
     ) -> builds.Build:
-        file = Path(path)
-        size = (await asyncio.to_thread(file.stat)).st_size
-        sha256 = await asyncio.to_thread(file_sha256, file)
-        link = await self.run(ops.upload_link(project_id, app_id, file.name, size, sha256))
-        attempt = 0
-        while True:
-            try:
-                response = await self._http.put(
-                    link.upload_url,
-                    content=_aread_chunks(file, size, progress),
-                    headers=self._upload_headers(link, size),
-                )
-            except httpx.TransportError as exc:
-                delay = self._delay(attempt, None, None)
-                if delay < 0:
-                    raise _unreachable(exc) from exc
-            else:
-                if response.is_success:
-                    break
-                if _problem(response).get("code") == "url_expired":
-                    link = await self.run(
-                        ops.upload_link(project_id, app_id, file.name, size, sha256)
-                    )
-                    continue
-                delay = self._delay(attempt, response, None)
-                if delay < 0:
-                    raise error_for(response.status_code, _problem(response))
-            await asyncio.sleep(delay)
-            attempt += 1
-        return await self.run(
-            ops.verify(project_id, app_id, link.build_id, notes, install_link_hours)
+        """As `Buildbay.upload_build`."""
+        return await self._drive(
+            self._upload_flow(project_id, app_id, path, notes, install_link_hours, progress)
+        )
+
+    async def download_build(
+        self,
+        project_id: str,
+        app_id: str,
+        build_id: str,
+        destination: str | os.PathLike[str],
+        *,
+        progress: Progress | None = None,
+    ) -> Path:
+        """As `Buildbay.download_build`."""
+        return await self._drive(
+            self._download_flow(project_id, app_id, build_id, destination, progress)
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,12 +59,15 @@ _EXIT_CODES: list[tuple[type[BuildbayClientError], int]] = [
     (ConflictError, EXIT_REFUSED),
     (LimitError, EXIT_LIMIT),
     (NetworkError, EXIT_NETWORK),
-    (ServerError, EXIT_NETWORK),
 ]
+UNAVAILABLE = {502, 503, 504}  # a ServerError with these is "unavailable" (7); others are bugs (1)
 
 # Piped or captured, tables keep their rows on one line (ids are not folded at 80 columns).
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# markup=False: names, notes and file names come from users, and "[/]" is not a style.
+out = Console(
+    highlight=False, markup=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000
+)
+err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON")]
 ProjectRef = Annotated[str, typer.Option("--project", "-p", help="Project id or name")]
@@ -112,7 +116,9 @@ def connect(ctx: typer.Context) -> Iterator[Buildbay]:
     chosen = target(ctx)
     profiles = load_profiles()
     profile = profiles.get(chosen.profile)
-    url = chosen.url or (profile.url if profile else None)
+    url = (chosen.url or (profile.url if profile else "")).rstrip("/") or None
+    if profile is not None and url != profile.url:
+        profile = None  # another server: never send it this profile's credentials
     if url is None:
         _fail(
             f"no server for profile {chosen.profile!r}: run `buildbay login --url URL` "
@@ -135,7 +141,7 @@ def connect(ctx: typer.Context) -> Iterator[Buildbay]:
 
 
 def _retry() -> RetryPolicy:
-    """BUILDBAY_RETRY_ATTEMPTS: how many times a step is tried in all (default 6, about 30 s)."""
+    """BUILDBAY_RETRY_ATTEMPTS: how many times a step is tried in all (default 8: 23-45 s)."""
     attempts = os.environ.get("BUILDBAY_RETRY_ATTEMPTS", "")
     return RetryPolicy(attempts=max(1, int(attempts))) if attempts.isdigit() else RetryPolicy()
 
@@ -146,14 +152,18 @@ def failures() -> Iterator[None]:
         yield
     except BuildbayClientError as exc:
         code = next((c for kind, c in _EXIT_CODES if isinstance(exc, kind)), 1)
+        if isinstance(exc, ServerError) and exc.status in UNAVAILABLE:
+            code = EXIT_NETWORK
         message = str(exc)
         if isinstance(exc, ApiError) and exc.request_id:
             message += f" [requestId {exc.request_id}]"
         _fail(message, code)
+    except (OSError, UnicodeError) as exc:  # a local file that cannot be read or written
+        _fail(f"{type(exc).__name__}: {exc}", 1)
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    err.print(f"buildbay: {message}", markup=False)
+    err.print(f"buildbay: {message}")
     raise typer.Exit(code)
 
 
@@ -189,30 +199,25 @@ def _size(size: int) -> str:
 # -- resolving names ----------------------------------------------------------------------------
 
 
+_ID = re.compile(r"^(prj|app)_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
 def project_id(client: Buildbay, ref: str) -> str:
-    if ref.startswith("prj_"):
+    """A project given by id, or by its exact name among your projects."""
+    if _ID.match(ref):
         return ref
-    matches, cursor = [], None
-    while True:
-        page = client.list_projects(limit=100, cursor=cursor)
-        matches += [p.id for p in page.projects if p.name == ref]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    return _one(matches, f"project named {ref!r}")
+    found = _all(lambda cursor: client.list_projects(limit=100, cursor=cursor), "projects")
+    return _one([p.id for p in found if p.name == ref], f"project named {ref!r}")
 
 
 def app_id(client: Buildbay, project: str, ref: str) -> str:
-    if ref.startswith("app_"):
+    """An application given by id, or by its exact name in the project."""
+    if _ID.match(ref):
         return ref
-    matches, cursor = [], None
-    while True:
-        page = client.list_applications(project, limit=100, cursor=cursor)
-        matches += [a.id for a in page.applications if a.name == ref]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    return _one(matches, f"application named {ref!r}")
+    found = _all(
+        lambda cursor: client.list_applications(project, limit=100, cursor=cursor), "applications"
+    )
+    return _one([a.id for a in found if a.name == ref], f"application named {ref!r}")
 
 
 def _one(matches: list[str], what: str) -> str:
@@ -267,11 +272,16 @@ def logout(ctx: typer.Context) -> None:
     if profile is None or profile.token is None:
         err.print(f"Profile {chosen.profile} is not logged in")
         return
-    if profile.refresh_token:  # a login session; an API token is revoked with `tokens revoke`
-        with failures(), Buildbay(profile.url, profile.token) as client:
-            client.logout(profile.refresh_token)
-    profile.token = profile.refresh_token = None
-    save_profiles(profiles)
+    try:
+        if profile.refresh_token:  # a login session; API tokens are revoked with `tokens revoke`
+            with (
+                failures(),
+                Buildbay(profile.url, profile.token, refresh_token=profile.refresh_token) as client,
+            ):
+                client.logout(profile.refresh_token)
+    finally:  # forgotten here whatever the server said
+        profile.token = profile.refresh_token = None
+        save_profiles(profiles)
     err.print(f"Logged out of {profile.url}")
 
 
@@ -598,16 +608,22 @@ def builds_list(
     app: AppRef,
     version_name: Annotated[str | None, typer.Option(help="Only this version name")] = None,
     sort: Annotated[str, typer.Option(help="newest or version")] = "newest",
-    limit: Annotated[int, typer.Option(min=1, max=100, help="How many")] = 20,
+    limit: Annotated[int, typer.Option(min=1, max=100, help="Builds per page")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="The next page, as the last one said")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List builds, newest first (or by version)."""
+    """List builds, newest first (or by version), a page at a time."""
     with connect(ctx) as client:
         pid = project_id(client, project)
         page = client.list_builds(
-            pid, app_id(client, pid, app), limit, version_name=version_name, sort=sort
+            pid, app_id(client, pid, app), limit, cursor, version_name=version_name, sort=sort
         )
-    emit(page.builds, as_json, _builds_table(page.builds))
+    if as_json:
+        emit(page, True, _builds_table(page.builds))  # {"builds": [...], "nextCursor": ...}
+        return
+    out.print(_builds_table(page.builds)())
+    if page.next_cursor:
+        err.print(f"More: --cursor {page.next_cursor}")
 
 
 @builds.command("show")
@@ -736,8 +752,8 @@ def upload(
     """Upload a build and verify it. Exits 0 only once the build is ready."""
     if notes is not None and notes_file is not None:
         _fail("give --notes or --notes-file, not both", 2)
-    text = notes_file.read_text() if notes_file is not None else notes
     with connect(ctx) as client:
+        text = notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
         pid = project_id(client, project)
         aid = app_id(client, pid, app)
         with _progress("Uploading") as progress:

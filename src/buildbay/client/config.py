@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,14 +51,20 @@ def load_profiles() -> dict[str, Profile]:
 
 
 def save_profiles(profiles: dict[str, Profile]) -> Path:
-    """Written whole to a private temporary file, then renamed: never half a file, never
-    readable by others."""
+    """Written whole to a private temporary file, flushed to disk, then renamed over the old
+    one: never half a file, never readable by others (the directory is kept at 0700 too)."""
     path = _path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    temporary = path.with_name(path.name + ".tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        json.dump({"profiles": {n: asdict(p) for n, p in profiles.items()}}, file, indent=2)
-    temporary.chmod(0o600)  # if it existed before with wider rights
-    temporary.replace(path)
+    if path.parent.stat().st_uid == os.getuid():
+        path.parent.chmod(0o700)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".credentials-")  # 0600
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            json.dump({"profiles": {n: asdict(p) for n, p in profiles.items()}}, file, indent=2)
+            file.flush()
+            os.fsync(file.fileno())
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return path

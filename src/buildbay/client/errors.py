@@ -14,6 +14,10 @@ class NetworkError(BuildbayClientError):
     """The server could not be reached (or stopped answering), after the retries."""
 
 
+class UnexpectedAnswer(BuildbayClientError):
+    """The server's answer is not what this API gives (another service at that address?)."""
+
+
 class ApiError(BuildbayClientError):
     """The server answered with an error (RFC 9457 problem+json)."""
 
