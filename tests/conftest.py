@@ -7,11 +7,12 @@ The suite runs on SQLite by default and on PostgreSQL when BUILDBAY_TEST_DATABAS
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,11 +69,18 @@ def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(template)
 
 
+def run_apart(work: Coroutine[Any, Any, None]) -> None:
+    """`asyncio.run(work)` in a thread of its own: a fixture's teardown may run while this
+    thread has an event loop going (Playwright's sync API keeps one for the browser tests)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, work).result()
+
+
 @pytest.fixture
 def database_url(migrated_database: str, tmp_path: Path) -> Iterator[str]:
     if PG_URL:
         yield PG_URL
-        asyncio.run(_truncate_postgres(PG_URL))
+        run_apart(_truncate_postgres(PG_URL))
         return
     path = tmp_path / "buildbay.sqlite3"
     shutil.copyfile(migrated_database, path)

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from buildbay import __version__
@@ -25,6 +26,8 @@ from buildbay.builds.routes import router as builds_router
 from buildbay.builds.sweeper import sweep
 from buildbay.clock import Clock, SystemClock
 from buildbay.config import Settings
+from buildbay.console.routes import console_sessions
+from buildbay.console.routes import router as console_router
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine, create_sessionmaker
 from buildbay.deps import AppContext
@@ -111,6 +114,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.state.console = console_sessions(settings.signing_key, settings.refresh_token_ttl_days)
     install_error_handlers(app)
     app.add_middleware(ApiMiddleware)
     for router in (
@@ -122,8 +126,11 @@ def create_app(
         storage_router,
         install_page_router,
         health_router,
+        console_router,
     ):
         app.include_router(router)
+    # The console's stylesheet and script, from the package: no CDN, no build step.
+    app.mount("/static", StaticFiles(packages=[("buildbay", "static")]), name="static")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

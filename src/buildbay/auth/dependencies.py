@@ -16,7 +16,7 @@ from buildbay.deps import AppContext, Context, SessionDep, get_context, request_
 from buildbay.errors import NotAuthenticated, RateLimited
 
 
-def _auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
+def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
     return AuthService(
         db,
         ctx.access_tokens,
@@ -27,7 +27,7 @@ def _auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
 
 
 async def auth_service(ctx: Context, db: SessionDep) -> AuthService:
-    return _auth_service(ctx, db)
+    return make_auth_service(ctx, db)
 
 
 AuthServiceDep = Annotated[AuthService, Depends(auth_service)]
@@ -69,7 +69,7 @@ class _BearerAuthentication(HTTPBearer):
         # directly rather than declared: one dependency fewer to solve on every request.
         credentials = await super().__call__(request)
         ctx = get_context(request)
-        service = _auth_service(ctx, request_session(request))
+        service = make_auth_service(ctx, request_session(request))
         try:
             if credentials is None or credentials.scheme.lower() != "bearer":
                 raise NotAuthenticated("Send `Authorization: Bearer <token>`")

@@ -37,6 +37,19 @@ class Session(Base):
     revoked_at: Mapped[datetime | None]
 
 
+class BrowserSession(Base):
+    """The web console's cookie: a random token (stored hashed) for one login session. Logging
+    out revokes the session row, and with it the cookie and every token of that login."""
+
+    __tablename__ = "browser_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime]
+
+
 class RefreshToken(Base):
     __tablename__ = "refresh_tokens"
 

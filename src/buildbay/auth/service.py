@@ -49,6 +49,7 @@ class IssuedTokens:
     access_token: str
     refresh_token: str
     expires_in: int
+    session_id: str  # the login they belong to (the web console ties its cookie to it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,10 @@ class AuthService:
             )
         user = await self.db.get_one(User, session.user_id)
         return await self._issue(user, session)
+
+    async def end_session(self, session_id: str) -> None:
+        """Revoke a login: every token of it stops working (the web console's logout)."""
+        await self._revoke_session(session_id)
 
     async def logout(self, principal: Principal, refresh_token: str | None) -> None:
         if principal.session_id is not None:
@@ -285,6 +290,7 @@ class AuthService:
             access_token=self.codec.issue(user.id, session.id, self.now),
             refresh_token=refresh,
             expires_in=int(self.codec.lifetime.total_seconds()),
+            session_id=session.id,
         )
 
     async def _revoke_session(self, session_id: str) -> None:

@@ -15,7 +15,6 @@ from urllib.parse import quote
 import segno
 from fastapi import APIRouter, Depends, Path, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
-from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from buildbay.auth.dependencies import PublicRateLimit
@@ -23,6 +22,7 @@ from buildbay.builds.install import InstallLinks, InstallTarget
 from buildbay.builds.service import human_size
 from buildbay.deps import AppContext, Context, SessionDep, TransactionRoute
 from buildbay.errors import BuildbayError, NotFound, problem_responses
+from buildbay.templates import NO_STORE, render
 
 router = APIRouter(
     prefix="/install/{token}",
@@ -31,16 +31,9 @@ router = APIRouter(
     dependencies=[PublicRateLimit],
 )
 
-_templates = Environment(
-    loader=PackageLoader("buildbay", "templates"),
-    autoescape=select_autoescape(["html"]),
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
 # No length rule here: a token that is too long is just not one of ours (404, as HTML for a
 # browser), not a validation error.
 Token = Annotated[str, Path(description="The signed token of the install link")]
-NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 
 
 async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
@@ -78,8 +71,7 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
         if "text/html" not in request.headers.get("accept", ""):
             raise
         title = "Install link not found" if exc.status == 404 else "Install link no longer works"
-        page = _templates.get_template("install_error.html").render(title=title, detail=exc.detail)
-        return HTMLResponse(page, status_code=exc.status, headers=NO_STORE)
+        return render("install_error.html", exc.status, title=title, detail=exc.detail)
     build, application = target.build, target.application
     metadata = build.metadata_ or {}
     page_url = links.url(target.link)
@@ -99,7 +91,8 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
         if provisioning.get("expiresAt"):
             profile += f", expires {provisioning['expiresAt'][:10]}"
     qr = segno.make(page_url, error="m")
-    page = _templates.get_template("install.html").render(
+    return render(
+        "install.html",
         name=metadata.get("appName") or application.name,
         version=version,
         icon_url=f"{page_url}/icon.png" if build.has_icon else None,
@@ -122,7 +115,6 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
         notes=build.notes,
         qr_svg=Markup(qr.svg_inline(scale=5, border=2, title=f"QR code of {page_url}")),  # noqa: S704
     )
-    return HTMLResponse(page, headers=NO_STORE)
 
 
 async def _file_url(ctx: AppContext, target: InstallTarget) -> str:

@@ -34,7 +34,7 @@ class ApplicationAccess:
     caller: Principal
 
 
-async def _membership(
+async def membership(
     db: SessionDep, caller: Principal, project_id: str
 ) -> tuple[Project, ProjectRole]:
     """The project and the caller's role in it: 404 if there is no such project, 403 if the
@@ -60,12 +60,37 @@ async def _membership(
     return project, role
 
 
-def _require(role: ProjectRole, needed: ProjectRole) -> None:
+def require_role(role: ProjectRole, needed: ProjectRole) -> None:
     if not role.includes(needed):
         raise Forbidden(
             f"This needs the {needed.value} role or higher; you are {role.value}",
             code="insufficient_role",
         )
+
+
+async def project_of(
+    db: SessionDep, caller: Principal, project_id: str, needed: ProjectRole
+) -> ProjectAccess:
+    """The rules of `project_access`, for callers that are not routes (the web console)."""
+    project, role = await membership(db, caller, project_id)
+    require_role(role, needed)
+    return ProjectAccess(project=project, role=role, caller=caller)
+
+
+async def application_of(
+    db: SessionDep, caller: Principal, project_id: str, app_id: str, needed: ProjectRole
+) -> ApplicationAccess:
+    """The rules of `application_access`, for callers that are not routes (the web console)."""
+    # Members learn whether an application exists (404) before whether their role suffices
+    # (403); strangers learn neither.
+    project, role = await membership(db, caller, project_id)
+    application = await db.scalar(
+        select(Application).where(Application.id == app_id, Application.project_id == project_id)
+    )
+    if application is None:
+        raise NotFound("No application with this id in the project", code="application_not_found")
+    require_role(role, needed)
+    return ApplicationAccess(project=project, application=application, role=role, caller=caller)
 
 
 def project_access(
@@ -76,9 +101,7 @@ def project_access(
         db: SessionDep,
         project_id: Annotated[str, Path(alias=param)],
     ) -> ProjectAccess:
-        project, role = await _membership(db, caller, project_id)
-        _require(role, needed)
-        return ProjectAccess(project=project, role=role, caller=caller)
+        return await project_of(db, caller, project_id, needed)
 
     return dependency
 
@@ -92,20 +115,7 @@ def application_access(
         project_id: Annotated[str, Path(alias=project_param)],
         app_id: Annotated[str, Path(alias="appId")],
     ) -> ApplicationAccess:
-        # Members learn whether an application exists (404) before whether their role
-        # suffices (403); strangers learn neither.
-        project, role = await _membership(db, caller, project_id)
-        application = await db.scalar(
-            select(Application).where(
-                Application.id == app_id, Application.project_id == project_id
-            )
-        )
-        if application is None:
-            raise NotFound(
-                "No application with this id in the project", code="application_not_found"
-            )
-        _require(role, needed)
-        return ApplicationAccess(project=project, application=application, role=role, caller=caller)
+        return await application_of(db, caller, project_id, app_id, needed)
 
     return dependency
 

@@ -1,0 +1,1 @@
+"""The web console: server-rendered pages for people, beside the API."""

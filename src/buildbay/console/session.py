@@ -1,0 +1,135 @@
+"""Who is looking at the web console, and the CSRF token their forms must send back.
+
+The session cookie (`bb_session`) holds a random token, stored hashed in `browser_sessions` and
+tied to a login session (`sessions`): logging out revokes that session, so the cookie stops
+working everywhere at once. It is HttpOnly, SameSite=Lax and Secure (browsers accept Secure
+cookies from http://localhost and 127.0.0.1, so development works without TLS).
+
+CSRF: a signed double-submit token. A random nonce lives in its own cookie (`bb_csrf`); the
+token every form carries is that nonce and an HMAC of it bound to the session cookie, so a token
+from before a login (or of another visitor) is refused. Every unsafe request must also come
+from our own origin when the browser says where it comes from (Origin or Referer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from fastapi import Request, Response
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.auth.models import BrowserSession, Session, User
+from buildbay.auth.service import Principal
+from buildbay.auth.tokens import derive_key, hash_token
+from buildbay.errors import Forbidden
+
+SESSION_COOKIE = "bb_session"
+CSRF_COOKIE = "bb_csrf"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+
+
+@dataclass
+class Visitor:
+    """The person behind a console request: signed in (`user`) or not."""
+
+    user: User | None
+    session_id: str | None
+    csrf: str  # the token this visitor's forms carry
+    cookies: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # to set: value, age
+
+    @property
+    def principal(self) -> Principal:
+        assert self.user is not None
+        return Principal(user=self.user, session_id=self.session_id)
+
+
+class ConsoleSessions:
+    def __init__(self, master_key: bytes, lifetime: timedelta) -> None:
+        self._key = derive_key(master_key, "console-csrf")
+        self.lifetime = lifetime
+
+    def _csrf_for(self, nonce: str, session_token: str | None) -> str:
+        bound = f"{nonce}|{hash_token(session_token) if session_token else ''}"
+        mac = hmac.new(self._key, bound.encode(), hashlib.sha256).hexdigest()[:32]
+        return f"{nonce}.{mac}"
+
+    async def visitor(self, request: Request, db: AsyncSession, now: datetime) -> Visitor:
+        token = request.cookies.get(SESSION_COOKIE)
+        user, session_id = None, None
+        if token:
+            row = (
+                await db.execute(
+                    select(User, Session.id)
+                    .join(Session, Session.user_id == User.id)
+                    .join(BrowserSession, BrowserSession.session_id == Session.id)
+                    .where(
+                        BrowserSession.token_hash == hash_token(token),
+                        Session.revoked_at.is_(None),
+                        Session.expires_at > now,
+                    )
+                )
+            ).first()
+            if row is not None:
+                user, session_id = row
+        nonce = request.cookies.get(CSRF_COOKIE) or ""
+        visitor = Visitor(user, session_id, "")
+        if len(nonce) != 32 or not nonce.isalnum():
+            nonce = secrets.token_hex(16)
+            visitor.cookies[CSRF_COOKIE] = (nonce, None)
+        visitor.csrf = self._csrf_for(nonce, token if user is not None else None)
+        return visitor
+
+    async def sign_in(
+        self, visitor: Visitor, db: AsyncSession, session_id: str, now: datetime
+    ) -> None:
+        """Tie a new cookie to the login session `session_id` (and a new CSRF token to it)."""
+        token = secrets.token_urlsafe(32)
+        db.add(BrowserSession(token_hash=hash_token(token), session_id=session_id, created_at=now))
+        await db.flush()
+        visitor.cookies[SESSION_COOKIE] = (token, int(self.lifetime.total_seconds()))
+        nonce = secrets.token_hex(16)
+        visitor.cookies[CSRF_COOKIE] = (nonce, None)
+
+    def sign_out(self, visitor: Visitor) -> None:
+        visitor.cookies[SESSION_COOKIE] = ("", 0)
+
+    def check_csrf(self, request: Request, sent: str | None, public_url: str) -> None:
+        """Refuses an unsafe request whose token is missing or wrong, or that comes from
+        another origin."""
+        source = request.headers.get("origin") or request.headers.get("referer")
+        if source:
+            here = {_origin(public_url), f"{request.url.scheme}://{request.url.netloc}"}
+            if _origin(source) not in here:
+                raise Forbidden("This form was sent from another site", code="csrf_failed")
+        nonce = request.cookies.get(CSRF_COOKIE) or ""
+        token = request.cookies.get(SESSION_COOKIE)
+        expected = self._csrf_for(nonce, token) if nonce else ""
+        if not (sent and expected and hmac.compare_digest(sent, expected)):
+            expected_anonymous = self._csrf_for(nonce, None) if nonce else ""
+            if not (sent and expected_anonymous and hmac.compare_digest(sent, expected_anonymous)):
+                raise Forbidden(
+                    "The form's security token is missing or out of date; reload the page and "
+                    "try again",
+                    code="csrf_failed",
+                )
+
+    def apply(self, visitor: Visitor, response: Response, secure: bool = True) -> None:
+        for name, (value, age) in visitor.cookies.items():
+            if age == 0:
+                response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="lax")
+                continue
+            response.set_cookie(
+                name, value, max_age=age, path="/", secure=secure, httponly=True, samesite="lax"
+            )
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

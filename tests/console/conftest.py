@@ -1,0 +1,66 @@
+"""A real browser for the console tests: Debian's Chromium driven by Playwright (no browser
+download). Without /usr/bin/chromium the tests are skipped, unless BUILDBAY_TEST_BROWSER=required
+(as .ci/run sets it, after installing the package). A failing test leaves a screenshot of its
+page in test-artifacts/."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
+
+
+# Per module, not per session: Playwright's sync API keeps an event loop running in this thread
+# while it is open, which the asyncio tests of other modules cannot share.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        if os.environ.get("BUILDBAY_TEST_BROWSER") == "required":
+            pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium) for the browser tests")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    report = yield
+    if report.when == "call":  # type: ignore[attr-defined]
+        item.stash[_FAILED] = report.failed  # type: ignore[attr-defined]
+    return report
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+def new_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[object]:
+    """Pages in fresh contexts (each its own cookies), screenshotted if the test fails."""
+    contexts = []
+
+    def make(base_url: str) -> Page:
+        context = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 900})
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        return context.new_page()
+
+    yield make
+    if request.node.stash.get(_FAILED, False):
+        ARTIFACTS.mkdir(exist_ok=True)
+        name = re.sub(r"[^\w.-]+", "_", request.node.name)
+        for n, context in enumerate(contexts):
+            for m, page in enumerate(context.pages):
+                page.screenshot(path=ARTIFACTS / f"{name}-{n}-{m}.png", full_page=True)
+    for context in contexts:
+        context.close()

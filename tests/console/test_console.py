@@ -1,0 +1,192 @@
+"""The web console in a real browser against a real server: sign up, a project and an
+application, an upload from the browser, an API token used against the API and revoked, a
+tester's view without destructive actions, and forms refused without their CSRF token."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.builds.android_files import APK
+
+pytestmark = pytest.mark.slow
+
+NewPage = Callable[[str], Page]
+PASSWORD = "a long password"
+
+
+def sign_up(page: Page, email: str, name: str = "") -> None:
+    page.goto("/signup")
+    page.get_by_label("E-mail").fill(email)
+    if name:
+        page.get_by_label("Your name").fill(name)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page).to_have_url(re.compile(r"/projects"))
+
+
+def sign_in(page: Page, email: str) -> None:
+    page.goto("/login")
+    page.get_by_label("E-mail").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(re.compile(r"/projects"))
+
+
+def create_project_and_app(page: Page) -> str:
+    """Returns the application page's path."""
+    page.get_by_label("Project name").fill("Acme")
+    page.get_by_role("button", name="Create project").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Acme")
+    expect(page.get_by_text("No applications yet.")).to_be_visible()
+    page.get_by_label("Application name").fill("Acme Android")
+    page.get_by_label("Platform").select_option("android")
+    page.get_by_role("button", name="Add application").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Acme Android")
+    return page.url
+
+
+def test_a_new_user_uploads_a_build_and_makes_a_token_for_ci(
+    server: str, new_page: NewPage
+) -> None:
+    page = new_page(server)
+    sign_up(page, "ada@example.com", "Ada")
+    expect(page.get_by_text("No projects yet.")).to_be_visible()
+    app_url = create_project_and_app(page)
+    expect(page.get_by_text("No builds yet.")).to_be_visible()
+
+    # Upload from the browser, straight to the storage address, with a progress bar.
+    page.get_by_label("Build file").set_input_files(str(APK))
+    page.get_by_label("Release notes (optional)").fill("First build from the browser")
+    page.get_by_role("button", name="Upload").click()
+    expect(page.get_by_role("progressbar", name="Upload progress")).to_be_visible()
+    row = page.locator("table.builds tbody tr").first
+    expect(row).to_contain_text("1.4.2 (42)")
+    expect(row).to_contain_text("ready")
+    expect(row).to_contain_text("First build from the browser")
+    expect(row).to_contain_text("Ada")
+    assert page.url.startswith(app_url)
+
+    # An install link, to copy.
+    row.get_by_role("button", name="Create install link").click()
+    link = page.locator("tr.fresh a")
+    expect(link).to_contain_text("/install/")
+    install_url = link.get_attribute("href")
+    assert install_url
+    assert httpx.get(install_url, headers={"Accept": "text/html"}).status_code == 200
+    expect(page.get_by_role("button", name="Copy install link")).to_be_visible()
+
+    # An API token in account settings, shown once, used against the API, then revoked.
+    page.get_by_role("link", name="Account").click()
+    expect(page.get_by_text("No API tokens.")).to_be_visible()
+    page.get_by_label("Token name").fill("github-actions")
+    page.get_by_role("button", name="Create token").click()
+    secret = page.locator("#new-token").inner_text()
+    assert secret.startswith("bb_")
+    api = httpx.get(f"{server}/api/projects", headers={"Authorization": f"Bearer {secret}"})
+    assert api.status_code == 200
+    assert [p["name"] for p in api.json()["projects"]] == ["Acme"]
+    page.goto("/account")
+    expect(page.locator("#new-token")).to_have_count(0)  # never shown again
+    token_row = page.locator("tr", has_text="github-actions")
+    expect(token_row).not_to_contain_text("never used")
+    page.once("dialog", lambda dialog: dialog.accept())
+    token_row.get_by_role("button", name="Revoke").click()
+    expect(page.get_by_text("No API tokens.")).to_be_visible()
+    api = httpx.get(f"{server}/api/projects", headers={"Authorization": f"Bearer {secret}"})
+    assert api.status_code == 401
+
+
+def test_a_tester_sees_no_destructive_actions_and_the_server_refuses_them(
+    server: str, new_page: NewPage
+) -> None:
+    owner = new_page(server)
+    sign_up(owner, "owner@example.com", "Olga")
+    app_url = create_project_and_app(owner)
+    owner.get_by_label("Build file").set_input_files(str(APK))
+    owner.get_by_role("button", name="Upload").click()
+    expect(owner.locator("table.builds tbody tr").first).to_contain_text("ready")
+    tester = new_page(server)
+    sign_up(tester, "tess@example.com", "Tess")
+    owner.get_by_role("link", name="Acme").first.click()
+    owner.get_by_label("Add by e-mail").fill("tess@example.com")
+    owner.get_by_role("button", name="Add member").click()
+    expect(owner.locator("#members")).to_contain_text("tess@example.com")
+
+    tester.goto(app_url)
+    expect(tester.get_by_role("heading", level=1)).to_have_text("Acme Android")
+    expect(tester.get_by_role("link", name="Download")).to_be_visible()
+    expect(tester.get_by_role("button", name="Delete")).to_have_count(0)
+    expect(tester.locator("#upload-form")).to_have_count(0)
+    tester.get_by_role("link", name="Acme").first.click()
+    expect(tester.get_by_role("button", name="Remove")).to_have_count(0)
+    expect(tester.get_by_role("button", name="Delete project")).to_have_count(0)
+    expect(tester.get_by_role("button", name="Add application")).to_have_count(0)
+
+    # The server refuses anyway: a tester's own valid form post to delete the build.
+    owner.goto(app_url)
+    build_id = owner.locator("table.builds tbody tr").first.get_attribute("id")
+    assert build_id
+    csrf = tester.locator("input[name=csrf]").first.get_attribute("value")
+    refused = tester.request.post(
+        f"{app_url}/builds/{build_id.removeprefix('build-')}/delete",
+        form={"csrf": csrf or ""},
+        headers={"Origin": server},
+    )
+    assert refused.status == 403
+    assert "developer role" in refused.text()
+
+
+def test_forms_without_their_csrf_token_or_from_another_site_are_refused(
+    server: str, new_page: NewPage
+) -> None:
+    page = new_page(server)
+    sign_up(page, "ada@example.com")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
+
+    no_token = page.request.post(f"{server}/projects", form={"name": "Sneaky"})
+    assert no_token.status == 403
+    assert "security token" in no_token.text()
+    elsewhere = page.request.post(
+        f"{server}/projects", form={"name": "Sneaky", "csrf": csrf},
+        headers={"Origin": "https://evil.example"},
+    )  # fmt: skip
+    assert elsewhere.status == 403
+    page.goto("/projects")
+    expect(page.get_by_text("No projects yet.")).to_be_visible()
+    made = page.request.post(
+        f"{server}/projects", form={"name": "Fine", "csrf": csrf}, headers={"Origin": server}
+    )
+    assert made.ok
+
+
+def test_errors_show_beside_their_field_and_logout_ends_the_session(
+    server: str, new_page: NewPage
+) -> None:
+    page = new_page(server)
+    page.goto("/signup")
+    page.get_by_label("E-mail").fill("not-an-email")
+    page.get_by_label("Password").fill("short")
+    page.get_by_role("button", name="Create account").click()
+    expect(page.locator("#e-email")).to_be_visible()
+    expect(page.locator("#e-password")).to_contain_text("8")
+    expect(page.get_by_label("Password")).to_have_attribute("aria-invalid", "true")
+
+    sign_up(page, "ada@example.com")
+    cookie = next(c for c in page.context.cookies() if c["name"] == "bb_session")
+    assert cookie["httpOnly"]
+    assert cookie["secure"]
+    assert cookie["sameSite"] == "Lax"
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(re.compile(r"/login"))
+    # The old cookie no longer opens anything: the session was revoked on the server.
+    stale = httpx.get(
+        f"{server}/projects", cookies={"bb_session": cookie["value"]}, follow_redirects=False
+    )
+    assert stale.status_code == 303
+    assert stale.headers["location"].startswith("/login")
+    sign_in(page, "ada@example.com")

@@ -1,0 +1,88 @@
+"""The console's forms without a browser (through the app itself): login throttling as for the
+API, no open redirect after login, HTML error pages, and the session cookie's rules."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from tests.conftest import BASE_URL, Api
+
+ORIGIN = {"Origin": BASE_URL}
+
+
+async def _csrf(client: httpx.AsyncClient, path: str = "/login") -> str:
+    page = await client.get(path)
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, page.text[:300]
+    return found.group(1)
+
+
+async def test_failed_logins_are_throttled_as_for_the_api(
+    client: httpx.AsyncClient, api: Api
+) -> None:
+    await api.register("ada@example.com", "correct horse")
+    csrf = await _csrf(client)
+    wrong = {"csrf": csrf, "email": "ada@example.com", "password": "wrong password"}
+    first = await client.post("/login", data=wrong, headers=ORIGIN)
+    assert first.status_code == 401
+    assert "E-mail or password is wrong" in first.text
+    answers = [(await client.post("/login", data=wrong, headers=ORIGIN)).status_code
+               for _ in range(11)]  # fmt: skip
+    assert 429 in answers
+    throttled = await client.post(
+        "/login",
+        data={"csrf": csrf, "email": "ada@example.com", "password": "correct horse"},
+        headers=ORIGIN,
+    )
+    assert throttled.status_code == 429  # even the right password waits
+    assert "Too many failed logins" in throttled.text
+
+
+async def test_login_goes_back_to_a_page_of_this_site_only(
+    client: httpx.AsyncClient, api: Api
+) -> None:
+    await api.register("ada@example.com", "correct horse")
+    csrf = await _csrf(client)
+    for target, expected in (("/account", "/account"), ("//evil.example/x", "/projects"),
+                             ("https://evil.example", "/projects")):  # fmt: skip
+        r = await client.post(
+            "/login",
+            data={
+                "csrf": csrf,
+                "email": "ada@example.com",
+                "password": "correct horse",
+                "next": target,
+            },
+            headers=ORIGIN,
+        )
+        assert r.status_code == 303, r.text
+        assert r.headers["location"] == expected
+        client.cookies.delete("bb_session")
+        csrf = await _csrf(client)
+
+
+async def test_pages_answer_in_html_with_the_right_status(
+    client: httpx.AsyncClient, api: Api
+) -> None:
+    assert (await client.get("/projects")).headers["location"] == "/login?next=/projects"
+    await api.register("ada@example.com", "correct horse")
+    csrf = await _csrf(client)
+    r = await client.post(
+        "/login",
+        data={"csrf": csrf, "email": "ada@example.com", "password": "correct horse"},
+        headers=ORIGIN,
+    )
+    cookie = r.headers["set-cookie"]
+    assert "bb_session=" in cookie or "bb_session=" in str(r.headers.get_list("set-cookie"))
+    session_cookie = next(
+        c for c in r.headers.get_list("set-cookie") if c.startswith("bb_session=")
+    )
+    assert "HttpOnly" in session_cookie
+    assert "SameSite=lax" in session_cookie
+    missing = await client.get("/projects/prj_00000000000000000000000000")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("text/html")
+    assert "No project with this id" in missing.text
+    assert (await client.get("/static/console.css")).status_code == 200
