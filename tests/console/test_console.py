@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -51,7 +52,7 @@ def create_project_and_app(page: Page) -> str:
 
 
 def test_a_new_user_uploads_a_build_and_makes_a_token_for_ci(
-    server: str, new_page: NewPage
+    server: str, new_page: NewPage, tmp_path: Path
 ) -> None:
     page = new_page(server)
     sign_up(page, "ada@example.com", "Ada")
@@ -59,11 +60,20 @@ def test_a_new_user_uploads_a_build_and_makes_a_token_for_ci(
     app_url = create_project_and_app(page)
     expect(page.get_by_text("No builds yet.")).to_be_visible()
 
-    # Upload from the browser, straight to the storage address, with a progress bar.
-    page.get_by_label("Build file").set_input_files(str(APK))
+    # Upload from the browser, straight to the storage address, with a progress bar. The
+    # network is slowed to 2 MiB/s so that the bar has time to move.
+    big = tmp_path / "app-release.apk"
+    big.write_bytes(bytes(6 * 1024 * 1024) + APK.read_bytes())  # a zip reads from its end
+    slow = page.context.new_cdp_session(page)
+    slow.send("Network.enable")
+    slow.send("Network.emulateNetworkConditions", {
+        "offline": False, "latency": 0, "downloadThroughput": -1,
+        "uploadThroughput": 2 * 1024 * 1024,
+    })  # fmt: skip
+    page.get_by_label("Build file").set_input_files(str(big))
     page.get_by_label("Release notes (optional)").fill("First build from the browser")
     page.get_by_role("button", name="Upload").click()
-    expect(page.get_by_role("progressbar", name="Upload progress")).to_be_visible()
+    expect(page.locator("#upload-status")).to_have_text(re.compile(r"Uploading: [1-9]\d?%"))
     row = page.locator("table.builds tbody tr").first
     expect(row).to_contain_text("1.4.2 (42)")
     expect(row).to_contain_text("ready")
@@ -93,7 +103,7 @@ def test_a_new_user_uploads_a_build_and_makes_a_token_for_ci(
     page.goto("/account")
     expect(page.locator("#new-token")).to_have_count(0)  # never shown again
     token_row = page.locator("tr", has_text="github-actions")
-    expect(token_row).not_to_contain_text("never used")
+    expect(token_row.locator("td.last-used time")).to_have_count(1)  # its use was recorded
     page.once("dialog", lambda dialog: dialog.accept())
     token_row.get_by_role("button", name="Revoke").click()
     expect(page.get_by_text("No API tokens.")).to_be_visible()
@@ -190,3 +200,52 @@ def test_errors_show_beside_their_field_and_logout_ends_the_session(
     assert stale.status_code == 303
     assert stale.headers["location"].startswith("/login")
     sign_in(page, "ada@example.com")
+
+
+def test_an_owner_manages_members_and_the_project(server: str, new_page: NewPage) -> None:
+    page = new_page(server)
+    sign_up(page, "owner@example.com", "Olga")
+    create_project_and_app(page)
+    page.get_by_role("link", name="Acme").first.click()
+    # Errors beside the field: no such account, then the member twice.
+    page.get_by_label("Add by e-mail").fill("nobody@example.com")
+    page.get_by_role("button", name="Add member").click()
+    expect(page.locator("#e-email")).to_contain_text("no Buildbay account has this e-mail")
+    expect(page.get_by_label("Add by e-mail")).to_be_focused()
+    helper = new_page(server)
+    sign_up(helper, "dev@example.com", "Dev")
+    for expected in ("dev@example.com", "already a member"):
+        page.get_by_label("Add by e-mail").fill("dev@example.com")
+        page.get_by_role("button", name="Add member").click()
+        expect(page.locator("#members")).to_contain_text(expected)
+    # Change the role, then remove.
+    page.get_by_label("Role of dev@example.com").select_option("developer")
+    page.locator("tr", has_text="dev@example.com").get_by_role("button", name="Change").click()
+    expect(page.get_by_label("Role of dev@example.com")).to_have_value("developer")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("tr", has_text="dev@example.com").get_by_role("button", name="Remove").click()
+    expect(page.locator("#members")).not_to_contain_text("dev@example.com")
+    # Rename, then delete only with the name typed.
+    page.get_by_label("Rename project").fill("Acme Mobile")
+    page.get_by_role("button", name="Rename").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Acme Mobile")
+    page.get_by_label(re.compile("To delete this project")).fill("wrong name")
+    page.get_by_role("button", name="Delete project").click()
+    expect(page.locator("#e-confirm")).to_be_visible()
+    page.get_by_label(re.compile("To delete this project")).fill("Acme Mobile")
+    page.get_by_role("button", name="Delete project").click()
+    expect(page.get_by_text("No projects yet.")).to_be_visible()
+
+
+def test_a_token_from_before_sign_in_is_refused_after(server: str, new_page: NewPage) -> None:
+    """The CSRF token is bound to the session: one taken while signed out (as an attacker who
+    planted their own nonce could get) does not pass once the visitor is signed in."""
+    page = new_page(server)
+    page.goto("/login")
+    anonymous = page.locator("input[name=csrf]").first.get_attribute("value") or ""
+    sign_up(page, "ada@example.com")
+    refused = page.request.post(
+        f"{server}/projects", form={"name": "Sneaky", "csrf": anonymous},
+        headers={"Origin": server},
+    )  # fmt: skip
+    assert refused.status == 403

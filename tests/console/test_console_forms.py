@@ -4,34 +4,47 @@ API, no open redirect after login, HTML error pages, and the session cookie's ru
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 
 import httpx
+import pytest
+from fastapi import FastAPI
 
 from tests.conftest import BASE_URL, Api
 
 ORIGIN = {"Origin": BASE_URL}
 
 
-async def _csrf(client: httpx.AsyncClient, path: str = "/login") -> str:
-    page = await client.get(path)
+@pytest.fixture
+async def browser_like(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client that keeps cookies as a browser does: the console's are Secure, so it speaks
+    https (to the app itself, in process)."""
+    transport = httpx.ASGITransport(app=app)
+    base = BASE_URL.replace("http://", "https://")
+    async with httpx.AsyncClient(transport=transport, base_url=base) as client:
+        yield client
+
+
+async def _csrf(browser_like: httpx.AsyncClient, path: str = "/login") -> str:
+    page = await browser_like.get(path)
     found = re.search(r'name="csrf" value="([^"]+)"', page.text)
     assert found, page.text[:300]
     return found.group(1)
 
 
 async def test_failed_logins_are_throttled_as_for_the_api(
-    client: httpx.AsyncClient, api: Api
+    browser_like: httpx.AsyncClient, api: Api
 ) -> None:
     await api.register("ada@example.com", "correct horse")
-    csrf = await _csrf(client)
+    csrf = await _csrf(browser_like)
     wrong = {"csrf": csrf, "email": "ada@example.com", "password": "wrong password"}
-    first = await client.post("/login", data=wrong, headers=ORIGIN)
+    first = await browser_like.post("/login", data=wrong, headers=ORIGIN)
     assert first.status_code == 401
     assert "E-mail or password is wrong" in first.text
-    answers = [(await client.post("/login", data=wrong, headers=ORIGIN)).status_code
+    answers = [(await browser_like.post("/login", data=wrong, headers=ORIGIN)).status_code
                for _ in range(11)]  # fmt: skip
     assert 429 in answers
-    throttled = await client.post(
+    throttled = await browser_like.post(
         "/login",
         data={"csrf": csrf, "email": "ada@example.com", "password": "correct horse"},
         headers=ORIGIN,
@@ -41,13 +54,13 @@ async def test_failed_logins_are_throttled_as_for_the_api(
 
 
 async def test_login_goes_back_to_a_page_of_this_site_only(
-    client: httpx.AsyncClient, api: Api
+    browser_like: httpx.AsyncClient, api: Api
 ) -> None:
     await api.register("ada@example.com", "correct horse")
-    csrf = await _csrf(client)
+    csrf = await _csrf(browser_like)
     for target, expected in (("/account", "/account"), ("//evil.example/x", "/projects"),
                              ("https://evil.example", "/projects")):  # fmt: skip
-        r = await client.post(
+        r = await browser_like.post(
             "/login",
             data={
                 "csrf": csrf,
@@ -59,17 +72,17 @@ async def test_login_goes_back_to_a_page_of_this_site_only(
         )
         assert r.status_code == 303, r.text
         assert r.headers["location"] == expected
-        client.cookies.delete("bb_session")
-        csrf = await _csrf(client)
+        browser_like.cookies.delete("bb_session")
+        csrf = await _csrf(browser_like)
 
 
 async def test_pages_answer_in_html_with_the_right_status(
-    client: httpx.AsyncClient, api: Api
+    browser_like: httpx.AsyncClient, api: Api
 ) -> None:
-    assert (await client.get("/projects")).headers["location"] == "/login?next=/projects"
+    assert (await browser_like.get("/projects")).headers["location"] == "/login?next=/projects"
     await api.register("ada@example.com", "correct horse")
-    csrf = await _csrf(client)
-    r = await client.post(
+    csrf = await _csrf(browser_like)
+    r = await browser_like.post(
         "/login",
         data={"csrf": csrf, "email": "ada@example.com", "password": "correct horse"},
         headers=ORIGIN,
@@ -80,9 +93,10 @@ async def test_pages_answer_in_html_with_the_right_status(
         c for c in r.headers.get_list("set-cookie") if c.startswith("bb_session=")
     )
     assert "HttpOnly" in session_cookie
+    assert "Secure" in session_cookie
     assert "SameSite=lax" in session_cookie
-    missing = await client.get("/projects/prj_00000000000000000000000000")
+    missing = await browser_like.get("/projects/prj_00000000000000000000000000")
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("text/html")
     assert "No project with this id" in missing.text
-    assert (await client.get("/static/console.css")).status_code == 200
+    assert (await browser_like.get("/static/console.css")).status_code == 200

@@ -21,14 +21,25 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.schemas import ApplicationCreate
 from buildbay.applications.service import ApplicationService
-from buildbay.auth.dependencies import client_ip, make_auth_service
+from buildbay.auth.dependencies import client_ip, count_request, limit_by_ip, make_auth_service
 from buildbay.auth.schemas import CreateApiTokenRequest, LoginRequest, RegisterRequest
 from buildbay.builds.install import InstallLinks
-from buildbay.builds.schemas import MAX_NOTES_LENGTH, UploadLinkRequest
+from buildbay.builds.schemas import (
+    DEFAULT_HOURS,
+    MAX_NOTES_LENGTH,
+    UploadLinkRequest,
+    VerifyRequest,
+)
 from buildbay.builds.service import BuildOrder, BuildService, human_size, storage_usage
 from buildbay.console.session import CSRF_FIELD, CSRF_HEADER, ConsoleSessions, Visitor
 from buildbay.deps import AppContext, TransactionRoute, get_context, request_session
-from buildbay.errors import BuildbayError, NotAuthenticated, ValidationFailed
+from buildbay.errors import (
+    BadRequest,
+    BuildbayError,
+    NotAuthenticated,
+    PayloadTooLarge,
+    ValidationFailed,
+)
 from buildbay.projects.access import application_of, project_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite
@@ -56,14 +67,14 @@ class ConsoleRoute(TransactionRoute):
                 response = render(
                     "console/error.html",
                     exc.status,
-                    headers=CONSOLE,
+                    headers=CONSOLE | exc.headers,
                     title=_error_title(exc.status),
                     detail=exc.detail,
                     visitor=request.scope.get("buildbay.visitor"),
                 )
             visitor: Visitor | None = request.scope.get("buildbay.visitor")
             if visitor is not None:
-                sessions(request).apply(visitor, response, secure=_secure(request))
+                sessions(request).apply(visitor, response)
             return response
 
         return page
@@ -74,11 +85,6 @@ def _error_title(status: int) -> str:
             429: "Too many requests"}.get(status, "Something went wrong")  # fmt: skip
 
 
-def _secure(request: Request) -> bool:
-    # Browsers accept Secure cookies from http://localhost and 127.0.0.1 as well.
-    return request.url.scheme == "https" or request.url.hostname in {"localhost", "127.0.0.1"}
-
-
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 
@@ -87,30 +93,46 @@ def sessions(request: Request) -> ConsoleSessions:
     return console
 
 
+MAX_FORM_BYTES = 64 * 1024
+
+
 async def _visit(request: Request, *, signed_in: bool = True) -> tuple[Visitor, AsyncSession]:
-    """The visitor (signed in, unless `signed_in` is False) and the request's session; for a
-    POST, the CSRF token is checked first."""
+    """The visitor (signed in, unless `signed_in` is False) and the request's session. A POST
+    is checked before its body is read (origin, size), then counted against the rate limit as
+    an API request would be, then its CSRF token is checked."""
     ctx = get_context(request)
     db = request_session(request)
-    visitor = await sessions(request).visitor(request, db, ctx.clock.now())
+    console = sessions(request)
+    if request.method == "POST":
+        console.check_origin(request, ctx.settings.resolved_public_url)
+    visitor = await console.visitor(request, db, ctx.clock.now())
     request.scope["buildbay.visitor"] = visitor
     if request.method == "POST":
+        if visitor.user is None:
+            await limit_by_ip(ctx, request)
+        else:
+            await count_request(ctx, request, f"user:{visitor.user.id}", visitor.user.plan)
         sent = request.headers.get(CSRF_HEADER)
-        if sent is None and _is_form(request):
-            sent = str((await request.form()).get(CSRF_FIELD) or "")
-        sessions(request).check_csrf(request, sent, ctx.settings.resolved_public_url)
+        if sent is None:
+            sent = str((await _form(request)).get(CSRF_FIELD) or "")
+        console.check_csrf(visitor, sent)
     if signed_in and visitor.user is None:
         raise NotAuthenticated("Sign in to continue")
     return visitor, db
 
 
-def _is_form(request: Request) -> bool:
-    kind = request.headers.get("content-type", "")
-    return kind.startswith(("application/x-www-form-urlencoded", "multipart/form-data"))
+async def _form(request: Request) -> Any:
+    """The posted form: URL-encoded only (no file parts) and at most MAX_FORM_BYTES."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        raise BadRequest("Send the form as application/x-www-form-urlencoded")
+    length = request.headers.get("content-length", "")
+    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+        raise PayloadTooLarge(f"A form is at most {MAX_FORM_BYTES} bytes, with a Content-Length")
+    return await request.form()
 
 
 async def _fields(request: Request) -> dict[str, str]:
-    form = await request.form()
+    form = await _form(request)
     return {k: str(v) for k, v in form.items() if k != CSRF_FIELD and isinstance(v, str)}
 
 
@@ -198,8 +220,12 @@ async def login(request: Request) -> Response:
                      errors=exc.by_field)  # fmt: skip
     except BuildbayError as exc:
         status = exc.status if exc.status in (401, 429) else 400
-        return _page("console/login.html", visitor, status, next=next_page, values=values,
+        page = _page("console/login.html", visitor, status, next=next_page, values=values,
                      errors={"form": exc.detail})  # fmt: skip
+        page.headers.update(exc.headers)  # Retry-After, when throttled
+        return page
+    if visitor.session_id is not None:  # signing in again: the old login ends
+        await make_auth_service(ctx, db).end_session(visitor.session_id)
     await sessions(request).sign_in(visitor, db, issued.session_id, _now(request))
     return _see_other(next_page)
 
@@ -225,6 +251,7 @@ async def signup(request: Request) -> Response:
     except _FormError as exc:
         return _page("console/signup.html", visitor, 422, values=values, errors=exc.by_field)
     except BuildbayError as exc:
+        await db.rollback()  # a concurrent sign-up's failed flush: nothing of this one stays
         errors = {"email": exc.detail} if exc.code == "email_taken" else {"form": exc.detail}
         return _page("console/signup.html", visitor, exc.status, values=values, errors=errors)
     await sessions(request).sign_in(visitor, db, issued.session_id, _now(request))
@@ -357,9 +384,10 @@ async def add_member(request: Request, project_id: str) -> Response:
         errors = {"member": exc.by_field.get("email") or exc.by_field.get("role") or "Not valid"}
         return await _project(request, visitor, db, project_id, fields, errors, 422)
     except BuildbayError as exc:
+        # Refused before anything was written (unknown e-mail, already a member, the owner
+        # role): the page is shown again with the reason beside the field.
         if exc.status >= 500:
             raise
-        await db.rollback()
         return await _project(request, visitor, db, project_id, fields,
                               {"member": exc.detail}, exc.status)  # fmt: skip
     return _see_other(f"/projects/{project_id}#members")
@@ -370,7 +398,11 @@ async def change_role(request: Request, project_id: str, user_id: str) -> Respon
     visitor, db = await _visit(request)
     access = await project_of(db, visitor.principal, project_id, ProjectRole.ADMIN)
     fields = await _fields(request)
-    body = _parse(MemberUpdate, {"role": fields.get("role", "")})
+    try:
+        body = _parse(MemberUpdate, {"role": fields.get("role", "")})
+    except _FormError:
+        errors = {"member": f"Choose one of the roles: {', '.join(ROLES)}"}
+        return await _project(request, visitor, db, project_id, {}, errors, 422)
     assert isinstance(body, MemberUpdate)
     await ProjectService(db, _now(request)).change_role(access, user_id, body.role)
     return _see_other(f"/projects/{project_id}#members")
@@ -417,6 +449,7 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
         "console/application.html", visitor, project=access.project,
         application=access.application, role=access.role, can=_can(access.role),
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
+        install_expiry={k: v.expires_at for k, v in current.items()},
         uploaders=members, human_size=human_size, fresh_link=fresh,
         max_notes=MAX_NOTES_LENGTH,
     )  # fmt: skip
@@ -452,7 +485,7 @@ async def create_install_link(
     links = _links(request, db)
     current = await links.current([build.id])
     if build.id not in current:
-        await links.create(build, visitor.principal.user, 24 * 7)
+        await links.create(build, visitor.principal.user, DEFAULT_HOURS)
     return _see_other(f"{_build_path(project_id, app_id)}?link={build.id}#build-{build.id}")
 
 
@@ -487,10 +520,16 @@ async def start_upload(request: Request, project_id: str, app_id: str) -> Respon
 async def finish_upload(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     visitor, db = await _visit(request)
     access = await application_of(db, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER)
-    data = await request.json()
-    notes = str(data.get("notes") or "").strip() or None if isinstance(data, dict) else None
-    if notes is not None and len(notes) > MAX_NOTES_LENGTH:
-        return JSONResponse({"errors": {"notes": f"At most {MAX_NOTES_LENGTH} characters"}}, 422)
+    try:
+        data = await request.json()
+        body = VerifyRequest.model_validate(
+            {"buildId": build_id, "notes": (data.get("notes") or None) if isinstance(data, dict)
+             else None}
+        )  # fmt: skip
+    except (ModelError, ValueError) as exc:
+        message = _errors(exc) if isinstance(exc, ModelError) else {"form": "Not JSON"}
+        return JSONResponse({"errors": message}, status_code=422)
+    notes = body.notes
     try:
         build = await _build_service(request, db).verify(access.application, build_id, notes)
     except BuildbayError as exc:

@@ -2,7 +2,7 @@
 
 The session cookie (`bb_session`) holds a random token, stored hashed in `browser_sessions` and
 tied to a login session (`sessions`): logging out revokes that session, so the cookie stops
-working everywhere at once. It is HttpOnly, SameSite=Lax and Secure (browsers accept Secure
+working everywhere at once. It is HttpOnly, SameSite=Lax and always Secure (browsers accept Secure
 cookies from http://localhost and 127.0.0.1, so development works without TLS).
 
 CSRF: a signed double-submit token. A random nonce lives in its own cookie (`bb_csrf`); the
@@ -100,33 +100,33 @@ class ConsoleSessions:
     def sign_out(self, visitor: Visitor) -> None:
         visitor.cookies[SESSION_COOKIE] = ("", 0)
 
-    def check_csrf(self, request: Request, sent: str | None, public_url: str) -> None:
-        """Refuses an unsafe request whose token is missing or wrong, or that comes from
-        another origin."""
+    def check_origin(self, request: Request, public_url: str) -> None:
+        """Refuses an unsafe request from another origin (when the browser names it)."""
         source = request.headers.get("origin") or request.headers.get("referer")
         if source:
             here = {_origin(public_url), f"{request.url.scheme}://{request.url.netloc}"}
             if _origin(source) not in here:
                 raise Forbidden("This form was sent from another site", code="csrf_failed")
-        nonce = request.cookies.get(CSRF_COOKIE) or ""
-        token = request.cookies.get(SESSION_COOKIE)
-        expected = self._csrf_for(nonce, token) if nonce else ""
-        if not (sent and expected and hmac.compare_digest(sent, expected)):
-            expected_anonymous = self._csrf_for(nonce, None) if nonce else ""
-            if not (sent and expected_anonymous and hmac.compare_digest(sent, expected_anonymous)):
-                raise Forbidden(
-                    "The form's security token is missing or out of date; reload the page and "
-                    "try again",
-                    code="csrf_failed",
-                )
 
-    def apply(self, visitor: Visitor, response: Response, secure: bool = True) -> None:
+    def check_csrf(self, visitor: Visitor, sent: str | None) -> None:
+        """Refuses an unsafe request whose token is not the one this visitor's pages carry
+        (bound to their session cookie, or for a visitor who is not signed in, to none)."""
+        if not (sent and hmac.compare_digest(sent, visitor.csrf)):
+            raise Forbidden(
+                "The form's security token is missing or out of date; reload the page and try "
+                "again",
+                code="csrf_failed",
+            )
+
+    def apply(self, visitor: Visitor, response: Response) -> None:
+        # Always Secure: browsers accept it from http://localhost and 127.0.0.1, and anywhere
+        # else the console is meant to be served over HTTPS (docs/operations.md).
         for name, (value, age) in visitor.cookies.items():
             if age == 0:
-                response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="lax")
+                response.delete_cookie(name, path="/", secure=True, httponly=True, samesite="lax")
                 continue
             response.set_cookie(
-                name, value, max_age=age, path="/", secure=secure, httponly=True, samesite="lax"
+                name, value, max_age=age, path="/", secure=True, httponly=True, samesite="lax"
             )
 
 

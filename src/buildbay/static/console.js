@@ -8,6 +8,7 @@ document.addEventListener("click", async (event) => {
   try {
     await navigator.clipboard.writeText(button.dataset.copy);
     button.textContent = "Copied";
+    button.setAttribute("aria-live", "polite");
   } catch {
     window.prompt("Copy this:", button.dataset.copy);
   }
@@ -18,6 +19,10 @@ document.addEventListener("submit", (event) => {
   const question = event.target.dataset && event.target.dataset.confirm;
   if (question && !window.confirm(question)) event.preventDefault();
 });
+
+// After a refused form, the first field with an error gets the focus.
+const invalid = document.querySelector("[aria-invalid=true]");
+if (invalid) invalid.focus();
 
 // The browser upload: address from the console, bytes straight to it, then verify.
 const form = document.getElementById("upload-form");
