@@ -115,6 +115,30 @@ async def test_a_wrong_method_is_a_problem_405(client: httpx.AsyncClient) -> Non
     assert_error(r, 405, "method_not_allowed")
 
 
+async def test_allow_lists_every_method_of_the_path(client: httpx.AsyncClient) -> None:
+    # Each method is a route of its own; Allow names them all (RFC 9110), not just one.
+    cases = {
+        "/api/projects": "GET, POST",
+        "/api/projects/prj_00000000000000000000000000": "DELETE, GET, PUT",
+        "/api/account/api-tokens": "GET, POST",
+        # A fixed segment beside a parameter ({buildId}): the template that answered counts.
+        "/api/app-distribution/p/a/builds/verify": "POST",
+    }
+    for path, allowed in cases.items():
+        r = await client.patch(path, json={})
+        assert_error(r, 405, "method_not_allowed")
+        assert r.headers["allow"] == allowed, path
+
+
+async def test_internal_domains_are_valid_e_mail_addresses(client: httpx.AsyncClient) -> None:
+    # A self-hosted service's users are often at special-use names (.local, .test).
+    for email in ("dev@corp.local", "qa@team.test"):
+        r = await client.post(
+            "/api/auth/register", json={"email": email, "password": "correct horse"}
+        )
+        assert r.status_code == 201, r.text
+
+
 async def test_an_e_mail_registered_twice_is_409(api: Api, client: httpx.AsyncClient) -> None:
     await api.register("twice@example.com")
 

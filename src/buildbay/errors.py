@@ -10,10 +10,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 log = logging.getLogger("buildbay")
 
@@ -218,7 +220,13 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = str(exc.detail) if exc.detail else HTTPStatus(exc.status_code).phrase
         if exc.status_code == 404 and exc.detail == "Not Found":
             detail = f"No endpoint at {request.url.path}"
-        return problem_response(request, exc.status_code, code, detail, headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Each method of a path is its own route, and the one that answers 405 names only
+            # its own: Allow must list every method the path has (RFC 9110).
+            allowed = allowed_methods(request.app, request.url.path, request.scope.get("route"))
+            headers["Allow"] = ", ".join(allowed)
+        return problem_response(request, exc.status_code, code, detail, headers=headers)
 
     async def on_database_error(request: Request, exc: Exception) -> JSONResponse:
         log.error("database unavailable (request %s): %s", request_id_of(request), exc)
@@ -251,6 +259,25 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PoolTimeoutError, on_database_error)
     app.add_exception_handler(ConnectionError, on_database_error)
     app.add_exception_handler(Exception, on_unexpected_error)
+
+
+def allowed_methods(app: FastAPI, path: str, answering: object = None) -> list[str]:
+    """Every method `app` serves at `path`'s route template: the template of the route that
+    answered (`answering`), or else of every template that matches the path."""
+    contexts = [
+        c for c in iter_route_contexts(app.routes) if isinstance(c.original_route, APIRoute)
+    ]
+    template = next((c.path_format for c in contexts if c.original_route is answering), None)
+    methods: set[str] = set()
+    for context in contexts:
+        if template is not None:
+            matches = context.path_format == template
+        else:
+            template_here = context.path_format or ""
+            matches = bool(template_here) and bool(compile_path(template_here)[0].match(path))
+        if matches:
+            methods |= context.original_route.methods or set()  # type: ignore[attr-defined]
+    return sorted(methods)
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
+import email_validator
 from fastapi import Depends, Request
 from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -13,6 +14,10 @@ from pydantic.alias_generators import to_camel
 from buildbay.clock import utc_whole_seconds
 from buildbay.errors import ValidationFailed
 from buildbay.ids import InvalidCursorError, decode_cursor
+
+# A self-hosted service serves internal domains too: `dev@corp.local`, `qa@team.test`. The
+# e-mail validator refuses such special-use names by default (its documented switch).
+email_validator.SPECIAL_USE_DOMAIN_NAMES.clear()
 
 # Normalised when the model is built, then written by pydantic's own serializer, which gives
 # `2026-11-22T04:19:53Z` for a whole-second UTC datetime: a Python serializer per timestamp cost
