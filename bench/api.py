@@ -2,7 +2,8 @@
 
 One server process, started through the real `buildbay serve` command (so with its uvicorn
 options: uvloop, httptools, ...), serves the application plus `GET /bench/bare`, a FastAPI
-endpoint answering `{"projects": []}` with no auth, database or response model (see
+endpoint answering `{"projects": []}` with no auth, database or response model, placed in the
+routing table just before `GET /api/projects` so that both pay the same route matching (see
 bench/_bench_app.py). A fresh user owns 10 projects with one application each. wrk loads the bare
 endpoint and the real one alternately (bare, real, bare, real, ...) after a short warm-up of each,
 always with the same Authorization header.
