@@ -13,16 +13,22 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated
 
+from fastapi import Depends
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.auth.models import User
 from buildbay.auth.tokens import derive_key
-from buildbay.builds.models import Build, BuildIcon, BuildStatus, InstallLink
+from buildbay.builds.models import Build, BuildStatus, InstallLink
+from buildbay.deps import Context, SessionDep
 from buildbay.errors import Conflict, Gone, NotFound
 from buildbay.ids import new_id
+
+if TYPE_CHECKING:
+    from buildbay.deps import AppContext
 
 _SIGNATURE_BYTES = 18  # 144 bits, 24 characters
 
@@ -60,6 +66,11 @@ class InstallTarget:
 
 
 class InstallLinks:
+    @classmethod
+    def of(cls, ctx: AppContext, db: AsyncSession) -> InstallLinks:
+        """The request's install links, from the app's context."""
+        return cls(db, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
+
     def __init__(
         self, db: AsyncSession, now: datetime, tokens: InstallTokens, public_url: str
     ) -> None:
@@ -154,5 +165,9 @@ class InstallLinks:
             raise Gone("This install link has expired", code="install_link_expired")
         return InstallTarget(link, build, application)
 
-    async def icon(self, build: Build) -> bytes | None:
-        return await self.db.scalar(select(BuildIcon.png).where(BuildIcon.build_id == build.id))
+
+async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
+    return InstallLinks.of(ctx, db)
+
+
+Links = Annotated[InstallLinks, Depends(install_links)]

@@ -8,19 +8,19 @@ usual problem+json.
 from __future__ import annotations
 
 import plistlib
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated
 from urllib.parse import quote
 
 import segno
-from fastapi import APIRouter, Depends, Path, Request, Response, status
+from fastapi import APIRouter, Path, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 
 from buildbay.auth.dependencies import PublicRateLimit
-from buildbay.builds.install import InstallLinks, InstallTarget
-from buildbay.builds.service import human_size
-from buildbay.deps import AppContext, Context, SessionDep, TransactionRoute
+from buildbay.builds.install import InstallLinks, InstallTarget, Links
+from buildbay.builds.service import BuildService, human_size
+from buildbay.deps import AppContext, Context, TransactionRoute
 from buildbay.errors import BuildbayError, NotFound, problem_responses
 from buildbay.templates import NO_STORE, render
 
@@ -34,13 +34,6 @@ router = APIRouter(
 # No length rule here: a token that is too long is just not one of ours (404, as HTML for a
 # browser), not a validation error.
 Token = Annotated[str, Path(description="The signed token of the install link")]
-
-
-async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
-    return InstallLinks(db, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
-
-
-Links = Annotated[InstallLinks, Depends(install_links)]
 
 
 def _when(moment: datetime) -> str:
@@ -117,12 +110,9 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
     )
 
 
-async def _file_url(ctx: AppContext, target: InstallTarget) -> str:
-    build = target.build
-    expires_at = ctx.clock.now() + timedelta(seconds=ctx.settings.download_link_ttl_seconds)
-    return await ctx.storage.download_url(
-        build.storage_key, build.file_name, expires_at, build.storage_version
-    )
+async def _file_url(ctx: AppContext, links: InstallLinks, target: InstallTarget) -> str:
+    # The links' session: one transaction for the whole request.
+    return await BuildService.of(ctx, links.db).file_url(target.build)
 
 
 @router.get(
@@ -137,7 +127,7 @@ async def _file_url(ctx: AppContext, target: InstallTarget) -> str:
 )
 async def install_download(token: Token, links: Links, ctx: Context) -> RedirectResponse:
     target = await links.open(token)
-    return RedirectResponse(await _file_url(ctx, target), status_code=status.HTTP_302_FOUND)
+    return RedirectResponse(await _file_url(ctx, links, target), status_code=status.HTTP_302_FOUND)
 
 
 @router.get(
@@ -154,7 +144,7 @@ async def install_manifest(token: Token, links: Links, ctx: Context) -> Response
     if not _is_ios(target):
         raise NotFound("Only an .ipa build has an iOS manifest", code="manifest_not_found")
     metadata = target.build.metadata_ or {}
-    assets = [{"kind": "software-package", "url": await _file_url(ctx, target)}]
+    assets = [{"kind": "software-package", "url": await _file_url(ctx, links, target)}]
     if target.build.has_icon:
         assets.append({"kind": "display-image", "url": f"{links.url(target.link)}/icon.png"})
     manifest = {
@@ -182,9 +172,7 @@ async def install_manifest(token: Token, links: Links, ctx: Context) -> Response
     },
     summary="The app icon of an install link's build",
 )
-async def install_icon(token: Token, links: Links) -> Response:
+async def install_icon(token: Token, links: Links, ctx: Context) -> Response:
     target = await links.open(token)
-    png = await links.icon(target.build) if target.build.has_icon else None
-    if png is None:
-        raise NotFound("This build's file carries no icon", code="icon_not_found")
+    png = await BuildService.of(ctx, links.db).icon(target.build)
     return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})

@@ -6,11 +6,11 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
 from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
-from buildbay.builds.install import InstallLinks
+from buildbay.builds.install import InstallLinks, Links
 from buildbay.builds.models import Build, BuildStatus, InstallLink
 from buildbay.builds.service import BuildOrder, BuildService, VersionFilter
 from buildbay.deps import Context, SessionDep, TransactionRoute
-from buildbay.errors import Forbidden, NotFound, problem_responses
+from buildbay.errors import Forbidden, problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
 from buildbay.projects.models import ProjectRole
 from buildbay.schemas import PAGE_QUERY, Page
@@ -52,17 +52,10 @@ BuildId = Annotated[str, Path(alias="buildId")]
 
 
 async def build_service(ctx: Context, db: SessionDep) -> BuildService:
-    return BuildService(db, ctx.clock.now(), ctx.settings, ctx.storage)
+    return BuildService.of(ctx, db)
 
 
 Service = Annotated[BuildService, Depends(build_service)]
-
-
-async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
-    return InstallLinks(db, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
-
-
-Links = Annotated[InstallLinks, Depends(install_links)]
 
 
 def to_schema(build: Build, public_url: str, install_url: str | None = None) -> schemas.Build:
@@ -236,13 +229,9 @@ async def delete_build(build_id: BuildId, access: BuildsDeveloper, service: Serv
     },
     summary="The app icon the build's file carries, as a PNG (tester+)",
 )
-async def build_icon(
-    build_id: BuildId, access: BuildsTester, service: Service, links: Links
-) -> Response:
+async def build_icon(build_id: BuildId, access: BuildsTester, service: Service) -> Response:
     build = await service.get(access.application, build_id)
-    png = await links.icon(build) if build.has_icon else None
-    if png is None:
-        raise NotFound("This build's file carries no icon", code="icon_not_found")
+    png = await service.icon(build)
     return Response(png, media_type="image/png", headers=ICON_CACHE)
 
 

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, String, and_, cast, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -24,6 +24,9 @@ from buildbay.config import Settings
 from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id, split_page
 from buildbay.storage.base import Storage, UploadTarget
+
+if TYPE_CHECKING:
+    from buildbay.deps import AppContext
 
 METADATA_SECONDS = 30  # to read what a build says about itself; past it, no metadata
 
@@ -101,6 +104,11 @@ async def storage_usage(db: AsyncSession, user_id: str) -> StorageUsage:
 
 
 class BuildService:
+    @classmethod
+    def of(cls, ctx: AppContext, db: AsyncSession) -> BuildService:
+        """The request's build service, from the app's context."""
+        return cls(db, ctx.clock.now(), ctx.settings, ctx.storage)
+
     def __init__(
         self, db: AsyncSession, now: datetime, settings: Settings, storage: Storage
     ) -> None:
@@ -355,6 +363,19 @@ class BuildService:
                 "This build is not verified yet; only ready builds can be downloaded",
                 code="build_not_ready",
             )
+        return await self.file_url(build)
+
+    async def icon(self, build: Build) -> bytes:
+        """The PNG icon the build's file carries; 404 if it has none."""
+        png = None
+        if build.has_icon:
+            png = await self.db.scalar(select(BuildIcon.png).where(BuildIcon.build_id == build.id))
+        if png is None:
+            raise NotFound("This build's file carries no icon", code="icon_not_found")
+        return png
+
+    async def file_url(self, build: Build) -> str:
+        """A short-lived signed address of a build's file (the version verify checked)."""
         expires_at = self.now + timedelta(seconds=self.settings.download_link_ttl_seconds)
         return await self.storage.download_url(
             build.storage_key, build.file_name, expires_at, build.storage_version

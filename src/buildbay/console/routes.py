@@ -423,13 +423,11 @@ async def remove_member(request: Request, project_id: str, user_id: str) -> Resp
 
 
 def _build_service(request: Request, db: AsyncSession) -> BuildService:
-    ctx = get_context(request)
-    return BuildService(db, ctx.clock.now(), ctx.settings, ctx.storage)
+    return BuildService.of(get_context(request), db)
 
 
 def _links(request: Request, db: AsyncSession) -> InstallLinks:
-    ctx = get_context(request)
-    return InstallLinks(db, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
+    return InstallLinks.of(get_context(request), db)
 
 
 @router.get("/projects/{project_id}/apps/{app_id}")

@@ -65,7 +65,7 @@ async def receive_upload(
     async def still_pending() -> Build:
         # Short transactions: no database connection is held while the bytes stream in.
         async with ctx.sessions() as db:
-            service = BuildService(db, ctx.clock.now(), ctx.settings, storage)
+            service = BuildService.of(ctx, db)
             return await service.pending_upload(key)
 
     build = await still_pending()
