@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from buildbay.auth.dependencies import PublicRateLimit
 from buildbay.builds.install import InstallLinks, InstallTarget, Links
+from buildbay.builds.schemas import version_label
 from buildbay.builds.service import BuildService, human_size
 from buildbay.deps import AppContext, Context, TransactionRoute
 from buildbay.errors import BuildbayError, NotFound, problem_responses
@@ -69,9 +70,6 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
     metadata = build.metadata_ or {}
     page_url = links.url(target.link)
     ios = _is_ios(target)
-    name_version = metadata.get("versionName") or metadata.get("shortVersion")
-    code = metadata.get("versionCode") or metadata.get("buildNumber")
-    version = f"{name_version} ({code})" if name_version and code else (name_version or code)
     min_os = None
     if metadata.get("minOs"):
         min_os = f"iOS {metadata['minOs']}"
@@ -87,7 +85,7 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
     return render(
         "install.html",
         name=metadata.get("appName") or application.name,
-        version=version,
+        version=version_label(metadata),
         icon_url=f"{page_url}/icon.png" if build.has_icon else None,
         ios=ios,
         android=build.file_name.lower().endswith(".apk"),

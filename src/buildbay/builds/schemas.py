@@ -25,6 +25,17 @@ def check_file_name(value: str) -> str:
     return value
 
 
+def version_label(metadata: dict[str, Any] | None) -> str | None:
+    """A build's version as people read it: `1.4.2 (42)` (an APK's versionName and versionCode,
+    an .ipa's CFBundleShortVersionString and CFBundleVersion), or whichever of the two it has."""
+    metadata = metadata or {}
+    name = metadata.get("versionName") or metadata.get("shortVersion")
+    code = metadata.get("versionCode") or metadata.get("buildNumber")
+    if name and code:
+        return f"{name} ({code})"
+    return str(name or code) if name or code else None
+
+
 class UploadLinkRequest(RequestModel):
     file_name: Annotated[str, Field(min_length=1, max_length=255, examples=["app-release.apk"])]
     file_size: Annotated[int, Field(ge=1, strict=True, description="Exact size in bytes")]

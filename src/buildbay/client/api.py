@@ -25,7 +25,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -574,7 +574,7 @@ def _changed(file: Path) -> BuildbayClientError:
     return BuildbayClientError(f"{file} changed while it was being sent; upload it again")
 
 
-def _read_chunks(file: Path, size: int, progress: Progress | None) -> Iterator[bytes]:
+def _read_chunks(file: Path, size: int, progress: Progress | None) -> Generator[bytes, None, None]:
     """The file's first `size` bytes (its size at step 1), in blocks, reporting progress."""
     sent = 0
     if progress is not None:
@@ -591,18 +591,13 @@ def _read_chunks(file: Path, size: int, progress: Progress | None) -> Iterator[b
 
 
 async def _aread_chunks(file: Path, size: int, progress: Progress | None) -> AsyncIterator[bytes]:
-    sent = 0
-    if progress is not None:
-        progress(0, size)
-    with file.open("rb") as source:
-        while sent < size:
-            chunk = await asyncio.to_thread(source.read, min(CHUNK, size - sent))
-            if not chunk:
-                raise _changed(file)
-            sent += len(chunk)
+    """`_read_chunks`, each block read in a worker thread."""
+    blocks = _read_chunks(file, size, progress)
+    try:
+        while (chunk := await asyncio.to_thread(next, blocks, None)) is not None:
             yield chunk
-            if progress is not None:
-                progress(sent, size)
+    finally:
+        blocks.close()
 
 
 class AsyncBuildbay(_Core):

@@ -29,6 +29,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from buildbay.builds.schemas import version_label
 from buildbay.client.api import Buildbay, RetryPolicy
 from buildbay.client.config import DEFAULT_PROFILE, Profile, load_profiles, save_profiles
 from buildbay.client.errors import (
@@ -571,21 +572,14 @@ def apps_delete(
 builds = typer.Typer(help="Builds of an application.", no_args_is_help=True)
 
 
-def _version(build: Any) -> str:
-    metadata = build.metadata or {}
-    name = metadata.get("versionName") or metadata.get("shortVersion")
-    code = metadata.get("versionCode") or metadata.get("buildNumber")
-    return f"{name} ({code})" if name and code else str(name or code or "-")
-
-
 def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
     def table() -> Table:
         t = _table("id", "file", "version", "size", "status", "uploaded", "notes")
         for b in found:
             notes = (b.notes or "").splitlines()[0][:40] if b.notes else ""
             t.add_row(
-                b.build_id, b.file_name, _version(b), _size(b.file_size), b.status.value,
-                _when(b.verified_at or b.created_at), notes,
+                b.build_id, b.file_name, version_label(b.metadata) or "-", _size(b.file_size),
+                b.status.value, _when(b.verified_at or b.created_at), notes,
             )  # fmt: skip
         return t
 

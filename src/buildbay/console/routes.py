@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as ModelError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.applications.models import Platform
 from buildbay.applications.schemas import ApplicationCreate
 from buildbay.applications.service import ApplicationService
 from buildbay.auth.dependencies import client_ip, count_request, limit_by_ip, make_auth_service
@@ -29,6 +30,7 @@ from buildbay.builds.schemas import (
     MAX_NOTES_LENGTH,
     UploadLinkRequest,
     VerifyRequest,
+    version_label,
 )
 from buildbay.builds.service import BuildOrder, BuildService, human_size, storage_usage
 from buildbay.console.session import CSRF_FIELD, CSRF_HEADER, ConsoleSessions, Visitor
@@ -304,13 +306,16 @@ async def create_project(request: Request) -> Response:
 @router.get("/projects/{project_id}")
 async def project_page(request: Request, project_id: str) -> Response:
     visitor, db = await _visit(request)
-    return await _project(request, visitor, db, project_id, {}, {})
+    return await _project(request, visitor, db, project_id)
 
 
 async def _project(
     request: Request, visitor: Visitor, db: AsyncSession, project_id: str,
-    values: dict[str, str], errors: dict[str, str], status_code: int = 200,
+    failed: str | None = None, values: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None, status_code: int = 200,
 ) -> Response:  # fmt: skip
+    """The project page; after a refused form, `failed` names it ("app", "member", "rename",
+    "delete") and its fields show `values` and `errors`."""
     access = await project_of(db, visitor.principal, project_id, ProjectRole.TESTER)
     projects = ProjectService(db, _now(request))
     view = await projects.view(access.project)
@@ -319,11 +324,11 @@ async def _project(
     return _page(
         "console/project.html", visitor, status_code, project=view.project, role=access.role,
         can=_can(access.role), roles=ROLES, applications=applications, members=members,
-        values=values, errors=errors, platforms=_PLATFORMS,
+        failed=failed, values=values or {}, errors=errors or {}, platforms=_PLATFORMS,
     )  # fmt: skip
 
 
-_PLATFORMS = ["android", "ios", "macos", "windows", "linux", "other"]
+_PLATFORMS = [platform.value for platform in Platform]
 
 
 @router.post("/projects/{project_id}/rename")
@@ -334,8 +339,8 @@ async def rename_project(request: Request, project_id: str) -> Response:
     try:
         body = _parse(ProjectWrite, {"name": fields.get("name", "")})
     except _FormError as exc:
-        errors = {"rename": exc.by_field.get("name", "Not a valid name")}
-        return await _project(request, visitor, db, project_id, fields, errors, 422)
+        errors = {"name": exc.by_field.get("name", "Not a valid name")}
+        return await _project(request, visitor, db, project_id, "rename", fields, errors, 422)
     assert isinstance(body, ProjectWrite)
     await ProjectService(db, _now(request)).rename(access.project, body.name)
     return _see_other(f"/projects/{project_id}")
@@ -348,7 +353,7 @@ async def delete_project(request: Request, project_id: str) -> Response:
     fields = await _fields(request)
     if fields.get("confirm", "").strip() != access.project.name:
         errors = {"confirm": "Type the project's name exactly to delete it"}
-        return await _project(request, visitor, db, project_id, fields, errors, 422)
+        return await _project(request, visitor, db, project_id, "delete", fields, errors, 422)
     await ProjectService(db, _now(request)).delete(access.project, get_context(request).storage)
     return _see_other("/projects")
 
@@ -364,7 +369,7 @@ async def create_application(request: Request, project_id: str) -> Response:
     try:
         body = _parse(ApplicationCreate, data)
     except _FormError as exc:
-        return await _project(request, visitor, db, project_id, fields, exc.by_field, 422)
+        return await _project(request, visitor, db, project_id, "app", fields, exc.by_field, 422)
     assert isinstance(body, ApplicationCreate)
     view = await ApplicationService(db, _now(request)).create(access.project, body.model_dump())
     return _see_other(f"/projects/{project_id}/apps/{view.application.id}")
@@ -381,15 +386,15 @@ async def add_member(request: Request, project_id: str) -> Response:
         assert isinstance(body, MemberCreate)
         await ProjectService(db, _now(request)).add_member(access, str(body.email), body.role)
     except _FormError as exc:
-        errors = {"member": exc.by_field.get("email") or exc.by_field.get("role") or "Not valid"}
-        return await _project(request, visitor, db, project_id, fields, errors, 422)
+        errors = {"email": exc.by_field.get("email") or exc.by_field.get("role") or "Not valid"}
+        return await _project(request, visitor, db, project_id, "member", fields, errors, 422)
     except BuildbayError as exc:
         # Refused before anything was written (unknown e-mail, already a member, the owner
         # role): the page is shown again with the reason beside the field.
         if exc.status >= 500:
             raise
-        return await _project(request, visitor, db, project_id, fields,
-                              {"member": exc.detail}, exc.status)  # fmt: skip
+        return await _project(request, visitor, db, project_id, "member", fields,
+                              {"email": exc.detail}, exc.status)  # fmt: skip
     return _see_other(f"/projects/{project_id}#members")
 
 
@@ -401,8 +406,8 @@ async def change_role(request: Request, project_id: str, user_id: str) -> Respon
     try:
         body = _parse(MemberUpdate, {"role": fields.get("role", "")})
     except _FormError:
-        errors = {"member": f"Choose one of the roles: {', '.join(ROLES)}"}
-        return await _project(request, visitor, db, project_id, {}, errors, 422)
+        errors = {"email": f"Choose one of the roles: {', '.join(ROLES)}"}
+        return await _project(request, visitor, db, project_id, "member", {}, errors, 422)
     assert isinstance(body, MemberUpdate)
     await ProjectService(db, _now(request)).change_role(access, user_id, body.role)
     return _see_other(f"/projects/{project_id}#members")
@@ -448,7 +453,7 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
         application=access.application, role=access.role, can=_can(access.role),
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
         install_expiry={k: v.expires_at for k, v in current.items()},
-        uploaders=members, human_size=human_size, fresh_link=fresh,
+        uploaders=members, human_size=human_size, version_label=version_label, fresh_link=fresh,
         max_notes=MAX_NOTES_LENGTH,
     )  # fmt: skip
 
