@@ -14,7 +14,7 @@ from sqlalchemy import event, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from buildbay.db.engine import finish, has_writes, read_rows
+from buildbay.db.engine import FastSelect, finish, has_writes, read_rows
 from buildbay.deps import SessionDep, TransactionRoute
 from buildbay.errors import Conflict
 from buildbay.projects.models import Project
@@ -185,8 +185,8 @@ async def test_read_rows_leaves_an_unused_session_unused(
         db.add(_project("prj_committed"))
         await db.commit()
     session = sessions()
-    rows = await read_rows(session, select(Project.name), {})
-    assert [row.name for row in rows] == ["prj_committed"]
+    rows = await read_rows(session, FastSelect(select(Project.name)), {})
+    assert rows == [{"name": "prj_committed"}]
     # Read on a connection of its own, which is back in the pool: the session holds none.
     assert not session.in_transaction()
     await finish(session, ok=True)
@@ -198,7 +198,7 @@ async def test_read_rows_reads_in_the_sessions_transaction_once_it_has_one(
     session = sessions()
     session.add(_project("prj_uncommitted"))
     await session.flush()
-    rows = await read_rows(session, select(Project.name), {})
-    assert [row.name for row in rows] == ["prj_uncommitted"]  # its own write, not yet committed
+    rows = await read_rows(session, FastSelect(select(Project.name)), {})
+    assert rows == [{"name": "prj_uncommitted"}]  # its own write, not yet committed
     await finish(session, ok=False)
     assert await _project_names(sessions) == []

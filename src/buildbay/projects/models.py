@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ForeignKey, String
+from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -44,13 +44,15 @@ class Project(Base):
 
 class ProjectMember(Base):
     __tablename__ = "project_members"
+    # Serves "the projects I am a member of, newest first": the memberships of a user read in
+    # project order from the index, a page at a time, rather than all of them found and sorted.
+    __table_args__ = (Index("ix_project_members_user_id_project_id", "user_id", "project_id"),)
 
     project_id: Mapped[str] = mapped_column(
         ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
     )
-    # The index on user_id serves "the projects I am a member of".
     user_id: Mapped[str] = mapped_column(
-        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
     )
     role: Mapped[ProjectRole] = mapped_column(EnumString(ProjectRole))
     created_at: Mapped[datetime]
