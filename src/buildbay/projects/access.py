@@ -4,12 +4,12 @@ The seed's rule: an unknown project or application is 404; an existing one on wh
 no rights, or too low a role, is 403. Every route that takes an id depends on one of these.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Path
-from sqlalchemy import and_, select
+from sqlalchemy import and_, bindparam, select
 
 from buildbay.applications.models import Application
 from buildbay.auth.dependencies import CurrentUser
@@ -34,30 +34,44 @@ class ApplicationAccess:
     caller: Principal
 
 
+# Built once: composing a statement (and its cache key) per request costs more than SQLite takes
+# to run it, and every route that names a project runs one of these.
+_MEMBERSHIP = (
+    select(Project, ProjectMember.role)
+    .outerjoin(
+        ProjectMember,
+        and_(
+            ProjectMember.project_id == Project.id,
+            ProjectMember.user_id == bindparam("user_id"),
+        ),
+    )
+    .where(Project.id == bindparam("project_id"))
+)
+# The application in the same query: an outer join, so that a missing application still tells
+# the project's existence and the caller's membership apart.
+_MEMBERSHIP_AND_APPLICATION = _MEMBERSHIP.add_columns(Application).outerjoin(
+    Application,
+    and_(Application.project_id == Project.id, Application.id == bindparam("app_id")),
+)
+
+
 async def membership(
     db: SessionDep, caller: Principal, project_id: str
 ) -> tuple[Project, ProjectRole]:
     """The project and the caller's role in it: 404 if there is no such project, 403 if the
     caller is not a member."""
-    row = (
-        await db.execute(
-            select(Project, ProjectMember.role)
-            .outerjoin(
-                ProjectMember,
-                and_(
-                    ProjectMember.project_id == Project.id,
-                    ProjectMember.user_id == caller.user.id,
-                ),
-            )
-            .where(Project.id == project_id)
-        )
-    ).first()
+    params = {"user_id": caller.user.id, "project_id": project_id}
+    row = _of_a_member((await db.execute(_MEMBERSHIP, params)).first())
+    return row[0], row[1]
+
+
+def _of_a_member(row: Sequence[Any] | None) -> Sequence[Any]:
+    """`row` (project, role, ...), once it names a project of which the caller is a member."""
     if row is None:
         raise NotFound("No project with this id", code="project_not_found")
-    project, role = row
-    if role is None:
+    if row[1] is None:
         raise Forbidden("You are not a member of this project", code="not_a_member")
-    return project, role
+    return row
 
 
 def require_role(role: ProjectRole, needed: ProjectRole) -> None:
@@ -83,10 +97,9 @@ async def application_of(
     """The rules of `application_access`, for callers that are not routes (the web console)."""
     # Members learn whether an application exists (404) before whether their role suffices
     # (403); strangers learn neither.
-    project, role = await membership(db, caller, project_id)
-    application = await db.scalar(
-        select(Application).where(Application.id == app_id, Application.project_id == project_id)
-    )
+    params = {"user_id": caller.user.id, "project_id": project_id, "app_id": app_id}
+    row = _of_a_member((await db.execute(_MEMBERSHIP_AND_APPLICATION, params)).first())
+    project, role, application = row[0], row[1], row[2]
     if application is None:
         raise NotFound("No application with this id in the project", code="application_not_found")
     require_role(role, needed)
