@@ -8,7 +8,7 @@ SYNCED := $(VENV)/.synced-$(shell cat uv.lock pyproject.toml 2>/dev/null | cksum
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: run test lint format bench clean
+.PHONY: run test lint format bench load clean
 
 run: $(SYNCED) ## Run Buildbay on the embedded default (SQLite + files under ./data)
 	$(VENV)/bin/buildbay serve
@@ -29,6 +29,9 @@ bench: $(SYNCED) ## Benchmarks (print ratios against a baseline measured in the 
 	$(VENV)/bin/python bench/upload.py
 	$(VENV)/bin/python bench/api.py
 	$(VENV)/bin/python bench/cli_upload.py
+
+load: $(SYNCED) ## Load test (docs/performance.md): reads and uploads, SQLite then PostgreSQL + Redis
+	$(VENV)/bin/python bench/load.py
 
 $(UV):
 	$(PYTHON) -m venv .uv
