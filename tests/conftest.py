@@ -33,6 +33,7 @@ from buildbay.config import Settings
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine
 from buildbay.db.models import Base
+from tests.leaks import LeakGuard
 from tests.processes import free_port, running
 
 PG_URL = os.environ.get("BUILDBAY_TEST_DATABASE_URL")
@@ -202,6 +203,15 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
         yield c
+
+
+@pytest.fixture
+def no_leaks(client: httpx.AsyncClient, settings: Settings) -> LeakGuard:
+    """Fails any request of `client` whose response carries a hash, a secret shown before, the
+    server's key, a stack trace or a server path (see tests/leaks.py)."""
+    guard = LeakGuard(settings)
+    guard.install(client)
+    return guard
 
 
 @dataclass

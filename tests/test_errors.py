@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from buildbay.app import create_app
@@ -16,6 +17,8 @@ from buildbay.config import GiB, Settings
 from tests.conftest import BASE_URL, Account, Api, assert_problem
 
 PROBLEM_FIELDS = {"type", "title", "status", "detail", "code", "requestId"}
+# Every response of `client` here is checked for hashes, secrets and internals (tests/leaks.py).
+pytestmark = pytest.mark.usefixtures("no_leaks")
 
 
 def assert_error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:

@@ -80,6 +80,23 @@ async def test_openapi_documents_the_contracts_extra_endpoints(document: dict[st
     assert "delete" in paths["/api/account/api-tokens/{id}"]
 
 
+async def test_openapi_documents_change_password_and_every_answer_it_gives(
+    document: dict[str, Any],
+) -> None:
+    operation = document["paths"]["/api/auth/change-password"]["post"]
+
+    assert set(operation["responses"]) == {"204", "400", "401", "413", "422", "429", "500", "503"}
+    assert "content" not in operation["responses"]["204"]
+    assert operation["security"] == [{"HTTPBearer": []}]
+    body = operation["requestBody"]["content"]["application/json"]["schema"]
+    schema = document["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
+    assert set(schema["properties"]) == {"currentPassword", "newPassword"}
+    assert set(schema["required"]) == {"currentPassword", "newPassword"}
+    assert schema["additionalProperties"] is False
+    new_password = schema["properties"]["newPassword"]
+    assert (new_password["minLength"], new_password["maxLength"]) == (8, 128)
+
+
 async def test_every_error_response_is_problem_json(document: dict[str, Any]) -> None:
     wrong = []
     for method, path, operation in operations(document):

@@ -1,5 +1,6 @@
 """One pure-ASGI middleware for what every request needs before and after the routes run:
-a request id, the JSON body rules of /api (Content-Type, 1 MiB), and the RateLimit headers."""
+a request id, the JSON body rules of /api (Content-Type, 1 MiB), the RateLimit headers, and
+closing the connection after an answer given before the request's body was read."""
 
 from __future__ import annotations
 
@@ -57,12 +58,22 @@ class ApiMiddleware:
                 return
             receive = self._limited(receive)
 
+        # An answer sent before the body was read to its end (a 413 on an upload past its
+        # declared size, a 403 on a bad signature, a JSON body over 1 MiB) closes the
+        # connection. Kept open, the server would go on reading whatever the client still sends,
+        # for as long as it sends it, only to throw it away.
+        body = _BodyReading(receive) if _has_body(headers) else None
+        if body is not None:
+            receive = body.receive
+
         async def send_with_headers(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 response_headers = MutableHeaders(scope=message)
                 response_headers.append("X-Request-ID", request_id)
+                if body is not None and not body.finished:
+                    response_headers["Connection"] = "close"
                 ratelimit = state.get("ratelimit")
                 if ratelimit is not None:
                     for name, value in ratelimit.headers().items():
@@ -76,13 +87,11 @@ class ApiMiddleware:
 
     def _check_body_headers(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
         length = headers.get("content-length")
-        chunked = "transfer-encoding" in headers
         if length is not None and not length.isdigit():
             return 400, "bad_request", "Content-Length is not a number"
         if length is not None and int(length) > self.max_json_body:
             return 413, "body_too_large", "JSON request bodies are limited to 1 MiB"
-        has_body = chunked or (length is not None and int(length) > 0)
-        if has_body and not _is_json(headers.get("content-type", "")):
+        if _has_body(headers) and not _is_json(headers.get("content-type", "")):
             return (
                 400,
                 "unsupported_content_type",
@@ -104,6 +113,27 @@ class ApiMiddleware:
             return message
 
         return limited_receive
+
+
+def _has_body(headers: dict[str, str]) -> bool:
+    length = headers.get("content-length", "")
+    return "transfer-encoding" in headers or (length.isdigit() and int(length) > 0)
+
+
+class _BodyReading:
+    """The request's `receive`, noting whether the app has read the body to its end."""
+
+    __slots__ = ("_receive", "finished")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.finished = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            self.finished = True
+        return message
 
 
 def _log_access(scope: Scope, status: int, started: float, request_id: str) -> None:

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from buildbay.config import Settings
+from tests.leaks import LeakGuard
 
 StoredFiles = Callable[..., list[Path]]
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks(no_leaks: LeakGuard) -> None:
+    """Every response of these tests is checked for hashes, secrets shown again and internals."""
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures for the authentication tests: cheap password hashing and a second login."""
+"""Fixtures for the authentication tests: a second login, refreshing, and the leak guard."""
 
 from __future__ import annotations
 
@@ -12,8 +12,14 @@ from sqlalchemy import select
 
 from buildbay.db.models import Base
 from tests.conftest import Account
+from tests.leaks import LeakGuard
 
 Login = Callable[[Account], Awaitable[Account]]
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks(no_leaks: LeakGuard) -> None:
+    """Every response of these tests is checked for hashes, secrets shown again and internals."""
 
 
 @pytest.fixture

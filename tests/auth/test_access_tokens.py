@@ -12,12 +12,13 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from buildbay.auth.tokens import derive_key
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from tests.auth.conftest import bearer
-from tests.conftest import Account, assert_problem
+from tests.conftest import Account, Api, assert_problem
 
 DAY = 24 * 3600
 
@@ -114,11 +115,50 @@ def _algorithm_outside_the_allowlist(token: str, settings: Settings) -> str:
     return f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
 
 
+def _rs256_header_signed_by_hmac_with_the_same_key(token: str, settings: Settings) -> str:
+    # Algorithm confusion: the header says RS256, the signature is HMAC with the server's key.
+    key = derive_key(settings.signing_key, "access-token")
+    signing_input = f"{_b64({'alg': 'RS256', 'typ': 'JWT'})}.{_b64(claims_of(token))}"
+    signature = hmac.new(key, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+
+def _rs256_with_a_key_of_its_own(token: str, settings: Settings) -> str:
+    private_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return jwt.encode(claims_of(token), private_key, "RS256")
+
+
+def _embedded_jwk_of_the_attackers_key(token: str, settings: Settings) -> str:
+    # The header carries the key to check it with (CVE-2018-0114's shape): it must be ignored.
+    attacker_key = b"attacker-chosen-key-that-is-long-enough-0123"
+    jwk = {"kty": "oct", "k": base64.urlsafe_b64encode(attacker_key).rstrip(b"=").decode()}
+    return jwt.encode(claims_of(token), attacker_key, "HS256", headers={"jwk": jwk, "kid": "x"})
+
+
 def _payload_with_exp_a_year_later(token: str, settings: Settings) -> str:
+    return _with_claims(token, exp=claims_of(token)["exp"] + 365 * DAY)
+
+
+def _payload_for_another_user(token: str, settings: Settings) -> str:
+    return _with_claims(token, sub="usr_01M8172WCFA3AJ5NWBG86E81T8")
+
+
+def _payload_for_another_session(token: str, settings: Settings) -> str:
+    return _with_claims(token, sid="ses_01M8172WCFA3AJ5NWBG86E81T8")
+
+
+def _payload_with_another_jti(token: str, settings: Settings) -> str:
+    return _with_claims(token, jti="another-token-id")
+
+
+def _payload_of_another_type(token: str, settings: Settings) -> str:
+    return _with_claims(token, typ="refresh")
+
+
+def _with_claims(token: str, **changes: Any) -> str:
+    """The token with its payload changed and its signature kept."""
     header, _, signature = token.split(".")
-    claims = claims_of(token)
-    claims["exp"] += 365 * DAY
-    return f"{header}.{_b64(claims)}.{signature}"
+    return f"{header}.{_b64(claims_of(token) | changes)}.{signature}"
 
 
 def _signature_removed(token: str, settings: Settings) -> str:
@@ -136,7 +176,14 @@ def _not_a_jwt(token: str, settings: Settings) -> str:
         _wrong_key,
         _the_secret_key_itself,
         _algorithm_outside_the_allowlist,
+        _rs256_header_signed_by_hmac_with_the_same_key,
+        _rs256_with_a_key_of_its_own,
+        _embedded_jwk_of_the_attackers_key,
         _payload_with_exp_a_year_later,
+        _payload_for_another_user,
+        _payload_for_another_session,
+        _payload_with_another_jti,
+        _payload_of_another_type,
         _signature_removed,
         _not_a_jwt,
     ],
@@ -155,6 +202,59 @@ async def test_forged_or_tampered_access_tokens_answer_401(
     assert r.headers["WWW-Authenticate"] == "Bearer"
     # The genuine token still works: the refusal is about the forgery, not the account.
     assert (await client.get("/api/auth/me", headers=owner.headers)).status_code == 200
+
+
+def signed_by_the_server(settings: Settings, claims: dict[str, Any]) -> str:
+    """A token the server's own key signed: only its claims can make it wrong."""
+    return jwt.encode(claims, derive_key(settings.signing_key, "access-token"), "HS256")
+
+
+def _without(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda claims: {k: v for k, v in claims.items() if k != name}
+
+
+WRONG_CLAIMS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "typ refresh": lambda c: c | {"typ": "refresh"},
+    "typ missing": _without("typ"),
+    "sub missing": _without("sub"),
+    "sid missing": _without("sid"),
+    "jti missing": _without("jti"),
+    "exp missing": _without("exp"),
+    "sub not a string": lambda c: c | {"sub": 12345},
+    "sid not a string": lambda c: c | {"sid": ["ses_x"]},
+}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG_CLAIMS))
+async def test_a_token_signed_by_the_server_with_wrong_claims_answers_401(
+    client: httpx.AsyncClient, owner: Account, settings: Settings, wrong: str
+) -> None:
+    token = signed_by_the_server(settings, WRONG_CLAIMS[wrong](claims_of(owner.access_token)))
+
+    r = await client.get("/api/auth/me", headers=bearer(token))
+
+    assert_problem(r, 401, "invalid_token")
+    assert r.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_a_token_signed_by_the_server_holds_only_for_its_own_session_and_user(
+    client: httpx.AsyncClient, api: Api, owner: Account, settings: Settings
+) -> None:
+    mallory = await api.register("mallory@example.com")
+    mine, theirs = claims_of(mallory.access_token), claims_of(owner.access_token)
+
+    for claims in (
+        mine | {"sub": theirs["sub"]},  # my session, someone else's id
+        mine | {"sid": theirs["sid"]},  # someone else's session, my id
+        mine | {"sid": "ses_00000000000000000000000000"},  # no such session
+    ):
+        r = await client.get("/api/auth/me", headers=bearer(signed_by_the_server(settings, claims)))
+        assert_problem(r, 401, "token_revoked")
+
+    # The server's own claims, re-signed, are accepted: what failed above was the claims.
+    r = await client.get("/api/auth/me", headers=bearer(signed_by_the_server(settings, theirs)))
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == owner.user["id"]
 
 
 async def test_a_refresh_token_is_not_accepted_as_a_bearer_token(

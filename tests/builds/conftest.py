@@ -14,8 +14,14 @@ from fastapi import FastAPI
 from buildbay.storage.base import Storage
 from buildbay.storage.local import UPLOAD_PATH, LocalStorage
 from tests.conftest import Account, Api
+from tests.leaks import LeakGuard
 
 DATA = b"PK\x03\x04 a small build file"
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks(no_leaks: LeakGuard) -> None:
+    """Every response of these tests is checked for hashes, secrets shown again and internals."""
 
 
 def storage_key_of(link: dict[str, Any]) -> str:

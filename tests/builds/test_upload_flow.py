@@ -5,16 +5,19 @@ import hashlib
 import os
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from email.message import Message
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.storage.base import StorageUnavailable
-from buildbay.storage.local import UPLOAD_PATH
+from buildbay.storage.local import DOWNLOAD_PATH, UPLOAD_PATH, LocalStorage
 from tests.builds.conftest import DATA, Builds, storage_key_of
 from tests.conftest import Account, Api, assert_problem, iso_z
 
@@ -84,6 +87,14 @@ def flip_last(text: str) -> str:
         "app\t1.apk",
         ".",
         "..",
+        "../../etc/passwd",
+        "..\\..\\boot.ini",
+        "/etc/passwd",
+        "app\x85.apk",  # NEL: a C1 control character, a line break to some readers
+        "app\x9b31m.apk",  # CSI: a terminal escape in one character
+        "setup\u202ekpa.exe",  # right-to-left override: shows as "setupexe.apk"
+        "app\u2066x\u2069.apk",
+        "app\u2028.apk",
     ],
 )
 async def test_upload_link_refuses_a_file_name_that_is_not_a_plain_name(
@@ -95,7 +106,18 @@ async def test_upload_link_refuses_a_file_name_that_is_not_a_plain_name(
     assert [e["field"] for e in body["errors"]] == ["fileName"]
 
 
-@pytest.mark.parametrize("file_name", ["a" * 255, "a", "...", "app release (1).apk", "アプリ.ipa"])
+@pytest.mark.parametrize(
+    "file_name",
+    [
+        "a" * 255,
+        "a",
+        "...",
+        "app release (1).apk",
+        "アプリ.ipa",
+        "\u0641\u0627\u06cc\u0644\u200c\u0647\u0627.apk",  # Persian, with a zero-width non-joiner
+        "\U0001f469\u200d\U0001f4bb.apk",  # an emoji sequence joined by U+200D
+    ],
+)
 async def test_upload_link_accepts_a_plain_file_name(builds: Builds, file_name: str) -> None:
     r = await builds.request_link({"fileName": file_name, "fileSize": 10})
 
@@ -295,6 +317,109 @@ async def test_put_with_a_traversal_key_is_403(builds: Builds) -> None:
     )
 
     assert_problem(r, 403, "invalid_signature")
+
+
+@pytest.mark.parametrize(
+    "file_name",
+    [
+        "..%2F..%2Fescape.apk",
+        "%2e%2e",
+        "....",
+        "..apk",
+        'say "hi"; filename=evil.exe',
+        "<img src=x onerror=alert(1)>.apk",
+        "CON",
+    ],
+)
+async def test_a_hostile_but_plain_file_name_never_becomes_a_path(
+    builds: Builds, settings: Settings, file_name: str
+) -> None:
+    assert isinstance(builds.storage, LocalStorage)
+    before = files_under(settings.data_dir)
+
+    build = await builds.ready(DATA, fileName=file_name)
+
+    # The bytes are stored under the build's own key; the name is only shown.
+    key = f"{builds.project_id}/{builds.app_id}/{build['buildId']}"
+    stored = builds.storage.path_of(key)
+    added = [p for p in files_under(settings.data_dir) if p not in before]
+    assert stored in added
+    assert {p.parent for p in added if p.parent.name != "locks"} == {stored.parent}
+    assert all(file_name not in str(p.relative_to(settings.data_dir)) for p in added)
+    # And the download names it in a Content-Disposition that cannot be read any other way.
+    r = await builds.client.get(build["downloadUrl"], headers=builds.owner.headers)
+    r = await builds.client.get(r.headers["location"])
+    assert r.status_code == 200
+    assert r.content == DATA
+    disposition = Message()
+    disposition["content-disposition"] = r.headers["content-disposition"]
+    params = disposition.get_params(header="content-disposition")
+    assert params is not None
+    assert [name for name, _ in params] == ["attachment", "filename"]  # nothing slipped in
+    assert disposition.get_filename() == file_name
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+# Percent-encoded: a client removes a plain `..` from a URL before sending it, and the server
+# decodes the path to the same `..` either way.
+@pytest.mark.parametrize(
+    "path",
+    [
+        "..%2F..%2Fcanary",
+        "%2e%2e%2F%2e%2e%2Fcanary",
+        "{key}%2F..%2F..%2F..%2F..%2Fcanary",
+        "{key}%2F..%2F..%2F..%2F..%2F..%2Fcanary",
+    ],
+)
+async def test_the_download_address_never_serves_a_file_beside_the_objects(
+    builds: Builds, settings: Settings, path: str
+) -> None:
+    assert isinstance(builds.storage, LocalStorage)
+    canary = settings.data_dir / "canary"
+    canary.write_text("a file of the server's own")
+    (builds.storage.root / "canary").write_text("a file of the server's own")
+    build = await builds.ready(DATA)
+    r = await builds.client.get(build["downloadUrl"], headers=builds.owner.headers)
+    location = urlsplit(r.headers["location"])
+    key = location.path.removeprefix(DOWNLOAD_PATH)
+
+    r = await builds.client.get(
+        urlunsplit(location._replace(path=DOWNLOAD_PATH + path.format(key=key)))
+    )
+
+    assert_problem(r, 403, "invalid_signature")
+    assert "server's own" not in r.text
+
+
+@pytest.mark.parametrize("key", ["../../canary", "../objects/../../canary", "/etc/hostname"])
+async def test_storage_refuses_a_traversal_key_even_with_a_valid_signature(
+    app: FastAPI, builds: Builds, settings: Settings, clock: FrozenClock, key: str
+) -> None:
+    # As if the signing key had leaked: the paths are still checked on their own.
+    assert isinstance(builds.storage, LocalStorage)
+    canary = settings.data_dir / "canary"
+    canary.write_text("a file of the server's own")
+    signer = app.state.ctx.signer
+    expires = int(clock.now().timestamp()) + 60
+    before = files_under(settings.data_dir)
+
+    path = quote(key, safe="")  # sent as it is, not resolved by the client
+
+    signature = signer.sign("GET", f"{key}\nx", expires)
+    query = urlencode({"name": "x", "expires": expires, "signature": signature})
+    r = await builds.client.get(f"{DOWNLOAD_PATH}{path}?{query}")
+    assert_problem(r, 404, "object_not_found")
+    assert "server's own" not in r.text
+
+    signature = signer.sign("PUT", key, expires, 4)
+    query = urlencode({"size": 4, "expires": expires, "signature": signature})
+    r = await builds.client.put(f"{UPLOAD_PATH}{path}?{query}", content=b"evil")
+    assert_problem(r, 404, "build_not_found")
+    assert files_under(settings.data_dir) == before
+    assert canary.read_text() == "a file of the server's own"
 
 
 async def test_put_works_until_the_link_expires(builds: Builds, clock: FrozenClock) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import httpx
+from fastapi import FastAPI
+from sqlalchemy import select
 
+from buildbay.auth.models import User
 from tests.conftest import Account, Api, assert_problem
 from tests.ratelimit.conftest import ClientAt
 
@@ -82,3 +85,65 @@ async def test_successful_logins_are_not_throttled(
     for _ in range(12):
         r = await login(client, owner.email, owner.password)
         assert r.status_code == 200, r.text
+
+
+# -- change-password draws on the same budget: a stolen token guesses no faster than a login ------
+
+
+async def password_hash_of(app: FastAPI, account: Account) -> str | None:
+    async with app.state.ctx.sessions() as db:
+        stored: str | None = await db.scalar(
+            select(User.password_hash).where(User.id == account.user["id"])
+        )
+        return stored
+
+
+async def change_password(
+    client: httpx.AsyncClient, account: Account, current: str
+) -> httpx.Response:
+    return await client.post(
+        "/api/auth/change-password",
+        json={"currentPassword": current, "newPassword": "a brand new password"},
+        headers=account.headers,
+    )
+
+
+async def test_ten_wrong_current_passwords_throttle_change_password_even_when_right(
+    app: FastAPI, owner: Account, client_at: ClientAt
+) -> None:
+    before = await password_hash_of(app, owner)
+    for i in range(10):
+        attacker = await client_at(f"198.51.100.{i + 1}")
+        assert_problem(await change_password(attacker, owner, f"guess {i}"), 422, "wrong_password")
+
+    r = await change_password(await client_at("192.0.2.1"), owner, owner.password)
+
+    body = assert_problem(r, 429, "login_throttled")
+    assert 1 <= int(r.headers["Retry-After"]) <= 60
+    assert body["detail"] == "Too many wrong passwords; wait before trying again"
+    assert await password_hash_of(app, owner) == before
+
+
+async def test_wrong_current_passwords_and_failed_logins_share_one_budget(
+    client: httpx.AsyncClient, owner: Account, client_at: ClientAt
+) -> None:
+    for i in range(5):
+        attacker = await client_at(f"198.51.100.{i + 1}")
+        assert_problem(await change_password(attacker, owner, f"guess {i}"), 422, "wrong_password")
+    for i in range(5, 10):
+        attacker = await client_at(f"198.51.100.{i + 1}")
+        assert_problem(await login(attacker, owner.email, f"guess {i}"), 401, "invalid_credentials")
+
+    assert_login_throttled(await login(client, owner.email, owner.password))
+    assert_problem(await change_password(client, owner, owner.password), 429, "login_throttled")
+
+
+async def test_failed_change_passwords_from_one_ip_throttle_its_logins(
+    api: Api, owner: Account, client_at: ClientAt
+) -> None:
+    attacker = await client_at("203.0.113.9")
+    for i in range(10):
+        assert_problem(await change_password(attacker, owner, f"guess {i}"), 422, "wrong_password")
+
+    other = await api.register("other@example.com")
+    assert_login_throttled(await login(attacker, other.email, other.password))

@@ -75,6 +75,25 @@ async def logout(
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
+@router.post(
+    "/change-password",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(400, 401, 413, 422, 429),
+    summary="Change your password; your other sessions end, API tokens stay",
+)
+async def change_password(
+    body: schemas.ChangePasswordRequest,
+    principal: CurrentUser,
+    service: AuthServiceDep,
+    ctx: Context,
+    request: Request,
+) -> Response:
+    await service.change_password(
+        principal, body.current_password, body.new_password, client_ip(request), ctx.limiter
+    )
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
 @router.get(
     "/me",
     responses=problem_responses(401, 429),

@@ -32,6 +32,16 @@ class LoginRequest(RequestModel):
     model_config = ConfigDict(str_strip_whitespace=False)
 
 
+class ChangePasswordRequest(RequestModel):
+    # As long as a login takes: a password set before today's rules still works.
+    current_password: Annotated[
+        str, Field(min_length=1, max_length=1024, json_schema_extra={"format": "password"})
+    ]
+    new_password: Annotated[Password, Field(json_schema_extra={"format": "password"})]
+
+    model_config = ConfigDict(str_strip_whitespace=False)
+
+
 class OAuthModel(BaseModel):
     """Token fields follow OAuth 2 (RFC 6749): snake_case, exactly as named."""
 

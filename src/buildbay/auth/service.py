@@ -21,7 +21,7 @@ from buildbay.auth.tokens import (
     new_refresh_token,
 )
 from buildbay.config import Plan
-from buildbay.errors import Conflict, NotAuthenticated, NotFound, RateLimited
+from buildbay.errors import Conflict, NotAuthenticated, NotFound, RateLimited, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.ratelimit.limiter import RateLimiter
 
@@ -70,6 +70,21 @@ def normalise_email(email: str) -> str:
     return email.strip().lower()
 
 
+def _password_guess_keys(email: str, client_ip: str) -> tuple[str, str]:
+    """The failure counters a wrong password is counted in: the account's and the client's."""
+    return (f"email:{email}", f"ip:{client_ip}")
+
+
+async def _ensure_not_throttled(limiter: RateLimiter, keys: tuple[str, str], what: str) -> None:
+    retry_after = await limiter.login_retry_after(*keys)
+    if retry_after is not None:
+        raise RateLimited(
+            f"{what}; wait before trying again",
+            code="login_throttled",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
 class AuthService:
     def __init__(
         self,
@@ -113,20 +128,42 @@ class AuthService:
         self, email: str, password: str, client_ip: str, limiter: RateLimiter
     ) -> IssuedTokens:
         email = normalise_email(email)
-        keys = (f"email:{email}", f"ip:{client_ip}")
-        retry_after = await limiter.login_retry_after(*keys)
-        if retry_after is not None:
-            raise RateLimited(
-                "Too many failed logins; wait before trying again",
-                code="login_throttled",
-                headers={"Retry-After": str(retry_after)},
-            )
+        keys = _password_guess_keys(email, client_ip)
+        await _ensure_not_throttled(limiter, keys, "Too many failed logins")
         user = await self._user_by_email(email)
         if not await passwords.verify_password(password, user.password_hash if user else None):
             await limiter.count_login_failure(*keys)
             raise NotAuthenticated("E-mail or password is wrong", code="invalid_credentials")
         assert user is not None
         return await self._start_session(user)
+
+    async def change_password(
+        self,
+        principal: Principal,
+        current_password: str,
+        new_password: str,
+        client_ip: str,
+        limiter: RateLimiter,
+    ) -> None:
+        """Set a new password once the current one is proven. Every other login of the user ends
+        (its refresh tokens and access tokens with it): whoever may have learnt the old password
+        is logged out. The caller's own login goes on; API tokens are credentials of their own
+        and stay until deleted.
+
+        A wrong current password counts against the same failure budget as logins, so a stolen
+        access token gives no faster way to guess the password than the login form does.
+        """
+        user = await self.db.get_one(User, principal.user.id)
+        keys = _password_guess_keys(user.email, client_ip)
+        await _ensure_not_throttled(limiter, keys, "Too many wrong passwords")
+        if not await passwords.verify_password(current_password, user.password_hash):
+            await limiter.count_login_failure(*keys)
+            raise ValidationFailed.for_field(
+                "currentPassword", "is not your current password", code="wrong_password"
+            )
+        user.password_hash = await passwords.hash_password(new_password)
+        user.updated_at = self.now
+        await self._revoke_sessions_of(user.id, keep=principal.session_id)
 
     # -- sessions and tokens --------------------------------------------------------------------
 
@@ -299,11 +336,30 @@ class AuthService:
             .where(Session.id == session_id, Session.revoked_at.is_(None))
             .values(revoked_at=self.now)
         )
+        self._forget_when_committed([session_id])
+
+    async def _revoke_sessions_of(self, user_id: str, *, keep: str | None) -> None:
+        """Revoke every live session of the user but `keep`."""
+        revoke = (
+            update(Session)
+            .where(Session.user_id == user_id, Session.revoked_at.is_(None))
+            .values(revoked_at=self.now)
+            .returning(Session.id)
+        )
+        if keep is not None:
+            revoke = revoke.where(Session.id != keep)
+        self._forget_when_committed(list(await self.db.scalars(revoke)))
+
+    def _forget_when_committed(self, session_ids: list[str]) -> None:
         cache = self.access_cache
-        if cache is not None:
-            # Forgotten as the revocation commits: any earlier, and a request in between could
-            # read the still-live row and cache it again; any later, and a revoked token would
-            # still pass. (A listener on this request's session, so it goes with the session.)
-            event.listen(
-                self.db.sync_session, "after_commit", lambda _: cache.forget_session(session_id)
-            )
+        if cache is None or not session_ids:
+            return
+
+        def forget(_: object) -> None:
+            for session_id in session_ids:
+                cache.forget_session(session_id)
+
+        # Forgotten as the revocation commits: any earlier, and a request in between could read
+        # the still-live row and cache it again; any later, and a revoked token would still
+        # pass. (A listener on this request's session, so it goes with the session.)
+        event.listen(self.db.sync_session, "after_commit", forget)

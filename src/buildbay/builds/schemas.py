@@ -8,7 +8,10 @@ from pydantic import Field, field_validator
 from buildbay.builds.models import BuildStatus
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters (C0, DEL and C1: Unicode's Cc), line and paragraph separators, and the
+# bidirectional overrides, embeddings and isolates, with which "setup\u202ekpa.exe" shows as
+# "setupexe.apk" to the tester who downloads it.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 MAX_NOTES_LENGTH = 10_000
 DEFAULT_HOURS = 24 * 7  # an install link's life, unless asked
 MAX_HOURS = 24 * 90
@@ -21,7 +24,7 @@ def check_file_name(value: str) -> str:
     if "/" in value or "\\" in value:
         raise ValueError("cannot contain / or \\")
     if _CONTROL.search(value):
-        raise ValueError("cannot contain control characters")
+        raise ValueError("cannot contain control or bidirectional-override characters")
     return value
 
 

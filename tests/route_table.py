@@ -1,0 +1,400 @@
+"""The app's /api routes as test cases, a world to call them in, and a valid call of each.
+
+Tests that must cover every route (tests/test_authorization_matrix.py,
+tests/security/test_mass_assignment.py) take the routes from the app itself, so a new route is
+covered the day it is added, or fails the suite until BODIES says how to call it.
+
+The world is one set of shared accounts: a project in which each role has a member, an
+application and a ready build. Only the calls that destroy what they name get a fresh target of
+their own (TARGETS), so every caller finds it there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import jwt
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
+
+from buildbay.clock import FrozenClock
+from tests.builds.android_files import APK
+from tests.conftest import Account, Api
+
+_PARAM = re.compile(r"{(\w+)(?::\w+)?}")
+
+# Callers without a valid credential: all four hold the owner's, spoilt.
+SPOILT = ["no token", "a bad token", "an expired token", "a revoked token"]
+# Members by role, lowest first; "just below" tester is a registered user who is not a member.
+LADDER = ["stranger", "tester", "developer", "admin", "owner"]
+
+
+@dataclass(frozen=True)
+class RouteCase:
+    method: str
+    path: str  # as declared, e.g. /api/projects/{id}/members/{userId}
+    has_body: bool
+    success: int  # the status the route answers when it succeeds
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.method, self.path)
+
+    @property
+    def params(self) -> list[str]:
+        return _PARAM.findall(self.path)
+
+    @property
+    def per_user(self) -> bool:
+        """The route names a thing of the caller's own account (`{id}`: an API token)."""
+        return self.path.startswith("/api/account/") and bool(self.params)
+
+    def url(self, values: dict[str, str]) -> str:
+        return _PARAM.sub(lambda m: values[m.group(1)], self.path)
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def api_routes(app: FastAPI) -> Iterator[RouteCase]:
+    for context in iter_route_contexts(app.routes):
+        route, path = context.original_route, context.path_format
+        if not isinstance(route, APIRoute) or not path or not path.startswith("/api/"):
+            continue
+        for method in sorted(route.methods - {"HEAD"}):
+            yield RouteCase(method, path, route.body_field is not None, route.status_code or 200)
+
+
+# -- the world ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Accounts:
+    owner: Account
+    admin: Account
+    developer: Account
+    tester: Account
+    member: Account  # the member whose id fills {userId} (a tester)
+    stranger: Account  # registered, member of nothing
+    # The owner's credentials, spoilt: signed with another key, 24 h old, logged out.
+    bad: dict[str, str] = field(default_factory=dict)
+    expired: dict[str, str] = field(default_factory=dict)
+    revoked: dict[str, str] = field(default_factory=dict)
+
+    def by_role(self, role: str) -> Account:
+        account: Account = getattr(self, role)
+        return account
+
+
+@dataclass
+class World:
+    """The accounts, the ids of what they share, and the steps that make fresh things."""
+
+    client: httpx.AsyncClient
+    api: Api
+    accounts: Accounts
+    ids: dict[str, str] = field(default_factory=dict)  # path parameter -> existing id
+    api_token_id: str = ""  # one of the owner's API tokens
+    _n: Iterator[int] = field(default_factory=itertools.count)
+
+    def values_for(self, case: RouteCase) -> dict[str, str]:
+        return {"id": self.api_token_id} if case.per_user else dict(self.ids)
+
+    async def login(self, account: Account) -> Account:
+        r = await self.client.post(
+            "/api/auth/login", json={"email": account.email, "password": account.password}
+        )
+        assert r.status_code == 200, r.text
+        tokens = r.json()
+        return Account(
+            account.email,
+            account.password,
+            tokens["access_token"],
+            tokens["refresh_token"],
+            tokens["user"],
+        )
+
+    async def relogin(self, account: Account) -> None:
+        """A fresh session for `account`, in place (after a call that may have ended its own)."""
+        fresh = await self.login(account)
+        account.access_token, account.refresh_token = fresh.access_token, fresh.refresh_token
+
+    def new_email(self) -> str:
+        return f"world-{next(self._n)}@example.com"
+
+    async def new_user(self) -> Account:
+        return await self.api.register(self.new_email())
+
+    async def new_project(self) -> str:
+        """A project with every role among its members, like the world's."""
+        a = self.accounts
+        project = await self.api.project(a.owner, f"Doomed {next(self._n)}")
+        for account, role in ((a.admin, "admin"), (a.developer, "developer"), (a.tester, "tester")):
+            await self.api.add_member(a.owner, project["id"], account, role)
+        return str(project["id"])
+
+    async def new_pending_build(self) -> str:
+        r = await self.client.post(
+            f"{self.builds}/upload-link",
+            json={"fileName": "doomed.apk", "fileSize": 10},
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["buildId"])
+
+    async def new_install_link(self) -> str:
+        r = await self.client.post(
+            f"{self.builds}/{self.ids['buildId']}/install-link",
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["linkId"])
+
+    async def new_api_token(self, account: Account) -> str:
+        r = await self.client.post(
+            "/api/account/api-tokens", json={"name": "ci"}, headers=account.headers
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    @property
+    def builds(self) -> str:
+        return f"/api/app-distribution/{self.ids['projectId']}/{self.ids['appId']}/builds"
+
+
+async def build_world(
+    api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock
+) -> World:
+    """The world, with the owner's spoilt credentials. Advances `clock` by a day (to expire one
+    of them), so rate limits, which count by the wall clock, should be off."""
+    a = Accounts(
+        owner=owner,
+        admin=await api.register("admin@example.com"),
+        developer=await api.register("developer@example.com"),
+        tester=await api.register("tester@example.com"),
+        member=await api.register("member@example.com"),
+        stranger=await api.register("stranger@example.com"),
+    )
+    world = World(client, api, a)
+    a.expired = (await world.login(owner)).headers
+    clock.advance(hours=24, seconds=1)  # every token issued so far has expired
+    for account in (owner, a.admin, a.developer, a.tester, a.stranger):
+        await world.relogin(account)
+    revoked = await world.login(owner)
+    r = await client.post("/api/auth/logout", headers=revoked.headers)
+    assert r.status_code == 204, r.text
+    a.revoked = revoked.headers
+    claims = jwt.decode(owner.access_token, options={"verify_signature": False})
+    forged = jwt.encode(claims, "not-the-server-key-but-just-as-long-0123456789", "HS256")
+    a.bad = {"Authorization": f"Bearer {forged}"}
+
+    project = await api.project(owner, "Matrix")
+    for account, role in (
+        (a.admin, "admin"),
+        (a.developer, "developer"),
+        (a.tester, "tester"),
+        (a.member, "tester"),
+    ):
+        await api.add_member(owner, project["id"], account, role)
+    app = await api.application(owner, project["id"])
+    # A real APK, so that the build has an icon to fetch.
+    build = await api.upload(owner, project["id"], app["id"], APK.read_bytes(), "demo.apk")
+    world.ids = {
+        "id": project["id"],
+        "projectId": project["id"],
+        "appId": app["id"],
+        "buildId": build["buildId"],
+        "userId": a.member.user["id"],
+    }
+    world.ids["linkId"] = await world.new_install_link()
+    world.api_token_id = await world.new_api_token(owner)
+    return world
+
+
+# -- a valid call of each route -------------------------------------------------------------------
+
+Key = tuple[str, str]
+# A valid body, so that only what a test changes decides the answer. `subject` is the account the
+# call acts as (the owner's, for the callers without a valid credential).
+BodyFactory = Callable[[World, Account], Awaitable[dict[str, Any]]]
+BODIES: dict[Key, BodyFactory] = {}
+# Fresh ids for the calls that destroy what they name.
+TargetFactory = Callable[[World], Awaitable[dict[str, str]]]
+TARGETS: dict[Key, TargetFactory] = {}
+# Routes that end the caller's login (or every other one): called with a login of their own,
+# so that the caller's session for the other routes lives on.
+ENDS_SESSIONS = {("POST", "/api/auth/logout"), ("POST", "/api/auth/change-password")}
+
+
+def body(method: str, path: str) -> Callable[[BodyFactory], BodyFactory]:
+    def register(factory: BodyFactory) -> BodyFactory:
+        BODIES[(method, path)] = factory
+        return factory
+
+    return register
+
+
+def target(method: str, path: str) -> Callable[[TargetFactory], TargetFactory]:
+    def register(factory: TargetFactory) -> TargetFactory:
+        TARGETS[(method, path)] = factory
+        return factory
+
+    return register
+
+
+@body("POST", "/api/auth/register")
+async def _register(w: World, subject: Account) -> dict[str, Any]:
+    return {"email": w.new_email(), "password": "correct horse"}
+
+
+@body("POST", "/api/auth/login")
+async def _login(w: World, subject: Account) -> dict[str, Any]:
+    return {"email": w.accounts.member.email, "password": w.accounts.member.password}
+
+
+@body("POST", "/api/auth/refresh-token")
+async def _refresh(w: World, subject: Account) -> dict[str, Any]:
+    return {"refresh_token": (await w.login(w.accounts.member)).refresh_token}
+
+
+@body("POST", "/api/auth/logout")
+async def _logout(w: World, subject: Account) -> dict[str, Any]:
+    return {}
+
+
+@body("POST", "/api/auth/change-password")
+async def _change_password(w: World, subject: Account) -> dict[str, Any]:
+    # The same password again: the call's other effect (ending the other sessions) is its point.
+    return {"currentPassword": subject.password, "newPassword": subject.password}
+
+
+@body("POST", "/api/account/api-tokens")
+async def _api_token(w: World, subject: Account) -> dict[str, Any]:
+    return {"name": "ci"}
+
+
+@body("POST", "/api/projects")
+@body("PUT", "/api/projects/{id}")
+async def _project(w: World, subject: Account) -> dict[str, Any]:
+    return {"name": "Renamed"}
+
+
+@body("POST", "/api/projects/{id}/members")
+async def _member(w: World, subject: Account) -> dict[str, Any]:
+    return {"email": (await w.new_user()).email, "role": "tester"}
+
+
+@body("PUT", "/api/projects/{id}/members/{userId}")
+async def _role(w: World, subject: Account) -> dict[str, Any]:
+    return {"role": "developer"}
+
+
+@body("POST", "/api/projects/{id}/applications")
+@body("PUT", "/api/projects/{id}/applications/{appId}")
+async def _application(w: World, subject: Account) -> dict[str, Any]:
+    return {"name": "Another app", "retention": {"keepLast": 5}}
+
+
+@body("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link")
+async def _upload_link(w: World, subject: Account) -> dict[str, Any]:
+    return {"fileName": "next.apk", "fileSize": 10}
+
+
+@body("POST", "/api/app-distribution/{projectId}/{appId}/builds/verify")
+async def _verify(w: World, subject: Account) -> dict[str, Any]:
+    # Ready already: verify answers it again (and makes it an install link).
+    return {"buildId": w.ids["buildId"], "installLink": {"expiresInHours": 1}}
+
+
+@body("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link")
+async def _install_link(w: World, subject: Account) -> dict[str, Any]:
+    return {"expiresInHours": 2}
+
+
+@target("DELETE", "/api/account/api-tokens/{id}")
+async def _own_api_token(w: World) -> dict[str, str]:
+    return {"id": await w.new_api_token(w.accounts.owner)}
+
+
+@target("DELETE", "/api/projects/{id}")
+async def _doomed_project(w: World) -> dict[str, str]:
+    return {"id": await w.new_project()}
+
+
+@target("DELETE", "/api/projects/{id}/members/{userId}")
+async def _doomed_member(w: World) -> dict[str, str]:
+    doomed = await w.new_user()
+    await w.api.add_member(w.accounts.owner, w.ids["id"], doomed, "tester")
+    return {"userId": doomed.user["id"]}
+
+
+@target("DELETE", "/api/projects/{id}/applications/{appId}")
+async def _doomed_application(w: World) -> dict[str, str]:
+    app = await w.api.application(w.accounts.owner, w.ids["id"], "Doomed")
+    return {"appId": app["id"]}
+
+
+@target("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}")
+async def _doomed_build(w: World) -> dict[str, str]:
+    return {"buildId": await w.new_pending_build()}
+
+
+@target(
+    "DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}"
+)
+async def _doomed_link(w: World) -> dict[str, str]:
+    return {"linkId": await w.new_install_link()}
+
+
+@dataclass
+class Prepared:
+    """A call ready to send: whatever it needed (a fresh user, a login) already exists."""
+
+    method: str
+    url: str
+    payload: dict[str, Any] | None
+    headers: dict[str, str]
+    relogin: Account | None  # whose session to renew once it is sent
+
+
+async def prepare(
+    w: World, case: RouteCase, caller: str, values: dict[str, str] | None = None
+) -> Prepared:
+    """`case` to be called by `caller` (one of SPOILT or LADDER) with a valid body, on the
+    world's ids, a fresh target's, or `values`."""
+    a = w.accounts
+    subject = a.by_role(caller) if caller in LADDER else a.owner
+    if values is None:
+        values = w.values_for(case)
+        if case.key in TARGETS:
+            values |= await TARGETS[case.key](w)
+    spoilt = {"no token": {}, "a bad token": a.bad, "an expired token": a.expired}
+    spoilt["a revoked token"] = a.revoked
+    headers = spoilt.get(caller)
+    ends_sessions = caller in LADDER and case.key in ENDS_SESSIONS
+    if headers is None:
+        headers = (await w.login(subject)).headers if ends_sessions else subject.headers
+    payload = await BODIES[case.key](w, subject) if case.has_body else None
+    return Prepared(
+        case.method, case.url(values), payload, headers, subject if ends_sessions else None
+    )
+
+
+async def send(w: World, prepared: Prepared) -> httpx.Response:
+    r = await w.client.request(
+        prepared.method, prepared.url, json=prepared.payload, headers=prepared.headers
+    )
+    if prepared.relogin is not None:
+        await w.relogin(prepared.relogin)
+    return r
+
+
+async def call(
+    w: World, case: RouteCase, caller: str, values: dict[str, str] | None = None
+) -> httpx.Response:
+    return await send(w, await prepare(w, case, caller, values))
