@@ -1,0 +1,489 @@
+"""What the fault tests share: `buildbay serve` processes that a test may kill and start again,
+private PostgreSQL and Redis servers that a test may stop, and polling with deadlines.
+
+Everything listens on 127.0.0.1. Nothing here waits by sleeping for a guessed time: each wait
+polls for the state it needs, with a deadline generous enough for a loaded 2-core machine.
+The shared PostgreSQL (5432) and Redis (6379) are never touched: a test that stops a database
+or a Redis starts a private one on a port of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from buildbay.app import create_app
+from buildbay.builds.sweeper import GRACE, Swept, sweep
+from buildbay.clock import FrozenClock
+from buildbay.config import Settings
+from buildbay.db import migrate
+from buildbay.db.engine import create_engine
+from tests.conftest import REQUIRE_SERVICES, run_apart
+from tests.processes import free_port
+
+T = TypeVar("T")
+
+DEADLINE = 60.0  # seconds any one wait may take before the test fails
+IS_ROOT = os.geteuid() == 0
+
+
+def wait_for(
+    condition: Callable[[], T | bool | None],
+    what: str,
+    *,
+    timeout: float = DEADLINE,
+    interval: float = 0.02,
+) -> T:
+    """Poll `condition` until it returns something truthy, which is returned; fail after
+    `timeout` seconds saying `what` was awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- a server process that can be killed and started again --------------------------------------
+
+
+class Server:
+    """`buildbay serve` on one fixed port, so that the URLs it signed still work after a
+    restart (a client retries the very same upload URL)."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, name: str = "server") -> None:
+        self.env = dict(env)
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env.setdefault("BUILDBAY_PUBLIC_URL", self.base)
+        self.log_dir = log_dir
+        self.name = name
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.env["BUILDBAY_DATA_DIR"])
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}-{self.starts}.log"
+
+    def log(self) -> str:
+        return "".join(
+            path.read_text(errors="replace")
+            for path in sorted(self.log_dir.glob(f"{self.name}-*.log"))
+        )
+
+    def start(self) -> Server:
+        assert self.process is None or self.process.poll() is not None, "already running"
+        self.starts += 1
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "buildbay", "serve", "--port", str(self.port)],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(self._ready, f"{self.name} to answer /readyz\n{self.log()}")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        assert self.process.poll() is None, f"{self.name} exited:\n{self.log()}"
+        try:
+            return httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handler, no finally block, no flush runs."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """`servers(env)` makes a Server (not started); every one is stopped at the end."""
+    made: list[Server] = []
+
+    def make(env: dict[str, str], name: str = "server") -> Server:
+        server = Server(env, tmp_path, name)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+# -- the product's steps over real HTTP ----------------------------------------------------------
+
+
+@dataclass
+class Uploader:
+    """One user with one project and application on a server, and the upload steps."""
+
+    http: httpx.Client
+    headers: dict[str, str]
+    project_id: str
+    app_id: str
+
+    @classmethod
+    def sign_up(cls, http: httpx.Client, email: str = "ci@example.com") -> Uploader:
+        r = http.post("/api/auth/register", json={"email": email, "password": "a long password"})
+        assert r.status_code == 201, r.text
+        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        r = http.post("/api/projects", json={"name": "Acme"}, headers=headers)
+        assert r.status_code == 201, r.text
+        project_id = r.json()["id"]
+        r = http.post(
+            f"/api/projects/{project_id}/applications", json={"name": "Acme"}, headers=headers
+        )
+        assert r.status_code == 201, r.text
+        return cls(http, headers, project_id, r.json()["id"])
+
+    @property
+    def base(self) -> str:
+        return f"/api/app-distribution/{self.project_id}/{self.app_id}/builds"
+
+    def link(self, size: int, file_name: str = "build.bin", **fields: Any) -> dict[str, Any]:
+        r = self.http.post(
+            f"{self.base}/upload-link",
+            json={"fileName": file_name, "fileSize": size, **fields},
+            headers=self.headers,
+        )
+        assert r.status_code == 201, r.text
+        link: dict[str, Any] = r.json()
+        return link
+
+    def verify(self, build_id: str, **kwargs: Any) -> httpx.Response:
+        return self.http.post(
+            f"{self.base}/verify", json={"buildId": build_id}, headers=self.headers, **kwargs
+        )
+
+    def build(self, build_id: str) -> dict[str, Any]:
+        r = self.http.get(f"{self.base}/{build_id}", headers=self.headers)
+        assert r.status_code == 200, r.text
+        build: dict[str, Any] = r.json()
+        return build
+
+    def builds(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params = {"limit": 100, **({"cursor": cursor} if cursor else {})}
+            r = self.http.get(self.base, params=params, headers=self.headers)
+            assert r.status_code == 200, r.text
+            found += r.json()["builds"]
+            cursor = r.json()["nextCursor"]
+            if cursor is None:
+                return found
+
+    def download(self, build_id: str) -> bytes:
+        r = self.http.get(f"{self.base}/{build_id}/download", headers=self.headers)
+        assert r.status_code == 302, r.text
+        r = self.http.get(r.headers["location"])
+        assert r.status_code == 200, r.text
+        return r.content
+
+
+def assert_problem_response(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """RFC 9457 problem+json with this status and code (and, for a 503, Retry-After)."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["code"] == code, body
+    assert body["type"] == f"/problems/{code.replace('_', '-')}"
+    assert body["title"]
+    assert body["detail"]
+    assert body["requestId"]
+    if status == 503:
+        assert int(response.headers["retry-after"]) >= 1
+    return body
+
+
+# -- storage on disk, and the sweeper with time moved forward ------------------------------------
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def sweep_later(env: dict[str, str], hours: float = 3) -> Swept:
+    """One round of the real sweeper (what `serve` runs every interval, and `buildbay sweep`),
+    on the server's own database and files, as if `hours` had passed: every upload link and
+    the grace period after it have run out by then."""
+    settings = Settings(
+        data_dir=Path(env["BUILDBAY_DATA_DIR"]),
+        database_url=env.get("BUILDBAY_DATABASE_URL"),
+        secret_key=env["BUILDBAY_SECRET_KEY"],  # type: ignore[arg-type]
+        sweep_interval_seconds=0,
+    )
+    assert timedelta(hours=hours) > GRACE + timedelta(seconds=settings.upload_link_ttl_seconds)
+    clock = FrozenClock()
+    clock.advance(hours=hours)
+    ctx = create_app(settings, clock=clock, migrate_on_start=False).state.ctx
+    swept: list[Swept] = []
+
+    async def run() -> None:
+        try:
+            swept.append(await sweep(ctx.sessions, ctx.storage, ctx.clock.now()))
+        finally:
+            await ctx.engine.dispose()
+
+    run_apart(run())
+    return swept[0]
+
+
+def assert_store_matches_builds(data_dir: Path, builds: list[dict[str, Any]]) -> None:
+    """Every ready build has its whole bytes on disk (size and sha256 as the API says), no
+    other object is stored, and no upload is left half-received."""
+    store = data_dir / "builds"
+    assert files_under(store / "incoming") == [], "a half-received upload was left behind"
+    expected = {}
+    for build in builds:
+        assert build["status"] == "ready", f"a pending build survived the sweep: {build}"
+        key = f"{build['projectId']}/{build['applicationId']}/{build['buildId']}"
+        expected[store / "objects" / key] = build
+    stored = [p for p in files_under(store / "objects") if not p.name.endswith(".sha256")]
+    assert sorted(stored) == sorted(expected), "orphan bytes, or a ready build without its bytes"
+    for path, build in expected.items():
+        assert path.stat().st_size == build["fileSize"]
+        with path.open("rb") as file:
+            assert hashlib.file_digest(file, "sha256").hexdigest() == build["sha256"]
+
+
+# -- a private PostgreSQL cluster, which a test may stop -----------------------------------------
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return found[-1].parent if found else None
+
+
+@dataclass
+class PrivatePostgres:
+    """A throwaway cluster of our own (trust authentication, no durability), run as the
+    postgres user: PostgreSQL refuses to run as root."""
+
+    bin_dir: Path
+    home: Path
+    port: int = field(default_factory=free_port)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _pg_ctl(self, *args: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(self.bin_dir / "pg_ctl"), "-D",
+             str(self.home / "data"), "-w", "-t", "60", *args],
+            check=True, capture_output=True, timeout=90,
+        )  # fmt: skip
+
+    def init(self) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(self.bin_dir / "initdb"), "-D",
+             str(self.home / "data"), "-U", "postgres", "--auth=trust", "--no-sync", "-E",
+             "UTF8"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.home} -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=60"
+        )
+        self._pg_ctl("-o", options, "-l", str(self.home / "postgres.log"), "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._pg_ctl("-m", mode, "stop")
+
+    def running(self) -> bool:
+        return (self.home / "data" / "postmaster.pid").exists()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A migrated, running private cluster on a free port; stopped and removed at the end."""
+    bin_dir = _postgres_bin()
+    reason = None
+    if not IS_ROOT:
+        reason = "a private PostgreSQL is started as the postgres user, which needs root"
+    elif bin_dir is None or shutil.which("runuser") is None:
+        reason = "no /usr/lib/postgresql/*/bin/initdb (or runuser) on this machine"
+    if reason is not None:
+        if REQUIRE_SERVICES:
+            pytest.fail(f"BUILDBAY_REQUIRE_SERVICES is set but {reason}")
+        pytest.skip(reason)
+    assert bin_dir is not None
+    # Not under pytest's tmp_path: the postgres user cannot enter root's 0700 directories.
+    home = Path(tempfile.mkdtemp(prefix="buildbay-faults-pg-"))
+    shutil.chown(home, "postgres", "postgres")
+    cluster = PrivatePostgres(bin_dir, home)
+    try:
+        cluster.init()
+        cluster.start()
+
+        async def upgrade() -> None:
+            engine = create_engine(cluster.url)
+            await migrate.upgrade(engine)
+            await engine.dispose()
+
+        run_apart(upgrade())
+        yield cluster
+    finally:
+        if cluster.running():
+            with contextlib.suppress(subprocess.SubprocessError):
+                cluster.stop("immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# -- a private Redis, which a test may kill -------------------------------------------------------
+
+
+class PrivateRedis:
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.log_dir = log_dir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        with (self.log_dir / f"redis-{self.port}.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", str(self.log_dir)],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        wait_for(self._answers, "the private Redis to answer PING")
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        if REQUIRE_SERVICES:
+            pytest.fail("BUILDBAY_REQUIRE_SERVICES is set but redis-server is not installed")
+        pytest.skip("redis-server is not installed")
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+        yield redis
+    finally:
+        redis.stop()
+
+
+# -- traffic in the background --------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    label: str
+    status: int | None  # None: no HTTP answer at all
+    problem_code: str | None = None
+    retry_after: str | None = None
+    rate_limit: str | None = None  # the RateLimit header
+    error: str | None = None
+
+
+class Traffic:
+    """Requests in a thread of their own, one after another, until stopped: each outcome is
+    kept, so that a test can say what every request during a fault was answered."""
+
+    def __init__(self, base: str, requests: list[tuple[str, Callable[[httpx.Client], Any]]]):
+        self._base = base
+        self._requests = requests
+        self._stop = threading.Event()
+        self.outcomes: list[Outcome] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self._base, timeout=30) as http:
+            while not self._stop.is_set():
+                for label, send in self._requests:
+                    self.outcomes.append(self._one(http, label, send))
+
+    @staticmethod
+    def _one(http: httpx.Client, label: str, send: Callable[[httpx.Client], Any]) -> Outcome:
+        try:
+            r = send(http)
+        except httpx.TransportError as exc:
+            return Outcome(label, None, error=repr(exc))
+        code = None
+        if r.headers.get("content-type", "").startswith("application/problem+json"):
+            code = r.json().get("code")
+        return Outcome(
+            label, r.status_code, code, r.headers.get("retry-after"), r.headers.get("ratelimit")
+        )
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def count(self, condition: Callable[[Outcome], bool]) -> int:
+        return sum(1 for outcome in list(self.outcomes) if condition(outcome))
