@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
@@ -21,6 +21,10 @@ log = logging.getLogger("buildbay")
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 RETRY_AFTER_UNAVAILABLE = 5
+# SQLSTATE classes of a database that is down, starting, stopping or out of resources: 08
+# connection exception, 53 insufficient resources, 57 operator intervention (`the database
+# system is shutting down`, `... is starting up`), 58 system error.
+UNAVAILABLE_SQLSTATE_CLASSES = frozenset({"08", "53", "57", "58"})
 
 
 class FieldError(BaseModel):
@@ -229,6 +233,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return problem_response(request, exc.status_code, code, detail, headers=headers)
 
     async def on_database_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, DBAPIError) and not database_unavailable(exc):
+            raise exc  # a fault, not an outage: on to on_unexpected_error (500)
         log.error("database unavailable (request %s): %s", request_id_of(request), exc)
         return problem_response(
             request,
@@ -254,11 +260,23 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(BuildbayError, on_buildbay_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
-    app.add_exception_handler(OperationalError, on_database_error)
-    app.add_exception_handler(InterfaceError, on_database_error)
+    app.add_exception_handler(DBAPIError, on_database_error)
     app.add_exception_handler(PoolTimeoutError, on_database_error)
     app.add_exception_handler(ConnectionError, on_database_error)
     app.add_exception_handler(Exception, on_unexpected_error)
+
+
+def database_unavailable(exc: DBAPIError) -> bool:
+    """Whether a database error means the database cannot be used right now (503, worth a
+    retry), rather than a fault in what was asked of it (a bug: 500).
+
+    asyncpg's errors for a server that is stopping or starting reach SQLAlchemy as its generic
+    DBAPIError, not as an OperationalError: their SQLSTATE says what they are.
+    """
+    if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in UNAVAILABLE_SQLSTATE_CLASSES
 
 
 def allowed_methods(app: FastAPI, path: str, answering: object = None) -> list[str]:

@@ -7,8 +7,8 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy import text
 
+from buildbay.db.engine import check_database
 from buildbay.deps import Context, TransactionRoute
 from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body, request_id_of
 from buildbay.storage.base import StorageError
@@ -34,7 +34,7 @@ async def healthz() -> Liveness:
 
 @router.get(
     "/readyz",
-    summary="The database and the build store are reachable",
+    summary="The database (writable) and the build store are reachable",
     response_model=Readiness,
     responses={
         503: {
@@ -46,8 +46,7 @@ async def healthz() -> Liveness:
 async def readyz(ctx: Context, request: Request) -> Readiness | JSONResponse:
     checks: dict[str, CheckState] = {}
     try:
-        async with ctx.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
+        await check_database(ctx.engine)
         checks["database"] = "ok"
     except Exception:
         checks["database"] = "failing"

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, Select, event, make_url
-from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, Select, event, make_url, text
+from sqlalchemy.engine import Dialect, ExceptionContext
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -17,6 +21,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
@@ -32,8 +37,11 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
             kwargs.setdefault("connect_args", {"timeout": 30})
         engine = create_async_engine(url, **kwargs)
 
+        database = engine.url.database or ""
+        files = [database + suffix for suffix in ("", "-wal", "-shm")]
+
         @event.listens_for(engine.sync_engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        def _sqlite_pragmas(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
             # WAL lets readers run beside the one writer; foreign keys make ON DELETE CASCADE work.
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -42,12 +50,85 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
             if not inline:
                 cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
+            if database not in ("", ":memory:") and not _writable(files):
+                record.info[_OPENED_READ_ONLY] = False  # not used yet
+
+        @event.listens_for(engine.sync_engine, "checkout")
+        def _read_only_serves_once(_dbapi: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+            # SQLite opens a file it cannot write (read-only file system, permissions) read-only,
+            # and the connection stays so for good: it serves the request that opened it, and is
+            # then replaced, so that writes work again as soon as the file is writable.
+            if _OPENED_READ_ONLY in record.info:
+                if record.info[_OPENED_READ_ONLY]:
+                    raise DisconnectionError("opened while the database file was read-only")
+                record.info[_OPENED_READ_ONLY] = True
+
+        @event.listens_for(engine.sync_engine, "handle_error")
+        def _drop_a_read_only_connection(context: ExceptionContext) -> None:
+            # And one that was opened read-only all the same (the file became writable between
+            # SQLite's open and the check above) goes at its first refused write.
+            if _read_only_error(context.original_exception):
+                context.is_disconnect = True
 
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     return create_async_engine(url, **kwargs)
+
+
+_OPENED_READ_ONLY = "buildbay.opened_read_only"
+
+
+def _read_only_error(exc: BaseException) -> bool:
+    """`attempt to write a readonly database` (SQLITE_READONLY and its extended codes)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (
+        isinstance(exc, sqlite3.Error)
+        and code is not None
+        and code & 0xFF == sqlite3.SQLITE_READONLY
+    )
+
+
+def _writable(paths: Sequence[str]) -> bool:
+    """Whether these files (those that exist) can be opened for writing, as SQLite tries to."""
+    for path in paths:
+        try:
+            os.close(os.open(path, os.O_RDWR))
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
+async def check_database(engine: AsyncEngine) -> None:
+    """Raise unless the database answers and, for SQLite, could take a write now.
+
+    A SELECT alone passes on a SQLite file that has become read-only, so a new connection
+    also takes the write lock and changes a page, then rolls back: nothing is written.
+    """
+    async with engine.connect() as connection:
+        await connection.execute(text("SELECT 1"))
+    if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        await asyncio.to_thread(_sqlite_write_probe, str(engine.url.database))
+
+
+def _sqlite_write_probe(path: str) -> None:
+    url = f"file:{quote(path)}?mode=rw"  # never creates the file
+    connection = sqlite3.connect(url, uri=True, timeout=0, isolation_level=None)
+    try:
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                return  # another connection is writing: the file takes writes
+            raise
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        connection.execute(f"PRAGMA user_version = {int(version)}")
+        connection.execute("ROLLBACK")
+    finally:
+        connection.close()
 
 
 class TrackedSession(Session):
