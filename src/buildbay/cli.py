@@ -135,7 +135,8 @@ def set_plan(
 
 @app.command(rich_help_panel="Server administration")
 def sweep() -> None:
-    """Remove expired pending builds and builds past their retention rule (serve does too)."""
+    """Remove expired pending builds, builds past their retention rule and partial files of
+    uploads cut off by a crash (serve does too)."""
     from buildbay.app import create_app
     from buildbay.builds.sweeper import Swept, sweep
 
@@ -150,8 +151,9 @@ def sweep() -> None:
 
     swept = asyncio.run(run())
     typer.echo(
-        f"swept {swept.expired_uploads} expired pending builds "
-        f"and {swept.retention} builds beyond their retention rule"
+        f"swept {swept.expired_uploads} expired pending builds, "
+        f"{swept.retention} builds beyond their retention rule "
+        f"and {swept.abandoned_uploads} partial files of interrupted uploads"
     )
 
 

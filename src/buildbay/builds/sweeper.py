@@ -1,5 +1,6 @@
 """Removes pending builds whose upload link expired without a verify, and ready builds beyond
-their application's retention rule, each with its bytes.
+their application's retention rule, each with its bytes; and the partial files of uploads that a
+crash cut off.
 
 Safe to run in several processes at once: each candidate row is claimed by a conditional delete
 (and, on PostgreSQL, locked with SKIP LOCKED so two sweepers never wait on each other), and only
@@ -63,6 +64,7 @@ async def sweep_expired_uploads(
 class Swept:
     expired_uploads: int
     retention: int
+    abandoned_uploads: int = 0
 
 
 async def sweep(
@@ -70,7 +72,12 @@ async def sweep(
 ) -> Swept:
     """One round of every sweep (`buildbay sweep`, and `serve` every sweep interval)."""
     expired = await sweep_expired_uploads(sessions, storage, now)
-    return Swept(expired, await sweep_retention(sessions, storage, now))
+    retention = await sweep_retention(sessions, storage, now)
+    # An upload still streaming keeps its file locked and fresh; GRACE is only a margin.
+    abandoned = await storage.remove_abandoned_uploads(now - GRACE)
+    if abandoned:
+        log.info("removed %d partial files of uploads cut off by a crash", abandoned)
+    return Swept(expired, retention, abandoned)
 
 
 async def sweep_retention(

@@ -117,3 +117,8 @@ class Storage(Protocol):
     async def check(self) -> None:
         """Raise StorageUnavailable if the backend cannot be used right now."""
         ...
+
+    async def remove_abandoned_uploads(self, older_than: datetime) -> int:
+        """Remove the partial files of uploads that a crash cut off before `older_than`
+        (a backend whose uploads are all-or-nothing has none). Returns how many."""
+        ...

@@ -4,6 +4,9 @@ Uploads stream into a temporary file in the same directory tree while being hash
 to disk, then renamed into place atomically: a reader sees the old object or the whole new one,
 never a partial file. The SHA-256 is kept beside the object (`<object>.sha256`), tied to the
 object's inode and size, so verify does not read the bytes again.
+
+An upload holds an flock on its temporary file while it streams. A process killed in the middle
+leaves the file behind, unlocked: the sweeper removes such files once they are old.
 """
 
 from __future__ import annotations
@@ -169,6 +172,11 @@ class LocalStorage:
         except OSError as exc:
             raise StorageUnavailable(f"The build store cannot be written: {exc.strerror}") from exc
 
+    async def remove_abandoned_uploads(self, older_than: datetime) -> int:
+        """Remove what uploads cut off by a crash left in `incoming/`: files last changed
+        before `older_than` that no live upload holds. Returns how many."""
+        return await asyncio.to_thread(_remove_abandoned, self._incoming, older_than.timestamp())
+
     # -- receiving an upload -----------------------------------------------------------------------
 
     async def receive(
@@ -191,6 +199,8 @@ class LocalStorage:
             fd, tmp_name = tempfile.mkstemp(dir=self._incoming, prefix="upload-")
         except OSError as exc:
             raise _os_error(exc) from exc
+        # Held until the file is closed (or this process dies): the sweeper leaves it alone.
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         tmp = Path(tmp_name)
         sink = _HashingFile(fd)
         # The block before the one being gathered: its hash and its write, in two threads.
@@ -298,14 +308,15 @@ def _install(sink: _HashingFile, inode: int, tmp: Path, target: Path) -> ObjectI
     """Put the finished file in place atomically, with its hash beside it."""
     target.parent.mkdir(parents=True, exist_ok=True)
     sidecar = _sidecar(target)
-    # The old sidecar goes first: a crash in between leaves an object without a known hash
-    # (verify then reads the bytes), never a hash that describes other bytes.
+    # Written before anything changes: a full disk refuses it with nothing in place yet.
+    sidecar_tmp = _sidecar(tmp)
+    sidecar_tmp.write_text(f"{sink.hexdigest} {sink.size} {inode}\n")
+    # The old sidecar goes before the object: a crash in between leaves an object without a
+    # known hash (verify then reads the bytes), never a hash that describes other bytes.
     with contextlib.suppress(FileNotFoundError):
         sidecar.unlink()
     tmp.replace(target)
     _fsync_dir(target.parent)
-    sidecar_tmp = tmp.with_suffix(".sha256")
-    sidecar_tmp.write_text(f"{sink.hexdigest} {sink.size} {inode}\n")
     sidecar_tmp.replace(sidecar)
     return ObjectInfo(size=sink.size, sha256=sink.hexdigest)
 
@@ -320,8 +331,32 @@ def _discard(
     concurrent.futures.wait(inflight)
     with contextlib.suppress(OSError):
         sink.close()
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
+    for path in (tmp, _sidecar(tmp)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _remove_abandoned(incoming: Path, older_than: float) -> int:
+    removed = 0
+    for path in incoming.iterdir():
+        try:
+            st = path.lstat()
+            if not S_ISREG(st.st_mode) or st.st_mtime >= older_than:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # an upload still streams into it (a very slow one)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # under the lock: no upload can take it meanwhile
+                removed += 1
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _fsync_dir(path: Path) -> None:

@@ -202,6 +202,10 @@ class S3Storage:
         except ObjectNotFound as exc:  # a HEAD's 404 carries no code: here it is the bucket
             raise StorageUnavailable(f"The bucket {self.bucket} does not exist") from exc
 
+    async def remove_abandoned_uploads(self, older_than: datetime) -> int:
+        # A presigned PUT stores the whole object or nothing: no partial upload to remove.
+        return 0
+
     # -- calls off the event loop, errors translated ----------------------------------------------
 
     async def _call(self, method: Callable[..., T], **kwargs: Any) -> T:
