@@ -116,7 +116,7 @@ def create_app(
     app.state.ctx = ctx
     app.state.console = console_sessions(settings.signing_key, settings.refresh_token_ttl_days)
     install_error_handlers(app)
-    app.add_middleware(ApiMiddleware)
+    app.add_middleware(ApiMiddleware, body_read_timeout=settings.body_read_timeout_seconds)
     for router in (
         auth_router,
         account_router,

@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     login_failures_per_minute: PositiveInt = 10
 
     sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300
+    # How long a request body may take to arrive (an upload's: the longest pause between two
+    # of its chunks); past it the answer is 408 and the connection is closed.
+    body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
 
     storage: StorageKind = StorageKind.LOCAL
     s3_bucket: str | None = None

@@ -219,7 +219,13 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         # 413 here is the JSON body limit hit while reading a chunked body (see ApiMiddleware).
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+        # 408 is a request body that did not arrive in time (see ApiMiddleware).
+        codes = {
+            404: "not_found",
+            405: "method_not_allowed",
+            408: "body_timeout",
+            413: "body_too_large",
+        }
         code = codes.get(exc.status_code, HTTPStatus(exc.status_code).name.lower())
         detail = str(exc.detail) if exc.detail else HTTPStatus(exc.status_code).phrase
         if exc.status_code == 404 and exc.detail == "Not Found":

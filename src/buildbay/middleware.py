@@ -1,9 +1,11 @@
 """One pure-ASGI middleware for what every request needs before and after the routes run:
-a request id, the JSON body rules of /api (Content-Type, 1 MiB), the RateLimit headers, and
-closing the connection after an answer given before the request's body was read."""
+a request id, the JSON body rules of /api (Content-Type, 1 MiB), the RateLimit headers, a time
+limit on reading a request body, and closing the connection after an answer given before the
+request's body was read."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -16,10 +18,12 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body
+from buildbay.storage.local import UPLOAD_PATH
 
 access_log = logging.getLogger("buildbay.access")
 
 MAX_JSON_BODY = 1024 * 1024
+BODY_READ_TIMEOUT = 30.0
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -32,9 +36,15 @@ def _is_json(content_type: str) -> bool:
 
 
 class ApiMiddleware:
-    def __init__(self, app: ASGIApp, max_json_body: int = MAX_JSON_BODY) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_json_body: int = MAX_JSON_BODY,
+        body_read_timeout: float = BODY_READ_TIMEOUT,
+    ) -> None:
         self.app = app
         self.max_json_body = max_json_body
+        self.body_read_timeout = body_read_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -59,11 +69,13 @@ class ApiMiddleware:
             receive = self._limited(receive)
 
         # An answer sent before the body was read to its end (a 413 on an upload past its
-        # declared size, a 403 on a bad signature, a JSON body over 1 MiB) closes the
-        # connection. Kept open, the server would go on reading whatever the client still sends,
-        # for as long as it sends it, only to throw it away.
-        body = _BodyReading(receive) if _has_body(headers) else None
-        if body is not None:
+        # declared size, a 403 on a bad signature, a JSON body over 1 MiB, a 408 on a body too
+        # slow) closes the connection. Kept open, the server would go on reading whatever the
+        # client still sends, for as long as it sends it, only to throw it away.
+        body = None
+        if _has_body(headers):
+            upload = scope["path"].startswith(UPLOAD_PATH)
+            body = _BodyReading(receive, self.body_read_timeout, per_chunk=upload)
             receive = body.receive
 
         async def send_with_headers(message: Message) -> None:
@@ -121,16 +133,37 @@ def _has_body(headers: dict[str, str]) -> bool:
 
 
 class _BodyReading:
-    """The request's `receive`, noting whether the app has read the body to its end."""
+    """The request's `receive`, noting whether the app has read the body to its end, and
+    bounding how long that takes.
 
-    __slots__ = ("_receive", "finished")
+    uvicorn waits for a body as long as the client likes, so a client that trickles it (or
+    stops sending it) would hold its request forever. Here a body must arrive whole within
+    `timeout` seconds of the first read; an upload's (`per_chunk`), which may rightly take
+    hours, must not pause longer than that between two chunks. Past it: 408 `body_timeout`.
+    """
 
-    def __init__(self, receive: Receive) -> None:
+    __slots__ = ("_deadline", "_per_chunk", "_receive", "_timeout", "finished")
+
+    def __init__(self, receive: Receive, timeout: float, *, per_chunk: bool) -> None:
         self._receive = receive
+        self._timeout = timeout
+        self._per_chunk = per_chunk
+        self._deadline: float | None = None
         self.finished = False
 
     async def receive(self) -> Message:
-        message = await self._receive()
+        if self.finished:  # e.g. waiting for a disconnect while a response streams: no limit
+            return await self._receive()
+        if self._deadline is None or self._per_chunk:
+            self._deadline = asyncio.get_running_loop().time() + self._timeout
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                message = await self._receive()
+        except TimeoutError:
+            what = (
+                "No bytes of the upload arrived" if self._per_chunk else "The body did not arrive"
+            )
+            raise HTTPException(408, f"{what} within {self._timeout:g} seconds") from None
         if message["type"] == "http.request" and not message.get("more_body", False):
             self.finished = True
         return message
