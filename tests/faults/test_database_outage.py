@@ -9,6 +9,7 @@ and the same process serves again by itself once the database is back.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Callable
@@ -48,6 +49,7 @@ def _traffic(base: str, user: Uploader) -> Traffic:
     requests: list[tuple[str, Callable[[httpx.Client], Any]]] = [
         ("list", lambda http: http.get("/api/projects", headers=user.headers)),
         ("create", create),
+        ("upload", user.upload_small),
         ("login", login),
         ("builds", lambda http: http.get(user.base, headers=user.headers)),
     ]
@@ -153,6 +155,18 @@ def _chattr(flag: str, *paths: Path) -> None:
     subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
 
 
+def _skip_unless_chattr_works(directory: Path) -> None:
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr (e2fsprogs) is not installed")
+    probe = directory / "immutable-probe"
+    probe.touch()
+    try:
+        _chattr("+i", probe)
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"this file system cannot make a file immutable: {exc.stderr!r}")
+    _chattr("-i", probe)
+
+
 @pytest.mark.skipif(bool(PG_URL), reason="the SQLite outage runs with the SQLite suite")
 @pytest.mark.skipif(not IS_ROOT, reason="making a file immutable (chattr +i) needs root")
 def test_a_read_only_sqlite_database_under_traffic_is_503_and_the_process_recovers(
@@ -170,13 +184,7 @@ def test_a_read_only_sqlite_database_under_traffic_is_503_and_the_process_recove
     files = [database, database.with_name(database.name + "-wal")]
     with httpx.Client(base_url=server.base, timeout=30) as http:
         user = Uploader.sign_up(http)
-        probe = tmp_path / "probe"
-        probe.touch()
-        try:
-            _chattr("+i", probe)
-        except subprocess.CalledProcessError as exc:
-            pytest.skip(f"this file system cannot make a file immutable: {exc.stderr!r}")
-        _chattr("-i", probe)
+        _skip_unless_chattr_works(tmp_path)
         try:
             _ride_out_an_outage(
                 server,
@@ -198,6 +206,7 @@ async def test_a_sqlite_connection_opened_while_the_file_was_read_only_is_not_ke
     read-only. Catches: the pool keeping that connection, which then refuses every write with
     `attempt to write a readonly database` after the files are writable again."""
     database = Path(database_url.split(":///", 1)[1])
+    _skip_unless_chattr_works(database.parent)
     keeper = sqlite3.connect(database)  # holds the write-ahead log open, as a server would
     keeper.execute("PRAGMA journal_mode=WAL")
     keeper.execute("SELECT * FROM alembic_version").fetchall()

@@ -36,30 +36,13 @@ def test_redis_dying_under_traffic_fails_open_and_counting_resumes_when_it_retur
     with httpx.Client(base_url=server.base, timeout=30) as http:
         user = Uploader.sign_up(http)
 
-        def upload(client: httpx.Client) -> httpx.Response:
-            link = client.post(
-                f"{user.base}/upload-link",
-                json={"fileName": "a.bin", "fileSize": 5},
-                headers=user.headers,
-            )
-            if link.status_code != 201:
-                return link
-            put = client.put(link.json()["uploadUrl"], content=b"bytes")
-            if put.status_code != 200:
-                return put
-            return client.post(
-                f"{user.base}/verify",
-                json={"buildId": link.json()["buildId"]},
-                headers=user.headers,
-            )
-
         def login(client: httpx.Client) -> httpx.Response:
             body = {"email": "ci@example.com", "password": "a long password"}
             return client.post("/api/auth/login", json=body)
 
         requests: list[tuple[str, Callable[[httpx.Client], Any]]] = [
             ("list", lambda client: client.get("/api/projects", headers=user.headers)),
-            ("upload", upload),
+            ("upload", user.upload_small),
             ("login", login),
             ("builds", lambda client: client.get(user.base, headers=user.headers)),
         ]
@@ -72,7 +55,7 @@ def test_redis_dying_under_traffic_fails_open_and_counting_resumes_when_it_retur
             wait_for(lambda: _store(http) == "degraded", "/readyz to report the store degraded")
             mark = len(traffic.outcomes)
             wait_for(
-                lambda: sum(_ok(o) for o in traffic.outcomes[mark:]) >= 12,
+                lambda: sum(_ok(o) for o in traffic.outcomes[mark:]) >= 8,
                 "requests to keep succeeding without Redis",
             )
             unlimited = [o for o in traffic.outcomes[mark:] if o.label == "list"]
@@ -83,7 +66,7 @@ def test_redis_dying_under_traffic_fails_open_and_counting_resumes_when_it_retur
             wait_for(lambda: _store(http) == "ok", "/readyz to see the store again")
             mark = len(traffic.outcomes)
             wait_for(
-                lambda: sum(bool(o.rate_limit) for o in traffic.outcomes[mark:]) >= 8,
+                lambda: sum(bool(o.rate_limit) for o in traffic.outcomes[mark:]) >= 4,
                 "requests to be counted again",
             )
         counted = [o for o in traffic.outcomes[mark:] if o.label == "list"]

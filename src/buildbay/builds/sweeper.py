@@ -64,7 +64,7 @@ async def sweep_expired_uploads(
 class Swept:
     expired_uploads: int
     retention: int
-    abandoned_uploads: int = 0
+    abandoned_uploads: int
 
 
 async def sweep(
