@@ -172,6 +172,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 responses.setdefault(
                     "503", {"description": "Database or storage unreachable (see Retry-After)"}
                 )
+                if "requestBody" in operation:
+                    responses.setdefault(
+                        "408", {"description": "The body did not arrive in time (body_timeout)"}
+                    )
             for status, response in responses.items():
                 if status.startswith(("4", "5")):
                     response["content"] = problem_content
