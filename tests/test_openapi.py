@@ -85,7 +85,17 @@ async def test_openapi_documents_change_password_and_every_answer_it_gives(
 ) -> None:
     operation = document["paths"]["/api/auth/change-password"]["post"]
 
-    assert set(operation["responses"]) == {"204", "400", "401", "413", "422", "429", "500", "503"}
+    assert set(operation["responses"]) == {
+        "204",
+        "400",
+        "401",
+        "408",
+        "413",
+        "422",
+        "429",
+        "500",
+        "503",
+    }
     assert "content" not in operation["responses"]["204"]
     assert operation["security"] == [{"HTTPBearer": []}]
     body = operation["requestBody"]["content"]["application/json"]["schema"]
