@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
@@ -63,6 +63,18 @@ class InstallTarget:
     link: InstallLink
     build: Build
     application: Application
+
+
+# Built once: every build the API shows runs it (see InstallLinks.current).
+_LIVE_LINKS_OF_BUILDS = (
+    select(InstallLink)
+    .where(
+        InstallLink.build_id.in_(bindparam("ids", expanding=True)),
+        InstallLink.revoked_at.is_(None),
+        InstallLink.expires_at > bindparam("now"),
+    )
+    .order_by(InstallLink.id)
+)
 
 
 class InstallLinks:
@@ -130,15 +142,7 @@ class InstallLinks:
         """The newest live link of each build that has one."""
         if not build_ids:
             return {}
-        links = await self.db.scalars(
-            select(InstallLink)
-            .where(
-                InstallLink.build_id.in_(build_ids),
-                InstallLink.revoked_at.is_(None),
-                InstallLink.expires_at > self.now,
-            )
-            .order_by(InstallLink.id)
-        )
+        links = await self.db.scalars(_LIVE_LINKS_OF_BUILDS, {"ids": build_ids, "now": self.now})
         return {link.build_id: link for link in links}  # the newest wins: ids sort by time
 
     async def open(self, token: str) -> InstallTarget:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import IO, TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, String, and_, cast, func, or_, select, update
+from sqlalchemy import ColumnElement, String, and_, bindparam, cast, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, Platform
@@ -101,6 +101,12 @@ async def storage_usage(db: AsyncSession, user_id: str) -> StorageUsage:
         )
     ).one()
     return StorageUsage(int(row[0]), int(row[1]))
+
+
+# Built once: composing a statement per request costs more than the database takes to run it.
+_BUILD_OF_APPLICATION = select(Build).where(
+    Build.id == bindparam("build_id"), Build.application_id == bindparam("application_id")
+)
 
 
 class BuildService:
@@ -342,9 +348,9 @@ class BuildService:
 
     async def get(self, application: Application, build_id: str, *, reload: bool = False) -> Build:
         build = await self.db.scalar(
-            select(Build)
-            .where(Build.id == build_id, Build.application_id == application.id)
-            .execution_options(populate_existing=reload)
+            _BUILD_OF_APPLICATION,
+            {"build_id": build_id, "application_id": application.id},
+            execution_options={"populate_existing": reload},
         )
         if build is None:
             raise NotFound("No build with this id in the application", code="build_not_found")

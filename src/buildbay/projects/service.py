@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
@@ -31,14 +31,15 @@ class MemberView:
     user: User
 
 
-def _applications_count_of(project_id: Any) -> Select[Any]:
-    return select(func.count(Application.id)).where(Application.project_id == project_id)
+_APPLICATIONS_COUNT = select(func.count(Application.id)).where(
+    Application.project_id == bindparam("project_id")
+)
 
 
 # Built once, not per request: composing a statement costs more than SQLite takes to run it.
 # Core over the tables, not ORM entities: a list only reads, and loading entities into the
 # session costs several times what SQLite takes to find the rows.
-# (So the count is spelled out here: _applications_count_of names an ORM attribute, and any
+# (So the count is spelled out here: _APPLICATIONS_COUNT names an ORM attribute, and any
 # ORM attribute in the statement sends the whole list through the ORM's loading again.)
 _projects = Project.__table__
 _members = ProjectMember.__table__
@@ -98,7 +99,7 @@ class ProjectService:
         return ProjectView(project, 0)
 
     async def view(self, project: Project) -> ProjectView:
-        count = await self.db.scalar(_applications_count_of(project.id))
+        count = await self.db.scalar(_APPLICATIONS_COUNT, {"project_id": project.id})
         return ProjectView(project, count or 0)
 
     async def rename(self, project: Project, name: str) -> ProjectView:
