@@ -77,7 +77,7 @@ class ApiMiddleware:
     def _check_body_headers(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
         length = headers.get("content-length")
         chunked = "transfer-encoding" in headers
-        if length is not None and not length.isdigit():
+        if length is not None and not (length.isascii() and length.isdigit()):
             return 400, "bad_request", "Content-Length is not a number"
         if length is not None and int(length) > self.max_json_body:
             return 413, "body_too_large", "JSON request bodies are limited to 1 MiB"
