@@ -3,26 +3,61 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from buildbay.builds.models import BuildStatus
-from buildbay.schemas import ApiModel, RequestModel, Timestamp
+from buildbay.schemas import (
+    WHITESPACE_CLASS,
+    ApiModel,
+    JsonInteger,
+    RequestModel,
+    Timestamp,
+    Trimmed,
+)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# What the rules below allow, for the OpenAPI document: a character other than `/`, `\` and
+# the control characters, at least one of them not whitespace; not `.` or `..` once trimmed.
+_ALLOWED = "[^/\\\\\\u0000-\\u001f\\u007f]"
+_SHOWN = f"[^/\\\\\\u0000-\\u001f\\u007f{WHITESPACE_CLASS}]"
+FILE_NAME_SCHEMA = {
+    "pattern": f"^{_ALLOWED}*{_SHOWN}{_ALLOWED}*$",
+    "not": {"pattern": f"^[{WHITESPACE_CLASS}]*\\.\\.?[{WHITESPACE_CLASS}]*$"},
+}
 MAX_NOTES_LENGTH = 10_000
 DEFAULT_HOURS = 24 * 7  # an install link's life, unless asked
 MAX_HOURS = 24 * 90
 
 
-def check_file_name(value: str) -> str:
-    """A name to show and to offer as the download's file name; never a path."""
-    if value in {".", ".."}:
-        raise ValueError("cannot be . or ..")
+def check_file_name_characters(value: str) -> str:
+    """A name to show and to offer as the download's file name; never a path. (As sent: a
+    control character is refused even where trimming would remove it.)"""
     if "/" in value or "\\" in value:
         raise ValueError("cannot contain / or \\")
     if _CONTROL.search(value):
         raise ValueError("cannot contain control characters")
     return value
+
+
+def check_file_name(value: str) -> str:
+    """Once trimmed: not a name of the directories themselves."""
+    if value in {".", ".."}:
+        raise ValueError("cannot be . or ..")
+    return value
+
+
+FileName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=255,
+        examples=["app-release.apk"],
+        json_schema_extra=FILE_NAME_SCHEMA,
+    ),
+    AfterValidator(check_file_name_characters),
+    Trimmed(),
+    AfterValidator(check_file_name),
+]
 
 
 def version_label(metadata: dict[str, Any] | None) -> str | None:
@@ -37,8 +72,10 @@ def version_label(metadata: dict[str, Any] | None) -> str | None:
 
 
 class UploadLinkRequest(RequestModel):
-    file_name: Annotated[str, Field(min_length=1, max_length=255, examples=["app-release.apk"])]
-    file_size: Annotated[int, Field(ge=1, strict=True, description="Exact size in bytes")]
+    file_name: FileName
+    file_size: Annotated[
+        int, Field(ge=1, strict=True, description="Exact size in bytes"), JsonInteger
+    ]
     sha256: Annotated[
         str | None,
         Field(
@@ -46,8 +83,6 @@ class UploadLinkRequest(RequestModel):
             description="Optional: verify then checks the stored bytes against it",
         ),
     ] = None
-
-    _check_file_name = field_validator("file_name")(check_file_name)
 
     @field_validator("sha256")
     @classmethod
@@ -75,12 +110,13 @@ class InstallLinkRequest(RequestModel):
             strict=True,
             description=f"How long the link works (default {DEFAULT_HOURS}, at most {MAX_HOURS})",
         ),
+        JsonInteger,
     ] = DEFAULT_HOURS
 
 
 class VerifyRequest(RequestModel):
     build_id: Annotated[str, Field(min_length=1, max_length=64)]
-    notes: Annotated[str | None, Field(max_length=MAX_NOTES_LENGTH)] = None
+    notes: Annotated[str, Field(max_length=MAX_NOTES_LENGTH), Trimmed(blank_ok=True)] | None = None
     install_link: InstallLinkRequest | None = Field(
         default=None,
         description="Also create an install link; the answer's installUrl is then its address",
