@@ -70,7 +70,8 @@ def test_a_name_taken_is_trimmed_and_is_never_a_path(name: str) -> None:
 
     assert taken == name.strip(WHITESPACE)
     assert taken not in {".", ".."}
-    assert not ({"/", "\\"} & set(taken)) and not _CONTROL.search(taken)
+    assert not ({"/", "\\"} & set(taken))
+    assert not _CONTROL.search(taken)
     assert 1 <= len(taken) <= 255
 
 

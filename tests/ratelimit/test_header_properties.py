@@ -58,7 +58,8 @@ def check_headers(state: RateLimitState, per_minute: int) -> tuple[int, int]:
     headers = state.headers()
     policy = POLICY.fullmatch(headers["RateLimit-Policy"])
     current = RATELIMIT.fullmatch(headers["RateLimit"])
-    assert policy and current, headers
+    assert policy, headers
+    assert current, headers
     assert policy["policy"] == current["policy"] == "free"
     assert (int(policy["q"]), int(policy["w"])) == (per_minute, WINDOW_SECONDS)
     return int(current["r"]), int(current["t"])
@@ -88,13 +89,15 @@ def test_rate_limit_headers_over_any_requests_and_pauses(per_minute: int, plan: 
                 assert 0 <= reset <= WINDOW_SECONDS
                 continue
             assert remaining == 0
-            assert refusal is not None and refusal["Retry-After"] == str(reset)
+            assert refusal is not None
+            assert refusal["Retry-After"] == str(reset)
             # A request counts until it is more than a window old: at most a second more.
             assert 1 <= reset <= WINDOW_SECONDS + 1
             # Waiting Retry-After seconds is enough.
             clock.now += reset
             state, refusal = await counted(counter)
-            assert state.allowed and refusal is None, (reset, served, clock.now)
+            assert state.allowed, (reset, served, clock.now)
+            assert refusal is None
             served.append(clock.now)
 
     with mock.patch.object(time, "time", clock.time):
