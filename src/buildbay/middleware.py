@@ -48,6 +48,14 @@ class ApiMiddleware:
         started = time.perf_counter()
         status = 500  # what the log says if the app fails before answering
 
+        if "\x00" in scope["path"]:
+            # No id has one, and PostgreSQL cannot even compare text with one: nothing is here.
+            await _send_problem(
+                send, 404, "not_found", "No resource has a NUL character in its path", request_id
+            )
+            _log_access(scope, 404, started, request_id)
+            return
+
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
             problem = self._check_body_headers(headers)
             if problem is not None:

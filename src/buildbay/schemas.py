@@ -16,6 +16,7 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     WithJsonSchema,
+    field_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
@@ -73,8 +74,11 @@ WHITESPACE = "".join(chr(c) for first, last in _WHITESPACE for c in range(first,
 WHITESPACE_CLASS = "".join(
     f"\\u{first:04x}" + (f"-\\u{last:04x}" if last > first else "") for first, last in _WHITESPACE
 )
-# A JSON Schema pattern matches anywhere in the string: this one means "not blank".
-NOT_BLANK_PATTERN = f"[^{WHITESPACE_CLASS}]"
+# Text never holds NUL (U+0000): PostgreSQL cannot store it, nor compare with it.
+NUL = "\x00"
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+# Not blank, and no NUL.
+NOT_BLANK_PATTERN = f"^[^\\u0000]*[^\\u0000{WHITESPACE_CLASS}][^\\u0000]*$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +120,32 @@ class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, from_attributes=True)
 
 
-class RequestModel(BaseModel):
-    """A request body: unknown fields are refused (no mass assignment); free text is `Trimmed`."""
+def _no_nul_in_the_document(schema: dict[str, Any]) -> None:
+    """Every string property of the body says that it holds no NUL (one with a pattern of its
+    own has one that excludes NUL already)."""
+    for prop in schema.get("properties", {}).values():
+        for option in [prop, *prop.get("anyOf", [])]:
+            if option.get("type") == "string" and "pattern" not in option:
+                option["pattern"] = NO_NUL_PATTERN
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=False, extra="forbid")
+
+class RequestModel(BaseModel):
+    """A request body: unknown fields are refused (no mass assignment); free text is `Trimmed`;
+    no text holds NUL."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=False,
+        extra="forbid",
+        json_schema_extra=_no_nul_in_the_document,
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        if isinstance(value, str) and NUL in value:
+            raise ValueError("cannot contain the NUL character (U+0000)")
+        return value
 
 
 DEFAULT_PAGE_SIZE = 50

@@ -14,7 +14,7 @@ from buildbay.errors import Forbidden, problem_responses
 from buildbay.openapi import link, linked
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
 from buildbay.projects.models import ProjectRole
-from buildbay.schemas import PAGE_QUERY, Page
+from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY, Page
 
 router = APIRouter(
     prefix="/api/app-distribution/{projectId}/{appId}/builds",
@@ -81,6 +81,7 @@ async def version_filter(
         Query(
             alias="versionName",
             max_length=100,
+            pattern=NO_NUL_PATTERN,
             description="Only builds of this version name (APK versionName, IPA shortVersion)",
         ),
     ] = None,
@@ -89,6 +90,7 @@ async def version_filter(
         Query(
             alias="versionCode",
             max_length=100,
+            pattern=NO_NUL_PATTERN,
             description="Only builds of this version code (APK versionCode, IPA buildNumber)",
         ),
     ] = None,
