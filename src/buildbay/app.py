@@ -48,7 +48,8 @@ Upload app builds (APK, AAB, IPA, installers) from CI and hand them to testers.
 
 Uploading is three steps: `POST .../builds/upload-link` gives an `uploadUrl`; `PUT` the raw bytes
 there (no token: the URL is signed); `POST .../builds/verify` makes the build `ready`.
-Every error is `application/problem+json` (RFC 9457) with a stable `code`.
+Every error is `application/problem+json` (RFC 9457) with a stable `code`. Query parameters that
+an operation does not define are ignored.
 """
 
 

@@ -21,7 +21,7 @@ T = TypeVar("T")
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _lock = threading.Lock()
 _last = 0
-ID_PATTERN = re.compile(r"^[a-z]{2,4}_[0-9A-HJKMNP-TV-Z]{26}$")
+ID_PATTERN = re.compile(r"[a-z]{2,4}_[0-9A-HJKMNP-TV-Z]{26}")  # the whole string: fullmatch
 
 
 def _next_value() -> int:
@@ -66,6 +66,6 @@ def decode_cursor(cursor: str) -> str:
         value = raw.decode("ascii")
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise InvalidCursorError(cursor) from exc
-    if not ID_PATTERN.match(value):
+    if not ID_PATTERN.fullmatch(value):
         raise InvalidCursorError(cursor)
     return value

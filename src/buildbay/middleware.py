@@ -59,6 +59,14 @@ class ApiMiddleware:
         started = time.perf_counter()
         status = 500  # what the log says if the app fails before answering
 
+        if "\x00" in scope["path"]:
+            # No id has one, and PostgreSQL cannot even compare text with one: nothing is here.
+            await _send_problem(
+                send, 404, "not_found", "No resource has a NUL character in its path", request_id
+            )
+            _log_access(scope, 404, started, request_id)
+            return
+
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
             problem = self._check_body_headers(headers)
             if problem is not None:
@@ -99,7 +107,7 @@ class ApiMiddleware:
 
     def _check_body_headers(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
         length = headers.get("content-length")
-        if length is not None and not length.isdigit():
+        if length is not None and not (length.isascii() and length.isdigit()):
             return 400, "bad_request", "Content-Length is not a number"
         if length is not None and int(length) > self.max_json_body:
             return 413, "body_too_large", "JSON request bodies are limited to 1 MiB"
@@ -129,7 +137,9 @@ class ApiMiddleware:
 
 def _has_body(headers: dict[str, str]) -> bool:
     length = headers.get("content-length", "")
-    return "transfer-encoding" in headers or (length.isdigit() and int(length) > 0)
+    return "transfer-encoding" in headers or (
+        length.isascii() and length.isdigit() and int(length) > 0
+    )
 
 
 class _BodyReading:

@@ -8,8 +8,19 @@ from typing import Annotated, Any
 
 import email_validator
 from fastapi import Depends, Request
-from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 from buildbay.clock import utc_whole_seconds
 from buildbay.errors import ValidationFailed
@@ -29,21 +40,112 @@ Timestamp = Annotated[
 ]
 
 
+def _whole_number(value: object) -> object:
+    # JSON has one kind of number, and JSON Schema's (so OpenAPI's) `integer` is any number
+    # without a fraction: 3.0 is the integer 3. Strings and booleans stay refused (Strict).
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer field of a request body as the OpenAPI document's `type: integer` promises it:
+# `Annotated[int, Field(..., strict=True), JsonInteger]`, last so that the document shows the
+# constraints before it as `minimum` and `maximum`.
+JsonInteger = BeforeValidator(_whole_number)
+
+
+# What trimming removes: Unicode's White_Space characters (not quite Python's str.isspace()),
+# as ranges of code points.
+_WHITESPACE = (
+    (0x09, 0x0D),
+    (0x20, 0x20),
+    (0x85, 0x85),
+    (0xA0, 0xA0),
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x3000, 0x3000),
+)
+WHITESPACE = "".join(chr(c) for first, last in _WHITESPACE for c in range(first, last + 1))
+# The same as the body of a regular expression's character class, for the OpenAPI document:
+# its patterns are ECMA-262 regular expressions, whose `\s` is another set.
+WHITESPACE_CLASS = "".join(
+    f"\\u{first:04x}" + (f"-\\u{last:04x}" if last > first else "") for first, last in _WHITESPACE
+)
+# Text never holds NUL (U+0000): PostgreSQL cannot store it, nor compare with it.
+NUL = "\x00"
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+# Not blank, and no NUL.
+NOT_BLANK_PATTERN = f"^[^\\u0000]*[^\\u0000{WHITESPACE_CLASS}][^\\u0000]*$"
+
+
+@dataclass(frozen=True, slots=True)
+class Trimmed:
+    """Free text (a name, notes): checked as sent, then trimmed of surrounding whitespace.
+
+    As sent, so that the document's `maxLength` means what the server checks. Unless
+    `blank_ok`, text that is only whitespace is refused, and the document says so with a
+    pattern (`NOT_BLANK_PATTERN`). Request bodies are otherwise taken as sent: an identifier
+    with a space around it does not match its pattern.
+    """
+
+    blank_ok: bool = False
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._trim, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        if not self.blank_ok:
+            # A field with a pattern of its own has one that says "not blank" too.
+            json_schema.setdefault("pattern", NOT_BLANK_PATTERN)
+        return json_schema
+
+    def _trim(self, value: str) -> str:
+        trimmed = value.strip(WHITESPACE)
+        if not trimmed and not self.blank_ok:
+            raise ValueError("cannot be blank")
+        return trimmed
+
+
 class ApiModel(BaseModel):
     """A response body: camelCase field names, as the seed writes them."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, from_attributes=True)
 
 
+def _no_nul_in_the_document(schema: dict[str, Any]) -> None:
+    """Every string property of the body says that it holds no NUL (one with a pattern of its
+    own has one that excludes NUL already)."""
+    for prop in schema.get("properties", {}).values():
+        for option in [prop, *prop.get("anyOf", [])]:
+            if option.get("type") == "string" and "pattern" not in option:
+                option["pattern"] = NO_NUL_PATTERN
+
+
 class RequestModel(BaseModel):
-    """A request body: unknown fields are refused (no mass assignment), strings are trimmed."""
+    """A request body: unknown fields are refused (no mass assignment); free text is `Trimmed`;
+    no text holds NUL."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=False,
         extra="forbid",
-        str_strip_whitespace=True,
+        json_schema_extra=_no_nul_in_the_document,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        if isinstance(value, str) and NUL in value:
+            raise ValueError("cannot contain the NUL character (U+0000)")
+        return value
 
 
 DEFAULT_PAGE_SIZE = 50

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response, status
 
@@ -8,6 +8,7 @@ from buildbay.applications import schemas
 from buildbay.applications.service import ApplicationService, ApplicationView
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.errors import problem_responses
+from buildbay.openapi import link, linked
 from buildbay.projects.access import AppAdmin, AppTester, ProjectAdmin, ProjectTester
 from buildbay.schemas import PAGE_QUERY, Page
 
@@ -17,6 +18,25 @@ router = APIRouter(
 
 BY_ID = problem_responses(401, 403, 404, 429)
 WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
+
+_APPLICATION = "/api/projects/{id}/applications/{appId}"
+_BUILDS = "/api/app-distribution/{projectId}/{appId}/builds"
+
+
+def _application_links(app: str) -> dict[str, dict[str, Any]]:
+    """What an application (at `app`, a runtime expression to its object) opens."""
+    by_id = {"id": f"{app}/projectId", "appId": f"{app}/id"}
+    builds = {"projectId": f"{app}/projectId", "appId": f"{app}/id"}
+    return {
+        "GetApplication": link("GET", _APPLICATION, "The application", by_id),
+        "UpdateApplication": link("PUT", _APPLICATION, "Update the application", by_id),
+        "DeleteApplication": link("DELETE", _APPLICATION, "Delete the application", by_id),
+        "ListBuilds": link("GET", _BUILDS, "Its builds", builds),
+        "LatestBuild": link("GET", f"{_BUILDS}/latest", "Its newest ready build", builds),
+        "CreateUploadLink": link(
+            "POST", f"{_BUILDS}/upload-link", "Upload a build (step 1)", builds
+        ),
+    }
 
 
 async def application_service(ctx: Context, db: SessionDep) -> ApplicationService:
@@ -45,7 +65,12 @@ def _application(view: ApplicationView) -> schemas.Application:
 
 @router.get(
     "",
-    responses=problem_responses(401, 403, 404, 422, 429),
+    responses={
+        **linked(
+            200, "A page of applications", _application_links("$response.body#/applications/0")
+        ),
+        **problem_responses(401, 403, 404, 422, 429),
+    },
     summary="List applications",
     openapi_extra=PAGE_QUERY,
 )
@@ -61,7 +86,10 @@ async def list_applications(
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    responses=WRITE_BY_ID,
+    responses={
+        **linked(201, "The new application", _application_links("$response.body#")),
+        **WRITE_BY_ID,
+    },
     summary="Create an application (admin+)",
 )
 async def create_application(
@@ -75,7 +103,14 @@ async def get_application(access: AppTester, service: Service) -> schemas.Applic
     return _application(await service.view(access.application))
 
 
-@router.put("/{appId}", responses=WRITE_BY_ID, summary="Update an application's fields (admin+)")
+@router.put(
+    "/{appId}",
+    responses={
+        **linked(200, "The updated application", _application_links("$response.body#")),
+        **WRITE_BY_ID,
+    },
+    summary="Update an application's fields (admin+)",
+)
 async def update_application(
     body: schemas.ApplicationUpdate, access: AppAdmin, service: Service
 ) -> schemas.Application:

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
 from buildbay.applications.models import Platform
-from buildbay.schemas import ApiModel, RequestModel, Timestamp
+from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
 
-ApplicationName = Annotated[str, Field(min_length=1, max_length=100)]
+ApplicationName = Annotated[str, Field(min_length=1, max_length=100), Trimmed()]
 BundleId = Annotated[
     str,
     Field(
@@ -23,11 +23,12 @@ class RetentionRule(RequestModel):
     """Which ready builds the sweeper keeps; the newest ready build is always kept."""
 
     keep_last: Annotated[
-        int | None, Field(ge=1, le=100_000, strict=True, description="Keep the newest N")
+        Annotated[int, Field(ge=1, le=100_000, strict=True), JsonInteger] | None,
+        Field(description="Keep the newest N"),
     ] = None
     keep_days: Annotated[
-        int | None,
-        Field(ge=1, le=36_500, strict=True, description="Keep builds verified in the last D days"),
+        Annotated[int, Field(ge=1, le=36_500, strict=True), JsonInteger] | None,
+        Field(description="Keep builds verified in the last D days"),
     ] = None
 
 
@@ -43,11 +44,23 @@ class ApplicationCreate(RequestModel):
     retention: RetentionRule | None = None
 
 
+def _not_null_in_the_document(schema: dict[str, Any]) -> None:
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    if len(options) == 1:
+        schema.update(options[0])
+    schema.pop("default", None)
+
+
+# Left out, the field keeps its value; null is refused (below). The document says neither null
+# nor a default: the None of the Python type only means "left out".
+NotNull = Field(default=None, json_schema_extra=_not_null_in_the_document)
+
+
 class ApplicationUpdate(RequestModel):
     """Fields present are changed; fields left out keep their value."""
 
-    name: ApplicationName | None = None
-    platform: Platform | None = None
+    name: ApplicationName | None = NotNull
+    platform: Platform | None = NotNull
     bundle_id: BundleId | None = None
     retention: RetentionRule | None = Field(
         default=None, description="Replaces the rule; null keeps every build"

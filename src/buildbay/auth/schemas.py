@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
 
 from buildbay.config import Plan
-from buildbay.schemas import ApiModel, RequestModel, Timestamp
+from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
 
 Password = Annotated[str, Field(min_length=8, max_length=128)]
 
@@ -94,8 +94,8 @@ class TokenResponse(BaseModel):
 
 
 class CreateApiTokenRequest(RequestModel):
-    name: Annotated[str, Field(min_length=1, max_length=100)]
-    expires_in_days: Annotated[int | None, Field(ge=1, le=365)] = None
+    name: Annotated[str, Field(min_length=1, max_length=100), Trimmed()]
+    expires_in_days: Annotated[int, Field(ge=1, le=365, strict=True), JsonInteger] | None = None
 
 
 class ApiToken(ApiModel):

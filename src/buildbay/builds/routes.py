@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
 from fastapi.responses import RedirectResponse
@@ -11,9 +11,10 @@ from buildbay.builds.models import Build, BuildStatus, InstallLink
 from buildbay.builds.service import BuildOrder, BuildService, VersionFilter
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.errors import Forbidden, problem_responses
+from buildbay.openapi import link, linked
 from buildbay.projects.access import BuildsDeveloper, BuildsTester
 from buildbay.projects.models import ProjectRole
-from buildbay.schemas import PAGE_QUERY, Page
+from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY, Page
 
 router = APIRouter(
     prefix="/api/app-distribution/{projectId}/{appId}/builds",
@@ -22,6 +23,54 @@ router = APIRouter(
 )
 
 BY_ID = problem_responses(401, 403, 404, 429)
+_BUILDS = "/api/app-distribution/{projectId}/{appId}/builds"
+_BUILD = f"{_BUILDS}/{{buildId}}"
+
+
+def _build_links(build: str) -> dict[str, dict[str, Any]]:
+    """What a build (at `build`, a runtime expression to its object) opens."""
+    by_id = {
+        "projectId": f"{build}/projectId",
+        "appId": f"{build}/applicationId",
+        "buildId": f"{build}/buildId",
+    }
+    return {
+        "GetBuild": link("GET", _BUILD, "The build", by_id),
+        "DownloadBuild": link("GET", f"{_BUILD}/download", "Download its file", by_id),
+        "BuildIcon": link("GET", f"{_BUILD}/icon", "Its app icon", by_id),
+        "CreateInstallLink": link("POST", f"{_BUILD}/install-link", "Share it", by_id),
+        "ListInstallLinks": link("GET", f"{_BUILD}/install-links", "Its install links", by_id),
+        "DeleteBuild": link("DELETE", _BUILD, "Delete the build", by_id),
+    }
+
+
+_IN_PATH = {"projectId": "$request.path.projectId", "appId": "$request.path.appId"}
+_UPLOAD_LINKS = {
+    "VerifyUpload": link(
+        "POST",
+        f"{_BUILDS}/verify",
+        "Step 3, once the file is PUT to uploadUrl",
+        _IN_PATH,
+        request_body={"buildId": "$response.body#/buildId"},
+    ),
+    "GetBuild": link(
+        "GET", _BUILD, "The pending build", {**_IN_PATH, "buildId": "$response.body#/buildId"}
+    ),
+    "DeleteBuild": link(
+        "DELETE",
+        _BUILD,
+        "Give up the upload",
+        {**_IN_PATH, "buildId": "$response.body#/buildId"},
+    ),
+}
+_INSTALL_LINK_LINKS = {
+    "RevokeInstallLink": link(
+        "DELETE",
+        f"{_BUILD}/install-links/{{linkId}}",
+        "Revoke the install link",
+        {**_IN_PATH, "buildId": "$request.path.buildId", "linkId": "$response.body#/linkId"},
+    ),
+}
 # A build's bytes, and so its icon, never change.
 ICON_CACHE = {"Cache-Control": "private, max-age=31536000, immutable"}
 
@@ -32,6 +81,7 @@ async def version_filter(
         Query(
             alias="versionName",
             max_length=100,
+            pattern=NO_NUL_PATTERN,
             description="Only builds of this version name (APK versionName, IPA shortVersion)",
         ),
     ] = None,
@@ -40,6 +90,7 @@ async def version_filter(
         Query(
             alias="versionCode",
             max_length=100,
+            pattern=NO_NUL_PATTERN,
             description="Only builds of this version code (APK versionCode, IPA buildNumber)",
         ),
     ] = None,
@@ -109,7 +160,10 @@ def _install_link(link: InstallLink, build: Build, links: InstallLinks) -> schem
 
 @router.get(
     "",
-    responses=problem_responses(401, 403, 404, 422, 429),
+    responses={
+        **linked(200, "A page of builds", _build_links("$response.body#/builds/0")),
+        **problem_responses(401, 403, 404, 422, 429),
+    },
     summary="List builds, newest first",
     openapi_extra=PAGE_QUERY,
 )
@@ -138,7 +192,10 @@ async def list_builds(
 @router.post(
     "/upload-link",
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(400, 401, 403, 404, 413, 422, 429),
+    responses={
+        **linked(201, "Where to PUT the file, and the pending build's id", _UPLOAD_LINKS),
+        **problem_responses(400, 401, 403, 404, 413, 422, 429),
+    },
     summary="Step 1: get an address to PUT the build file to (developer+)",
 )
 async def create_upload_link(
@@ -158,7 +215,10 @@ async def create_upload_link(
 
 @router.post(
     "/verify",
-    responses=problem_responses(400, 401, 403, 404, 413, 422, 429),
+    responses={
+        **linked(200, "The ready build", _build_links("$response.body#")),
+        **problem_responses(400, 401, 403, 404, 413, 422, 429),
+    },
     summary="Step 3: confirm the upload; the build becomes ready (developer+)",
 )
 async def verify_upload(
@@ -173,7 +233,10 @@ async def verify_upload(
 
 @router.get(
     "/latest",
-    responses=problem_responses(401, 403, 404, 422, 429),
+    responses={
+        **linked(200, "The newest ready build", _build_links("$response.body#")),
+        **problem_responses(401, 403, 404, 422, 429),
+    },
     summary="The newest ready build (of a version, if asked): a stable address for CI",
 )
 async def latest_build(
@@ -184,7 +247,11 @@ async def latest_build(
 
 
 # After /latest: a path parameter would take that word for a build id.
-@router.get("/{buildId}", responses=BY_ID, summary="Get a build")
+@router.get(
+    "/{buildId}",
+    responses={**linked(200, "The build", _build_links("$response.body#")), **BY_ID},
+    summary="Get a build",
+)
 async def get_build(
     build_id: BuildId, access: BuildsTester, service: Service, links: Links
 ) -> schemas.Build:
@@ -238,7 +305,10 @@ async def build_icon(build_id: BuildId, access: BuildsTester, service: Service) 
 @router.post(
     "/{buildId}/install-link",
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(400, 401, 403, 404, 409, 422, 429),
+    responses={
+        **linked(201, "The install link", _INSTALL_LINK_LINKS),
+        **problem_responses(400, 401, 403, 404, 409, 422, 429),
+    },
     summary="Create a public install page for a ready build (tester+)",
 )
 async def create_install_link(

@@ -3,29 +3,65 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from buildbay.builds.models import BuildStatus
-from buildbay.schemas import ApiModel, RequestModel, Timestamp
+from buildbay.schemas import (
+    WHITESPACE_CLASS,
+    ApiModel,
+    JsonInteger,
+    RequestModel,
+    Timestamp,
+    Trimmed,
+)
 
 # Control characters (C0, DEL and C1: Unicode's Cc), line and paragraph separators, and the
 # bidirectional overrides, embeddings and isolates, with which "setup\u202ekpa.exe" shows as
 # "setupexe.apk" to the tester who downloads it.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What the rules below allow, for the OpenAPI document: a character other than `/`, `\` and
+# those above, at least one of them not whitespace; not `.` or `..` once trimmed.
+_REFUSED = "/\\\\\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
+_ALLOWED = f"[^{_REFUSED}]"
+_SHOWN = f"[^{_REFUSED}{WHITESPACE_CLASS}]"
+FILE_NAME_SCHEMA = {
+    "pattern": f"^{_ALLOWED}*{_SHOWN}{_ALLOWED}*$",
+    "not": {"pattern": f"^[{WHITESPACE_CLASS}]*\\.\\.?[{WHITESPACE_CLASS}]*$"},
+}
 MAX_NOTES_LENGTH = 10_000
 DEFAULT_HOURS = 24 * 7  # an install link's life, unless asked
 MAX_HOURS = 24 * 90
 
 
-def check_file_name(value: str) -> str:
-    """A name to show and to offer as the download's file name; never a path."""
-    if value in {".", ".."}:
-        raise ValueError("cannot be . or ..")
+def check_file_name_characters(value: str) -> str:
+    """A name to show and to offer as the download's file name; never a path. (As sent: a
+    control character is refused even where trimming would remove it.)"""
     if "/" in value or "\\" in value:
         raise ValueError("cannot contain / or \\")
     if _CONTROL.search(value):
         raise ValueError("cannot contain control or bidirectional-override characters")
     return value
+
+
+def check_file_name(value: str) -> str:
+    """Once trimmed: not a name of the directories themselves."""
+    if value in {".", ".."}:
+        raise ValueError("cannot be . or ..")
+    return value
+
+
+FileName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=255,
+        examples=["app-release.apk"],
+        json_schema_extra=FILE_NAME_SCHEMA,
+    ),
+    AfterValidator(check_file_name_characters),
+    Trimmed(),
+    AfterValidator(check_file_name),
+]
 
 
 def version_label(metadata: dict[str, Any] | None) -> str | None:
@@ -40,8 +76,10 @@ def version_label(metadata: dict[str, Any] | None) -> str | None:
 
 
 class UploadLinkRequest(RequestModel):
-    file_name: Annotated[str, Field(min_length=1, max_length=255, examples=["app-release.apk"])]
-    file_size: Annotated[int, Field(ge=1, strict=True, description="Exact size in bytes")]
+    file_name: FileName
+    file_size: Annotated[
+        int, Field(ge=1, strict=True, description="Exact size in bytes"), JsonInteger
+    ]
     sha256: Annotated[
         str | None,
         Field(
@@ -49,8 +87,6 @@ class UploadLinkRequest(RequestModel):
             description="Optional: verify then checks the stored bytes against it",
         ),
     ] = None
-
-    _check_file_name = field_validator("file_name")(check_file_name)
 
     @field_validator("sha256")
     @classmethod
@@ -78,12 +114,13 @@ class InstallLinkRequest(RequestModel):
             strict=True,
             description=f"How long the link works (default {DEFAULT_HOURS}, at most {MAX_HOURS})",
         ),
+        JsonInteger,
     ] = DEFAULT_HOURS
 
 
 class VerifyRequest(RequestModel):
     build_id: Annotated[str, Field(min_length=1, max_length=64)]
-    notes: Annotated[str | None, Field(max_length=MAX_NOTES_LENGTH)] = None
+    notes: Annotated[str, Field(max_length=MAX_NOTES_LENGTH), Trimmed(blank_ok=True)] | None = None
     install_link: InstallLinkRequest | None = Field(
         default=None,
         description="Also create an install link; the answer's installUrl is then its address",

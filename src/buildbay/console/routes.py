@@ -128,7 +128,7 @@ async def _form(request: Request) -> Any:
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         raise BadRequest("Send the form as application/x-www-form-urlencoded")
     length = request.headers.get("content-length", "")
-    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+    if not (length.isascii() and length.isdigit()) or int(length) > MAX_FORM_BYTES:
         raise PayloadTooLarge(f"A form is at most {MAX_FORM_BYTES} bytes, with a Content-Length")
     return await request.form()
 
@@ -578,7 +578,7 @@ async def create_token(request: Request) -> Response:
     data: dict[str, Any] = {"name": fields.get("name", "")}
     if fields.get("expiresInDays"):
         days = fields["expiresInDays"]
-        data["expiresInDays"] = int(days) if days.isdigit() else days
+        data["expiresInDays"] = int(days) if days.isascii() and days.isdigit() else days
     try:
         body = _parse(CreateApiTokenRequest, data)
     except _FormError as exc:

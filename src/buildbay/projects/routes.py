@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response, status
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.auth.dependencies import CurrentUser
 from buildbay.deps import Context, SessionDep, TransactionRoute, get_context, request_session
 from buildbay.errors import problem_responses
+from buildbay.openapi import link, linked
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
 from buildbay.projects.service import MemberView, ProjectService, ProjectView
@@ -17,6 +18,35 @@ router = APIRouter(tags=["projects"], route_class=TransactionRoute)
 
 BY_ID = problem_responses(401, 403, 404, 429)
 WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
+
+_PROJECT = "/api/projects/{id}"
+_MEMBER = "/api/projects/{id}/members/{userId}"
+
+
+def _project_links(project_id: str) -> dict[str, dict[str, Any]]:
+    """What a project's `id` (at `project_id`, a runtime expression) opens."""
+    by_id = {"id": project_id}
+    return {
+        "GetProject": link("GET", _PROJECT, "The project", by_id),
+        "GetProjectBySeedPath": link("GET", "/api/project/{id}", "The project", by_id),
+        "UpdateProject": link("PUT", _PROJECT, "Rename the project", by_id),
+        "DeleteProject": link("DELETE", _PROJECT, "Delete the project", by_id),
+        "ListMembers": link("GET", f"{_PROJECT}/members", "Its members", by_id),
+        "AddMember": link("POST", f"{_PROJECT}/members", "Add a member", by_id),
+        "ListApplications": link("GET", f"{_PROJECT}/applications", "Its applications", by_id),
+        "CreateApplication": link(
+            "POST", f"{_PROJECT}/applications", "Create an application in it", by_id
+        ),
+    }
+
+
+def _member_links(user_id: str) -> dict[str, dict[str, Any]]:
+    """What a member's `userId` (at `user_id`) opens, in the project of the request's path."""
+    by_id = {"id": "$request.path.id", "userId": user_id}
+    return {
+        "UpdateMember": link("PUT", _MEMBER, "Change the member's role", by_id),
+        "RemoveMember": link("DELETE", _MEMBER, "Remove the member", by_id),
+    }
 
 
 def _project_service(request: Request, db: AsyncSession) -> ProjectService:
@@ -55,7 +85,10 @@ def _member(view: MemberView) -> schemas.Member:
 
 @router.get(
     "/api/projects",
-    responses=problem_responses(401, 422, 429),
+    responses={
+        **linked(200, "A page of your projects", _project_links("$response.body#/projects/0/id")),
+        **problem_responses(401, 422, 429),
+    },
     summary="List the projects you are a member of, newest first",
     openapi_extra=PAGE_QUERY,
 )
@@ -73,7 +106,10 @@ async def list_projects(caller: CurrentUser, request: Request) -> schemas.Projec
 @router.post(
     "/api/projects",
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(400, 401, 413, 422, 429),
+    responses={
+        **linked(201, "The new project", _project_links("$response.body#/id")),
+        **problem_responses(400, 401, 413, 422, 429),
+    },
     summary="Create a project; you become its owner",
 )
 async def create_project(
@@ -88,7 +124,14 @@ async def get_project(access: ProjectTester, service: Service) -> schemas.Projec
     return _project(await service.view(access.project))
 
 
-@router.put("/api/projects/{id}", responses=WRITE_BY_ID, summary="Rename a project (admin+)")
+@router.put(
+    "/api/projects/{id}",
+    responses={
+        **linked(200, "The renamed project", _project_links("$response.body#/id")),
+        **WRITE_BY_ID,
+    },
+    summary="Rename a project (admin+)",
+)
 async def update_project(
     body: schemas.ProjectWrite, access: ProjectAdmin, service: Service
 ) -> schemas.Project:
@@ -106,7 +149,15 @@ async def delete_project(access: ProjectOwner, service: Service, ctx: Context) -
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/api/projects/{id}/members", responses=BY_ID, summary="List a project's members")
+@router.get(
+    "/api/projects/{id}/members",
+    responses={
+        # The first member listed: the owner who created the project, until someone changes it.
+        **linked(200, "The project's members", _member_links("$response.body#/members/0/userId")),
+        **BY_ID,
+    },
+    summary="List a project's members",
+)
 async def list_members(access: ProjectTester, service: Service) -> schemas.MemberList:
     return schemas.MemberList(members=[_member(v) for v in await service.members(access.project)])
 
@@ -114,7 +165,10 @@ async def list_members(access: ProjectTester, service: Service) -> schemas.Membe
 @router.post(
     "/api/projects/{id}/members",
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    responses={
+        **linked(201, "The new member", _member_links("$response.body#/userId")),
+        **problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    },
     summary="Add a registered user to the project (admin+; owner to grant owner)",
 )
 async def add_member(

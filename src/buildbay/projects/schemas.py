@@ -5,9 +5,9 @@ from typing import Annotated
 from pydantic import EmailStr, Field
 
 from buildbay.projects.models import ProjectRole
-from buildbay.schemas import ApiModel, RequestModel, Timestamp
+from buildbay.schemas import ApiModel, RequestModel, Timestamp, Trimmed
 
-ProjectName = Annotated[str, Field(min_length=1, max_length=100)]
+ProjectName = Annotated[str, Field(min_length=1, max_length=100), Trimmed()]
 
 
 class ProjectWrite(RequestModel):

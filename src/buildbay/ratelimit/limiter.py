@@ -72,11 +72,19 @@ class RateLimiter:
             self._store_failed(exc)
             return None
         self.degraded = False
+        wait = stats.reset_time - time.time()
+        if allowed:
+            remaining, reset_after = max(stats.remaining, 0), max(math.ceil(wait), 0)
+        else:
+            # The window counts a request until it is *more* than a window old, and its stats
+            # already leave out one exactly that old: so nothing remains, and the retry that is
+            # sure to pass comes in the first whole second after `wait`, not at its ceiling.
+            remaining, reset_after = 0, max(math.floor(wait) + 1, 1)
         return RateLimitState(
             policy=plan.value,
             limit=item.amount,
-            remaining=max(stats.remaining, 0),
-            reset_after=max(math.ceil(stats.reset_time - time.time()), 0 if allowed else 1),
+            remaining=remaining,
+            reset_after=reset_after,
             allowed=allowed,
         )
 

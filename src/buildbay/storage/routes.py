@@ -6,9 +6,9 @@ body is read.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
 from buildbay.builds.models import Build
@@ -20,13 +20,33 @@ from buildbay.storage.local import DOWNLOAD_PATH, UPLOAD_PATH, LocalStorage
 
 router = APIRouter(tags=["storage"], route_class=TransactionRoute)
 
-# Typed loosely on purpose: a URL with a missing or altered part is a bad signature (403), not a
-# validation error.
-SignedPart = Annotated[str | None, Query()]
+
+def _signed_query(*names: str) -> dict[str, Any]:
+    """The OpenAPI description of a signed URL's query: every part is required (the URL as
+    given has them all), but read from the request rather than declared as `Query`
+    parameters, so that a missing or altered part is a bad signature (403), not a validation
+    error (422)."""
+    return {
+        "parameters": [
+            {
+                "name": name,
+                "in": "query",
+                "required": True,
+                "description": "Part of the signed URL, as given",
+                "schema": {"type": "string"},
+            }
+            for name in names
+        ]
+    }
+
+
+def _part(request: Request, name: str) -> str | None:
+    return request.query_params.get(name)
 
 
 def _number(value: str | None) -> int:
-    if value is None or not value.isdigit() or len(value) > 16:
+    # ASCII digits only: "²".isdigit() is true, and int("²") raises.
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 16:
         raise Forbidden("The storage URL is incomplete or altered", code="invalid_signature")
     return int(value)
 
@@ -41,26 +61,21 @@ def _local(ctx: Context) -> LocalStorage:
     UPLOAD_PATH + "{key:path}",
     responses=problem_responses(400, 403, 404, 409, 413, 422, 503, 507),
     openapi_extra={
+        **_signed_query("size", "expires", "signature"),
         "requestBody": {
             "required": True,
             "content": {
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
             },
-        }
+        },
     },
     summary="Step 2: the raw bytes of a build file (the uploadUrl; signed, no token)",
 )
-async def receive_upload(
-    key: str,
-    request: Request,
-    ctx: Context,
-    size: SignedPart = None,
-    expires: SignedPart = None,
-    signature: SignedPart = None,
-) -> StoredUpload:
+async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUpload:
     storage = _local(ctx)
-    size_ = _number(size)
-    ctx.signer.verify("PUT", key, _number(expires), signature or "", ctx.clock.now(), size_)
+    size_ = _number(_part(request, "size"))
+    expires, signature = _number(_part(request, "expires")), _part(request, "signature")
+    ctx.signer.verify("PUT", key, expires, signature or "", ctx.clock.now(), size_)
 
     async def still_pending() -> Build:
         # Short transactions: no database connection is held while the bytes stream in.
@@ -70,7 +85,7 @@ async def receive_upload(
 
     build = await still_pending()
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit():
+    if declared is not None and declared.isascii() and declared.isdigit():
         if int(declared) > size_:
             raise PayloadTooLarge(
                 f"Content-Length {declared} is above the build's declared {size_} bytes",
@@ -91,17 +106,15 @@ async def receive_upload(
     DOWNLOAD_PATH + "{key:path}",
     response_class=FileResponse,
     responses={200: {"content": {"application/octet-stream": {}}}, **problem_responses(403, 404)},
+    openapi_extra=_signed_query("name", "expires", "signature"),
     summary="A build file (the signed address the download endpoint redirects to)",
 )
-async def serve_file(
-    key: str,
-    ctx: Context,
-    name: Annotated[str, Query()] = "build",
-    expires: SignedPart = None,
-    signature: SignedPart = None,
-) -> FileResponse:
+async def serve_file(key: str, request: Request, ctx: Context) -> FileResponse:
     storage = _local(ctx)
-    ctx.signer.verify("GET", f"{key}\n{name}", _number(expires), signature or "", ctx.clock.now())
+    name = request.query_params.get("name", "build")
+    expires = _number(_part(request, "expires"))
+    signature = _part(request, "signature")
+    ctx.signer.verify("GET", f"{key}\n{name}", expires, signature or "", ctx.clock.now())
     path = storage.path_of(key)
     if not path.is_file():
         raise NotFound("This build file no longer exists", code="object_not_found")

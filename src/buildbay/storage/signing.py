@@ -29,7 +29,9 @@ class UrlSigner:
         size: int | None = None,
     ) -> None:
         expected = self.sign(method, key, expires, size)
-        if not hmac.compare_digest(expected, signature):
+        # As bytes: compare_digest refuses (TypeError) a str with non-ASCII characters, and the
+        # signature is whatever the URL's query says.
+        if not hmac.compare_digest(expected.encode(), signature.encode()):
             raise Forbidden("The storage URL's signature is not valid", code="invalid_signature")
         if expires <= now.timestamp():
             raise Forbidden("The storage URL has expired", code="url_expired")
