@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -14,7 +15,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import httpx
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -120,3 +123,36 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def scaled_out(
+    postgres: str, redis_url: str, database: str, data_dir: Path
+) -> Iterator[dict[str, str]]:
+    """The environment of a `buildbay serve` on PostgreSQL + Redis: `database` created afresh on
+    the `postgres` server and migrated, the Redis database flushed; the database is dropped
+    afterwards."""
+    drop = f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    asyncio.run(_postgres_admin(postgres, drop, f"CREATE DATABASE {database}"))
+    redis.Redis.from_url(redis_url).flushdb()
+    url = f"{postgres.replace('postgresql://', 'postgresql+asyncpg://')}/{database}"
+    env = {"BUILDBAY_DATABASE_URL": url, "BUILDBAY_REDIS_URL": redis_url}
+    try:
+        subprocess.run(
+            [str(VENV_BIN / "buildbay"), "db", "upgrade"],
+            env={**os.environ, "BUILDBAY_DATA_DIR": str(data_dir), **env},
+            check=True,
+            capture_output=True,
+        )
+        yield env
+    finally:
+        asyncio.run(_postgres_admin(postgres, drop))
+
+
+async def _postgres_admin(server_url: str, *statements: str) -> None:
+    connection = await asyncpg.connect(f"{server_url}/postgres")
+    try:
+        for statement in statements:
+            await connection.execute(statement)
+    finally:
+        await connection.close()

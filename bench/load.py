@@ -30,7 +30,6 @@ Usage: .venv/bin/python bench/load.py [--config sqlite|postgres|both] [--duratio
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import os
 import random
@@ -46,11 +45,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 import httpx
-import redis
 
-from _common import PASSWORD, ROOT, VENV_BIN, free_port, running_server, table
+from _common import PASSWORD, ROOT, VENV_BIN, free_port, running_server, scaled_out, table
 from api import WrkResult, parse_wrk
 
 LUA = ROOT / "bench" / "load_reads.lua"
@@ -362,15 +359,6 @@ def report(outcome: Outcome) -> bool:
     return all(passed for _, passed in checks)
 
 
-async def _admin(server_url: str, *statements: str) -> None:
-    connection = await asyncpg.connect(f"{server_url}/postgres")
-    try:
-        for statement in statements:
-            await connection.execute(statement)
-    finally:
-        await connection.close()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", choices=["sqlite", "postgres", "both"], default="both")
@@ -406,25 +394,9 @@ def main() -> int:
                 run_configuration("SQLite + local files", {}, root / "sqlite", args, blob)
             )
         if args.config in ("postgres", "both"):
-            drop = f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"
-            asyncio.run(_admin(args.postgres, drop, f"CREATE DATABASE {DATABASE}"))
-            redis.Redis.from_url(args.redis).flushdb()
-            pg_url = f"{args.postgres.replace('postgresql://', 'postgresql+asyncpg://')}/{DATABASE}"
-            env = {"BUILDBAY_DATABASE_URL": pg_url, "BUILDBAY_REDIS_URL": args.redis}
-            try:
-                subprocess.run(
-                    [str(VENV_BIN / "buildbay"), "db", "upgrade"],
-                    env={**os.environ, "BUILDBAY_DATA_DIR": str(root / "pg"), **env},
-                    check=True,
-                    capture_output=True,
-                )
-                outcomes.append(
-                    run_configuration(
-                        "PostgreSQL + Redis + local files", env, root / "pg", args, blob
-                    )
-                )
-            finally:
-                asyncio.run(_admin(args.postgres, drop))
+            with scaled_out(args.postgres, args.redis, DATABASE, root / "pg") as env:
+                name = "PostgreSQL + Redis + local files"
+                outcomes.append(run_configuration(name, env, root / "pg", args, blob))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

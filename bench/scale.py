@@ -16,7 +16,6 @@ Usage: .venv/bin/python bench/scale.py [--duration 10] [--connections 32]
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import subprocess
@@ -24,9 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import asyncpg
 import httpx
-import redis
 
 from _common import (
     VENV_BIN,
@@ -35,6 +32,7 @@ from _common import (
     free_port,
     register,
     running_server,
+    scaled_out,
     table,
 )
 from api import WrkResult, wrk
@@ -42,18 +40,6 @@ from api import WrkResult, wrk
 DATABASE = "buildbay_bench"
 PROJECTS = 10
 WARMUP_SECONDS = 3
-
-
-async def _admin(server_url: str, *statements: str) -> None:
-    connection = await asyncpg.connect(f"{server_url}/postgres")
-    try:
-        for statement in statements:
-            await connection.execute(statement)
-    finally:
-        await connection.close()
-
-
-DROP = f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"
 
 
 def measure(
@@ -93,28 +79,18 @@ def main() -> int:
         raise SystemExit("wrk is not installed")
 
     root = Path(tempfile.mkdtemp(prefix="buildbay-bench-scale-"))
-    asyncio.run(_admin(args.postgres, DROP, f"CREATE DATABASE {DATABASE}"))
-    redis.Redis.from_url(args.redis).flushdb()
-    pg_url = f"{args.postgres.replace('postgresql://', 'postgresql+asyncpg://')}/{DATABASE}"
-    scaled = {"BUILDBAY_DATABASE_URL": pg_url, "BUILDBAY_REDIS_URL": args.redis}
     try:
-        subprocess.run(
-            [str(VENV_BIN / "buildbay"), "db", "upgrade"],
-            env={**os.environ, "BUILDBAY_DATA_DIR": str(root / "pg"), **scaled},
-            check=True,
-            capture_output=True,
-        )
-        configurations = [
-            ("SQLite, 1 process", {}, 1, root / "sqlite"),
-            ("PostgreSQL + Redis, 1 process", scaled, 1, root / "pg"),
-            ("PostgreSQL + Redis, 2 processes", scaled, 2, root / "pg"),
-        ]
-        results = [
-            (name, measure(name, env, workers, data, args.duration, args.connections))
-            for name, env, workers, data in configurations
-        ]
+        with scaled_out(args.postgres, args.redis, DATABASE, root / "pg") as scaled:
+            configurations = [
+                ("SQLite, 1 process", {}, 1, root / "sqlite"),
+                ("PostgreSQL + Redis, 1 process", scaled, 1, root / "pg"),
+                ("PostgreSQL + Redis, 2 processes", scaled, 2, root / "pg"),
+            ]
+            results = [
+                (name, measure(name, env, workers, data, args.duration, args.connections))
+                for name, env, workers, data in configurations
+            ]
     finally:
-        asyncio.run(_admin(args.postgres, DROP))
         shutil.rmtree(root, ignore_errors=True)
 
     single_pg = results[1][1].rps
