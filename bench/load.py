@@ -1,7 +1,8 @@
 """Load: reads at rising concurrency while upload sequences run, on the embedded default (SQLite +
 local files) and on PostgreSQL + Redis.
 
-Each configuration is a real `buildbay serve` process on 127.0.0.1. An owner creates a project and
+Each configuration is a real `buildbay serve` on 127.0.0.1: one process on SQLite, and on
+PostgreSQL + Redis one process (or more: `--postgres-workers 1,2`). An owner creates a project and
 an application and adds reader accounts as testers; every account is on the enterprise plan, so
 rate limiting stays on (counted, in Redis for the second configuration) but never answers 429.
 
@@ -205,11 +206,16 @@ class Outcome:
 
 
 def run_configuration(
-    name: str, env: dict[str, str], data_dir: Path, args: argparse.Namespace, blob: bytes
+    name: str,
+    env: dict[str, str],
+    data_dir: Path,
+    args: argparse.Namespace,
+    blob: bytes,
+    workers: int = 1,
 ) -> Outcome:
     port = free_port()
     env = {**env, "BUILDBAY_DATA_DIR": str(data_dir)}
-    argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port)]
+    argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port), "--workers", str(workers)]
     with (
         running_server(argv, data_dir, port, env) as server,
         httpx.Client(base_url=server.base_url, timeout=60) as client,
@@ -379,6 +385,12 @@ def main() -> int:
         help=f"then {SATURATION_CONNECTIONS} connections without pauses for this long (0: skip)",
     )
     parser.add_argument("--uploaders", type=int, default=2, help="concurrent upload sequences")
+    parser.add_argument(
+        "--postgres-workers",
+        type=lambda s: [int(n) for n in s.split(",")],
+        default=[1],
+        help="server processes of the PostgreSQL + Redis runs, one run each (default 1)",
+    )
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/13")
     args = parser.parse_args()
@@ -395,8 +407,9 @@ def main() -> int:
             )
         if args.config in ("postgres", "both"):
             with scaled_out(args.postgres, args.redis, DATABASE, root / "pg") as env:
-                name = "PostgreSQL + Redis + local files"
-                outcomes.append(run_configuration(name, env, root / "pg", args, blob))
+                for workers in args.postgres_workers:
+                    name = f"PostgreSQL + Redis + local files, {workers} process(es)"
+                    outcomes.append(run_configuration(name, env, root / "pg", args, blob, workers))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -405,8 +418,8 @@ def main() -> int:
         f"{args.duration} s per configuration in stages of {args.stages} read clients thinking "
         f"0..{args.think_ms} ms between requests, then {args.saturation_seconds} s of "
         f"{SATURATION_CONNECTIONS} connections without pauses (wrk -t1, {READERS} tester tokens); "
-        f"{args.uploaders} upload sequences running throughout (1-50 MiB each); one server "
-        f"process; {os.cpu_count()} CPUs shared with the load generators; rate limiting on "
+        f"{args.uploaders} upload sequences running throughout (1-50 MiB each); "
+        f"{os.cpu_count()} CPUs shared with the load generators; rate limiting on "
         "(enterprise plan)"
     )
     results = [report(outcome) for outcome in outcomes]
