@@ -244,6 +244,18 @@ class Api:
         body = r.json()
         return Account(email, password, body["access_token"], body["refresh_token"], body["user"])
 
+    async def login(self, account: Account) -> Account:
+        """The account logged in again: a second session, with its own refresh-token family."""
+        r = await self.client.post(
+            "/api/auth/login", json={"email": account.email, "password": account.password}
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        return Account(
+            account.email, account.password, body["access_token"], body["refresh_token"],
+            body["user"],
+        )  # fmt: skip
+
     async def project(self, owner: Account, name: str = "Acme") -> dict[str, Any]:
         r = await self.client.post("/api/projects", json={"name": name}, headers=owner.headers)
         assert r.status_code == 201, r.text

@@ -106,18 +106,7 @@ class World:
         return {"id": self.api_token_id} if case.per_user else dict(self.ids)
 
     async def login(self, account: Account) -> Account:
-        r = await self.client.post(
-            "/api/auth/login", json={"email": account.email, "password": account.password}
-        )
-        assert r.status_code == 200, r.text
-        tokens = r.json()
-        return Account(
-            account.email,
-            account.password,
-            tokens["access_token"],
-            tokens["refresh_token"],
-            tokens["user"],
-        )
+        return await Api(self.client).login(account)
 
     async def relogin(self, account: Account) -> None:
         """A fresh session for `account`, in place (after a call that may have ended its own)."""

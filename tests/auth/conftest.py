@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from buildbay.db.models import Base
-from tests.conftest import Account
+from tests.conftest import Account, Api
 from tests.leaks import LeakGuard
 
 Login = Callable[[Account], Awaitable[Account]]
@@ -23,24 +23,9 @@ def _no_leaks(no_leaks: LeakGuard) -> None:
 
 
 @pytest.fixture
-def login(client: httpx.AsyncClient) -> Login:
+def login(api: Api) -> Login:
     """Logs the account in again: a second session, with its own refresh-token family."""
-
-    async def login(account: Account) -> Account:
-        r = await client.post(
-            "/api/auth/login", json={"email": account.email, "password": account.password}
-        )
-        assert r.status_code == 200, r.text
-        body = r.json()
-        return Account(
-            account.email,
-            account.password,
-            body["access_token"],
-            body["refresh_token"],
-            body["user"],
-        )
-
-    return login
+    return api.login
 
 
 Refresh = Callable[[str], Awaitable[httpx.Response]]
