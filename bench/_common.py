@@ -99,6 +99,22 @@ def register(client: httpx.Client) -> str:
     return str(response.json()["access_token"])
 
 
+def enterprise_account(client: httpx.Client, env: dict[str, str]) -> tuple[str, str]:
+    """A fresh user moved to the enterprise plan with `buildbay users set-plan` (run with the
+    server's environment `env`, BUILDBAY_DATA_DIR included): (e-mail, access token). Rate
+    limiting stays on for it, but never refuses."""
+    email = f"bench-{uuid.uuid4().hex[:12]}@example.com"
+    answer = client.post("/api/auth/register", json={"email": email, "password": PASSWORD})
+    answer.raise_for_status()
+    subprocess.run(
+        [str(VENV_BIN / "buildbay"), "users", "set-plan", email, "enterprise"],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
+    return email, str(answer.json()["access_token"])
+
+
 def create_project(client: httpx.Client, name: str) -> str:
     response = client.post("/api/projects", json={"name": name})
     response.raise_for_status()

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import httpx
 
-from _common import PASSWORD, ROOT, VENV_BIN, free_port, running_server, scaled_out, table
+from _common import ROOT, VENV_BIN, enterprise_account, free_port, running_server, scaled_out, table
 from api import WrkResult, parse_wrk
 
 LUA = ROOT / "bench" / "load_reads.lua"
@@ -95,20 +95,6 @@ class Uploads:
     def between(self, start: float, end: float) -> list[Upload]:
         with self.lock:
             return [u for u in self.done if start <= u.finished_at < end]
-
-
-def _account(client: httpx.Client, env: dict[str, str], label: str) -> tuple[str, str]:
-    """A fresh enterprise account: (e-mail, access token)."""
-    email = f"load-{label}-{uuid.uuid4().hex[:8]}@example.com"
-    answer = client.post("/api/auth/register", json={"email": email, "password": PASSWORD})
-    answer.raise_for_status()
-    subprocess.run(
-        [str(VENV_BIN / "buildbay"), "users", "set-plan", email, "enterprise"],
-        env={**os.environ, **env},
-        check=True,
-        capture_output=True,
-    )
-    return email, str(answer.json()["access_token"])
 
 
 def upload_once(client: httpx.Client, builds: str, blob: bytes, rng: random.Random) -> Upload:
@@ -221,15 +207,15 @@ def run_configuration(
         httpx.Client(base_url=server.base_url, timeout=60) as client,
     ):
         print(f"{name}: setting up accounts ...", flush=True)
-        _, owner = _account(client, env, "owner")
+        _, owner = enterprise_account(client, env)
         client.headers["Authorization"] = f"Bearer {owner}"
         project = client.post("/api/projects", json={"name": "load"}).json()["id"]
         app = client.post(
             f"/api/projects/{project}/applications", json={"name": "load", "platform": "android"}
         ).json()["id"]
         readers = []
-        for n in range(READERS):
-            email, token = _account(client, env, f"reader{n}")
+        for _ in range(READERS):
+            email, token = enterprise_account(client, env)
             client.post(
                 f"/api/projects/{project}/members", json={"email": email, "role": "tester"}
             ).raise_for_status()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,8 +28,8 @@ from _common import (
     VENV_BIN,
     create_application,
     create_project,
+    enterprise_account,
     free_port,
-    register,
     running_server,
     scaled_out,
     table,
@@ -51,14 +50,7 @@ def measure(
         running_server(argv, data_dir, port, env) as server,
         httpx.Client(base_url=server.base_url, timeout=30) as client,
     ):
-        token = register(client)
-        email = client.get("/api/auth/me", headers={"Authorization": f"Bearer {token}"}).json()
-        subprocess.run(
-            [str(VENV_BIN / "buildbay"), "users", "set-plan", email["email"], "enterprise"],
-            env={**os.environ, "BUILDBAY_DATA_DIR": str(data_dir), **env},
-            check=True,
-            capture_output=True,
-        )
+        _, token = enterprise_account(client, {"BUILDBAY_DATA_DIR": str(data_dir), **env})
         client.headers["Authorization"] = f"Bearer {token}"
         for n in range(PROJECTS):
             create_application(client, create_project(client, f"p{n}"), f"a{n}")
