@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,12 @@ from sqlalchemy.util import greenlet_spawn
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
 
+PING_AFTER_IDLE_SECONDS = 1.0
 
-def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+
+def create_engine(
+    url: str, *, ping_after_idle: float = PING_AFTER_IDLE_SECONDS, **kwargs: Any
+) -> AsyncEngine:
     if url.startswith("sqlite"):
         # The inline driver waits for locks itself, without blocking the loop (busy timeout 0);
         # aiosqlite waits in its worker thread.
@@ -71,13 +76,45 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
                 context.is_disconnect = True
 
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
-    return create_async_engine(url, **kwargs)
+    engine = create_async_engine(url, **kwargs)
+    _ping_when_idle(engine, ping_after_idle)
+    return engine
 
 
 _OPENED_READ_ONLY = "buildbay.opened_read_only"
+_IDLE_SINCE = "buildbay.idle_since"
+
+
+def _ping_when_idle(engine: AsyncEngine, after: float) -> None:
+    """Ping a pooled connection before use only if it has been idle for `after` seconds.
+
+    SQLAlchemy's `pool_pre_ping` pings at every check-out: one more round trip per request,
+    which on a busy server cost as much as a fifth of its throughput (bench/load.py). A
+    connection given back a moment ago is as good as the one the server just used; one that
+    sat idle may have been closed meanwhile (a database restart, an idle timeout), and is
+    replaced before a request sees it. A restart within `after` seconds of a connection's last
+    use costs one request a 503 (the error invalidates the whole pool), as it costs the
+    requests that were running at that moment.
+    """
+    dialect = engine.sync_engine.dialect
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _note_idle(_dbapi: Any, record: ConnectionPoolEntry) -> None:
+        # `info` belongs to the DB-API connection: a replaced one starts without this key.
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        idle_since = record.info.get(_IDLE_SINCE)
+        if idle_since is None or time.monotonic() - idle_since < after:
+            return  # just opened, or just used
+        try:
+            dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool replaces the connection and tries again.
+            raise DisconnectionError("the idle connection is gone") from exc
 
 
 def _read_only_error(exc: BaseException) -> bool:

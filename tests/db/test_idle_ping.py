@@ -1,0 +1,104 @@
+"""A pooled PostgreSQL connection is pinged before use only after it sat idle: one the server
+closed meanwhile is replaced unseen, and a busy pool pays no round trip per check-out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from buildbay.db.engine import create_engine
+from tests.conftest import PG_URL
+
+pytestmark = pytest.mark.skipif(not PG_URL, reason="pinging is PostgreSQL's (SQLite is a file)")
+IDLE = 0.2
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[Callable[[float], AsyncEngine]]:
+    made: list[AsyncEngine] = []
+
+    def make(ping_after_idle: float) -> AsyncEngine:
+        assert PG_URL is not None
+        engine = create_engine(PG_URL, ping_after_idle=ping_after_idle, pool_size=1)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        await engine.dispose()
+
+
+def count_pings(engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch) -> list[None]:
+    dialect = engine.sync_engine.dialect
+    pings: list[None] = []
+    real = dialect.do_ping
+
+    def counting(dbapi_connection: Any) -> bool:
+        pings.append(None)
+        return real(dbapi_connection)
+
+    monkeypatch.setattr(dialect, "do_ping", counting)
+    return pings
+
+
+async def backend_pid(engine: AsyncEngine) -> int:
+    async with engine.connect() as connection:
+        return int((await connection.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+async def terminate(pid: int) -> None:
+    assert PG_URL is not None
+    admin = await asyncpg.connect(PG_URL.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+
+
+async def test_a_connection_closed_while_idle_is_replaced_before_use(
+    engines: Callable[[float], AsyncEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engines(IDLE)
+    pings = count_pings(engine, monkeypatch)
+    first = await backend_pid(engine)
+    await terminate(first)  # as a database restart or an idle timeout would
+    await asyncio.sleep(IDLE * 1.5)
+
+    second = await backend_pid(engine)
+
+    assert second != first
+    assert len(pings) == 1
+
+
+async def test_a_connection_in_steady_use_is_not_pinged(
+    engines: Callable[[float], AsyncEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engines(60)
+    pings = count_pings(engine, monkeypatch)
+
+    pids = {await backend_pid(engine) for _ in range(20)}
+
+    assert len(pids) == 1  # one pooled connection, used 20 times
+    assert pings == []
+
+
+async def test_without_the_ping_one_request_pays_and_the_pool_recovers(
+    engines: Callable[[float], AsyncEngine],
+) -> None:
+    # The trade made for busy servers: a connection closed within the idle time of its last
+    # use fails once, as a disconnect, and the pool drops it.
+    engine = engines(60)
+    await terminate(await backend_pid(engine))
+
+    with pytest.raises(DBAPIError) as failed:
+        await backend_pid(engine)
+
+    assert failed.value.connection_invalidated
+    assert await backend_pid(engine) > 0
