@@ -17,6 +17,7 @@ from fastapi_offline import FastAPIOffline
 from buildbay import __version__
 from buildbay.applications.routes import router as applications_router
 from buildbay.auth.cache import AccessTokenCache
+from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.routes import account_router
 from buildbay.auth.routes import router as auth_router
 from buildbay.auth.tokens import AccessTokenCodec
@@ -73,6 +74,8 @@ def create_app(
     signer = UrlSigner(settings.signing_key)
     if storage is None:
         storage = create_storage(settings, signer, clock)
+    # Redis means several processes: they tell each other of revoked sessions through it.
+    revocations = SharedRevocations(settings.redis_url) if settings.redis_url else None
     ctx = AppContext(
         settings=settings,
         engine=engine,
@@ -85,8 +88,8 @@ def create_app(
         access_tokens=AccessTokenCodec(
             settings.signing_key, timedelta(seconds=settings.access_token_ttl_seconds)
         ),
-        # Redis means several processes, and the cache hears only of this one's revocations.
-        access_cache=None if settings.redis_url else AccessTokenCache(),
+        access_cache=AccessTokenCache(),
+        revocations=revocations,
     )
     if migrate_on_start is None:
         migrate_on_start = settings.migrates_itself
@@ -105,6 +108,8 @@ def create_app(
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
+            if revocations is not None:
+                await revocations.aclose()
             await engine.dispose()
 
     # Interactive docs (/docs, /redoc) served from the package itself: no CDN, works offline.

@@ -18,6 +18,7 @@ from buildbay.db.engine import finish
 from buildbay.ratelimit.limiter import RateLimiter
 
 if TYPE_CHECKING:
+    from buildbay.auth.revocations import SharedRevocations
     from buildbay.builds.install import InstallTokens
     from buildbay.storage.base import Storage
     from buildbay.storage.signing import UrlSigner
@@ -36,7 +37,8 @@ class AppContext:
     install_tokens: InstallTokens
     limiter: RateLimiter
     access_tokens: AccessTokenCodec
-    access_cache: AccessTokenCache | None  # None with several processes (see auth/cache.py)
+    access_cache: AccessTokenCache
+    revocations: SharedRevocations | None  # with Redis: several processes (auth/revocations.py)
 
 
 def get_context(request: Request) -> AppContext:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from buildbay.app import create_app
 from buildbay.auth.cache import ACCESS_CACHE_TTL, AccessTokenCache, CachedAccess
@@ -14,7 +17,7 @@ from buildbay.auth.models import User
 from buildbay.auth.tokens import AccessClaims
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings
-from tests.conftest import Account, assert_problem
+from tests.conftest import BASE_URL, Account, Api, assert_problem
 
 
 async def test_logout_is_refused_at_once_even_right_after_a_cached_request(
@@ -55,17 +58,114 @@ async def test_a_plan_changed_outside_the_api_shows_within_the_cache_lifetime(
     assert (await client.get("/api/auth/me", headers=owner.headers)).json()["plan"] == "pro"
 
 
-async def test_the_cache_is_left_out_when_redis_means_several_processes(
-    settings: Settings,
+@pytest.fixture
+async def two_processes(
+    settings: Settings, clock: FrozenClock, redis_url: str
+) -> AsyncIterator[list[tuple[FastAPI, httpx.AsyncClient]]]:
+    """Two apps sharing the database and Redis, as two server processes would."""
+    shared = settings.model_copy(update={"redis_url": redis_url})
+    async with contextlib.AsyncExitStack() as stack:
+        pair = []
+        for _ in range(2):
+            app = create_app(shared, clock=clock, migrate_on_start=False)
+            stack.push_async_callback(app.state.ctx.engine.dispose)
+            stack.push_async_callback(app.state.ctx.revocations.aclose)
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
+            )
+            pair.append((app, client))
+        yield pair
+
+
+def session_lookups(app: FastAPI) -> list[str]:
+    """The statements `app` runs from now on that look a login session up."""
+    seen: list[str] = []
+
+    @event.listens_for(app.state.ctx.engine.sync_engine, "before_cursor_execute")
+    def note(_c: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if "JOIN sessions" in statement:
+            seen.append(statement)
+
+    return seen
+
+
+async def test_with_redis_a_logout_in_one_process_is_refused_at_once_by_another_s_cache(
+    two_processes: list[tuple[FastAPI, httpx.AsyncClient]],
 ) -> None:
-    # Revocations are only heard of in the process that made them: another process could keep
-    # accepting a logged-out token for the cache's lifetime.
-    app = create_app(
-        settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"}), migrate_on_start=False
+    (_, one), (two_app, two) = two_processes
+    owner = await Api(one).register()
+    lookups = session_lookups(two_app)
+    for _ in range(3):
+        assert (await two.get("/api/auth/me", headers=owner.headers)).status_code == 200
+    assert len(lookups) == 1  # the other two came from the cache (the clock is frozen)
+
+    assert (await one.post("/api/auth/logout", headers=owner.headers)).status_code == 204
+
+    assert_problem(await two.get("/api/auth/me", headers=owner.headers), 401, "token_revoked")
+
+
+async def test_with_redis_a_password_change_is_refused_at_once_by_another_s_cache(
+    two_processes: list[tuple[FastAPI, httpx.AsyncClient]],
+) -> None:
+    (_, one), (_, two) = two_processes
+    api = Api(one)
+    owner = await api.register()
+    other_login = await api.login(owner)
+    assert (await two.get("/api/auth/me", headers=other_login.headers)).status_code == 200
+
+    changed = await one.post(
+        "/api/auth/change-password",
+        json={"currentPassword": owner.password, "newPassword": "a new passphrase"},
+        headers=owner.headers,
+    )
+    assert changed.status_code == 204
+
+    refused = await two.get("/api/auth/me", headers=other_login.headers)
+    assert_problem(refused, 401, "token_revoked")
+    assert (await two.get("/api/auth/me", headers=owner.headers)).status_code == 200
+
+
+async def test_with_redis_a_reused_refresh_token_is_refused_at_once_by_another_s_cache(
+    two_processes: list[tuple[FastAPI, httpx.AsyncClient]],
+) -> None:
+    # The revocation commits, then the request fails: the others hear of it all the same.
+    (_, one), (_, two) = two_processes
+    owner = await Api(one).register()
+    assert (await two.get("/api/auth/me", headers=owner.headers)).status_code == 200
+    body = {"refresh_token": owner.refresh_token}
+    assert (await one.post("/api/auth/refresh-token", json=body)).status_code == 200
+
+    assert_problem(
+        await one.post("/api/auth/refresh-token", json=body), 401, "refresh_token_reused"
     )
 
-    assert app.state.ctx.access_cache is None
-    await app.state.ctx.engine.dispose()
+    assert_problem(await two.get("/api/auth/me", headers=owner.headers), 401, "token_revoked")
+
+
+async def test_with_redis_unreachable_every_request_looks_its_session_up(
+    settings: Settings, clock: FrozenClock, api: Api
+) -> None:
+    # Nothing listens on port 1: the marks cannot be read, so the cache is not trusted.
+    app = create_app(
+        settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"}),
+        clock=clock,
+        migrate_on_start=False,
+    )
+    owner = await api.register()
+    lookups = session_lookups(app)
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+            for _ in range(3):
+                assert (await client.get("/api/auth/me", headers=owner.headers)).status_code == 200
+            assert (await client.post("/api/auth/logout", headers=owner.headers)).status_code == 204
+            refused = await client.get("/api/auth/me", headers=owner.headers)
+    finally:
+        await app.state.ctx.revocations.aclose()
+        await app.state.ctx.engine.dispose()
+
+    assert len(lookups) == 5  # every request: three reads, the logout, the refused read
+    assert_problem(refused, 401, "token_revoked")
 
 
 def _entry(session_id: str, stored_at: datetime) -> CachedAccess:

@@ -14,7 +14,7 @@ from sqlalchemy import event, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from buildbay.db.engine import FastSelect, finish, has_writes, read_rows
+from buildbay.db.engine import FastSelect, after_commit, finish, has_writes, read_rows
 from buildbay.deps import SessionDep, TransactionRoute
 from buildbay.errors import Conflict
 from buildbay.projects.models import Project
@@ -202,3 +202,57 @@ async def test_read_rows_reads_in_the_sessions_transaction_once_it_has_one(
     assert rows == [{"name": "prj_uncommitted"}]  # its own write, not yet committed
     await finish(session, ok=False)
     assert await _project_names(sessions) == []
+
+
+async def test_after_commit_actions_run_once_the_transaction_committed(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    done: list[str] = []
+
+    async def note() -> None:
+        done.append(f"told; projects now {await _project_names(sessions)}")
+
+    session = sessions()
+    session.add(_project("prj_told"))
+    after_commit(session, note)
+    assert done == []
+    await finish(session, ok=True)
+
+    assert done == ["told; projects now ['prj_told']"]
+
+
+async def test_after_commit_actions_are_dropped_with_a_rollback(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    done: list[str] = []
+
+    async def note() -> None:
+        done.append("told")
+
+    session = sessions()
+    session.add(_project("prj_dropped"))
+    after_commit(session, note)
+    await finish(session, ok=False)
+
+    assert done == []
+    assert await _project_names(sessions) == []
+
+
+async def test_after_commit_actions_of_a_commit_made_before_an_error_still_run(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # A reused refresh token: the revocation commits, then the request fails.
+    done: list[str] = []
+
+    async def note() -> None:
+        done.append("told")
+
+    session = sessions()
+    session.add(_project("prj_kept"))
+    after_commit(session, note)
+    await session.commit()
+    session.add(_project("prj_undone"))
+    await finish(session, ok=False)
+
+    assert done == ["told"]
+    assert await _project_names(sessions) == ["prj_kept"]

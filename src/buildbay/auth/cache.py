@@ -3,11 +3,11 @@ and again costs one signature check and one database query per few seconds, not 
 
 Revocation stays immediate: AuthService makes the cache forget a session the moment the
 transaction revoking it commits, and a lookup that was running meanwhile is not stored (see
-`generation`). What can lag, by at most ACCESS_CACHE_TTL, is a change made to the user's row from
-outside the API, such as `buildbay users set-plan`.
-
-The cache knows only its own process's revocations, so create_app leaves it out when Redis is
-configured, the sign of several processes.
+`generation`). With several processes (Redis configured), a process also has to learn of the
+others' revocations: each entry keeps the user's revocation mark as it was read before the
+lookup (auth/revocations.py), and serves only while the mark in Redis is still the same. What
+can lag, by at most ACCESS_CACHE_TTL, is a change made to the user's row from outside the API,
+such as `buildbay users set-plan`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ class CachedAccess:
     # mapped object costs more than the rest of a hit): transient, and never to be modified.
     user: User
     stored_at: datetime
+    # The user's revocation mark read before the lookup (several processes only; see
+    # auth/revocations.py).
+    mark: bytes | None = None
 
 
 class AccessTokenCache:

@@ -23,6 +23,7 @@ def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
         ctx.clock.now(),
         timedelta(days=ctx.settings.refresh_token_ttl_days),
         ctx.access_cache,
+        ctx.revocations,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -12,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.auth import passwords
 from buildbay.auth.cache import AccessTokenCache, CachedAccess
 from buildbay.auth.models import ApiToken, RefreshToken, Session, User
+from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.tokens import (
     API_TOKEN_DISPLAY_LENGTH,
     AccessTokenCodec,
@@ -21,6 +23,7 @@ from buildbay.auth.tokens import (
     new_refresh_token,
 )
 from buildbay.config import Plan
+from buildbay.db.engine import after_commit
 from buildbay.errors import Conflict, NotAuthenticated, NotFound, RateLimited, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.ratelimit.limiter import RateLimiter
@@ -93,12 +96,14 @@ class AuthService:
         now: datetime,
         refresh_lifetime: timedelta,
         access_cache: AccessTokenCache | None = None,
+        revocations: SharedRevocations | None = None,
     ) -> None:
         self.db = db
         self.codec = codec
         self.now = now
         self.refresh_lifetime = refresh_lifetime
         self.access_cache = access_cache
+        self.revocations = revocations
 
     # -- accounts -------------------------------------------------------------------------------
 
@@ -218,27 +223,30 @@ class AuthService:
                 await self._revoke_session(session_id)
 
     async def authenticate_access_token(self, token: str) -> Principal:
-        cache = self.access_cache
+        cache, shared = self.access_cache, self.revocations
         cached = cache.get(token, self.now) if cache is not None else None
-        if cached is not None:
-            claims, user = cached.claims, cached.user
-            ensure_unexpired(claims, self.now)
-        else:
-            claims = self.codec.decode(token, self.now)
-            # Read before the query, which must be the first of this session's transaction (so
-            # that it reads the database as of now, not as of an earlier snapshot).
-            generation = cache.generation if cache is not None else 0
-            row = (
-                await self.db.execute(
-                    _USER_OF_LIVE_SESSION,
-                    {"session_id": claims.session_id, "user_id": claims.user_id},
-                )
-            ).first()
-            if row is None:
-                raise NotAuthenticated("The access token has been revoked", code="token_revoked")
-            user = User(**row._mapping)
-            if cache is not None:
-                cache.put(token, CachedAccess(claims, user, self.now), generation)
+        if cached is not None and (
+            shared is None or await shared.mark(cached.claims.user_id) == cached.mark
+        ):
+            ensure_unexpired(cached.claims, self.now)
+            return Principal(user=cached.user, session_id=cached.claims.session_id)
+        claims = self.codec.decode(token, self.now)
+        # Both read before the query, which must be the first of this session's transaction (so
+        # that it reads the database as of now, not as of an earlier snapshot): a revocation
+        # committed after the query then moves one of them on, and the answer is not kept.
+        generation = cache.generation if cache is not None else 0
+        mark = await shared.mark(claims.user_id) if shared is not None else None
+        row = (
+            await self.db.execute(
+                _USER_OF_LIVE_SESSION,
+                {"session_id": claims.session_id, "user_id": claims.user_id},
+            )
+        ).first()
+        if row is None:
+            raise NotAuthenticated("The access token has been revoked", code="token_revoked")
+        user = User(**row._mapping)
+        if cache is not None and (shared is None or mark is not None):
+            cache.put(token, CachedAccess(claims, user, self.now, mark), generation)
         return Principal(user=user, session_id=claims.session_id)
 
     async def authenticate_api_token(self, token: str) -> Principal:
@@ -331,12 +339,13 @@ class AuthService:
         )
 
     async def _revoke_session(self, session_id: str) -> None:
-        await self.db.execute(
+        revoked = await self.db.execute(
             update(Session)
             .where(Session.id == session_id, Session.revoked_at.is_(None))
             .values(revoked_at=self.now)
+            .returning(Session.id, Session.user_id)
         )
-        self._forget_when_committed([session_id])
+        self._forget_when_committed(revoked.all())
 
     async def _revoke_sessions_of(self, user_id: str, *, keep: str | None) -> None:
         """Revoke every live session of the user but `keep`."""
@@ -344,22 +353,28 @@ class AuthService:
             update(Session)
             .where(Session.user_id == user_id, Session.revoked_at.is_(None))
             .values(revoked_at=self.now)
-            .returning(Session.id)
+            .returning(Session.id, Session.user_id)
         )
         if keep is not None:
             revoke = revoke.where(Session.id != keep)
-        self._forget_when_committed(list(await self.db.scalars(revoke)))
+        self._forget_when_committed((await self.db.execute(revoke)).all())
 
-    def _forget_when_committed(self, session_ids: list[str]) -> None:
-        cache = self.access_cache
-        if cache is None or not session_ids:
+    def _forget_when_committed(self, revoked: Sequence[tuple[str, str]]) -> None:
+        """Have the access-token caches forget these (session id, user id) once revoked."""
+        if not revoked:
             return
+        cache = self.access_cache
+        if cache is not None:
 
-        def forget(_: object) -> None:
-            for session_id in session_ids:
-                cache.forget_session(session_id)
+            def forget(_: object) -> None:
+                for session_id, _user_id in revoked:
+                    cache.forget_session(session_id)
 
-        # Forgotten as the revocation commits: any earlier, and a request in between could read
-        # the still-live row and cache it again; any later, and a revoked token would still
-        # pass. (A listener on this request's session, so it goes with the session.)
-        event.listen(self.db.sync_session, "after_commit", forget)
+            # Forgotten as the revocation commits: any earlier, and a request in between could
+            # read the still-live row and cache it again; any later, and a revoked token would
+            # still pass. (A listener on this request's session, so it goes with the session.)
+            event.listen(self.db.sync_session, "after_commit", forget)
+        shared = self.revocations
+        if shared is not None:
+            # The other processes' caches stop serving them before this response goes out.
+            after_commit(self.db, lambda: shared.announce(user_id for _, user_id in revoked))

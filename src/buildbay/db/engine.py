@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +28,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
+
+log = logging.getLogger("buildbay.db")
 
 PING_AFTER_IDLE_SECONDS = 1.0
 
@@ -188,6 +191,36 @@ def _note_flush(session: Session, _context: Any, _instances: Any) -> None:
     session.info[WROTE] = True
 
 
+_PENDING = "buildbay.after_commit.pending"
+_COMMITTED = "buildbay.after_commit.committed"
+
+
+def after_commit(session: AsyncSession, action: Callable[[], Awaitable[None]]) -> None:
+    """Have `finish` await `action` at the end of the unit of work, before the response goes
+    out, if the session's current transaction commits (whoever commits it); never if it rolls
+    back. For telling the world outside the database what the transaction did."""
+    session.info.setdefault(_PENDING, []).append(action)
+
+
+@event.listens_for(TrackedSession, "after_commit")
+def _move_to_committed(session: Session) -> None:
+    if pending := session.info.pop(_PENDING, None):
+        session.info.setdefault(_COMMITTED, []).extend(pending)
+
+
+@event.listens_for(TrackedSession, "after_rollback")
+def _drop_pending(session: Session) -> None:
+    session.info.pop(_PENDING, None)
+
+
+async def _run_after_commit(session: AsyncSession) -> None:
+    for action in session.info.pop(_COMMITTED, ()):
+        try:
+            await action()
+        except Exception:  # the commit stands; the request goes on
+            log.exception("an action after a commit failed")
+
+
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(
         engine, expire_on_commit=False, autoflush=False, sync_session_class=TrackedSession
@@ -203,8 +236,17 @@ async def finish(session: AsyncSession, *, ok: bool) -> None:
     """End a unit of work: commit it if `ok` and it wrote, roll it back otherwise; then close.
 
     Raises what the commit raises (after rolling back), so a caller never reports success for a
-    write that did not land.
+    write that did not land. Either way, the `after_commit` actions of whatever did commit run
+    last.
     """
+    try:
+        await _finish(session, ok=ok)
+    finally:
+        if _COMMITTED in session.info:
+            await _run_after_commit(session)
+
+
+async def _finish(session: AsyncSession, *, ok: bool) -> None:
     wrote = has_writes(session)
     if not wrote and not session.in_transaction():
         return  # never used: no connection to give back, nothing to write
