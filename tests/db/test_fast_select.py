@@ -71,6 +71,27 @@ async def test_the_fast_path_and_the_transaction_path_agree(
     assert len(fast) == 5
 
 
+async def test_a_connection_that_served_a_fast_read_still_runs_sessions_in_transactions(
+    app: FastAPI, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # On PostgreSQL the read runs in autocommit; the connection must go back to the pool as it
+    # came, or a session's rollback on it would undo nothing.
+    engine: AsyncEngine = app.state.ctx.engine
+    await engine.dispose()  # from here on, one pooled connection serves both
+    session = sessions()
+    assert len(await read_rows(session, _NEWEST_BELOW, {"below": "prj_9", "limit": 9})) == 5
+    await finish(session, ok=True)
+    assert engine.sync_engine.pool.checkedin() == 1  # type: ignore[attr-defined]
+
+    session = sessions()
+    session.add(Project(id="prj_undone", name="undone", created_at=CREATED, updated_at=CREATED))
+    await session.flush()
+    await finish(session, ok=False)
+
+    async with sessions() as db:
+        assert await db.get(Project, "prj_undone") is None
+
+
 async def test_a_database_error_is_sqlalchemys_and_the_connection_goes_back(
     app: FastAPI, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
