@@ -6,12 +6,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+import sqlalchemy
 from fastapi import FastAPI
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from buildbay.db.engine import FastSelect, finish, read_rows
+from buildbay.applications.models import Application, Platform
+from buildbay.builds.models import Build, BuildStatus
+from buildbay.db.engine import EntityColumns, FastSelect, finish, read_rows
 from buildbay.projects.models import Project
 
 CREATED = datetime(2026, 11, 22, 4, 19, 53, 123456, tzinfo=UTC)
@@ -139,3 +142,33 @@ async def test_the_project_list_reads_a_page_from_the_index_without_sorting(app:
         ]  # fmt: skip
     assert any("ix_project_members_user_id_project_id" in step for step in steps), steps
     assert not any("TEMP B-TREE" in step for step in steps), steps
+
+
+async def test_entity_columns_make_the_objects_the_orm_loads(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # Build.metadata_ is the column "metadata": attribute names, not column names.
+    async with sessions() as db:
+        db.add(Application(id="app_1", project_id="prj_1", name="app", platform=Platform.ANDROID,
+                           created_at=CREATED, updated_at=CREATED))  # fmt: skip
+        db.add(Build(id="bld_1", project_id="prj_1", application_id="app_1", file_name="a.apk",
+                     file_size=3, status=BuildStatus.READY, storage_key="k",
+                     metadata_={"versionCode": 7}, created_at=CREATED,
+                     expires_at=CREATED))  # fmt: skip
+        await db.commit()
+    builds = EntityColumns(Build, "b_")
+    query = FastSelect(select(*builds.columns).where(Build.__table__.c.id == bindparam("id")))
+
+    session = sessions()
+    [row] = await read_rows(session, query, {"id": "bld_1"})
+    await finish(session, ok=True)
+    copy = builds.of(row)
+
+    async with sessions() as db:
+        loaded = await db.get_one(Build, "bld_1")
+        columns = [attr.key for attr in sqlalchemy.inspect(Build).column_attrs]
+        assert {k: getattr(copy, k) for k in columns} == {k: getattr(loaded, k) for k in columns}
+    assert copy.metadata_ == {"versionCode": 7}
+    assert copy.status is BuildStatus.READY
+    assert sqlalchemy.inspect(copy).transient
+    assert builds.of_outer({**row, "b_id": None}) is None

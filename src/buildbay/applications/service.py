@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.builds.models import Build, BuildStatus
+from buildbay.db.engine import EntityColumns, FastSelect, read_rows
 from buildbay.ids import new_id, split_page
 from buildbay.projects.models import Project
 from buildbay.storage.base import Storage
@@ -26,6 +27,30 @@ def _ready_builds_of(application_id: Any) -> Any:
     return select(func.count(Build.id)).where(
         Build.application_id == application_id, Build.status == BuildStatus.READY
     )
+
+
+# The list, built once and read without the ORM (see FastSelect): it is what clients poll.
+_applications, _builds = Application.__table__, Build.__table__
+_APPLICATION = EntityColumns(Application, "")
+_applications_of_project = (
+    select(
+        *_APPLICATION.columns,
+        select(func.count(_builds.c.id))
+        .where(
+            _builds.c.application_id == _applications.c.id,
+            _builds.c.status == BuildStatus.READY.value,
+        )
+        .scalar_subquery()
+        .label("builds_count"),
+    )
+    .where(_applications.c.project_id == bindparam("project_id"))
+    .order_by(_applications.c.id.desc())
+    .limit(bindparam("limit"))
+)
+_APPLICATIONS_OF_PROJECT = FastSelect(_applications_of_project)
+_APPLICATIONS_OF_PROJECT_AFTER = FastSelect(
+    _applications_of_project.where(_applications.c.id < bindparam("after_id"))
+)
 
 
 def _columns(fields: dict[str, Any]) -> dict[str, Any]:
@@ -46,16 +71,11 @@ class ApplicationService:
     async def list(
         self, project: Project, limit: int, after_id: str | None
     ) -> tuple[list[ApplicationView], str | None]:
-        stmt = (
-            select(Application, _ready_builds_of(Application.id).scalar_subquery())
-            .where(Application.project_id == project.id)
-            .order_by(Application.id.desc())
-            .limit(limit + 1)
-        )
-        if after_id is not None:
-            stmt = stmt.where(Application.id < after_id)
-        rows = (await self.db.execute(stmt)).all()
-        views = [ApplicationView(app, count) for app, count in rows]
+        """A page of the project's applications: transient copies, for showing."""
+        query = _APPLICATIONS_OF_PROJECT_AFTER if after_id else _APPLICATIONS_OF_PROJECT
+        params = {"project_id": project.id, "after_id": after_id, "limit": limit + 1}
+        rows = await read_rows(self.db, query, params)
+        views = [ApplicationView(_APPLICATION.of(row), row["builds_count"]) for row in rows]
         return split_page(views, limit, lambda v: v.application.id)
 
     async def create(self, project: Project, fields: dict[str, Any]) -> ApplicationView:

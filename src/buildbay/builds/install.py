@@ -9,6 +9,7 @@ revoked link answers 410, and an unknown one 404.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from buildbay.applications.models import Application
 from buildbay.auth.models import User
 from buildbay.auth.tokens import derive_key
 from buildbay.builds.models import Build, BuildStatus, InstallLink
+from buildbay.db.engine import EntityColumns, FastSelect, read_rows
 from buildbay.deps import Context, SessionDep
 from buildbay.errors import Conflict, Gone, NotFound
 from buildbay.ids import new_id
@@ -65,16 +67,22 @@ class InstallTarget:
     application: Application
 
 
-# Built once: every build the API shows runs it (see InstallLinks.current).
-_LIVE_LINKS_OF_BUILDS = (
-    select(InstallLink)
-    .where(
-        InstallLink.build_id.in_(bindparam("ids", expanding=True)),
-        InstallLink.revoked_at.is_(None),
-        InstallLink.expires_at > bindparam("now"),
+_links = InstallLink.__table__
+_LINK = EntityColumns(InstallLink, "")
+
+
+@functools.cache
+def _live_links_of_builds(count: int) -> FastSelect:
+    """The live links of `count` builds, oldest first. Every build the API shows runs it."""
+    return FastSelect(
+        select(*_LINK.columns)
+        .where(
+            _links.c.build_id.in_([bindparam(f"id_{n}") for n in range(count)]),
+            _links.c.revoked_at.is_(None),
+            _links.c.expires_at > bindparam("now"),
+        )
+        .order_by(_links.c.id)
     )
-    .order_by(InstallLink.id)
-)
 
 
 class InstallLinks:
@@ -139,10 +147,16 @@ class InstallLinks:
             await self.db.flush()
 
     async def current(self, build_ids: list[str]) -> dict[str, InstallLink]:
-        """The newest live link of each build that has one."""
+        """The newest live link of each build that has one (transient copies: for showing)."""
         if not build_ids:
             return {}
-        links = await self.db.scalars(_LIVE_LINKS_OF_BUILDS, {"ids": build_ids, "now": self.now})
+        # The ids padded with repeats of the first to a power of two, so that a handful of
+        # statements, each compiled once, serve every page size.
+        size = 1 << (len(build_ids) - 1).bit_length()
+        ids = build_ids + build_ids[:1] * (size - len(build_ids))
+        params = {f"id_{n}": build_id for n, build_id in enumerate(ids)}
+        rows = await read_rows(self.db, _live_links_of_builds(size), {**params, "now": self.now})
+        links = (_LINK.of(row) for row in rows)
         return {link.build_id: link for link in links}  # the newest wins: ids sort by time
 
     async def open(self, token: str) -> InstallTarget:

@@ -255,7 +255,7 @@ async def latest_build(
 async def get_build(
     build_id: BuildId, access: BuildsTester, service: Service, links: Links
 ) -> schemas.Build:
-    build = await service.get(access.application, build_id)
+    build = await service.show(access.application, build_id)
     return (await present([build], links))[0]
 
 

@@ -8,6 +8,7 @@ ready one whose bytes were checked; never a ready build without its bytes.
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -21,6 +22,7 @@ from buildbay.auth.models import User
 from buildbay.builds.metadata import Reading, read_metadata
 from buildbay.builds.models import Build, BuildIcon, BuildStatus
 from buildbay.config import Settings
+from buildbay.db.engine import EntityColumns, FastSelect, read_rows
 from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id, split_page
 from buildbay.storage.base import Storage, UploadTarget
@@ -107,6 +109,27 @@ async def storage_usage(db: AsyncSession, user_id: str) -> StorageUsage:
 _BUILD_OF_APPLICATION = select(Build).where(
     Build.id == bindparam("build_id"), Build.application_id == bindparam("application_id")
 )
+# What read-only requests run instead: no ORM loading, no transaction (see FastSelect); the
+# builds come back as transient objects (see EntityColumns).
+_builds = Build.__table__
+_BUILD = EntityColumns(Build, "")
+_READ_BUILD = FastSelect(
+    select(*_BUILD.columns).where(
+        _builds.c.id == bindparam("build_id"),
+        _builds.c.application_id == bindparam("application_id"),
+    )
+)
+
+
+@functools.cache
+def _newest_builds(*, of_status: bool, after: bool) -> FastSelect:
+    """A page of an application's builds, newest first: the list as clients poll it."""
+    query = select(*_BUILD.columns).where(_builds.c.application_id == bindparam("application_id"))
+    if of_status:
+        query = query.where(_builds.c.status == bindparam("status", type_=String))
+    if after:
+        query = query.where(_builds.c.id < bindparam("after_id"))
+    return FastSelect(query.order_by(_builds.c.id.desc()).limit(bindparam("limit")))
 
 
 class BuildService:
@@ -304,6 +327,19 @@ class BuildService:
         version: VersionFilter | None = None,
         sort: BuildOrder = BuildOrder.NEWEST,
     ) -> tuple[list[Build], str | None]:
+        """A page of builds. Without a version filter or order, the builds are transient
+        copies, read as FastSelects: the list is what clients poll."""
+        if sort is BuildOrder.NEWEST and (version is None or version == VersionFilter()):
+            query = _newest_builds(of_status=status is not None, after=after_id is not None)
+            params = {
+                "application_id": application.id,
+                "status": status.value if status is not None else None,
+                "after_id": after_id,
+                "limit": limit + 1,
+            }
+            rows = await read_rows(self.db, query, params)
+            builds = [_BUILD.of(row) for row in rows]
+            return split_page(builds, limit, lambda b: b.id)
         stmt = select(Build).where(
             Build.application_id == application.id, *_version_clauses(version)
         )
@@ -355,6 +391,14 @@ class BuildService:
         if build is None:
             raise NotFound("No build with this id in the application", code="build_not_found")
         return build
+
+    async def show(self, application: Application, build_id: str) -> Build:
+        """A transient copy of the build, for a read-only request; 404 as `get`."""
+        params = {"build_id": build_id, "application_id": application.id}
+        rows = await read_rows(self.db, _READ_BUILD, params)
+        if not rows:
+            raise NotFound("No build with this id in the application", code="build_not_found")
+        return _BUILD.of(rows[0])
 
     async def delete(self, application: Application, build_id: str) -> None:
         build = await self.get(application, build_id)

@@ -9,11 +9,11 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, Select, event, make_url, text
+from sqlalchemy import Engine, Select, event, inspect, make_url, text
 from sqlalchemy.engine import Dialect, ExceptionContext
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import (
@@ -30,6 +30,7 @@ from sqlalchemy.util import greenlet_spawn
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
 
 log = logging.getLogger("buildbay.db")
+T = TypeVar("T")
 
 PING_AFTER_IDLE_SECONDS = 1.0
 
@@ -278,10 +279,10 @@ class FastSelect:
     On the list endpoint clients poll, `Connection.execute` (statement cache lookup, execution
     context, result metadata, Row objects) took ~70 us of a ~300 us request for a query SQLite
     answers in ~20 us (bench/api.py). What that machinery does for such a statement is kept:
-    the bound values in the compiled order, the column types' result processing (UTC datetimes),
-    the pool's check-out (with its ping of an idle connection) and check-in, and DB-API errors
-    raised as SQLAlchemy's, the connection invalidated on a disconnect. Only plain statements
-    qualify: no expanding (IN) or literal-rendered parameters.
+    the bound values in the compiled order, the column types' processing of bound values and of
+    results (UTC datetimes), the pool's check-out (with its ping of an idle connection) and
+    check-in, and DB-API errors raised as SQLAlchemy's, the connection invalidated on a
+    disconnect. Only plain statements qualify: no expanding (IN) or literal-rendered parameters.
 
     On PostgreSQL the statement runs in autocommit, its own transaction: a read of one statement
     sees the same either way, and the driver's BEGIN and the pool's ROLLBACK would be two more
@@ -309,6 +310,7 @@ class _Plan:
     compiled: SQLCompiler
     positions: tuple[str, ...] | None  # None: the driver takes named parameters
     processors: tuple[Callable[[Any], Any] | None, ...]
+    converters: tuple[tuple[str, Callable[[Any], Any]], ...]  # of bound values, by name
     # PostgreSQL's driver would wrap the one statement in BEGIN ... ROLLBACK, two more round
     # trips; in autocommit the statement is its own transaction, which reads the same.
     autocommit: bool
@@ -319,21 +321,26 @@ class _Plan:
         assert isinstance(compiled, SQLCompiler)
         if compiled.post_compile_params or compiled.literal_execute_params:
             raise ValueError("FastSelect takes no expanding or literal-rendered parameters")
-        if any(
-            bind.type.dialect_impl(dialect).bind_processor(dialect) is not None
+        converters = {
+            compiled.bind_names[bind]: process  # the name construct_params gives its value
             for bind in compiled.binds.values()
-        ):
-            raise ValueError("FastSelect takes only parameters the driver accepts as they are")
+            if (process := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        }
         processors = tuple(
             column.type.dialect_impl(dialect).result_processor(dialect, None)
             for column in statement.selected_columns
         )
         positions = tuple(compiled.positiontup or ()) if compiled.positional else None
         autocommit = dialect.name == "postgresql"
-        return cls(compiled.string, compiled, positions, processors, autocommit)
+        return cls(
+            compiled.string, compiled, positions, processors, tuple(converters.items()), autocommit
+        )
 
     def parameters(self, params: Mapping[str, Any]) -> Any:
         values = self.compiled.construct_params(params)
+        for name, process in self.converters:
+            if values[name] is not None:
+                values[name] = process(values[name])
         if self.positions is None:
             return values
         return tuple(values[name] for name in self.positions)
@@ -349,6 +356,34 @@ class _Plan:
                 values[i] = process(values[i])
             rows.append(dict(zip(columns, values, strict=True)))
         return rows
+
+
+class EntityColumns(Generic[T]):
+    """A model's table columns for a FastSelect, labeled `prefix` + attribute name (so that two
+    entities in one row stay apart), and the model's instances made from such rows.
+
+    The instances are transient: no session knows them, so changing one changes nothing. They
+    serve read-only requests, which show them and pass their ids on.
+    """
+
+    __slots__ = ("_by_label", "_id_label", "columns", "model")
+
+    def __init__(self, model: type[T], prefix: str) -> None:
+        mapper = inspect(model)
+        # Attribute names, which are not always the columns' (Build.metadata_ is "metadata").
+        named = [(mapper.get_property_by_column(column).key, column) for column in mapper.columns]
+        self.model = model
+        self.columns = [column.label(prefix + key) for key, column in named]
+        self._by_label = [(prefix + key, key) for key, _ in named]
+        self._id_label = prefix + "id"
+
+    def of(self, row: Mapping[str, Any]) -> T:
+        """The entity in `row`."""
+        return self.model(**{key: row[label] for label, key in self._by_label})
+
+    def of_outer(self, row: Mapping[str, Any]) -> T | None:
+        """The entity in `row`; None if an outer join found none."""
+        return None if row[self._id_label] is None else self.of(row)
 
 
 async def read_rows(
@@ -379,6 +414,7 @@ def _read_rows(
     except dialect.loaded_dbapi.Error as exc:
         raise _wrapped(exc, plan, parameters, dialect, invalidated=False) from exc
     dbapi_connection = connection.dbapi_connection
+    assert dbapi_connection is not None  # checked out just now
     try:
         if plan.autocommit:
             dbapi_connection.autocommit = True
