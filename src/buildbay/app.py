@@ -70,7 +70,7 @@ def create_app(
     settings = settings or Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     clock = clock or SystemClock()
-    engine = create_engine(settings.resolved_database_url)
+    engine = create_engine(settings.resolved_database_url, pool_size=settings.database_pool_size)
     signer = UrlSigner(settings.signing_key)
     if storage is None:
         storage = create_storage(settings, signer, clock)

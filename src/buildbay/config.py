@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     env: Environment = Environment.DEVELOPMENT
     data_dir: Path = Path("./data")
     database_url: str | None = None
+    # PostgreSQL connections each process keeps (it opens no more).
+    database_pool_size: PositiveInt = 20
     secret_key: SecretStr | None = None
     public_url: str | None = None
     redis_url: str | None = None

@@ -1,5 +1,6 @@
-"""A pooled PostgreSQL connection is pinged before use only after it sat idle: one the server
-closed meanwhile is replaced unseen, and a busy pool pays no round trip per check-out."""
+"""The PostgreSQL pool: a connection is pinged before use only after it sat idle (one the server
+closed meanwhile is replaced unseen, and a busy pool pays no round trip per check-out), and a
+burst of requests past the pool's size waits for its connections instead of opening new ones."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.conftest import PG_URL
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason="pinging is PostgreSQL's (SQLite is a file)")
 IDLE = 0.2
+POOL = 3
 
 
 @pytest.fixture
@@ -26,7 +28,7 @@ async def engines() -> AsyncIterator[Callable[[float], AsyncEngine]]:
 
     def make(ping_after_idle: float) -> AsyncEngine:
         assert PG_URL is not None
-        engine = create_engine(PG_URL, ping_after_idle=ping_after_idle, pool_size=1)
+        engine = create_engine(PG_URL, ping_after_idle=ping_after_idle, pool_size=POOL)
         made.append(engine)
         return engine
 
@@ -85,7 +87,7 @@ async def test_a_connection_in_steady_use_is_not_pinged(
 
     pids = {await backend_pid(engine) for _ in range(20)}
 
-    assert len(pids) == 1  # one pooled connection, used 20 times
+    assert len(pids) == 1  # one pooled connection, used 20 times in turn
     assert pings == []
 
 
@@ -102,3 +104,22 @@ async def test_without_the_ping_one_request_pays_and_the_pool_recovers(
 
     assert failed.value.connection_invalidated
     assert await backend_pid(engine) > 0
+
+
+async def test_a_burst_past_the_pool_size_reuses_the_pools_connections(
+    engines: Callable[[float], AsyncEngine],
+) -> None:
+    # With overflow, each connection past the pool's size was closed as it came back, and a
+    # steady burst opened and closed a server process per request.
+    engine = engines(60)
+
+    async def one_request() -> int:
+        async with engine.connect() as connection:
+            await asyncio.sleep(0.01)  # held a moment, as a request's query is
+            return int((await connection.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+    pids: set[int] = set()
+    for _ in range(3):
+        pids.update(await asyncio.gather(*(one_request() for _ in range(4 * POOL))))
+    assert len(pids) <= POOL  # the same connections, burst after burst
+    assert engine.sync_engine.pool.checkedin() == POOL  # type: ignore[attr-defined]
