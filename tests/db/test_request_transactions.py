@@ -3,7 +3,7 @@ that only read ends without a commit, and every route of the API runs in such a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 
 import httpx
@@ -204,14 +204,28 @@ async def test_read_rows_reads_in_the_sessions_transaction_once_it_has_one(
     assert await _project_names(sessions) == []
 
 
+def _noting(done: list[str], what: Callable[[], Awaitable[str]]) -> Callable[[], Awaitable[None]]:
+    """An after-commit action that appends what `what` says to `done`."""
+
+    async def note() -> None:
+        done.append(await what())
+
+    return note
+
+
+async def _told() -> str:
+    return "told"
+
+
 async def test_after_commit_actions_run_once_the_transaction_committed(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     done: list[str] = []
 
-    async def note() -> None:
-        done.append(f"told; projects now {await _project_names(sessions)}")
+    async def projects_now() -> str:
+        return f"told; projects now {await _project_names(sessions)}"
 
+    note = _noting(done, projects_now)
     session = sessions()
     session.add(_project("prj_told"))
     after_commit(session, note)
@@ -225,10 +239,7 @@ async def test_after_commit_actions_are_dropped_with_a_rollback(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     done: list[str] = []
-
-    async def note() -> None:
-        done.append("told")
-
+    note = _noting(done, _told)
     session = sessions()
     session.add(_project("prj_dropped"))
     after_commit(session, note)
@@ -243,10 +254,7 @@ async def test_after_commit_actions_of_a_commit_made_before_an_error_still_run(
 ) -> None:
     # A reused refresh token: the revocation commits, then the request fails.
     done: list[str] = []
-
-    async def note() -> None:
-        done.append("told")
-
+    note = _noting(done, _told)
     session = sessions()
     session.add(_project("prj_kept"))
     after_commit(session, note)

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.builds.models import Build, BuildStatus
-from buildbay.db.engine import EntityColumns, FastSelect, read_rows
+from buildbay.db.engine import EntityColumns, pages, read_rows
 from buildbay.ids import new_id, split_page
 from buildbay.projects.models import Project
 from buildbay.storage.base import Storage
@@ -47,9 +47,8 @@ _applications_of_project = (
     .order_by(_applications.c.id.desc())
     .limit(bindparam("limit"))
 )
-_APPLICATIONS_OF_PROJECT = FastSelect(_applications_of_project)
-_APPLICATIONS_OF_PROJECT_AFTER = FastSelect(
-    _applications_of_project.where(_applications.c.id < bindparam("after_id"))
+_APPLICATIONS_OF_PROJECT, _APPLICATIONS_OF_PROJECT_AFTER = pages(
+    _applications_of_project, _applications.c.id
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, Select, event, inspect, make_url, text
+from sqlalchemy import Engine, Select, bindparam, event, inspect, make_url, text
 from sqlalchemy.engine import Dialect, ExceptionContext
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import (
@@ -364,6 +364,12 @@ class _Plan:
                 values[i] = process(values[i])
             rows.append(dict(zip(columns, values, strict=True)))
         return rows
+
+
+def pages(statement: Select[Any], key: Any) -> tuple[FastSelect, FastSelect]:
+    """A newest-first list (`statement`, ordered by `key` descending, with a `:limit`) as two
+    FastSelects: its first page, and the page after `:after_id`."""
+    return FastSelect(statement), FastSelect(statement.where(key < bindparam("after_id")))
 
 
 class EntityColumns(Generic[T]):

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.auth.models import User
-from buildbay.db.engine import FastSelect, read_rows
+from buildbay.db.engine import FastSelect, pages, read_rows
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id, split_page
 from buildbay.projects.access import ProjectAccess
@@ -65,10 +65,7 @@ _projects_of_member = (
     .order_by(_members.c.project_id.desc())
     .limit(bindparam("limit"))
 )
-_PROJECTS_OF_MEMBER = FastSelect(_projects_of_member)
-_PROJECTS_OF_MEMBER_AFTER = FastSelect(
-    _projects_of_member.where(_members.c.project_id < bindparam("after_id"))
-)
+_PROJECTS_OF_MEMBER, _PROJECTS_OF_MEMBER_AFTER = pages(_projects_of_member, _members.c.project_id)
 
 
 class ProjectService:
