@@ -11,7 +11,8 @@ moment the revoking request answers, every process refuses the token.
 If Redis cannot be reached, the mark is unknown and the cache is not used: the request looks its
 session up in the database, as a process without the cache does; Redis is then left alone for
 RETRY_SECONDS. A mark lives MARK_SECONDS, far longer than an entry stored before it can
-(ACCESS_CACHE_TTL).
+(ACCESS_CACHE_TTL). Redis keeps nothing on disk: if it restarts within ACCESS_CACHE_TTL of a
+revocation, the mark is gone, and an entry cached before the revocation may serve until its TTL.
 """
 
 from __future__ import annotations
