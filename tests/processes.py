@@ -1,4 +1,5 @@
-"""Real processes for the tests: a free port, and a process that is stopped whatever happens."""
+"""Real processes for the tests: a free port, a process that is stopped whatever happens, and a
+user with a project and an application on such a server (`Uploader`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -49,3 +52,87 @@ def running(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@dataclass
+class Uploader:
+    """One user with one project and application on a server, and the upload steps."""
+
+    http: httpx.Client
+    headers: dict[str, str]
+    project_id: str
+    app_id: str
+
+    @classmethod
+    def sign_up(cls, http: httpx.Client, email: str = "ci@example.com") -> Uploader:
+        r = http.post("/api/auth/register", json={"email": email, "password": "a long password"})
+        assert r.status_code == 201, r.text
+        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        r = http.post("/api/projects", json={"name": "Acme"}, headers=headers)
+        assert r.status_code == 201, r.text
+        project_id = r.json()["id"]
+        r = http.post(
+            f"/api/projects/{project_id}/applications", json={"name": "Acme"}, headers=headers
+        )
+        assert r.status_code == 201, r.text
+        return cls(http, headers, project_id, r.json()["id"])
+
+    @property
+    def base(self) -> str:
+        return f"/api/app-distribution/{self.project_id}/{self.app_id}/builds"
+
+    def link(self, size: int, file_name: str = "build.bin", **fields: Any) -> dict[str, Any]:
+        r = self.http.post(
+            f"{self.base}/upload-link",
+            json={"fileName": file_name, "fileSize": size, **fields},
+            headers=self.headers,
+        )
+        assert r.status_code == 201, r.text
+        link: dict[str, Any] = r.json()
+        return link
+
+    def upload_small(self, http: httpx.Client) -> httpx.Response:
+        """The three steps for a 5-byte build over `http`: the first answer that is not a
+        success, or verify's."""
+        link = http.post(
+            f"{self.base}/upload-link",
+            json={"fileName": "a.bin", "fileSize": 5},
+            headers=self.headers,
+        )
+        if link.status_code != 201:
+            return link
+        put = http.put(link.json()["uploadUrl"], content=b"bytes")
+        if put.status_code != 200:
+            return put
+        body = {"buildId": link.json()["buildId"]}
+        return http.post(f"{self.base}/verify", json=body, headers=self.headers)
+
+    def verify(self, build_id: str, **kwargs: Any) -> httpx.Response:
+        return self.http.post(
+            f"{self.base}/verify", json={"buildId": build_id}, headers=self.headers, **kwargs
+        )
+
+    def build(self, build_id: str) -> dict[str, Any]:
+        r = self.http.get(f"{self.base}/{build_id}", headers=self.headers)
+        assert r.status_code == 200, r.text
+        build: dict[str, Any] = r.json()
+        return build
+
+    def builds(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params = {"limit": 100, **({"cursor": cursor} if cursor else {})}
+            r = self.http.get(self.base, params=params, headers=self.headers)
+            assert r.status_code == 200, r.text
+            found += r.json()["builds"]
+            cursor = r.json()["nextCursor"]
+            if cursor is None:
+                return found
+
+    def download(self, build_id: str) -> bytes:
+        r = self.http.get(f"{self.base}/{build_id}/download", headers=self.headers)
+        assert r.status_code == 302, r.text
+        r = self.http.get(r.headers["location"])
+        assert r.status_code == 200, r.text
+        return r.content

@@ -26,10 +26,10 @@ from tests.faults.conftest import (
     PrivatePostgres,
     Server,
     Traffic,
-    Uploader,
     assert_problem_response,
     wait_for,
 )
+from tests.processes import Uploader
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -13,11 +13,11 @@ import pytest
 from tests.faults.conftest import (
     IS_ROOT,
     Server,
-    Uploader,
     assert_problem_response,
     assert_store_matches_builds,
     files_under,
 )
+from tests.processes import Uploader
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

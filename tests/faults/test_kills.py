@@ -21,13 +21,13 @@ from buildbay.storage.local import LocalStorage
 from buildbay.storage.signing import UrlSigner
 from tests.faults.conftest import (
     Server,
-    Uploader,
     assert_problem_response,
     assert_store_matches_builds,
     files_under,
     sweep_later,
     wait_for,
 )
+from tests.processes import Uploader
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.faults.conftest import Outcome, PrivateRedis, Server, Traffic, Uploader, wait_for
+from tests.faults.conftest import Outcome, PrivateRedis, Server, Traffic, wait_for
+from tests.processes import Uploader
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -19,11 +19,11 @@ import pytest
 
 from tests.faults.conftest import (
     Server,
-    Uploader,
     assert_problem_response,
     files_under,
     wait_for,
 )
+from tests.processes import Uploader
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

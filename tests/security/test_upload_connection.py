@@ -9,13 +9,15 @@ import json
 import selectors
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 import pytest
+
+from tests.processes import Uploader
 
 pytestmark = pytest.mark.slow
 
@@ -106,39 +108,10 @@ def put_head(url: str, framing: str) -> bytes:
     ).encode()
 
 
-@dataclass
-class Upload:
-    http: httpx.Client
-    auth: dict[str, str]
-    base: str  # the builds endpoints of an application
-
-    def link(self) -> dict[str, Any]:
-        r = self.http.post(
-            f"{self.base}/upload-link",
-            json={"fileName": "endless.apk", "fileSize": DECLARED},
-            headers=self.auth,
-        )
-        assert r.status_code == 201, r.text
-        link: dict[str, Any] = r.json()
-        return link
-
-    def verify(self, build_id: str) -> httpx.Response:
-        return self.http.post(f"{self.base}/verify", json={"buildId": build_id}, headers=self.auth)
-
-
 @pytest.fixture
-def upload(server: str) -> Any:
+def uploader(server: str) -> Iterator[Uploader]:
     with httpx.Client(base_url=server, timeout=30) as http:
-        r = http.post(
-            "/api/auth/register", json={"email": "ci@example.com", "password": "a long password"}
-        )
-        assert r.status_code == 201, r.text
-        auth = {"Authorization": f"Bearer {r.json()['access_token']}"}
-        project = http.post("/api/projects", json={"name": "Acme"}, headers=auth).json()
-        app = http.post(
-            f"/api/projects/{project['id']}/applications", json={"name": "Acme"}, headers=auth
-        ).json()
-        yield Upload(http, auth, f"/api/app-distribution/{project['id']}/{app['id']}/builds")
+        yield Uploader.sign_up(http)
 
 
 def tampered(url: str) -> str:
@@ -157,12 +130,12 @@ CASES = {
 
 
 def test_an_endless_upload_is_answered_and_its_connection_closed(
-    server: str, upload: Upload
+    server: str, uploader: Uploader
 ) -> None:
     # One server for all the cases: starting one takes seconds.
     port = urlsplit(server).port or 80
     for case, (kind, status, code) in CASES.items():
-        link = upload.link()
+        link = uploader.link(DECLARED, "endless.apk")
         url = tampered(link["uploadUrl"]) if kind == "bad signature" else link["uploadUrl"]
         if kind == "length":
             head, frame = put_head(url, f"Content-Length: {1024**4}"), raw
@@ -180,11 +153,11 @@ def test_an_endless_upload_is_answered_and_its_connection_closed(
         # Closed once the socket buffers between client and server were full, not at the CAP.
         assert outcome.sent < CAP // 2, (case, outcome.sent)
         # Nothing of it was kept, and the same link still takes a proper upload.
-        r = upload.verify(link["buildId"])
+        r = uploader.verify(link["buildId"])
         assert r.status_code == 422, r.text
         assert r.json()["code"] == "upload_incomplete"
-        r = upload.http.put(
+        r = uploader.http.put(
             link["uploadUrl"], content=b"x" * DECLARED, headers=link["uploadHeaders"]
         )
         assert r.status_code == 200, r.text
-        assert upload.verify(link["buildId"]).status_code == 200
+        assert uploader.verify(link["buildId"]).status_code == 200
