@@ -23,25 +23,22 @@ class ApplicationView:
     builds_count: int
 
 
+_applications, _builds = Application.__table__, Build.__table__
+
+
 def _ready_builds_of(application_id: Any) -> Any:
-    return select(func.count(Build.id)).where(
-        Build.application_id == application_id, Build.status == BuildStatus.READY
+    """How many ready builds an application has (`application_id`: a value or a column)."""
+    return select(func.count(_builds.c.id)).where(
+        _builds.c.application_id == application_id, _builds.c.status == BuildStatus.READY
     )
 
 
 # The list, built once and read without the ORM (see FastSelect): it is what clients poll.
-_applications, _builds = Application.__table__, Build.__table__
 _APPLICATION = EntityColumns(Application, "")
 _applications_of_project = (
     select(
         *_APPLICATION.columns,
-        select(func.count(_builds.c.id))
-        .where(
-            _builds.c.application_id == _applications.c.id,
-            _builds.c.status == BuildStatus.READY.value,
-        )
-        .scalar_subquery()
-        .label("builds_count"),
+        _ready_builds_of(_applications.c.id).scalar_subquery().label("builds_count"),
     )
     .where(_applications.c.project_id == bindparam("project_id"))
     .order_by(_applications.c.id.desc())

@@ -132,6 +132,10 @@ def _newest_builds(*, of_status: bool, after: bool) -> FastSelect:
     return FastSelect(query.order_by(_builds.c.id.desc()).limit(bindparam("limit")))
 
 
+def _not_in_application() -> NotFound:
+    return NotFound("No build with this id in the application", code="build_not_found")
+
+
 class BuildService:
     @classmethod
     def of(cls, ctx: AppContext, db: AsyncSession) -> BuildService:
@@ -389,7 +393,7 @@ class BuildService:
             execution_options={"populate_existing": reload},
         )
         if build is None:
-            raise NotFound("No build with this id in the application", code="build_not_found")
+            raise _not_in_application()
         return build
 
     async def show(self, application: Application, build_id: str) -> Build:
@@ -397,7 +401,7 @@ class BuildService:
         params = {"build_id": build_id, "application_id": application.id}
         rows = await read_rows(self.db, _READ_BUILD, params)
         if not rows:
-            raise NotFound("No build with this id in the application", code="build_not_found")
+            raise _not_in_application()
         return _BUILD.of(rows[0])
 
     async def delete(self, application: Application, build_id: str) -> None:
