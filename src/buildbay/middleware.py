@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body
+from buildbay.numbers import whole_number
 from buildbay.storage.local import UPLOAD_PATH
 
 access_log = logging.getLogger("buildbay.access")
@@ -106,10 +107,11 @@ class ApiMiddleware:
             _log_access(scope, status, started, request_id)
 
     def _check_body_headers(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
-        length = headers.get("content-length")
-        if length is not None and not (length.isascii() and length.isdigit()):
+        text = headers.get("content-length")
+        length = whole_number(text, max_digits=20) if text is not None else None
+        if text is not None and length is None:
             return 400, "bad_request", "Content-Length is not a number"
-        if length is not None and int(length) > self.max_json_body:
+        if length is not None and length > self.max_json_body:
             return 413, "body_too_large", "JSON request bodies are limited to 1 MiB"
         if _has_body(headers) and not _is_json(headers.get("content-type", "")):
             return (
@@ -136,10 +138,8 @@ class ApiMiddleware:
 
 
 def _has_body(headers: dict[str, str]) -> bool:
-    length = headers.get("content-length", "")
-    return "transfer-encoding" in headers or (
-        length.isascii() and length.isdigit() and int(length) > 0
-    )
+    length = whole_number(headers.get("content-length", ""), max_digits=20)
+    return "transfer-encoding" in headers or (length is not None and length > 0)
 
 
 class _BodyReading:

@@ -25,6 +25,7 @@ from pydantic_core import core_schema
 from buildbay.clock import utc_whole_seconds
 from buildbay.errors import ValidationFailed
 from buildbay.ids import InvalidCursorError, decode_cursor
+from buildbay.numbers import whole_number
 
 # A self-hosted service serves internal domains too: `dev@corp.local`, `qa@team.test`. The
 # e-mail validator refuses such special-use names by default (its documented switch).
@@ -191,11 +192,12 @@ def page_of(limit: str | None, cursor: str | None) -> PageParams:
     """The page that `?limit=` and `?cursor=` ask for, or 422 naming the parameter."""
     size = DEFAULT_PAGE_SIZE
     if limit is not None:
-        if not (limit.isascii() and limit.isdigit() and 1 <= int(limit) <= MAX_PAGE_SIZE):
+        number = whole_number(limit)
+        if number is None or not 1 <= number <= MAX_PAGE_SIZE:
             raise ValidationFailed.for_field(
                 "limit", f"must be a whole number from 1 to {MAX_PAGE_SIZE}"
             )
-        size = int(limit)
+        size = number
     after_id = None
     if cursor:
         try:

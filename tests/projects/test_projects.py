@@ -3,6 +3,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
 from buildbay.clock import FrozenClock
 from tests.conftest import Account, Api, assert_problem
@@ -200,6 +201,17 @@ async def test_project_list_pages_with_limit_and_cursor(
 
     assert page_sizes == [2, 2, 1]
     assert seen == newest_first  # no duplicates, no gaps, newest first
+
+
+@pytest.mark.parametrize("limit", ["0", "101", "²", "9" * 19, "9" * 5000])
+async def test_a_limit_out_of_range_is_a_422_however_long(
+    client: httpx.AsyncClient, owner: Account, limit: str
+) -> None:
+    # 5,000 digits: more than int() converts (it raised, and the answer was a 500).
+    r = await client.get("/api/projects", params={"limit": limit}, headers=owner.headers)
+
+    assert_problem(r, 422, "validation_error")
+    assert r.json()["errors"][0]["field"] == "limit"
 
 
 async def test_project_list_with_a_limit_equal_to_the_count_has_no_next_cursor(

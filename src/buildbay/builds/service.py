@@ -25,6 +25,7 @@ from buildbay.config import Settings
 from buildbay.db.engine import EntityColumns, FastSelect, read_rows
 from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id, split_page
+from buildbay.numbers import whole_number
 from buildbay.storage.base import Storage, UploadTarget
 
 if TYPE_CHECKING:
@@ -69,9 +70,7 @@ def _version_code(metadata: dict[str, Any]) -> int | None:
     if isinstance(code, int):
         return code
     build_number = metadata.get("buildNumber")
-    if isinstance(build_number, str) and build_number.isascii() and build_number.isdigit():
-        return int(build_number) if len(build_number) <= 18 else None
-    return None
+    return whole_number(build_number) if isinstance(build_number, str) else None
 
 
 def human_size(size: int) -> str:

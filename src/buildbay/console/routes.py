@@ -42,6 +42,7 @@ from buildbay.errors import (
     PayloadTooLarge,
     ValidationFailed,
 )
+from buildbay.numbers import whole_number
 from buildbay.projects.access import application_of, project_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite
@@ -127,8 +128,8 @@ async def _form(request: Request) -> Any:
     """The posted form: URL-encoded only (no file parts) and at most MAX_FORM_BYTES."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         raise BadRequest("Send the form as application/x-www-form-urlencoded")
-    length = request.headers.get("content-length", "")
-    if not (length.isascii() and length.isdigit()) or int(length) > MAX_FORM_BYTES:
+    length = whole_number(request.headers.get("content-length", ""), max_digits=20)
+    if length is None or length > MAX_FORM_BYTES:
         raise PayloadTooLarge(f"A form is at most {MAX_FORM_BYTES} bytes, with a Content-Length")
     return await request.form()
 
@@ -578,7 +579,8 @@ async def create_token(request: Request) -> Response:
     data: dict[str, Any] = {"name": fields.get("name", "")}
     if fields.get("expiresInDays"):
         days = fields["expiresInDays"]
-        data["expiresInDays"] = int(days) if days.isascii() and days.isdigit() else days
+        number = whole_number(days)
+        data["expiresInDays"] = days if number is None else number
     try:
         body = _parse(CreateApiTokenRequest, data)
     except _FormError as exc:

@@ -16,6 +16,7 @@ from buildbay.builds.schemas import StoredUpload
 from buildbay.builds.service import BuildService
 from buildbay.deps import Context, TransactionRoute
 from buildbay.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, problem_responses
+from buildbay.numbers import whole_number
 from buildbay.storage.local import DOWNLOAD_PATH, UPLOAD_PATH, LocalStorage
 
 router = APIRouter(tags=["storage"], route_class=TransactionRoute)
@@ -45,10 +46,10 @@ def _part(request: Request, name: str) -> str | None:
 
 
 def _number(value: str | None) -> int:
-    # ASCII digits only: "²".isdigit() is true, and int("²") raises.
-    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 16:
+    number = whole_number(value, max_digits=16) if value is not None else None
+    if number is None:
         raise Forbidden("The storage URL is incomplete or altered", code="invalid_signature")
-    return int(value)
+    return number
 
 
 def _local(ctx: Context) -> LocalStorage:
@@ -84,14 +85,14 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
             return await service.pending_upload(key)
 
     build = await still_pending()
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit():
-        if int(declared) > size_:
+    declared = whole_number(request.headers.get("content-length", ""), max_digits=20)
+    if declared is not None:
+        if declared > size_:
             raise PayloadTooLarge(
                 f"Content-Length {declared} is above the build's declared {size_} bytes",
                 code="upload_too_large",
             )
-        if int(declared) < size_:
+        if declared < size_:
             raise BadRequest(
                 f"Content-Length {declared} is below the build's declared {size_} bytes",
                 code="upload_too_short",
