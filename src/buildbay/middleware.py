@@ -68,8 +68,9 @@ class ApiMiddleware:
             _log_access(scope, 404, started, request_id)
             return
 
+        has_body = _has_body(headers)
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
-            problem = self._check_body_headers(headers)
+            problem = self._check_body_headers(headers, has_body=has_body)
             if problem is not None:
                 status, code, detail = problem
                 await _send_problem(send, status, code, detail, request_id)
@@ -82,7 +83,7 @@ class ApiMiddleware:
         # slow) closes the connection. Kept open, the server would go on reading whatever the
         # client still sends, for as long as it sends it, only to throw it away.
         body = None
-        if _has_body(headers):
+        if has_body:
             upload = scope["path"].startswith(UPLOAD_PATH)
             body = _BodyReading(receive, self.body_read_timeout, per_chunk=upload)
             receive = body.receive
@@ -106,14 +107,16 @@ class ApiMiddleware:
         finally:
             _log_access(scope, status, started, request_id)
 
-    def _check_body_headers(self, headers: dict[str, str]) -> tuple[int, str, str] | None:
+    def _check_body_headers(
+        self, headers: dict[str, str], *, has_body: bool
+    ) -> tuple[int, str, str] | None:
         text = headers.get("content-length")
         length = whole_number(text, max_digits=20) if text is not None else None
         if text is not None and length is None:
             return 400, "bad_request", "Content-Length is not a number"
         if length is not None and length > self.max_json_body:
             return 413, "body_too_large", "JSON request bodies are limited to 1 MiB"
-        if _has_body(headers) and not _is_json(headers.get("content-type", "")):
+        if has_body and not _is_json(headers.get("content-type", "")):
             return (
                 400,
                 "unsupported_content_type",
