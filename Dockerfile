@@ -6,8 +6,12 @@ RUN pip install --no-cache-dir uv==0.13.9
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
 COPY src ./src
-# Exactly uv.lock's versions, without the development tools; the project itself not editable.
-RUN UV_PROJECT_ENVIRONMENT=/venv uv sync --locked --no-dev --no-editable --python /usr/local/bin/python3
+# The `buildbay` command is the client's (a workspace member); the server adds `serve` to it.
+COPY client ./client
+# Exactly uv.lock's versions, without the development tools; the projects themselves not
+# editable; compiled to bytecode here, since the image runs with PYTHONDONTWRITEBYTECODE.
+RUN UV_PROJECT_ENVIRONMENT=/venv uv sync --locked --no-dev --no-editable --compile-bytecode \
+    --python /usr/local/bin/python3
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --user-group --home-dir /data --no-create-home buildbay \

@@ -1,10 +1,12 @@
 # Everything runs from a project-local virtual environment built from uv.lock; the only
-# prerequisites are Python 3.11+, git and make.
+# prerequisites are Python 3.11+, git and make. The installed packages are compiled to bytecode
+# once, at install: with PYTHONDONTWRITEBYTECODE set, every process (each `buildbay` command,
+# each server a test starts) would otherwise compile every module it imports, each time.
 PYTHON ?= python3
 VENV := .venv
 UV_VERSION := 0.13.9
 UV := .uv/bin/uv
-SYNCED := $(VENV)/.synced-$(shell cat uv.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+SYNCED := $(VENV)/.synced-$(shell cat uv.lock pyproject.toml client/pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 
@@ -13,8 +15,13 @@ export UV_PYTHON_DOWNLOADS := never
 run: $(SYNCED) ## Run Buildbay on the embedded default (SQLite + files under ./data)
 	$(VENV)/bin/buildbay serve
 
-test: $(SYNCED) ## Run the whole test suite
-	$(VENV)/bin/pytest
+# The suite runs in WORKERS processes (pytest-xdist; each has its own databases, see
+# tests/conftest.py). Most of its time is spent waiting on server processes, browsers and
+# sockets, so more workers than cores pays; WORKERS=0 runs it in this one process.
+WORKERS ?= 4
+
+test: $(SYNCED) ## Run the whole test suite in parallel (WORKERS=N; extra pytest arguments: ARGS=...)
+	$(VENV)/bin/pytest -n $(WORKERS) --dist loadgroup $(ARGS)
 
 lint: $(SYNCED) ## ruff (lint + format check) and mypy --strict
 	$(VENV)/bin/ruff check .
@@ -37,10 +44,10 @@ $(UV):
 	$(PYTHON) -m venv .uv
 	.uv/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(SYNCED): uv.lock pyproject.toml | $(UV)
-	$(UV) sync --locked --python $(PYTHON)
+$(SYNCED): uv.lock pyproject.toml client/pyproject.toml | $(UV)
+	$(UV) sync --locked --compile-bytecode --python $(PYTHON)
 	rm -f $(VENV)/.synced-*
 	touch $@
 
 clean:
-	rm -rf .uv $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .uv $(VENV) .venv-lowest .pytest_cache .mypy_cache .ruff_cache

@@ -1,15 +1,22 @@
-"""Memory of `buildbay upload` as the file grows: flat, whatever the file's size.
+"""The client's start (`buildbay --help`), and memory of `buildbay upload` as the file grows.
 
-Starts a real `buildbay serve` (SQLite + files) in a temporary data directory, and uploads files
-of growing size with the CLI (`buildbay upload ... --json`, as a CI job runs it), each in a fresh
-process whose peak resident memory (ru_maxrss) is read when it ends. The baseline, measured in
-the same run, is the same command uploading the smallest file: the ratio of each peak to it
-should stay near 1.0 (the file is streamed from disk in 1 MiB blocks, never held).
+First `buildbay --help` (as installed in .venv: the client with the server's commands added),
+run several times, each in a fresh process: the median wall time and peak resident memory,
+next to those of the bare interpreter (`python -c pass`) measured the same way in the same run.
+Required: under 0.6 s and under 50 MiB.
+
+Then it starts a real `buildbay serve` (SQLite + files) in a temporary data directory, and
+uploads files of growing size with the CLI (`buildbay upload ... --json`, as a CI job runs it),
+each in a fresh process whose peak resident memory (ru_maxrss) is read when it ends. The
+baseline, measured in the same run, is the same command uploading the smallest file: the ratio
+of each peak to it should stay near 1.0 (the file is streamed from disk in 1 MiB blocks, never
+held).
 
 Also printed: each upload's wall time and throughput (client, HTTP and server storage together).
 
 Requirement: the largest file's peak is at most 1.25x the smallest's, and within 32 MiB of it.
-Exits 1 if missed. Usage: .venv/bin/python bench/cli_upload.py [--sizes-mib 16,256,1024]
+Exits 1 if a requirement is missed.
+Usage: .venv/bin/python bench/cli_upload.py [--sizes-mib 16,256,1024] [--start-runs 7]
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -36,6 +45,8 @@ from _common import (
 
 MAX_RATIO = 1.25
 MAX_GROWTH_MIB = 32
+MAX_START_SECONDS = 0.6
+MAX_START_MIB = 50
 
 
 def make_file(path: Path, size_mib: int) -> None:
@@ -46,33 +57,75 @@ def make_file(path: Path, size_mib: int) -> None:
 
 
 def measured_upload(env: dict[str, str], argv: list[str]) -> tuple[float, float, dict[str, object]]:
-    """(peak RSS in MiB, seconds, the build) of one `buildbay upload` in a process of its own.
-
-    A small driver runs the command and reports RUSAGE_CHILDREN: the peak of that one child.
-    """
-    driver = (
-        "import json, resource, subprocess, sys, time\n"
-        "t = time.perf_counter()\n"
-        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-        "elapsed = time.perf_counter() - t\n"
-        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-        "print(json.dumps({'code': done.returncode, 'out': done.stdout, 'err': done.stderr,"
-        " 'peak_kib': peak, 'seconds': elapsed}))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", driver, *argv], env=env, capture_output=True, text=True, check=True
-    )
-    result = json.loads(done.stdout)
+    """(peak RSS in MiB, seconds, the build) of one `buildbay upload` in a process of its own:
+    a small driver runs the command and reports RUSAGE_CHILDREN, the peak of that one child."""
+    result = measured(env, argv)
     if result["code"] != 0:
         raise SystemExit(f"upload failed ({result['code']}): {result['err']}")
     return result["peak_kib"] / 1024, result["seconds"], json.loads(result["out"])
 
 
+# Runs a command once and reports its wall time and the peak RSS of that one child.
+DRIVER = (
+    "import json, resource, subprocess, sys, time\n"
+    "t = time.perf_counter()\n"
+    "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "elapsed = time.perf_counter() - t\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(json.dumps({'code': done.returncode, 'out': done.stdout, 'err': done.stderr,"
+    " 'peak_kib': usage.ru_maxrss, 'seconds': elapsed,"
+    " 'cpu': usage.ru_utime + usage.ru_stime}))\n"
+)
+
+
+def measured(env: dict[str, str] | None, argv: list[str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, *argv], env=env, capture_output=True, text=True, check=True
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def start(argv: list[str], runs: int) -> tuple[float, float, float]:
+    """(median seconds, median CPU seconds, median peak RSS in MiB) of `argv`, each run in a
+    fresh process. The CPU time says how much of the wall time was the command's own work on
+    a machine that other processes keep busy."""
+    seconds, cpu, peaks = [], [], []
+    for _ in range(runs):
+        result = measured(None, argv)
+        if result["code"] != 0:
+            raise SystemExit(f"{' '.join(argv)} failed ({result['code']}): {result['err']}")
+        seconds.append(result["seconds"])
+        cpu.append(result["cpu"])
+        peaks.append(result["peak_kib"] / 1024)
+    return statistics.median(seconds), statistics.median(cpu), statistics.median(peaks)
+
+
+def client_start(runs: int) -> bool:
+    python = start([sys.executable, "-c", "pass"], runs)
+    help_ = start([str(VENV_BIN / "buildbay"), "--help"], runs)
+    rows = [
+        [name, f"{s:.3f}", f"{s / python[0]:.2f}", f"{c:.3f}", f"{m:.1f}", f"{m / python[2]:.2f}"]
+        for name, (s, c, m) in (("python -c pass (baseline)", python), ("buildbay --help", help_))
+    ]
+    print(f"start of the client, median of {runs} fresh processes each")
+    headers = ["command", "seconds", "vs python", "CPU seconds", "peak RSS MiB", "vs python"]
+    print(table(headers, rows))
+    ok = help_[0] < MAX_START_SECONDS and help_[2] < MAX_START_MIB
+    print(
+        f"\nbuildbay --help: {help_[0]:.2f} s, {help_[2]:.1f} MiB; required < "
+        f"{MAX_START_SECONDS} s and < {MAX_START_MIB} MiB: {'PASS' if ok else 'FAIL'}\n"
+    )
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mib", default="16,256,1024")
+    parser.add_argument("--start-runs", type=int, default=7)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes_mib.split(",")]
+    started = client_start(args.start_runs)
 
     with tempfile.TemporaryDirectory(prefix="buildbay-bench-cli-") as tmp:
         work = Path(tmp)
@@ -118,7 +171,7 @@ def main() -> int:
         f"\nlargest/smallest peak RSS: {ratio:.2f} ({growth:+.1f} MiB); "
         f"required <= {MAX_RATIO} and <= {MAX_GROWTH_MIB} MiB: {'PASS' if ok else 'FAIL'}"
     )
-    return 0 if ok else 1
+    return 0 if ok and started else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,12 @@
 """The `buildbay` client commands against a real `buildbay serve` process: login, each command's
 output, --json, the exit code of each failure class, and an upload that survives the server
-being killed and restarted in the middle of it."""
+being killed and restarted in the middle of it.
+
+The commands run in this process (Typer's test runner), each with the environment a CI job
+gives it, against one server for the module (each test signs up a user of its own); only the
+upload that outlives a server restart runs as a process of its own, with a server of its own,
+since a separate program that keeps going while its server dies is the point there.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +14,25 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from buildbay_client.cli import command
 from tests.builds.android_files import APK
+from tests.conftest import PG_URL, TEST_SECRET
 from tests.processes import free_port, running
 
 pytestmark = pytest.mark.slow
@@ -28,25 +40,42 @@ pytestmark = pytest.mark.slow
 PASSWORD = "a long password"
 
 
-class Cli:
-    """`python -m buildbay ...` with its own config directory, as a user or a CI job runs it."""
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
 
-    def __init__(self, server: str, config: Path) -> None:
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
-        self.env.update(BUILDBAY_CONFIG_DIR=str(config), BUILDBAY_RETRY_ATTEMPTS="2", CI="true")
+
+class Cli:
+    """`buildbay ...` with its own config directory, as a user or a CI job runs it: in this
+    process, with the environment it would have (no other BUILDBAY_* variable)."""
+
+    def __init__(self, server: str, config: Path, email: str) -> None:
+        self.env = {
+            "BUILDBAY_CONFIG_DIR": str(config),
+            "BUILDBAY_RETRY_ATTEMPTS": "2",
+            "CI": "true",
+        }
         self.server = server
+        self.email = email
+        self.app = command()
 
     def __call__(
         self, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "buildbay", *args],
-            env={**self.env, **(env or {})},
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
+    ) -> Done:
+        unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("BUILDBAY_")}
+        result = CliRunner().invoke(
+            self.app, list(args), input=stdin, env={**unset, **self.env, **(env or {})}
         )
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception  # a traceback is a bug, never an answer
+        return Done(result.exit_code, result.stdout, result.stderr)
+
+    def process_env(self) -> dict[str, str]:
+        """The environment of the same command run as a program of its own."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
+        return {**env, **self.env}
 
     def json(self, *args: str, **kwargs: Any) -> Any:
         done = self(*args, "--json", **kwargs)
@@ -54,18 +83,51 @@ class Cli:
         return json.loads(done.stdout)
 
 
+@pytest.fixture(scope="module")
+def shared_server(
+    migrated_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """One `buildbay serve` for the in-process tests of this module (as conftest's `server`)."""
+    work = tmp_path_factory.mktemp("cli-server")
+    if PG_URL:
+        database_url = PG_URL
+    else:
+        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
+        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
+    env.update(
+        BUILDBAY_DATA_DIR=str(work / "data"),
+        BUILDBAY_DATABASE_URL=database_url,
+        BUILDBAY_SECRET_KEY=TEST_SECRET,
+    )
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with running(
+        [sys.executable, "-m", "buildbay", "serve", "--port", str(port)],
+        env=env,
+        log_path=work / "server.log",
+        ready_url=f"{base}/readyz",
+    ):
+        yield base
+
+
+def _email(who: str) -> str:
+    return f"{who}-{uuid.uuid4().hex[:12]}@example.com"
+
+
 @pytest.fixture
-def cli(server: str, tmp_path: Path) -> Cli:
+def cli(shared_server: str, tmp_path: Path) -> Cli:
+    email = _email("ci")
     r = httpx.post(
-        f"{server}/api/auth/register",
-        json={"email": "ci@example.com", "password": PASSWORD, "name": "CI"},
+        f"{shared_server}/api/auth/register",
+        json={"email": email, "password": PASSWORD, "name": "CI"},
     )
     assert r.status_code == 201, r.text
-    return Cli(server, tmp_path / "config")
+    return Cli(shared_server, tmp_path / "config", email)
 
 
 def _login(cli: Cli) -> None:
-    done = cli("login", "--url", cli.server, "--email", "ci@example.com", stdin=PASSWORD + "\n")
+    done = cli("login", "--url", cli.server, "--email", cli.email, stdin=PASSWORD + "\n")
     assert done.returncode == 0, done.stderr
 
 
@@ -78,7 +140,7 @@ def test_login_saves_a_private_profile_and_whoami_answers(cli: Cli, tmp_path: Pa
     assert profile["url"] == cli.server
     assert profile["refresh_token"]
     me = cli.json("whoami")
-    assert me["email"] == "ci@example.com"
+    assert me["email"] == cli.email
     assert me["usage"] == {"storageBytes": 0, "builds": 0}
     # A second profile is another environment: not logged in there.
     done = cli("--profile", "development", "whoami")
@@ -150,19 +212,50 @@ def test_projects_apps_upload_builds_and_tokens(cli: Cli, tmp_path: Path) -> Non
     assert cli.json("projects", "list") == []
 
 
+def test_a_token_limited_to_a_scope_and_projects(cli: Cli) -> None:
+    _login(cli)
+    acme = cli.json("projects", "create", "Acme")
+    cli.json("projects", "create", "Other")
+
+    token = cli.json("tokens", "create", "uploader", "--scope", "builds:write", "--project", "Acme")
+
+    assert token["scope"] == "builds:write"
+    assert token["projectIds"] == [acme["id"]]
+    listed = cli("tokens", "list")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "uploader" in line)
+    assert "builds:write" in row
+    assert "Acme" in row
+    assert "Other" not in row
+    [shown] = cli.json("tokens", "list")
+    assert (shown["scope"], shown["projectIds"]) == ("builds:write", [acme["id"]])
+    ci = {"BUILDBAY_URL": cli.server, "BUILDBAY_TOKEN": token["token"], "BUILDBAY_PROFILE": "none"}
+    assert [p["name"] for p in cli.json("projects", "list", env=ci)] == ["Acme"]
+    refused = cli("tokens", "create", "permanent", env=ci)
+    assert refused.returncode == 3
+    assert "interactive_session_required" in refused.stderr
+
+    wrong = cli("tokens", "create", "x", "--scope", "write")
+    assert wrong.returncode == 2
+    assert "is not one of read, builds:write" in wrong.stderr
+    assert cli("tokens", "create", "x", "--project", "Nope").returncode == 4
+
+
 def test_members_by_email(cli: Cli) -> None:
     _login(cli)
-    httpx.post(
+    tester = _email("tester")
+    r = httpx.post(
         f"{cli.server}/api/auth/register",
-        json={"email": "tester@example.com", "password": PASSWORD, "name": "Tess"},
+        json={"email": tester, "password": PASSWORD, "name": "Tess"},
     )
+    assert r.status_code == 201, r.text
     cli.json("projects", "create", "Acme")
-    added = cli.json("members", "add", "tester@example.com", "-p", "Acme")
+    added = cli.json("members", "add", tester, "-p", "Acme")
     assert added["role"] == "tester"
-    changed = cli.json("members", "set-role", "tester@example.com", "developer", "-p", "Acme")
+    changed = cli.json("members", "set-role", tester, "developer", "-p", "Acme")
     assert changed["role"] == "developer"
-    assert cli("members", "remove", "tester@example.com", "-p", "Acme").returncode == 0
-    assert [m["email"] for m in cli.json("members", "list", "-p", "Acme")] == ["ci@example.com"]
+    assert cli("members", "remove", tester, "-p", "Acme").returncode == 0
+    assert [m["email"] for m in cli.json("members", "list", "-p", "Acme")] == [cli.email]
 
 
 def test_each_failure_class_has_its_exit_code(cli: Cli, tmp_path: Path) -> None:
@@ -219,7 +312,7 @@ def test_an_upload_survives_the_server_being_killed_and_restarted(
     incoming = Path(server_env["BUILDBAY_DATA_DIR"]).glob("**/incoming/upload-*")
 
     with serve("server-1.log") as first:
-        cli = Cli(base, tmp_path / "config")
+        cli = Cli(base, tmp_path / "config", "ci@example.com")
         del cli.env["BUILDBAY_RETRY_ATTEMPTS"]  # the default budget must ride out a restart
         r = httpx.post(
             f"{base}/api/auth/register", json={"email": "ci@example.com", "password": PASSWORD}
@@ -229,9 +322,9 @@ def test_an_upload_survives_the_server_being_killed_and_restarted(
         cli.json("projects", "create", "Acme")
         cli.json("apps", "create", "Android", "-p", "Acme")
         upload = subprocess.Popen(
-            [sys.executable, "-m", "buildbay", "upload", str(big), "-p", "Acme", "-a", "Android",
-             "--json"],
-            env=cli.env,
+            [sys.executable, "-m", "buildbay_client", "upload", str(big), "-p", "Acme", "-a",
+             "Android", "--json"],
+            env=cli.process_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -268,10 +361,10 @@ def test_login_with_a_token_logout_and_user_text_that_looks_like_markup(
 ) -> None:
     _login(cli)
     token = cli.json("tokens", "create", "laptop")["token"]
-    other = Cli(cli.server, tmp_path / "other-config")
+    other = Cli(cli.server, tmp_path / "other-config", cli.email)
     done = other("login", "--url", cli.server, "--token", token)
     assert done.returncode == 0, done.stderr
-    assert other.json("whoami")["email"] == "ci@example.com"
+    assert other.json("whoami")["email"] == cli.email
     cli.json("projects", "create", "Weird [/] [bold]name")
     listed = cli("projects", "list")
     assert listed.returncode == 0, listed.stderr

@@ -12,7 +12,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from buildbay.client import (
+from buildbay.clock import FrozenClock
+from buildbay_client import (
     AsyncBuildbay,
     Buildbay,
     BuildbayClientError,
@@ -23,9 +24,10 @@ from buildbay.client import (
     PermissionDenied,
     RetryPolicy,
     ServerError,
+    UnexpectedAnswer,
     ops,
 )
-from buildbay.clock import FrozenClock
+from buildbay_client.models import Build
 from tests.builds.android_files import APK
 from tests.conftest import BASE_URL, Account
 
@@ -213,7 +215,7 @@ def test_the_upload_put_never_carries_the_token(tmp_path: Path) -> None:
 
 def test_retry_after_is_waited_for_as_the_server_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     waited: list[float] = []
-    monkeypatch.setattr("buildbay.client.api.time.sleep", waited.append)
+    monkeypatch.setattr("buildbay_client.api.time.sleep", waited.append)
     client, _ = _client(
         [
             _problem(429, "rate_limited", **{"Retry-After": "7"}),
@@ -297,4 +299,35 @@ async def test_the_async_client_downloads_and_checks_a_build(
     assert saved == downloads / APK.name
     assert saved.read_bytes() == APK.read_bytes()
     assert sorted(downloads.iterdir()) == [saved]  # no partial file left
+    await sdk.aclose()
+
+
+def test_an_answer_of_another_shape_is_an_error_that_names_the_field() -> None:
+    renamed = {k: v for k, v in PROJECT.items() if k != "applicationsCount"}
+    client, _ = _client([httpx.Response(200, json=renamed)])
+    with pytest.raises(UnexpectedAnswer, match=r"Project\.applicationsCount is missing"):
+        client.get_project("prj_1")
+    client, _ = _client([httpx.Response(200, json={**PROJECT, "applicationsCount": "2"})])
+    with pytest.raises(UnexpectedAnswer, match=r"Project\.applicationsCount should be a whole"):
+        client.get_project("prj_1")
+    client, _ = _client([httpx.Response(200, text="<html>a proxy's page</html>")])
+    with pytest.raises(UnexpectedAnswer, match="not JSON"):
+        client.get_project("prj_1")
+
+
+async def test_a_model_writes_back_the_json_the_server_sent(
+    sdk: AsyncBuildbay, app: FastAPI
+) -> None:
+    """What `--json` prints: the server's own field names and values, a newer server's extra
+    fields left out."""
+    project = await sdk.create_project("Acme")
+    application = await sdk.create_application(project.id, "Acme Android")
+    build = await sdk.upload_build(project.id, application.id, APK, install_link_hours=1)
+    path = f"/api/app-distribution/{project.id}/{application.id}/builds/{build.build_id}"
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http:
+        raw = (await http.get(path, headers={"Authorization": f"Bearer {sdk.token}"})).json()
+
+    assert build.to_json() == raw
+    assert Build.from_json({**raw, "addedLater": 1}).to_json() == raw
     await sdk.aclose()

@@ -1,7 +1,12 @@
-"""The client side of the `buildbay` command: log in, manage projects, applications, members,
-API tokens and builds, and upload from a terminal or a CI job.
+"""The `buildbay` command: log in, manage projects, applications, members, API tokens and
+builds, and upload from a terminal or a CI job.
 
-Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`).
+Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`). Other installed
+distributions add command groups through the `buildbay.commands` entry points (the server adds
+`serve`, `db`, `users` and `sweep`): each names a function that takes the Typer app.
+
+`buildbay --help` only imports typer and rich: the SDK (httpx) is imported by the commands that
+talk to a server.
 """
 
 from __future__ import annotations
@@ -14,25 +19,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 from rich.table import Table
 
-from buildbay.builds.schemas import version_label
-from buildbay.client.api import Buildbay, RetryPolicy
-from buildbay.client.config import DEFAULT_PROFILE, Profile, load_profiles, save_profiles
-from buildbay.client.errors import (
+from buildbay_client.config import DEFAULT_PROFILE, Profile, load_profiles, save_profiles
+from buildbay_client.errors import (
     ApiError,
     AuthenticationError,
     BuildbayClientError,
@@ -44,6 +40,12 @@ from buildbay.client.errors import (
     ServerError,
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from buildbay_client.api import Buildbay, RetryPolicy
+    from buildbay_client.models import Model
+
+COMMANDS_GROUP = "buildbay.commands"  # entry points that add commands to `buildbay`
 
 EXIT_AUTH, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_LIMIT, EXIT_NETWORK = 3, 4, 5, 6, 7
 EXIT_CODES_HELP = (
@@ -115,7 +117,8 @@ def options(
 def connect(ctx: typer.Context) -> Iterator[Buildbay]:
     """A client for the chosen target; API errors become one line and the exit code."""
     chosen = target(ctx)
-    profiles = load_profiles()
+    with failures():  # a profiles file that cannot be read: one line, exit 1
+        profiles = load_profiles()
     profile = profiles.get(chosen.profile)
     url = (chosen.url or (profile.url if profile else "")).rstrip("/") or None
     if profile is not None and url != profile.url:
@@ -134,6 +137,8 @@ def connect(ctx: typer.Context) -> Iterator[Buildbay]:
             profile.token, profile.refresh_token = tokens.access_token, tokens.refresh_token
             save_profiles(profiles)
 
+    from buildbay_client.api import Buildbay
+
     with (
         failures(),
         Buildbay(url, token, refresh_token=refresh, on_tokens=keep, retry=_retry()) as client,
@@ -143,6 +148,8 @@ def connect(ctx: typer.Context) -> Iterator[Buildbay]:
 
 def _retry() -> RetryPolicy:
     """BUILDBAY_RETRY_ATTEMPTS: how many times a step is tried in all (default 8: 23-45 s)."""
+    from buildbay_client.api import RetryPolicy
+
     attempts = os.environ.get("BUILDBAY_RETRY_ATTEMPTS", "")
     return RetryPolicy(attempts=max(1, int(attempts))) if attempts.isdigit() else RetryPolicy()
 
@@ -168,14 +175,11 @@ def _fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def emit(value: BaseModel | Sequence[BaseModel], as_json: bool, table: Callable[[], Table]) -> None:
+def emit(value: Model | Sequence[Model], as_json: bool, table: Callable[[], Table]) -> None:
     if as_json:
-        data = (
-            value.model_dump(mode="json", by_alias=True)
-            if isinstance(value, BaseModel)
-            else [v.model_dump(mode="json", by_alias=True) for v in value]
-        )
-        out.print_json(json.dumps(data))
+        from buildbay_client.models import to_json
+
+        out.print_json(json.dumps(to_json(value)))
     else:
         out.print(table())
 
@@ -192,9 +196,26 @@ def _when(value: Any) -> str:
 
 
 def _size(size: int) -> str:
-    from buildbay.builds.service import human_size
+    """`812 bytes`, `8.5 KiB`, `1 GiB`: one decimal at most (as the web console shows sizes)."""
+    if size < 1024:
+        return f"{size} bytes"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f}".removesuffix(".0") + f" {unit}"
 
-    return human_size(size)
+
+def version_label(metadata: dict[str, Any] | None) -> str | None:
+    """A build's version as people read it: `1.4.2 (42)` (an APK's versionName and versionCode,
+    an .ipa's CFBundleShortVersionString and CFBundleVersion), or whichever of the two it has."""
+    metadata = metadata or {}
+    name = metadata.get("versionName") or metadata.get("shortVersion")
+    code = metadata.get("versionCode") or metadata.get("buildNumber")
+    if name and code:
+        return f"{name} ({code})"
+    return str(name or code) if name or code else None
 
 
 # -- resolving names ----------------------------------------------------------------------------
@@ -244,12 +265,15 @@ def login(
 ) -> None:
     """Log in and save the credentials in the profile (file mode 0600)."""
     chosen = target(ctx)
-    profiles = load_profiles()
+    with failures():  # a profiles file that cannot be read: one line, exit 1
+        profiles = load_profiles()
     previous = profiles.get(chosen.profile)
     server = url or chosen.url or (previous.url if previous else None)
     if server is None:
         server = typer.prompt("Server address")
     profile = Profile(url=server.rstrip("/"))
+    from buildbay_client.api import Buildbay
+
     with failures(), Buildbay(profile.url, token, retry=_retry()) as client:
         if token:
             user = client.me()
@@ -268,11 +292,14 @@ def login(
 def logout(ctx: typer.Context) -> None:
     """End the session (an access token is revoked) and forget the profile's credentials."""
     chosen = target(ctx)
-    profiles = load_profiles()
+    with failures():  # a profiles file that cannot be read: one line, exit 1
+        profiles = load_profiles()
     profile = profiles.get(chosen.profile)
     if profile is None or profile.token is None:
         err.print(f"Profile {chosen.profile} is not logged in")
         return
+    from buildbay_client.api import Buildbay
+
     try:
         if profile.refresh_token:  # a login session; API tokens are revoked with `tokens revoke`
             with (
@@ -692,6 +719,14 @@ def _interactive() -> bool:
 def _progress(verb: str) -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar on a terminal; in CI, a plain line every 10 % (and at the end)."""
     if _interactive():
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         with Progress(
             "[progress.description]{task.description}",
             BarColumn(),
@@ -770,20 +805,46 @@ tokens = typer.Typer(help="Your API tokens (for CI).", no_args_is_help=True)
 
 @tokens.command("list")
 def tokens_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """List your API tokens (never their secret)."""
+    """List your API tokens (never their secret), with their scope and projects."""
     with connect(ctx) as client:
         found = client.list_api_tokens().api_tokens
+        limited = any(x.project_ids is not None for x in found)
+        names = _project_names(client) if limited and not as_json else {}
 
     def table() -> Table:
-        t = _table("id", "name", "prefix", "created", "expires", "last used")
+        t = _table("id", "name", "prefix", "scope", "projects", "created", "expires", "last used")
         for x in found:
             t.add_row(
-                x.id, x.name, x.prefix, _when(x.created_at), _when(x.expires_at),
-                _when(x.last_used_at),
+                x.id, x.name, x.prefix, _scope(x.scope), _projects(x.project_ids, names),
+                _when(x.created_at), _when(x.expires_at), _when(x.last_used_at),
             )  # fmt: skip
         return t
 
     emit(found, as_json, table)
+
+
+def _project_names(client: Buildbay) -> dict[str, str]:
+    found = _all(lambda cursor: client.list_projects(limit=100, cursor=cursor), "projects")
+    return {p.id: p.name for p in found}
+
+
+def _scope(scope: Any) -> str:  # a models.TokenScope, or None
+    return str(scope.value) if scope is not None else "everything"
+
+
+TOKEN_SCOPES = ("read", "builds:write")
+
+
+def _token_scope(value: str | None) -> str | None:
+    if value is not None and value not in TOKEN_SCOPES:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(TOKEN_SCOPES)}")
+    return value
+
+
+def _projects(ids: list[str] | None, names: dict[str, str]) -> str:
+    if ids is None:
+        return "all"
+    return ", ".join(names.get(i, i) for i in ids)
 
 
 @tokens.command("create")
@@ -791,11 +852,30 @@ def tokens_create(
     ctx: typer.Context,
     name: str,
     expires_in_days: Annotated[int | None, typer.Option(min=1, max=365)] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            callback=_token_scope,
+            metavar="read|builds:write",
+            help="read: read and download only; builds:write: also upload, verify and delete "
+            "builds and share them. Without it: all you may do (never the account)",
+            show_default=False,
+        ),
+    ] = None,
+    project: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--project",
+            help="Only this project (name or id); repeat for several. Without it: all yours",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create an API token; its secret is printed this once."""
     with connect(ctx) as client:
-        created = client.create_api_token(name, expires_in_days)
+        project_ids = [project_id(client, p) for p in project] if project else None
+        created = client.create_api_token(name, expires_in_days, scope, project_ids)
     if as_json:
         emit(created, True, lambda: _table())
         return
@@ -812,7 +892,7 @@ def tokens_revoke(ctx: typer.Context, token_id: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the client commands to the `buildbay` command."""
+    """Add the client's commands to a Typer app."""
     app.callback()(options)
     app.command(rich_help_panel="Client")(login)
     app.command(rich_help_panel="Client")(logout)
@@ -826,3 +906,30 @@ def register(app: typer.Typer) -> None:
         (tokens, "tokens"),
     ):
         app.add_typer(group, name=name, rich_help_panel="Client")
+
+
+def command() -> typer.Typer:
+    """The whole `buildbay` command: the client's commands, and those of the installed
+    distributions that add some (the server's, where it is installed)."""
+    app = typer.Typer(
+        help="Buildbay: self-hosted build distribution. Upload builds from CI, hand them to "
+        "testers.",
+        epilog=EXIT_CODES_HELP,
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    register(app)
+    for entry in entry_points(group=COMMANDS_GROUP):
+        try:
+            entry.load()(app)
+        except Exception as exc:
+            origin = entry.dist.name if entry.dist else entry.value
+            err.print(
+                f"buildbay: the commands of {origin} are left out: they failed to load "
+                f"({type(exc).__name__}: {exc})"
+            )
+    return app
+
+
+def main() -> None:
+    command()()

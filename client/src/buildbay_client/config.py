@@ -13,10 +13,16 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import click
+import typer
+
+from buildbay_client.errors import BuildbayClientError
 
 DEFAULT_PROFILE = "production"
 FILE_NAME = "credentials.json"
+
+
+class ProfileError(BuildbayClientError):
+    """The profiles file exists but cannot be read."""
 
 
 @dataclass
@@ -28,7 +34,7 @@ class Profile:
 
 
 def config_dir() -> Path:
-    return Path(os.environ.get("BUILDBAY_CONFIG_DIR") or click.get_app_dir("buildbay"))
+    return Path(os.environ.get("BUILDBAY_CONFIG_DIR") or typer.get_app_dir("buildbay"))
 
 
 def _path() -> Path:
@@ -41,7 +47,7 @@ def load_profiles() -> dict[str, Profile]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot read {_path()}: {exc}") from None
+        raise ProfileError(f"cannot read {_path()}: {exc}") from None
     profiles = raw.get("profiles", {}) if isinstance(raw, dict) else {}
     return {
         name: Profile(**{k: v for k, v in fields.items() if k in Profile.__dataclass_fields__})

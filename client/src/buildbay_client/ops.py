@@ -1,18 +1,15 @@
-"""Every endpoint of the API as an `Op`: what to send and which of the server's own models the
-answer is. Both clients (client/api.py) run the same ops, one synchronously, one with asyncio."""
+"""Every endpoint of the API as an `Op`: what to send and which model (models.py) the answer is.
+Both clients (api.py) run the same ops, one synchronously, one with asyncio."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from pydantic import BaseModel
-
-from buildbay.applications import schemas as applications
-from buildbay.auth import schemas as auth
-from buildbay.builds import schemas as builds
-from buildbay.projects import schemas as projects
+from buildbay_client import models
+from buildbay_client.models import Model
 
 T = TypeVar("T")
 
@@ -21,7 +18,7 @@ T = TypeVar("T")
 class Op(Generic[T]):
     method: str
     path: str
-    model: type[BaseModel] | None = None  # None: the answer has no body (204, 302)
+    model: type[Model] | None = None  # None: the answer has no body (204, 302)
     json: dict[str, Any] | None = None
     params: dict[str, str] = field(default_factory=dict)
     # Safe to send again when the connection broke after sending: GET, PUT, DELETE and verify.
@@ -31,7 +28,7 @@ class Op(Generic[T]):
     def parse(self, body: Any) -> T:
         if self.model is None:
             return None  # type: ignore[return-value]
-        return self.model.model_validate(body)  # type: ignore[return-value]
+        return self.model.from_json(body)  # type: ignore[return-value]
 
 
 def _q(value: str) -> str:
@@ -50,27 +47,27 @@ def _fields(**values: Any) -> dict[str, Any]:
 # -- auth ---------------------------------------------------------------------------------------
 
 
-def login(email: str, password: str) -> Op[auth.TokenResponse]:
+def login(email: str, password: str) -> Op[models.TokenResponse]:
     body = {"email": email, "password": password}
-    return Op("POST", "/api/auth/login", auth.TokenResponse, body, authenticated=False)
+    return Op("POST", "/api/auth/login", models.TokenResponse, body, authenticated=False)
 
 
-def register(email: str, password: str, name: str) -> Op[auth.TokenResponse]:
+def register(email: str, password: str, name: str) -> Op[models.TokenResponse]:
     body = {"email": email, "password": password, "name": name}
     return Op(
         "POST",
         "/api/auth/register",
-        auth.TokenResponse,
+        models.TokenResponse,
         body,
         idempotent=False,
         authenticated=False,
     )
 
 
-def refresh(refresh_token: str) -> Op[auth.TokenResponse]:
+def refresh(refresh_token: str) -> Op[models.TokenResponse]:
     body = {"refresh_token": refresh_token}
     return Op(
-        "POST", "/api/auth/refresh-token", auth.TokenResponse, body, idempotent=False,
+        "POST", "/api/auth/refresh-token", models.TokenResponse, body, idempotent=False,
         authenticated=False,
     )  # fmt: skip
 
@@ -79,17 +76,28 @@ def logout(refresh_token: str | None = None) -> Op[None]:
     return Op("POST", "/api/auth/logout", None, _fields(refresh_token=refresh_token))
 
 
-def me() -> Op[auth.Me]:
-    return Op("GET", "/api/auth/me", auth.Me)
+def me() -> Op[models.Me]:
+    return Op("GET", "/api/auth/me", models.Me)
 
 
-def list_api_tokens() -> Op[auth.ApiTokenList]:
-    return Op("GET", "/api/account/api-tokens", auth.ApiTokenList)
+def list_api_tokens() -> Op[models.ApiTokenList]:
+    return Op("GET", "/api/account/api-tokens", models.ApiTokenList)
 
 
-def create_api_token(name: str, expires_in_days: int | None = None) -> Op[auth.CreatedApiToken]:
-    body = _fields(name=name, expiresInDays=expires_in_days)
-    return Op("POST", "/api/account/api-tokens", auth.CreatedApiToken, body, idempotent=False)
+def create_api_token(
+    name: str,
+    expires_in_days: int | None = None,
+    scope: models.TokenScope | str | None = None,
+    project_ids: Sequence[str] | None = None,
+) -> Op[models.CreatedApiToken]:
+    """`scope` and `project_ids` limit the token (None: no limit)."""
+    body = _fields(
+        name=name,
+        expiresInDays=expires_in_days,
+        scope=models.TokenScope(scope).value if scope is not None else None,
+        projectIds=list(project_ids) if project_ids is not None else None,
+    )
+    return Op("POST", "/api/account/api-tokens", models.CreatedApiToken, body, idempotent=False)
 
 
 def revoke_api_token(token_id: str) -> Op[None]:
@@ -99,39 +107,39 @@ def revoke_api_token(token_id: str) -> Op[None]:
 # -- projects and members -----------------------------------------------------------------------
 
 
-def list_projects(limit: int | None = None, cursor: str | None = None) -> Op[projects.ProjectList]:
-    return Op("GET", "/api/projects", projects.ProjectList, params=_page(limit, cursor))
+def list_projects(limit: int | None = None, cursor: str | None = None) -> Op[models.ProjectList]:
+    return Op("GET", "/api/projects", models.ProjectList, params=_page(limit, cursor))
 
 
-def create_project(name: str) -> Op[projects.Project]:
-    return Op("POST", "/api/projects", projects.Project, {"name": name}, idempotent=False)
+def create_project(name: str) -> Op[models.Project]:
+    return Op("POST", "/api/projects", models.Project, {"name": name}, idempotent=False)
 
 
-def get_project(project_id: str) -> Op[projects.Project]:
-    return Op("GET", f"/api/projects/{_q(project_id)}", projects.Project)
+def get_project(project_id: str) -> Op[models.Project]:
+    return Op("GET", f"/api/projects/{_q(project_id)}", models.Project)
 
 
-def rename_project(project_id: str, name: str) -> Op[projects.Project]:
-    return Op("PUT", f"/api/projects/{_q(project_id)}", projects.Project, {"name": name})
+def rename_project(project_id: str, name: str) -> Op[models.Project]:
+    return Op("PUT", f"/api/projects/{_q(project_id)}", models.Project, {"name": name})
 
 
 def delete_project(project_id: str) -> Op[None]:
     return Op("DELETE", f"/api/projects/{_q(project_id)}")
 
 
-def list_members(project_id: str) -> Op[projects.MemberList]:
-    return Op("GET", f"/api/projects/{_q(project_id)}/members", projects.MemberList)
+def list_members(project_id: str) -> Op[models.MemberList]:
+    return Op("GET", f"/api/projects/{_q(project_id)}/members", models.MemberList)
 
 
-def add_member(project_id: str, email: str, role: str) -> Op[projects.Member]:
+def add_member(project_id: str, email: str, role: str) -> Op[models.Member]:
     body = {"email": email, "role": role}
     path = f"/api/projects/{_q(project_id)}/members"
-    return Op("POST", path, projects.Member, body, idempotent=False)
+    return Op("POST", path, models.Member, body, idempotent=False)
 
 
-def set_member_role(project_id: str, user_id: str, role: str) -> Op[projects.Member]:
+def set_member_role(project_id: str, user_id: str, role: str) -> Op[models.Member]:
     path = f"/api/projects/{_q(project_id)}/members/{_q(user_id)}"
-    return Op("PUT", path, projects.Member, {"role": role})
+    return Op("PUT", path, models.Member, {"role": role})
 
 
 def remove_member(project_id: str, user_id: str) -> Op[None]:
@@ -147,27 +155,27 @@ def _apps(project_id: str) -> str:
 
 def list_applications(
     project_id: str, limit: int | None = None, cursor: str | None = None
-) -> Op[applications.ApplicationList]:
-    return Op("GET", _apps(project_id), applications.ApplicationList, params=_page(limit, cursor))
+) -> Op[models.ApplicationList]:
+    return Op("GET", _apps(project_id), models.ApplicationList, params=_page(limit, cursor))
 
 
 def create_application(
     project_id: str, name: str, platform: str | None = None, bundle_id: str | None = None
-) -> Op[applications.Application]:
+) -> Op[models.Application]:
     body = _fields(name=name, platform=platform, bundleId=bundle_id)
-    return Op("POST", _apps(project_id), applications.Application, body, idempotent=False)
+    return Op("POST", _apps(project_id), models.Application, body, idempotent=False)
 
 
-def get_application(project_id: str, app_id: str) -> Op[applications.Application]:
-    return Op("GET", f"{_apps(project_id)}/{_q(app_id)}", applications.Application)
+def get_application(project_id: str, app_id: str) -> Op[models.Application]:
+    return Op("GET", f"{_apps(project_id)}/{_q(app_id)}", models.Application)
 
 
 def update_application(
     project_id: str, app_id: str, changes: dict[str, Any]
-) -> Op[applications.Application]:
+) -> Op[models.Application]:
     """`changes` in the API's field names (name, platform, bundleId, retention)."""
     path = f"{_apps(project_id)}/{_q(app_id)}"
-    return Op("PUT", path, applications.Application, changes)
+    return Op("PUT", path, models.Application, changes)
 
 
 def delete_application(project_id: str, app_id: str) -> Op[None]:
@@ -191,20 +199,20 @@ def list_builds(
     version_name: str | None = None,
     version_code: str | None = None,
     sort: str | None = None,
-) -> Op[builds.BuildList]:
+) -> Op[models.BuildList]:
     params = _page(
         limit, cursor, status=status, versionName=version_name, versionCode=version_code, sort=sort
     )
-    return Op("GET", _builds(project_id, app_id), builds.BuildList, params=params)
+    return Op("GET", _builds(project_id, app_id), models.BuildList, params=params)
 
 
-def get_build(project_id: str, app_id: str, build_id: str) -> Op[builds.Build]:
-    return Op("GET", f"{_builds(project_id, app_id)}/{_q(build_id)}", builds.Build)
+def get_build(project_id: str, app_id: str, build_id: str) -> Op[models.Build]:
+    return Op("GET", f"{_builds(project_id, app_id)}/{_q(build_id)}", models.Build)
 
 
-def latest_build(project_id: str, app_id: str, version_name: str | None = None) -> Op[builds.Build]:
+def latest_build(project_id: str, app_id: str, version_name: str | None = None) -> Op[models.Build]:
     params = _fields(versionName=version_name)
-    return Op("GET", f"{_builds(project_id, app_id)}/latest", builds.Build, params=params)
+    return Op("GET", f"{_builds(project_id, app_id)}/latest", models.Build, params=params)
 
 
 def download(project_id: str, app_id: str, build_id: str) -> Op[None]:
@@ -218,10 +226,10 @@ def delete_build(project_id: str, app_id: str, build_id: str) -> Op[None]:
 
 def upload_link(
     project_id: str, app_id: str, file_name: str, file_size: int, sha256: str | None = None
-) -> Op[builds.UploadLink]:
+) -> Op[models.UploadLink]:
     body = _fields(fileName=file_name, fileSize=file_size, sha256=sha256)
     path = f"{_builds(project_id, app_id)}/upload-link"
-    return Op("POST", path, builds.UploadLink, body, idempotent=False)
+    return Op("POST", path, models.UploadLink, body, idempotent=False)
 
 
 def verify(
@@ -230,25 +238,25 @@ def verify(
     build_id: str,
     notes: str | None = None,
     install_link_hours: int | None = None,
-) -> Op[builds.Build]:
+) -> Op[models.Build]:
     body: dict[str, Any] = _fields(buildId=build_id, notes=notes)
     if install_link_hours is not None:
         body["installLink"] = {"expiresInHours": install_link_hours}
     # Verify is safe to repeat: a ready build answers itself.
-    return Op("POST", f"{_builds(project_id, app_id)}/verify", builds.Build, body)
+    return Op("POST", f"{_builds(project_id, app_id)}/verify", models.Build, body)
 
 
 def create_install_link(
     project_id: str, app_id: str, build_id: str, expires_in_hours: int | None = None
-) -> Op[builds.InstallLink]:
+) -> Op[models.InstallLink]:
     path = f"{_builds(project_id, app_id)}/{_q(build_id)}/install-link"
     body = _fields(expiresInHours=expires_in_hours)
-    return Op("POST", path, builds.InstallLink, body, idempotent=False)
+    return Op("POST", path, models.InstallLink, body, idempotent=False)
 
 
-def list_install_links(project_id: str, app_id: str, build_id: str) -> Op[builds.InstallLinkList]:
+def list_install_links(project_id: str, app_id: str, build_id: str) -> Op[models.InstallLinkList]:
     path = f"{_builds(project_id, app_id)}/{_q(build_id)}/install-links"
-    return Op("GET", path, builds.InstallLinkList)
+    return Op("GET", path, models.InstallLinkList)
 
 
 def revoke_install_link(project_id: str, app_id: str, build_id: str, link_id: str) -> Op[None]:

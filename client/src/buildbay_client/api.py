@@ -1,11 +1,11 @@
 """The Python SDK: `Buildbay` (synchronous) and `AsyncBuildbay` (asyncio), over httpx.
 
-Both run the same ops (client/ops.py) and the same flows: each multi-step job (a request with
+Both run the same ops (ops.py) and the same flows: each multi-step job (a request with
 its retries, an upload, a download) is written once, in `_Core`, as a generator that yields
 what it needs done (send this, sleep that long, PUT the file) and gets the outcome back; each
 client carries those actions out its own way, blocking or awaited. The policy:
 
-- errors come back as typed exceptions (client/errors.py) carrying the problem+json answer;
+- errors come back as typed exceptions (errors.py) carrying the problem+json answer;
 - 429 waits for Retry-After, 503 and a connection that could not be opened are retried with
   exponential backoff; a connection that broke after the request was sent is retried only for
   an idempotent step (never a second upload link or a second project);
@@ -33,21 +33,17 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import httpx
-from pydantic import ValidationError as ModelError
 
-from buildbay import __version__
-from buildbay.auth import schemas as auth
-from buildbay.builds import schemas as builds
-from buildbay.builds.schemas import MAX_NOTES_LENGTH
-from buildbay.client import ops
-from buildbay.client.errors import (
+from buildbay_client import __version__, ops
+from buildbay_client.errors import (
     ApiError,
     BuildbayClientError,
     NetworkError,
     UnexpectedAnswer,
     error_for,
 )
-from buildbay.client.ops import Op
+from buildbay_client.models import MAX_NOTES_LENGTH, AnswerError, Build, TokenResponse, UploadLink
+from buildbay_client.ops import Op
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -146,7 +142,7 @@ class _Core:
         base_url: str,
         token: str | None,
         refresh_token: str | None,
-        on_tokens: Callable[[auth.TokenResponse], None] | None,
+        on_tokens: Callable[[TokenResponse], None] | None,
         retry: RetryPolicy | None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -196,7 +192,7 @@ class _Core:
             and _problem(response).get("code") == "token_expired"
         )
 
-    def _took_tokens(self, tokens: auth.TokenResponse) -> None:
+    def _took_tokens(self, tokens: TokenResponse) -> None:
         self.token, self.refresh_token = tokens.access_token, tokens.refresh_token
         if self.on_tokens is not None:
             self.on_tokens(tokens)
@@ -207,12 +203,19 @@ class _Core:
         if op.model is None:
             return None  # type: ignore[return-value]
         try:
-            return op.parse(response.json())
-        except (ValueError, ModelError) as exc:
-            raise UnexpectedAnswer(
-                f"{op.method} {op.path} answered {response.status_code} with a body this client "
-                f"does not understand ({type(exc).__name__}): is {self.base_url} a Buildbay server?"
-            ) from None
+            body = response.json()
+        except ValueError:
+            why = "not JSON"
+        else:
+            try:
+                return op.parse(body)
+            except AnswerError as exc:
+                why = str(exc)
+        raise UnexpectedAnswer(
+            f"{op.method} {op.path} answered {response.status_code} with a body this client "
+            f"does not understand ({why}): is {self.base_url} a Buildbay server, of a version "
+            "this client knows?"
+        )
 
     def _put_outcome(self, response: httpx.Response, attempt: int) -> float | str:
         """After a PUT of the file: "done", "relink" (its address expired), or seconds to wait
@@ -236,7 +239,7 @@ class _Core:
             raise _unreachable(exc) from exc
         return delay
 
-    def _upload_headers(self, link: builds.UploadLink, size: int) -> dict[str, str]:
+    def _upload_headers(self, link: UploadLink, size: int) -> dict[str, str]:
         # Never the Authorization header: the signed URL is the credential, and with S3 storage
         # it is another host.
         return {**link.upload_headers, "Content-Length": str(size)}
@@ -275,7 +278,7 @@ class _Core:
         notes: str | None,
         install_link_hours: int | None,
         progress: Progress | None,
-    ) -> Flow[builds.Build]:
+    ) -> Flow[Build]:
         _check_notes(notes)
         file = Path(path)
         size = yield _Local(_size_of, (file,))
@@ -414,7 +417,7 @@ class Buildbay(_Core):
         token: str | None = None,
         *,
         refresh_token: str | None = None,
-        on_tokens: Callable[[auth.TokenResponse], None] | None = None,
+        on_tokens: Callable[[TokenResponse], None] | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
@@ -484,12 +487,12 @@ class Buildbay(_Core):
             return exc
         return None
 
-    def login(self, email: str, password: str) -> auth.TokenResponse:
+    def login(self, email: str, password: str) -> TokenResponse:
         tokens = self.run(ops.login(email, password))
         self._took_tokens(tokens)
         return tokens
 
-    def register(self, email: str, password: str, name: str) -> auth.TokenResponse:
+    def register(self, email: str, password: str, name: str) -> TokenResponse:
         """Create an account, and use its tokens from now on."""
         tokens = self.run(ops.register(email, password, name))
         self._took_tokens(tokens)
@@ -531,7 +534,7 @@ class Buildbay(_Core):
         notes: str | None = None,
         install_link_hours: int | None = None,
         progress: Progress | None = None,
-    ) -> builds.Build:
+    ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
 
         The SHA-256 is computed in a first pass and declared at step 1, so the storage checks
@@ -556,12 +559,12 @@ class Buildbay(_Core):
         return self._drive(self._download_flow(project_id, app_id, build_id, destination, progress))
 
 
-def _target(destination: Path, build: builds.Build) -> Path:
+def _target(destination: Path, build: Build) -> Path:
     # Only the name's last part: the server does not choose where the file goes.
     return destination / Path(build.file_name).name if destination.is_dir() else destination
 
 
-def _check_download(file: Path, build: builds.Build) -> None:
+def _check_download(file: Path, build: Build) -> None:
     size = file.stat().st_size
     if size != build.file_size or (build.sha256 and file_sha256(file) != build.sha256):
         raise BuildbayClientError(
@@ -609,7 +612,7 @@ class AsyncBuildbay(_Core):
         token: str | None = None,
         *,
         refresh_token: str | None = None,
-        on_tokens: Callable[[auth.TokenResponse], None] | None = None,
+        on_tokens: Callable[[TokenResponse], None] | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -679,12 +682,12 @@ class AsyncBuildbay(_Core):
             return exc
         return None
 
-    async def login(self, email: str, password: str) -> auth.TokenResponse:
+    async def login(self, email: str, password: str) -> TokenResponse:
         tokens = await self.run(ops.login(email, password))
         self._took_tokens(tokens)
         return tokens
 
-    async def register(self, email: str, password: str, name: str) -> auth.TokenResponse:
+    async def register(self, email: str, password: str, name: str) -> TokenResponse:
         tokens = await self.run(ops.register(email, password, name))
         self._took_tokens(tokens)
         return tokens
@@ -725,7 +728,7 @@ class AsyncBuildbay(_Core):
         notes: str | None = None,
         install_link_hours: int | None = None,
         progress: Progress | None = None,
-    ) -> builds.Build:
+    ) -> Build:
         """As `Buildbay.upload_build`."""
         return await self._drive(
             self._upload_flow(project_id, app_id, path, notes, install_link_hours, progress)

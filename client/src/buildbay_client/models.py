@@ -1,0 +1,367 @@
+"""What the server answers, as the client reads it: plain dataclasses filled from the JSON.
+
+The client carries its own copy of the answers' shape instead of importing the server's models,
+so that installing it never pulls in the server (tests/client/test_contract.py checks these
+against the server's /openapi.json). Reading is strict about what the client needs (a missing
+field or a wrong type is an `AnswerError`) and lenient about the rest: a field a newer server
+adds is ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum, StrEnum
+from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+M = TypeVar("M", bound="Model")
+
+# The longest release notes verify accepts: checked before any byte is sent.
+MAX_NOTES_LENGTH = 10_000
+
+
+class AnswerError(ValueError):
+    """A JSON answer that is not the shape this client knows."""
+
+
+class Model:
+    """Base of the answers: `from_json` reads one, `to_json` writes it back as the server did."""
+
+    # The API names fields in camelCase; OAuth token answers (RFC 6749) in snake_case.
+    JSON_CASE: ClassVar[Literal["camel", "snake"]] = "camel"
+
+    @classmethod
+    def from_json(cls: type[M], data: Any) -> M:
+        return typing.cast("M", _read(cls, data, cls.__name__))
+
+    def to_json(self) -> dict[str, Any]:
+        return typing.cast("dict[str, Any]", to_json(self))
+
+
+class Plan(StrEnum):
+    FREE = "free"
+    PRO = "pro"
+    ENTERPRISE = "enterprise"
+
+
+class ProjectRole(StrEnum):
+    TESTER = "tester"
+    DEVELOPER = "developer"
+    ADMIN = "admin"
+    OWNER = "owner"
+
+
+class Platform(StrEnum):
+    ANDROID = "android"
+    IOS = "ios"
+    MACOS = "macos"
+    WINDOWS = "windows"
+    LINUX = "linux"
+    OTHER = "other"
+
+
+class BuildStatus(StrEnum):
+    PENDING = "pending"
+    READY = "ready"
+
+
+# -- accounts -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class User(Model):
+    id: str
+    email: str
+    name: str
+    plan: Plan
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Usage(Model):
+    storage_bytes: int
+    builds: int
+
+
+@dataclass(frozen=True)
+class Limits(Model):
+    storage_quota_bytes: int | None  # None: no limit
+    max_upload_bytes: int
+    requests_per_minute: int | None  # None: no limit
+
+
+@dataclass(frozen=True)
+class Me(User):
+    usage: Usage
+    limits: Limits
+    # Whether new-build mails are sent to the user (a server before them: True).
+    notify_new_builds: bool = True
+
+
+@dataclass(frozen=True)
+class TokenResponse(Model):
+    JSON_CASE: ClassVar[Literal["camel", "snake"]] = "snake"
+
+    access_token: str
+    refresh_token: str
+    expires_in: int
+    user: User
+    token_type: str = "Bearer"
+
+
+class TokenScope(StrEnum):
+    """What an API token may do; a token without one may do all its user may."""
+
+    READ = "read"
+    BUILDS_WRITE = "builds:write"
+
+
+@dataclass(frozen=True)
+class ApiToken(Model):
+    id: str
+    name: str
+    prefix: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    # Absent from servers older than token scopes: their tokens have no limits.
+    scope: TokenScope | None = None
+    project_ids: list[str] | None = None  # None: every project of the user
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreatedApiToken(ApiToken):
+    token: str  # the secret, shown this once
+
+
+@dataclass(frozen=True)
+class ApiTokenList(Model):
+    api_tokens: list[ApiToken]
+
+
+# -- projects and members -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Project(Model):
+    id: str
+    name: str
+    applications_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ProjectList(Model):
+    projects: list[Project]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Member(Model):
+    user_id: str
+    email: str
+    name: str
+    role: ProjectRole
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class MemberList(Model):
+    members: list[Member]
+
+
+# -- applications -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retention(Model):
+    keep_last: int | None
+    keep_days: int | None
+
+
+@dataclass(frozen=True)
+class Application(Model):
+    id: str
+    project_id: str
+    name: str
+    platform: Platform
+    bundle_id: str | None
+    retention: Retention  # both None: every build is kept
+    builds_count: int  # ready builds
+    created_at: datetime
+    updated_at: datetime
+    # For the update check (public; shown to developers and above). Defaults: a server before
+    # in-app updates does not send them.
+    update_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ApplicationList(Model):
+    applications: list[Application]
+    next_cursor: str | None
+
+
+# -- builds -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UploadLink(Model):
+    upload_url: str
+    build_id: str
+    expires_at: datetime
+    upload_headers: dict[str, str]  # to send with the PUT
+    upload_method: str = "PUT"
+
+
+@dataclass(frozen=True)
+class Build(Model):
+    build_id: str
+    project_id: str
+    application_id: str
+    file_name: str
+    file_size: int
+    sha256: str | None
+    status: BuildStatus
+    notes: str | None
+    created_at: datetime
+    verified_at: datetime | None
+    expires_at: datetime  # when the upload link expires(d)
+    uploaded_by: str | None
+    metadata: dict[str, Any] | None  # what the file says about itself, where the format is known
+    metadata_error: str | None
+    download_url: str | None
+    install_url: str | None
+    icon_url: str | None
+    channels: list[str] = dataclasses.field(default_factory=list)  # release channels
+    mandatory: bool = False  # update checks that find it say the update is mandatory
+
+
+@dataclass(frozen=True)
+class BuildList(Model):
+    builds: list[Build]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class InstallLink(Model):
+    link_id: str
+    url: str
+    manifest_url: str | None
+    created_by: str | None
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class InstallLinkList(Model):
+    install_links: list[InstallLink]
+
+
+# -- reading and writing JSON -------------------------------------------------------------------
+
+
+def json_name(model: type[Model], field: str) -> str:
+    """The name of a field in the server's JSON."""
+    if model.JSON_CASE == "snake":
+        return field
+    first, *rest = field.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+_FIELDS: dict[type[Model], tuple[tuple[str, Any, bool], ...]] = {}
+
+
+def fields_of(model: type[Model]) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, type, required) of each field of a model (its type hints resolved once)."""
+    if model not in _FIELDS:
+        hints = get_type_hints(model)
+        _FIELDS[model] = tuple(
+            (
+                f.name,
+                hints[f.name],
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(model)  # type: ignore[arg-type]
+        )
+    return _FIELDS[model]
+
+
+def _read(kind: Any, value: Any, where: str) -> Any:
+    origin = get_origin(kind)
+    if kind is Any:
+        return value
+    if origin is types.UnionType or origin is typing.Union:
+        options = [option for option in get_args(kind) if option is not type(None)]
+        if value is None and len(options) < len(get_args(kind)):
+            return None
+        (only,) = options  # the models use `X | None` alone
+        return _read(only, value, where)
+    if origin is list:
+        _expect(isinstance(value, list), "a list", value, where)
+        (item,) = get_args(kind)
+        return [_read(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _expect(isinstance(value, dict), "an object", value, where)
+        _, item = get_args(kind)
+        return {str(k): _read(item, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(kind, type) and issubclass(kind, Model):
+        _expect(isinstance(value, dict), "an object", value, where)
+        found: dict[str, Any] = {}
+        for name, field_kind, required in fields_of(kind):
+            key = json_name(kind, name)
+            if key in value:
+                found[name] = _read(field_kind, value[key], f"{where}.{key}")
+            elif required:
+                raise AnswerError(f"{where}.{key} is missing")
+        return kind(**found)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        try:
+            return kind(value)
+        except ValueError:
+            raise AnswerError(f"{where} is {value!r}, which this client does not know") from None
+    if kind is datetime:
+        _expect(isinstance(value, str), "a date and time", value, where)
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise AnswerError(f"{where} is {value!r}, not a date and time") from None
+    if kind is int:
+        _expect(
+            isinstance(value, int) and not isinstance(value, bool), "a whole number", value, where
+        )
+        return value
+    if kind is str:
+        _expect(isinstance(value, str), "a string", value, where)
+        return value
+    if kind is bool:
+        _expect(isinstance(value, bool), "true or false", value, where)
+        return value
+    raise TypeError(f"{where}: the client's model has a type it cannot read: {kind!r}")
+
+
+def _expect(ok: bool, what: str, value: Any, where: str) -> None:
+    if not ok:
+        raise AnswerError(f"{where} should be {what}, not {type(value).__name__}")
+
+
+def to_json(value: Any) -> Any:
+    """A model (or a list of them) as the server wrote it: its JSON names, ISO 8601 times."""
+    if isinstance(value, Model):
+        kind = type(value)
+        return {
+            json_name(kind, name): to_json(getattr(value, name)) for name, _, _ in fields_of(kind)
+        }
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
