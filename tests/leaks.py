@@ -69,7 +69,7 @@ class LeakGuard:
     async def on_request(self, request: httpx.Request) -> None:
         try:
             body = json.loads(request.content) if request.content else None
-        except (httpx.RequestNotRead, ValueError):
+        except (httpx.RequestNotRead, ValueError, RecursionError):
             return  # a streamed or non-JSON body: no password in it to remember
         for field, value in _fields(body):
             is_password = "password" in field.lower() and isinstance(value, str)

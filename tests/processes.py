@@ -28,9 +28,12 @@ def running(
     env: dict[str, str],
     log_path: Path,
     ready_url: str,
-    timeout: float = 30.0,
+    timeout: float = 90.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start `argv`, wait until `ready_url` answers 200, and stop it (SIGTERM, then SIGKILL)."""
+    """Start `argv`, wait until `ready_url` answers 200, and stop it (SIGTERM, then SIGKILL).
+
+    The timeout is generous: with the suite spread over several workers on 2 cores, a server's
+    imports alone took over 30 s under load (its log still empty)."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(list(argv), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from buildbay.db.engine import check_database
 from buildbay.deps import Context, TransactionRoute
-from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body, request_id_of
+from buildbay.problems import PROBLEM_CONTENT_TYPE, problem_body, request_id_of
 from buildbay.storage.base import StorageError
 
 router = APIRouter(tags=["health"], route_class=TransactionRoute)

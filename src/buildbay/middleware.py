@@ -1,7 +1,7 @@
 """One pure-ASGI middleware for what every request needs before and after the routes run:
-a request id, the JSON body rules of /api (Content-Type, 1 MiB), the RateLimit headers, a time
-limit on reading a request body, and closing the connection after an answer given before the
-request's body was read."""
+a request id, the JSON body rules of /api (Content-Type, 1 MiB), the RateLimit headers, the
+security headers (buildbay/security_headers.py), a time limit on reading a request body, and
+closing the connection after an answer given before the request's body was read."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from buildbay.errors import PROBLEM_CONTENT_TYPE, problem_body
 from buildbay.numbers import whole_number
+from buildbay.problems import PROBLEM_CONTENT_TYPE, problem_body
+from buildbay.security_headers import SecurityHeaders
 from buildbay.storage.local import UPLOAD_PATH
 
 access_log = logging.getLogger("buildbay.access")
@@ -42,10 +43,12 @@ class ApiMiddleware:
         app: ASGIApp,
         max_json_body: int = MAX_JSON_BODY,
         body_read_timeout: float = BODY_READ_TIMEOUT,
+        security_headers: SecurityHeaders | None = None,
     ) -> None:
         self.app = app
         self.max_json_body = max_json_body
         self.body_read_timeout = body_read_timeout
+        self.security_headers = security_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -59,11 +62,17 @@ class ApiMiddleware:
 
         started = time.perf_counter()
         status = 500  # what the log says if the app fails before answering
+        security = self.security_headers.for_path(scope["path"]) if self.security_headers else []
 
         if "\x00" in scope["path"]:
             # No id has one, and PostgreSQL cannot even compare text with one: nothing is here.
             await _send_problem(
-                send, 404, "not_found", "No resource has a NUL character in its path", request_id
+                send,
+                404,
+                "not_found",
+                "No resource has a NUL character in its path",
+                request_id,
+                security,
             )
             _log_access(scope, 404, started, request_id)
             return
@@ -73,7 +82,7 @@ class ApiMiddleware:
             problem = self._check_body_headers(headers, has_body=has_body)
             if problem is not None:
                 status, code, detail = problem
-                await _send_problem(send, status, code, detail, request_id)
+                await _send_problem(send, status, code, detail, request_id, security)
                 _log_access(scope, status, started, request_id)
                 return
             receive = self._limited(receive)
@@ -94,6 +103,8 @@ class ApiMiddleware:
                 status = message["status"]
                 response_headers = MutableHeaders(scope=message)
                 response_headers.append("X-Request-ID", request_id)
+                for name, value in security:
+                    response_headers.setdefault(name, value)
                 if body is not None and not body.finished:
                     response_headers["Connection"] = "close"
                 ratelimit = state.get("ratelimit")
@@ -197,7 +208,14 @@ def _log_access(scope: Scope, status: int, started: float, request_id: str) -> N
         )
 
 
-async def _send_problem(send: Send, status: int, code: str, detail: str, request_id: str) -> None:
+async def _send_problem(
+    send: Send,
+    status: int,
+    code: str,
+    detail: str,
+    request_id: str,
+    extra_headers: list[tuple[str, str]],
+) -> None:
     body = json.dumps(problem_body(status, code, detail, request_id)).encode()
     await send(
         {
@@ -208,6 +226,7 @@ async def _send_problem(send: Send, status: int, code: str, detail: str, request
                 (b"content-length", str(len(body)).encode()),
                 (b"x-request-id", request_id.encode()),
                 (b"connection", b"close"),
+                *((name.encode(), value.encode()) for name, value in extra_headers),
             ],
         }
     )

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from sqlalchemy import make_url
 
 from buildbay.app import create_app
 from buildbay.builds.sweeper import GRACE, Swept, sweep
@@ -85,6 +86,19 @@ class Server:
         return Path(self.env["BUILDBAY_DATA_DIR"])
 
     @property
+    def sqlite_file(self) -> Path | None:
+        """The SQLite database the server runs on; None on PostgreSQL."""
+        url = self.env.get("BUILDBAY_DATABASE_URL")
+        if url is None:
+            return self.data_dir / "buildbay.sqlite3"
+        parsed = make_url(url)
+        return (
+            Path(parsed.database)
+            if parsed.get_backend_name() == "sqlite" and parsed.database
+            else None
+        )
+
+    @property
     def pid(self) -> int:
         assert self.process is not None
         return self.process.pid
@@ -124,8 +138,13 @@ class Server:
         return self.process is not None and self.process.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown handler, no finally block, no flush runs."""
+        """SIGKILL: no shutdown handler, no finally block, no flush runs.
+
+        On SQLite, first checks that the server is not writing into an unlinked WAL: were it,
+        the kill would lose every write since (and the test might not notice)."""
         assert self.process is not None
+        if self.process.poll() is None and (database := self.sqlite_file) is not None:
+            assert_sqlite_files_not_deleted(self.pid, database)
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=30)
 
@@ -223,6 +242,23 @@ def assert_store_matches_builds(data_dir: Path, builds: list[dict[str, Any]]) ->
         assert path.stat().st_size == build["fileSize"]
         with path.open("rb") as file:
             assert hashlib.file_digest(file, "sha256").hexdigest() == build["sha256"]
+
+
+def assert_sqlite_files_not_deleted(pid: int, database: Path) -> None:
+    """Process `pid` holds no deleted copy of `database` or of its `-wal` and `-shm` files.
+
+    A process that keeps writing into a WAL another connection has unlinked commits into a
+    file nobody else sees, and loses it all at a crash (see test_sqlite_beside_operators)."""
+    names = {str(database) + suffix for suffix in ("", "-wal", "-shm")}
+    deleted = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = str(fd.readlink())
+        except FileNotFoundError:
+            continue  # closed meanwhile
+        if target.endswith(" (deleted)") and target.removesuffix(" (deleted)") in names:
+            deleted.append(target)
+    assert not deleted, f"the server writes into unlinked SQLite files: {deleted}"
 
 
 # -- a private PostgreSQL cluster, which a test may stop -----------------------------------------
@@ -377,6 +413,7 @@ class Outcome:
     retry_after: str | None = None
     rate_limit: str | None = None  # the RateLimit header
     error: str | None = None
+    sent_at: float = 0.0  # time.monotonic() when the request was sent
 
 
 class Traffic:
@@ -398,15 +435,21 @@ class Traffic:
 
     @staticmethod
     def _one(http: httpx.Client, label: str, send: Callable[[httpx.Client], Any]) -> Outcome:
+        sent_at = time.monotonic()
         try:
             r = send(http)
         except httpx.TransportError as exc:
-            return Outcome(label, None, error=repr(exc))
+            return Outcome(label, None, error=repr(exc), sent_at=sent_at)
         code = None
         if r.headers.get("content-type", "").startswith("application/problem+json"):
             code = r.json().get("code")
         return Outcome(
-            label, r.status_code, code, r.headers.get("retry-after"), r.headers.get("ratelimit")
+            label,
+            r.status_code,
+            code,
+            r.headers.get("retry-after"),
+            r.headers.get("ratelimit"),
+            sent_at=sent_at,
         )
 
     def __enter__(self) -> Traffic:
@@ -416,6 +459,10 @@ class Traffic:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=60)
+
+    def since(self, mark: float) -> list[Outcome]:
+        """The outcomes of requests sent at or after `mark` (a time.monotonic() reading)."""
+        return [outcome for outcome in list(self.outcomes) if outcome.sent_at >= mark]
 
     def count(self, condition: Callable[[Outcome], bool]) -> int:
         return sum(1 for outcome in list(self.outcomes) if condition(outcome))

@@ -3,7 +3,6 @@ its body or headers, and not by how long it takes."""
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterator
 
@@ -18,9 +17,10 @@ from tests.conftest import Account, assert_problem
 
 UNKNOWN = "nobody@example.com"
 ROUNDS = 15
-# The medians of the two kinds of failure may differ by this factor at most. Noise on a busy
-# 2-core machine moves a median of 15 by far less; a login that skipped the argon2 verify for
-# unknown e-mails would differ by the factor the last assertion measures (several times over).
+# The fastest of each kind of failure may differ by this factor at most, in CPU time: wall-clock
+# medians of 15 moved by 1.7x in CI, with parallel workers and browsers on the same 2 cores. A
+# login that skipped the argon2 verify for unknown e-mails would differ by the factor the last
+# assertion measures (several times over).
 TOLERATED_RATIO = 1.5
 
 
@@ -66,9 +66,12 @@ async def test_an_unknown_e_mail_and_a_wrong_password_get_the_same_answer(
 
 
 async def timed(client: httpx.AsyncClient, body: dict[str, str], status: int) -> float:
-    started = time.perf_counter()
+    # The process's CPU time, not the wall clock: the request runs in this process (the app
+    # through ASGI, the password hash in its worker thread), and CPU time is the work the
+    # server did for it, which other processes on a loaded machine do not stretch.
+    started = time.process_time()
     r = await client.post("/api/auth/login", json=body)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert r.status_code == status, r.text
     return elapsed
 
@@ -88,8 +91,8 @@ async def test_an_unknown_e_mail_fails_as_slowly_as_a_wrong_password(
             samples.append(await timed(client, {"email": email, "password": f"wrong {i}"}, 401))
         no_verify.append(await timed(client, {"email": UNKNOWN}, 422))
 
-    ratio = statistics.median(unknown) / statistics.median(known)
+    ratio = min(unknown) / min(known)
     assert 1 / TOLERATED_RATIO < ratio < TOLERATED_RATIO, (known, unknown)
     # The check can see what it looks for: the verify is most of a failed login's time, so
     # skipping it would move the ratio far past the tolerance.
-    assert statistics.median(known) > 2 * TOLERATED_RATIO * statistics.median(no_verify)
+    assert min(known) > 2 * TOLERATED_RATIO * min(no_verify)

@@ -144,8 +144,10 @@ async def database_rows(app: FastAPI) -> dict[str, list[tuple[Any, ...]]]:
 
 
 @pytest.fixture
-async def world(api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock) -> World:
-    return await build_world(api, client, owner, clock)
+async def world(
+    api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock, app: FastAPI
+) -> World:
+    return await build_world(api, client, owner, clock, app)
 
 
 async def test_server_owned_fields_are_refused_on_every_write_and_nothing_changes(

@@ -11,6 +11,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -161,3 +162,33 @@ def test_an_endless_upload_is_answered_and_its_connection_closed(
         )
         assert r.status_code == 200, r.text
         assert uploader.verify(link["buildId"]).status_code == 200
+
+
+def test_a_client_that_disconnects_mid_upload_is_logged_as_an_abort_not_an_error(
+    server: str, uploader: Uploader, tmp_path: Path
+) -> None:
+    port = urlsplit(server).port or 80
+    link = uploader.link(DECLARED, "abandoned.apk")
+    sock = socket.create_connection(("127.0.0.1", port))
+    try:
+        sock.sendall(put_head(link["uploadUrl"], f"Content-Length: {DECLARED}"))
+        sock.sendall(CHUNK)  # a quarter of the body, then the client is gone
+    finally:
+        sock.close()
+
+    log = tmp_path / "server.log"
+    deadline = time.monotonic() + DEADLINE
+    while " 499 " not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    text = log.read_text()
+    lines = [line for line in text.splitlines() if "abandoned" in line or "/storage/" in line]
+    assert any(" 499 " in line for line in lines), text
+    assert "Traceback" not in text, text
+    assert "ClientDisconnect" not in text, text
+    assert not [line for line in text.splitlines() if "ERROR" in line], text
+    # Nothing of it was kept: the build still waits for its bytes, and the link still works.
+    r = uploader.verify(link["buildId"])
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "upload_incomplete"
+    r = uploader.http.put(link["uploadUrl"], content=b"x" * DECLARED, headers=link["uploadHeaders"])
+    assert r.status_code == 200, r.text

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from buildbay.storage.base import ObjectNotFound
+from buildbay.storage.base import LIST_PAGE, ObjectNotFound
 from tests.storage.conftest import StorageHarness, expiry, new_key
 
 
@@ -170,3 +171,33 @@ async def test_a_key_prefix_is_not_an_object(harness: StorageHarness) -> None:
         await harness.storage.compute_sha256("p1/a1/b1")
         == hashlib.sha256(b"the only object").hexdigest()
     )
+
+
+async def _listed(harness: StorageHarness, modified_before: datetime) -> list[list[str]]:
+    return [page async for page in harness.storage.stored_keys(modified_before)]
+
+
+async def test_stored_keys_lists_every_object_written_before_the_cutoff(
+    harness: StorageHarness,
+) -> None:
+    keys = ["p1/a1/b1", "p1/a2/b2", "p2/a1/b3"]
+    for key in keys:
+        await harness.put(key, key.encode())
+    await harness.storage.delete("p1/a2/b2")
+
+    pages = await _listed(harness, datetime.now(UTC) + timedelta(minutes=1))
+
+    assert all(0 < len(page) <= LIST_PAGE for page in pages)
+    assert sorted(key for page in pages for key in page) == ["p1/a1/b1", "p2/a1/b3"]
+
+
+async def test_stored_keys_leaves_out_objects_written_since_the_cutoff(
+    harness: StorageHarness,
+) -> None:
+    await harness.put("p1/a1/b1", b"fresh")
+
+    assert await _listed(harness, datetime.now(UTC) - timedelta(minutes=1)) == []
+
+
+async def test_stored_keys_of_an_empty_store_is_nothing(harness: StorageHarness) -> None:
+    assert await _listed(harness, datetime.now(UTC) + timedelta(minutes=1)) == []

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,22 @@ async def test_the_guard_excludes_a_second_holder_of_the_same_key_until_released
     release_first.set()
     await asyncio.wait_for(asyncio.gather(holder, waiter), timeout=10)
     assert order == ["first in", "first out", "second in"]
+
+
+async def test_stored_keys_lists_a_sha256_file_left_without_its_object_and_delete_removes_it(
+    local: LocalStorage, local_root: Path
+) -> None:
+    """A delete removes the .sha256 first, then the object; anything else that leaves one of
+    the pair (a hand-made copy, a crash in a file system tool) still lists the key once."""
+    whole, alone = new_key(), new_key()
+    for key in (whole, alone):
+        await local.receive(key, 4, chunks_of(b"data"))
+    local.path_of(alone).unlink()  # the .sha256 stays
+
+    pages = [page async for page in local.stored_keys(datetime.now(UTC) + timedelta(minutes=1))]
+
+    assert sorted(key for page in pages for key in page) == sorted([whole, alone])
+    await local.delete(alone)
+    build_id = alone.rsplit("/", 1)[1]
+    files = [p for p in (local_root / "objects").rglob("*") if build_id in p.name]
+    assert files == []

@@ -1,31 +1,31 @@
-"""Engine and session factory. The request's session commits on success and rolls back on error."""
+"""Engines and units of work. A unit of work (a request that writes) commits on success and
+rolls back on error; requests that only read use db/reads.py, on `read_engine`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import quote
-from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, Select, bindparam, event, inspect, make_url, text
-from sqlalchemy.engine import Dialect, ExceptionContext
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy import event, make_url, text
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.util import greenlet_spawn
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
 
@@ -87,8 +87,8 @@ def create_engine(
         return engine
     # A fixed pool: no overflow. SQLAlchemy closes an overflow connection as soon as it is given
     # back to a full pool, so bursts past the pool's size opened and closed a PostgreSQL
-    # connection (a server process) per request: one process answered 898 list requests a
-    # second with 10 + 10 overflow, 1,371 with 20 (bench/scale.py). A request that finds all
+    # connection (a server process) per request, which cost a busy process much of its
+    # throughput (docs/performance.md, bench/scale.py). A request that finds all
     # connections busy waits for one (they are held for a query at a time).
     engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, **kwargs)
     _ping_when_idle(engine, ping_after_idle)
@@ -103,7 +103,7 @@ def _ping_when_idle(engine: AsyncEngine, after: float) -> None:
     """Ping a pooled connection before use only if it has been idle for `after` seconds.
 
     SQLAlchemy's `pool_pre_ping` pings at every check-out: one more round trip per request,
-    which on a busy server cost as much as a fifth of its throughput (bench/load.py). A
+    which on a busy server cost a good part of its throughput (docs/performance.md). A
     connection given back a moment ago is as good as the one the server just used; one that
     sat idle may have been closed meanwhile (a database restart, an idle timeout), and is
     replaced before a request sees it. A restart within `after` seconds of a connection's last
@@ -140,15 +140,14 @@ def _read_only_error(exc: BaseException) -> bool:
 
 
 def _writable(paths: Sequence[str]) -> bool:
-    """Whether these files (those that exist) can be opened for writing, as SQLite tries to."""
-    for path in paths:
-        try:
-            os.close(os.open(path, os.O_RDWR))
-        except FileNotFoundError:
-            continue
-        except OSError:
-            return False
-    return True
+    """Whether these files (those that exist) can be written, as SQLite would try to.
+
+    Asked with access(2), never by opening them: SQLite's locks are POSIX locks, and closing
+    any descriptor of a file drops every lock this process holds on it, SQLite's included.
+    Another process's connection then takes itself for the last one and deletes the WAL this
+    process is still committing into (tests/faults/test_sqlite_beside_operators.py).
+    """
+    return all(os.access(path, os.W_OK) for path in paths if Path(path).exists())
 
 
 async def check_database(engine: AsyncEngine) -> None:
@@ -180,28 +179,23 @@ def _sqlite_write_probe(path: str) -> None:
         connection.close()
 
 
-class TrackedSession(Session):
-    """A session that notes whether it wrote, so that a request which only read ends without a
-    commit (see `finish`): a commit costs a read-only request more than its query."""
+class UnitOfWork(Session):
+    """The session of a request that changes something: committed by the request's unit of work
+    (`finish`), never by a service. Carries the `after_commit` actions."""
 
 
-WROTE = "buildbay.wrote"
-
-
-@event.listens_for(TrackedSession, "do_orm_execute")
-def _note_statement(state: ORMExecuteState) -> None:
-    # Anything but a SELECT counts as a write, text() included: a wrong guess costs a commit.
-    if not state.is_select:
-        state.session.info[WROTE] = True
-
-
-@event.listens_for(TrackedSession, "before_flush")
-def _note_flush(session: Session, _context: Any, _instances: Any) -> None:
-    session.info[WROTE] = True
-
-
+_HELD = "buildbay.held"
 _PENDING = "buildbay.after_commit.pending"
 _COMMITTED = "buildbay.after_commit.committed"
+
+
+async def hold_until_ended(session: AsyncSession, resource: AbstractAsyncContextManager[T]) -> T:
+    """Enter `resource` (a lock, a guard) and leave it only once `finish` has committed or
+    rolled back `session`: what it protects stays protected until the change is durable."""
+    held = session.info.get(_HELD)
+    if held is None:
+        held = session.info[_HELD] = contextlib.AsyncExitStack()
+    return await held.enter_async_context(resource)
 
 
 def after_commit(session: AsyncSession, action: Callable[[], Awaitable[None]]) -> None:
@@ -211,13 +205,13 @@ def after_commit(session: AsyncSession, action: Callable[[], Awaitable[None]]) -
     session.info.setdefault(_PENDING, []).append(action)
 
 
-@event.listens_for(TrackedSession, "after_commit")
+@event.listens_for(UnitOfWork, "after_commit")
 def _move_to_committed(session: Session) -> None:
     if pending := session.info.pop(_PENDING, None):
         session.info.setdefault(_COMMITTED, []).extend(pending)
 
 
-@event.listens_for(TrackedSession, "after_rollback")
+@event.listens_for(UnitOfWork, "after_rollback")
 def _drop_pending(session: Session) -> None:
     session.info.pop(_PENDING, None)
 
@@ -230,46 +224,59 @@ async def _run_after_commit(session: AsyncSession) -> None:
             log.exception("an action after a commit failed")
 
 
-def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+def create_sessionmaker(
+    engine: AsyncEngine, info: dict[str, Any] | None = None
+) -> async_sessionmaker[AsyncSession]:
+    """Sessions for units of work that write; each starts with a copy of `info` (for instance
+    the signal that wakes this process's job worker, jobs/queue.py)."""
     return async_sessionmaker(
-        engine, expire_on_commit=False, autoflush=False, sync_session_class=TrackedSession
+        engine, expire_on_commit=False, autoflush=False, sync_session_class=UnitOfWork, info=info
     )
 
 
-def has_writes(session: AsyncSession) -> bool:
-    """Whether committing `session` would change anything (statements run or changes pending)."""
-    return bool(session.info.get(WROTE) or session.new or session.dirty or session.deleted)
+def read_engine(engine: AsyncEngine) -> AsyncEngine:
+    """The engine of read-only requests' reads (db/reads.py): the same pool, each statement its
+    own transaction.
+
+    On PostgreSQL that is autocommit, which spares each read the driver's BEGIN and the pool's
+    ROLLBACK, two round trips. SQLite's driver starts no transaction for a SELECT anyway, and
+    switching its connections to autocommit and back costs a PRAGMA at each check-in: the
+    engine is used as it is.
+    """
+    if engine.dialect.name == "sqlite":
+        return engine
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 async def finish(session: AsyncSession, *, ok: bool) -> None:
-    """End a unit of work: commit it if `ok` and it wrote, roll it back otherwise; then close.
+    """End a unit of work: commit it if `ok`, roll it back otherwise; then close.
 
     Raises what the commit raises (after rolling back), so a caller never reports success for a
-    write that did not land. Either way, the `after_commit` actions of whatever did commit run
-    last.
+    write that did not land. Either way, what `hold_until_ended` took is let go, and the
+    `after_commit` actions of whatever did commit run last.
     """
     try:
-        await _finish(session, ok=ok)
+        try:
+            await _finish(session, ok=ok)
+        finally:
+            if (held := session.info.pop(_HELD, None)) is not None:
+                await held.aclose()
     finally:
         if _COMMITTED in session.info:
             await _run_after_commit(session)
 
 
 async def _finish(session: AsyncSession, *, ok: bool) -> None:
-    wrote = has_writes(session)
-    if not wrote and not session.in_transaction():
+    if not session.in_transaction() and not (session.new or session.dirty or session.deleted):
         return  # never used: no connection to give back, nothing to write
     if not ok:
         await _discard(session)
         return
-    if wrote:
-        try:
-            await session.commit()
-        except BaseException:
-            await _discard(session)
-            raise
-    # After a commit, or with nothing written: the connection goes back to the pool (a read-only
-    # transaction is rolled back there); bookkeeping with no I/O to protect, so no extra task.
+    try:
+        await session.commit()
+    except BaseException:
+        await _discard(session)
+        raise
     await session.close()
 
 
@@ -278,190 +285,3 @@ async def _discard(session: AsyncSession) -> None:
     # cancelled meanwhile: the connection goes back to the pool whatever happens.
     async with session:
         await session.rollback()
-
-
-class FastSelect:
-    """A Core SELECT for hot read paths: compiled once per dialect, run on a pooled DB-API
-    connection without SQLAlchemy's per-execution machinery.
-
-    On the list endpoint clients poll, `Connection.execute` (statement cache lookup, execution
-    context, result metadata, Row objects) took ~70 us of a ~300 us request for a query SQLite
-    answers in ~20 us (bench/api.py). What that machinery does for such a statement is kept:
-    the bound values in the compiled order, the column types' processing of bound values and of
-    results (UTC datetimes), the pool's check-out (with its ping of an idle connection) and
-    check-in, and DB-API errors raised as SQLAlchemy's, the connection invalidated on a
-    disconnect. Only plain statements qualify: no expanding (IN) or literal-rendered parameters.
-
-    On PostgreSQL the statement runs in autocommit, its own transaction: a read of one statement
-    sees the same either way, and the driver's BEGIN and the pool's ROLLBACK would be two more
-    round trips (a read went from ~200 to ~115 us).
-    """
-
-    __slots__ = ("_plans", "columns", "statement")
-
-    def __init__(self, statement: Select[Any]) -> None:
-        self.statement = statement
-        self.columns: tuple[str, ...] = tuple(statement.selected_columns.keys())
-        # Per dialect instance (each engine has one), forgotten with its engine.
-        self._plans: WeakKeyDictionary[Dialect, _Plan] = WeakKeyDictionary()
-
-    def plan(self, dialect: Dialect) -> _Plan:
-        plan = self._plans.get(dialect)
-        if plan is None:
-            plan = self._plans[dialect] = _Plan.of(self.statement, dialect)
-        return plan
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    sql: str
-    compiled: SQLCompiler
-    positions: tuple[str, ...] | None  # None: the driver takes named parameters
-    processors: tuple[Callable[[Any], Any] | None, ...]
-    converters: tuple[tuple[str, Callable[[Any], Any]], ...]  # of bound values, by name
-    # PostgreSQL's driver would wrap the one statement in BEGIN ... ROLLBACK, two more round
-    # trips; in autocommit the statement is its own transaction, which reads the same.
-    autocommit: bool
-
-    @classmethod
-    def of(cls, statement: Select[Any], dialect: Dialect) -> _Plan:
-        compiled = statement.compile(dialect=dialect)
-        assert isinstance(compiled, SQLCompiler)
-        if compiled.post_compile_params or compiled.literal_execute_params:
-            raise ValueError("FastSelect takes no expanding or literal-rendered parameters")
-        converters = {
-            compiled.bind_names[bind]: process  # the name construct_params gives its value
-            for bind in compiled.binds.values()
-            if (process := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
-        }
-        processors = tuple(
-            column.type.dialect_impl(dialect).result_processor(dialect, None)
-            for column in statement.selected_columns
-        )
-        positions = tuple(compiled.positiontup or ()) if compiled.positional else None
-        autocommit = dialect.name == "postgresql"
-        return cls(
-            compiled.string, compiled, positions, processors, tuple(converters.items()), autocommit
-        )
-
-    def parameters(self, params: Mapping[str, Any]) -> Any:
-        values = self.compiled.construct_params(params)
-        for name, process in self.converters:
-            if values[name] is not None:
-                values[name] = process(values[name])
-        if self.positions is None:
-            return values
-        return tuple(values[name] for name in self.positions)
-
-    def rows(
-        self, fetched: Sequence[Sequence[Any]], columns: tuple[str, ...]
-    ) -> list[dict[str, Any]]:
-        converted = [(i, process) for i, process in enumerate(self.processors) if process]
-        rows = []
-        for raw in fetched:
-            values = list(raw)
-            for i, process in converted:
-                values[i] = process(values[i])
-            rows.append(dict(zip(columns, values, strict=True)))
-        return rows
-
-
-def pages(statement: Select[Any], key: Any) -> tuple[FastSelect, FastSelect]:
-    """A newest-first list (`statement`, ordered by `key` descending, with a `:limit`) as two
-    FastSelects: its first page, and the page after `:after_id`."""
-    return FastSelect(statement), FastSelect(statement.where(key < bindparam("after_id")))
-
-
-class EntityColumns(Generic[T]):
-    """A model's table columns for a FastSelect, labeled `prefix` + attribute name (so that two
-    entities in one row stay apart), and the model's instances made from such rows.
-
-    The instances are transient: no session knows them, so changing one changes nothing. They
-    serve read-only requests, which show them and pass their ids on.
-    """
-
-    __slots__ = ("_by_label", "_id_label", "columns", "model")
-
-    def __init__(self, model: type[T], prefix: str) -> None:
-        mapper = inspect(model)
-        # Attribute names, which are not always the columns' (Build.metadata_ is "metadata").
-        named = [(mapper.get_property_by_column(column).key, column) for column in mapper.columns]
-        self.model = model
-        self.columns = [column.label(prefix + key) for key, column in named]
-        self._by_label = [(prefix + key, key) for key, _ in named]
-        self._id_label = prefix + "id"
-
-    def of(self, row: Mapping[str, Any]) -> T:
-        """The entity in `row`."""
-        return self.model(**{key: row[label] for label, key in self._by_label})
-
-    def of_outer(self, row: Mapping[str, Any]) -> T | None:
-        """The entity in `row`; None if an outer join found none."""
-        return None if row[self._id_label] is None else self.of(row)
-
-
-async def read_rows(
-    session: AsyncSession, query: FastSelect, params: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """The rows of `query`, as `session` sees them, each a dict keyed by `query.columns`.
-
-    A session already in a transaction reads on its connection (and sees its own writes).
-    Otherwise the rows come from a pooled connection of the engine, taken, used and given back
-    in one trip into SQLAlchemy's synchronous layer (see FastSelect). The session is left
-    unused, so a request never holds two connections (which a busy pool could deadlock on).
-    """
-    if session.in_transaction():
-        result = await session.execute(query.statement, params)
-        return [dict(zip(query.columns, row, strict=True)) for row in result]
-    assert session.bind is not None
-    return await greenlet_spawn(_read_rows, session.bind.sync_engine, query, params)
-
-
-def _read_rows(
-    engine: Engine, query: FastSelect, params: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    dialect = engine.dialect
-    plan = query.plan(dialect)
-    parameters = plan.parameters(params)
-    try:
-        connection = engine.raw_connection()
-    except dialect.loaded_dbapi.Error as exc:
-        raise _wrapped(exc, plan, parameters, dialect, invalidated=False) from exc
-    dbapi_connection = connection.dbapi_connection
-    assert dbapi_connection is not None  # checked out just now
-    try:
-        if plan.autocommit:
-            dbapi_connection.autocommit = True
-        cursor = connection.cursor()
-        try:
-            cursor.execute(plan.sql, parameters)
-            fetched = cursor.fetchall()
-        finally:
-            cursor.close()
-            if plan.autocommit:
-                dbapi_connection.autocommit = False
-    except dialect.loaded_dbapi.Error as exc:
-        disconnected = dialect.is_disconnect(exc, connection.dbapi_connection, None)
-        if disconnected:
-            connection.invalidate(exc)
-        connection.close()
-        raise _wrapped(exc, plan, parameters, dialect, invalidated=disconnected) from exc
-    except BaseException:
-        connection.close()
-        raise
-    connection.close()
-    return plan.rows(fetched, query.columns)
-
-
-def _wrapped(
-    exc: Exception, plan: _Plan, parameters: Any, dialect: Dialect, *, invalidated: bool
-) -> BaseException:
-    return DBAPIError.instance(
-        plan.sql,
-        parameters,
-        exc,
-        dialect.loaded_dbapi.Error,
-        hide_parameters=True,
-        connection_invalidated=invalidated,
-        dialect=dialect,
-    )

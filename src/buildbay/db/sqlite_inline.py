@@ -1,8 +1,8 @@
 """SQLite for the embedded default, run on the event loop's own thread.
 
 aiosqlite hands every DB-API call (cursor, execute, fetch, close, commit) to a worker thread and
-back. On a small virtual machine each hand-off costs 150-300 µs, so a request with two indexed
-queries spent milliseconds waiting on threads for microseconds of SQLite work. This driver runs
+back. Each hand-off costs far more than an indexed query's SQLite work, so a request spent
+most of its time waiting on threads (docs/performance.md has the measurements). This driver runs
 the calls inline: SQLAlchemy's async engine drives it through its own adapter classes, whose
 methods here call sqlite3 directly instead of awaiting a coroutine for each call (every such
 await is a round trip between greenlets, which cost a short query several times its SQLite work).
@@ -13,6 +13,14 @@ so the busy timeout is 0 and only a busy database takes the async path: it is re
 transaction holds the lock.
 
 URL: ``sqlite+inline:///path/to/file.sqlite3`` (the default); ``sqlite+aiosqlite://`` still works.
+
+This is the one module of Buildbay that builds on a library's internals
+(tests/test_public_apis.py refuses them anywhere else): SQLAlchemy's asyncio connector adapters
+(`sqlalchemy.connectors.asyncio`), `sqlalchemy.util.await_` and the pysqlite dialect's
+`_connection`. Checked against SQLAlchemy 2.1.0 and 2.1.9; pyproject.toml pins `>=2.1.0,<2.2`,
+and CI runs the suite on both ends of that range (the locked 2.1.9, and 2.1.0 in the
+lowest-versions phase of .ci/run). Why it is worth it: it gives the embedded default several
+times the throughput of aiosqlite on small machines (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, BinaryIO, Protocol
@@ -37,6 +38,7 @@ class UploadTarget:
 
 
 READ_BLOCK = 1024 * 1024
+LIST_PAGE = 1000  # keys a page of `Storage.stored_keys` (S3's ListObjectsV2 page)
 
 
 def sha256_of(stream: IO[bytes]) -> str:
@@ -107,6 +109,12 @@ class Storage(Protocol):
 
     async def delete_prefix(self, prefix: str) -> None:
         """Remove every object whose key starts with `prefix` (a project's or application's)."""
+        ...
+
+    def stored_keys(self, modified_before: datetime) -> AsyncIterator[list[str]]:
+        """The keys of the stored objects last written before `modified_before`, a page (of at
+        most LIST_PAGE) at a time, in no particular order: for the sweeper, which removes those
+        no build owns."""
         ...
 
     def guard(self, key: str) -> contextlib.AbstractAsyncContextManager[None]:

@@ -29,6 +29,7 @@ from typing import BinaryIO
 from urllib.parse import quote, urlencode
 
 from buildbay.storage.base import (
+    LIST_PAGE,
     BodyTooLarge,
     BodyTooShort,
     ObjectInfo,
@@ -137,6 +138,16 @@ class LocalStorage:
     async def delete_prefix(self, prefix: str) -> None:
         path = self.path_of(prefix.rstrip("/"))
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+    async def stored_keys(self, modified_before: datetime) -> AsyncIterator[list[str]]:
+        # A project's directory at a time, listed in a worker thread.
+        projects = await asyncio.to_thread(lambda: sorted(self._objects.iterdir()))
+        for project in projects:
+            keys = await asyncio.to_thread(
+                _keys_under, self._objects, project, modified_before.timestamp()
+            )
+            for start in range(0, len(keys), LIST_PAGE):
+                yield keys[start : start + LIST_PAGE]
 
     @contextlib.asynccontextmanager
     async def guard(self, key: str) -> AsyncIterator[None]:
@@ -357,6 +368,23 @@ def _remove_abandoned(incoming: Path, older_than: float) -> int:
         finally:
             os.close(fd)
     return removed
+
+
+def _keys_under(objects: Path, directory: Path, modified_before: float) -> list[str]:
+    """Keys of the objects under `directory` last written before `modified_before`. An object's
+    sidecar stands for it: a sidecar left without its object is listed too, and goes with it."""
+    keys: set[str] = set()
+    for folder, _, names in os.walk(directory):
+        for name in names:
+            path = Path(folder, name)
+            try:
+                if path.lstat().st_mtime >= modified_before:
+                    continue
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            key = path.relative_to(objects).as_posix()
+            keys.add(key.removesuffix(".sha256"))
+    return sorted(keys)
 
 
 def _fsync_dir(path: Path) -> None:

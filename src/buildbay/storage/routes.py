@@ -11,12 +11,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
-from buildbay.builds.models import Build
+from buildbay.builds.reads import BuildReads, BuildRecord
 from buildbay.builds.schemas import StoredUpload
-from buildbay.builds.service import BuildService
+from buildbay.db.reads import Reads
 from buildbay.deps import Context, TransactionRoute
-from buildbay.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, problem_responses
+from buildbay.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from buildbay.numbers import whole_number
+from buildbay.problems import problem_responses
 from buildbay.storage.local import DOWNLOAD_PATH, UPLOAD_PATH, LocalStorage
 
 router = APIRouter(tags=["storage"], route_class=TransactionRoute)
@@ -78,11 +79,13 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
     expires, signature = _number(_part(request, "expires")), _part(request, "signature")
     ctx.signer.verify("PUT", key, expires, signature or "", ctx.clock.now(), size_)
 
-    async def still_pending() -> Build:
-        # Short transactions: no database connection is held while the bytes stream in.
-        async with ctx.sessions() as db:
-            service = BuildService.of(ctx, db)
-            return await service.pending_upload(key)
+    async def still_pending() -> BuildRecord:
+        # Short reads: no database connection is held while the bytes stream in.
+        reads = Reads.on(ctx.read_engine)
+        try:
+            return await BuildReads.of(ctx, reads).pending_upload(key)
+        finally:
+            await reads.close()
 
     build = await still_pending()
     declared = whole_number(request.headers.get("content-length", ""), max_digits=20)

@@ -31,6 +31,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from buildbay.storage.base import (
+    LIST_PAGE,
     ObjectInfo,
     ObjectNotFound,
     StorageUnavailable,
@@ -189,6 +190,20 @@ class S3Storage:
                 self._client.delete_objects(
                     Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True}
                 )
+
+    async def stored_keys(self, modified_before: datetime) -> AsyncIterator[list[str]]:
+        pages = self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix, PaginationConfig={"PageSize": LIST_PAGE}
+        )
+        iterator = iter(pages)
+        while (page := await self._run(next, iterator, None)) is not None:
+            keys = [
+                item["Key"].removeprefix(self.prefix)
+                for item in page.get("Contents", [])
+                if item["LastModified"] < modified_before
+            ]
+            if keys:
+                yield keys
 
     @contextlib.asynccontextmanager
     async def guard(self, key: str) -> AsyncIterator[None]:
