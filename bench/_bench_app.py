@@ -1,9 +1,9 @@
 """`buildbay serve`, with two bench endpoints added, for same-process baselines.
 
-`python bench/_bench_app.py serve --port N` runs the real command (src/buildbay/cli.py), so the
-server has exactly the uvicorn options of `buildbay serve` (uvloop, httptools, its access log
-settings, ...); only the application it builds gains `GET /bench/bare` (bench/api.py) and
-`PUT /bench/sink` (bench/upload.py).
+`python bench/_bench_app.py serve --port N` runs the real command (`buildbay`, whose `serve` is
+src/buildbay/cli.py's), so the server has exactly the uvicorn options of `buildbay serve`
+(uvloop, httptools, its access log settings, ...); only the application it builds gains
+`GET /bench/bare` (bench/api.py) and `PUT /bench/sink` (bench/upload.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 import buildbay.app
-from buildbay import cli
+from buildbay_client.cli import main
 
 _create_app = buildbay.app.create_app
 
@@ -51,4 +51,4 @@ def create_app_with_bench_routes(*args: Any, **kwargs: Any) -> FastAPI:
 if __name__ == "__main__":
     # `serve` imports create_app from buildbay.app when it runs, so it picks this one up.
     buildbay.app.create_app = create_app_with_bench_routes
-    cli.main()
+    main()

@@ -13,25 +13,54 @@ from __future__ import annotations
 
 import itertools
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import jwt
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.models import User
+from buildbay.auth.password_reset import PasswordResets
+from buildbay.auth.service import Principal
+from buildbay.auth.tokens import hash_token
 from buildbay.clock import FrozenClock
+from buildbay.context import AppContext
+from buildbay.db.engine import finish
+from buildbay.db.reads import Reads
+from buildbay.invitations.service import InvitationService
+from buildbay.projects.authorization import project_of
+from buildbay.projects.models import ProjectRole
 from tests.builds.android_files import APK
-from tests.conftest import Account, Api
+from tests.conftest import BASE_URL, Account, Api
 
+T = TypeVar("T")
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 
 # Callers without a valid credential: all four hold the owner's, spoilt.
 SPOILT = ["no token", "a bad token", "an expired token", "a revoked token"]
 # Members by role, lowest first; "just below" tester is a registered user who is not a member.
 LADDER = ["stranger", "tester", "developer", "admin", "owner"]
+
+
+@dataclass(frozen=True)
+class TokenLimits:
+    scope: str | None  # None: no scope (all the user may do)
+    elsewhere: bool  # restricted to another project than the world's
+
+
+# API tokens of the owner, each with other limits: what they may do is what the owner may, less
+# what their limits take away (and never the account's endpoints).
+TOKENS = {
+    "a full API token": TokenLimits(None, elsewhere=False),
+    "a read token": TokenLimits("read", elsewhere=False),
+    "a builds:write token": TokenLimits("builds:write", elsewhere=False),
+    "a token for another project": TokenLimits(None, elsewhere=True),
+}
 
 
 @dataclass(frozen=True)
@@ -85,6 +114,7 @@ class Accounts:
     bad: dict[str, str] = field(default_factory=dict)
     expired: dict[str, str] = field(default_factory=dict)
     revoked: dict[str, str] = field(default_factory=dict)
+    tokens: dict[str, dict[str, str]] = field(default_factory=dict)  # TOKENS' headers
 
     def by_role(self, role: str) -> Account:
         account: Account = getattr(self, role)
@@ -98,8 +128,11 @@ class World:
     client: httpx.AsyncClient
     api: Api
     accounts: Accounts
+    ctx: AppContext  # for what no API hands out: the secrets that only mails carry
     ids: dict[str, str] = field(default_factory=dict)  # path parameter -> existing id
     api_token_id: str = ""  # one of the owner's API tokens
+    update_key: str = ""  # the world's application's
+    token_ids: set[str] = field(default_factory=set)  # all the owner's API tokens
     _n: Iterator[int] = field(default_factory=itertools.count)
 
     def values_for(self, case: RouteCase) -> dict[str, str]:
@@ -144,12 +177,86 @@ class World:
         assert r.status_code == 201, r.text
         return str(r.json()["linkId"])
 
-    async def new_api_token(self, account: Account) -> str:
+    async def new_channel(self) -> str:
         r = await self.client.post(
-            "/api/account/api-tokens", json={"name": "ci"}, headers=account.headers
+            f"{self.channels}",
+            json={"name": f"channel-{next(self._n)}"},
+            headers=self.accounts.owner.headers,
         )
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
+
+    @property
+    def channels(self) -> str:
+        return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
+
+    async def new_api_token(self, account: Account) -> str:
+        return str((await self._api_token(account, {"name": "ci"}))["id"])
+
+    async def _api_token(self, account: Account, body: dict[str, Any]) -> dict[str, Any]:
+        r = await self.client.post("/api/account/api-tokens", json=body, headers=account.headers)
+        assert r.status_code == 201, r.text
+        created: dict[str, Any] = r.json()
+        return created
+
+    async def limited_tokens(self) -> None:
+        """The owner's TOKENS, and another project for the one that is restricted to it."""
+        elsewhere = await self.api.project(self.accounts.owner, "Elsewhere")
+        for caller, limits in TOKENS.items():
+            body: dict[str, Any] = {"name": caller, "scope": limits.scope}
+            if limits.elsewhere:
+                body["projectIds"] = [elsewhere["id"]]
+            created = await self._api_token(self.accounts.owner, body)
+            self.accounts.tokens[caller] = {"Authorization": f"Bearer {created['token']}"}
+            self.token_ids.add(created["id"])
+
+    async def _unit_of_work(self, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        db = self.ctx.sessions()
+        ok = False
+        try:
+            result = await work(db)
+            ok = True
+        finally:
+            await finish(db, ok=ok)
+        return result
+
+    async def reset_token(self, account: Account) -> str:
+        """The token of a password-reset link mailed to `account`."""
+
+        async def issue(db: AsyncSession) -> str:
+            user = await db.get_one(User, account.user["id"])
+            return await PasswordResets(db, self.ctx.clock.now()).issue(user)
+
+        return await self._unit_of_work(issue)
+
+    async def new_invitation(self) -> str:
+        """A pending invitation into the world's project."""
+        r = await self.client.post(
+            f"/api/projects/{self.ids['id']}/invitations",
+            json={"email": self.new_email(), "role": "tester"},
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    async def invitation_token(self, account: Account) -> str:
+        """The token mailed to `account` with an invitation into a project of someone else's
+        (a fresh one: `account` is a member of nothing there yet)."""
+        host = await self.new_user()
+        project = await self.api.project(host, f"Hosted {next(self._n)}")
+
+        async def invite(db: AsyncSession) -> str:
+            inviter = await db.get_one(User, host.user["id"])
+            access = await project_of(
+                Reads.within(db), Principal(inviter), project["id"], ProjectRole.ADMIN
+            )
+            service = InvitationService(db, self.ctx.clock.now(), self.ctx.mail, BASE_URL)
+            sent = await service.invite(access, account.email, ProjectRole.TESTER)
+            token = "bbi_" + secrets.token_urlsafe(32)
+            sent.token_hash = hash_token(token)  # the one in the mail is not ours to read
+            return token
+
+        return await self._unit_of_work(invite)
 
     @property
     def builds(self) -> str:
@@ -157,7 +264,7 @@ class World:
 
 
 async def build_world(
-    api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock
+    api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock, app: FastAPI
 ) -> World:
     """The world, with the owner's spoilt credentials. Advances `clock` by a day (to expire one
     of them), so rate limits, which count by the wall clock, should be off."""
@@ -169,7 +276,7 @@ async def build_world(
         member=await api.register("member@example.com"),
         stranger=await api.register("stranger@example.com"),
     )
-    world = World(client, api, a)
+    world = World(client, api, a, app.state.ctx)
     a.expired = (await world.login(owner)).headers
     clock.advance(hours=24, seconds=1)  # every token issued so far has expired
     for account in (owner, a.admin, a.developer, a.tester, a.stranger):
@@ -201,7 +308,12 @@ async def build_world(
         "userId": a.member.user["id"],
     }
     world.ids["linkId"] = await world.new_install_link()
+    world.ids["invitationId"] = await world.new_invitation()
+    world.update_key = app["updateKey"]
+    world.ids["channelId"] = await world.new_channel()
     world.api_token_id = await world.new_api_token(owner)
+    world.token_ids.add(world.api_token_id)
+    await world.limited_tokens()
     return world
 
 
@@ -215,6 +327,10 @@ BODIES: dict[Key, BodyFactory] = {}
 # Fresh ids for the calls that destroy what they name.
 TargetFactory = Callable[[World], Awaitable[dict[str, str]]]
 TARGETS: dict[Key, TargetFactory] = {}
+# The query string of the routes that need one (after the path, with its `?`).
+QUERIES: dict[Key, Callable[[World], str]] = {
+    ("GET", "/api/updates/check"): lambda w: f"?key={w.update_key}&versionCode=1",
+}
 # Routes that end the caller's login (or every other one): called with a login of their own,
 # so that the caller's session for the other routes lives on.
 ENDS_SESSIONS = {("POST", "/api/auth/logout"), ("POST", "/api/auth/change-password")}
@@ -262,6 +378,33 @@ async def _change_password(w: World, subject: Account) -> dict[str, Any]:
     return {"currentPassword": subject.password, "newPassword": subject.password}
 
 
+@body("POST", "/api/auth/password-reset")
+async def _password_reset(w: World, subject: Account) -> dict[str, Any]:
+    return {"email": w.new_email()}
+
+
+@body("POST", "/api/auth/password-reset/confirm")
+async def _confirm_password_reset(w: World, subject: Account) -> dict[str, Any]:
+    # A user of its own: the reset ends every session of its account.
+    doomed = await w.new_user()
+    return {"token": await w.reset_token(doomed), "password": "a new password"}
+
+
+@body("POST", "/api/projects/{id}/invitations")
+async def _invitation(w: World, subject: Account) -> dict[str, Any]:
+    return {"email": w.new_email(), "role": "tester"}
+
+
+@body("POST", "/api/invitations/accept")
+async def _accept(w: World, subject: Account) -> dict[str, Any]:
+    return {"token": await w.invitation_token(subject)}
+
+
+@body("PUT", "/api/auth/me")
+async def _me(w: World, subject: Account) -> dict[str, Any]:
+    return {"notifyNewBuilds": True}
+
+
 @body("POST", "/api/account/api-tokens")
 async def _api_token(w: World, subject: Account) -> dict[str, Any]:
     return {"name": "ci"}
@@ -305,6 +448,26 @@ async def _install_link(w: World, subject: Account) -> dict[str, Any]:
     return {"expiresInHours": 2}
 
 
+@body("POST", "/api/projects/{id}/applications/{appId}/channels")
+async def _channel(w: World, subject: Account) -> dict[str, Any]:
+    return {"name": f"channel-{next(w._n)}"}
+
+
+@body("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels")
+async def _build_channels(w: World, subject: Account) -> dict[str, Any]:
+    return {"channels": ["default"]}
+
+
+@body("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}")
+async def _build_update(w: World, subject: Account) -> dict[str, Any]:
+    return {"mandatory": False}
+
+
+@target("DELETE", "/api/projects/{id}/applications/{appId}/channels/{channelId}")
+async def _doomed_channel(w: World) -> dict[str, str]:
+    return {"channelId": await w.new_channel()}
+
+
 @target("DELETE", "/api/account/api-tokens/{id}")
 async def _own_api_token(w: World) -> dict[str, str]:
     return {"id": await w.new_api_token(w.accounts.owner)}
@@ -320,6 +483,11 @@ async def _doomed_member(w: World) -> dict[str, str]:
     doomed = await w.new_user()
     await w.api.add_member(w.accounts.owner, w.ids["id"], doomed, "tester")
     return {"userId": doomed.user["id"]}
+
+
+@target("DELETE", "/api/projects/{id}/invitations/{invitationId}")
+async def _doomed_invitation(w: World) -> dict[str, str]:
+    return {"invitationId": await w.new_invitation()}
 
 
 @target("DELETE", "/api/projects/{id}/applications/{appId}")
@@ -354,8 +522,8 @@ class Prepared:
 async def prepare(
     w: World, case: RouteCase, caller: str, values: dict[str, str] | None = None
 ) -> Prepared:
-    """`case` to be called by `caller` (one of SPOILT or LADDER) with a valid body, on the
-    world's ids, a fresh target's, or `values`."""
+    """`case` to be called by `caller` (one of SPOILT, LADDER or TOKENS) with a valid body, on
+    the world's ids, a fresh target's, or `values`."""
     a = w.accounts
     subject = a.by_role(caller) if caller in LADDER else a.owner
     if values is None:
@@ -364,14 +532,13 @@ async def prepare(
             values |= await TARGETS[case.key](w)
     spoilt = {"no token": {}, "a bad token": a.bad, "an expired token": a.expired}
     spoilt["a revoked token"] = a.revoked
-    headers = spoilt.get(caller)
+    headers = spoilt.get(caller, a.tokens.get(caller))
     ends_sessions = caller in LADDER and case.key in ENDS_SESSIONS
     if headers is None:
         headers = (await w.login(subject)).headers if ends_sessions else subject.headers
     payload = await BODIES[case.key](w, subject) if case.has_body else None
-    return Prepared(
-        case.method, case.url(values), payload, headers, subject if ends_sessions else None
-    )
+    url = case.url(values) + (QUERIES[case.key](w) if case.key in QUERIES else "")
+    return Prepared(case.method, url, payload, headers, subject if ends_sessions else None)
 
 
 async def send(w: World, prepared: Prepared) -> httpx.Response:

@@ -3,13 +3,16 @@
 RULES gives the contract's rule for every /api route: public (no token needed), any signed-in
 user, the owner of a per-user resource, or a project role. From it and the route table:
 
-- the matrix: every route, called by each of nine principals (no token, a bad token, an expired
-  token, a revoked token, a stranger, a tester, a developer, an admin, the owner), answers exactly
-  the status the rule gives, with the contract's problem code;
+- the matrix: every route, called by each of thirteen principals (no token, a bad token, an
+  expired token, a revoked token, a stranger, a tester, a developer, an admin, the owner, and four
+  API tokens of the owner's: one without limits, a read token, a builds:write token, one
+  restricted to another project), answers exactly the status the rule gives, with the contract's
+  problem code;
 - every route that takes a token answers 401 to more kinds of bad credentials;
 - an unknown project, and an unknown id below a project, answer 404.
 
-A route missing from RULES (or, with a body, from BODIES) fails the suite until its rule is
+A route missing from RULES (or, with a body, from BODIES; or, taking a token, from TOKEN_SCOPE)
+fails the suite until its rule is
 written down here; so does a route outside /api that OUTSIDE_API does not account for. One world
 of shared accounts serves the whole matrix: only the calls that destroy what they name get a
 fresh target (see tests/route_table.py).
@@ -33,6 +36,7 @@ from tests.route_table import (
     LADDER,
     SPOILT,
     TARGETS,
+    TOKENS,
     RouteCase,
     World,
     api_routes,
@@ -51,9 +55,12 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/auth/register"): PUBLIC,
     ("POST", "/api/auth/login"): PUBLIC,
     ("POST", "/api/auth/refresh-token"): PUBLIC,
+    ("POST", "/api/auth/password-reset"): PUBLIC,
+    ("POST", "/api/auth/password-reset/confirm"): PUBLIC,
     ("POST", "/api/auth/logout"): ANY_USER,
     ("POST", "/api/auth/change-password"): ANY_USER,
     ("GET", "/api/auth/me"): ANY_USER,
+    ("PUT", "/api/auth/me"): ANY_USER,
     ("GET", "/api/account/api-tokens"): ANY_USER,
     ("POST", "/api/account/api-tokens"): ANY_USER,
     ("DELETE", "/api/account/api-tokens/{id}"): OWN,
@@ -68,11 +75,21 @@ RULES: dict[tuple[str, str], str] = {
     ("PUT", "/api/projects/{id}/members/{userId}"): "admin",
     # Removing *another* member; leaving oneself is tested in tests/projects/test_members.py.
     ("DELETE", "/api/projects/{id}/members/{userId}"): "admin",
+    ("POST", "/api/projects/{id}/invitations"): "admin",
+    ("GET", "/api/projects/{id}/invitations"): "admin",
+    ("DELETE", "/api/projects/{id}/invitations/{invitationId}"): "admin",
+    ("POST", "/api/invitations/accept"): ANY_USER,
     ("GET", "/api/projects/{id}/applications"): "tester",
     ("POST", "/api/projects/{id}/applications"): "admin",
     ("GET", "/api/projects/{id}/applications/{appId}"): "tester",
     ("PUT", "/api/projects/{id}/applications/{appId}"): "admin",
     ("DELETE", "/api/projects/{id}/applications/{appId}"): "admin",
+    ("POST", "/api/projects/{id}/applications/{appId}/update-key"): "admin",
+    ("GET", "/api/projects/{id}/applications/{appId}/channels"): "tester",
+    # The update key is the credential (tests/updates/test_update_check.py).
+    ("GET", "/api/updates/check"): PUBLIC,
+    ("POST", "/api/projects/{id}/applications/{appId}/channels"): "developer",
+    ("DELETE", "/api/projects/{id}/applications/{appId}/channels/{channelId}"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds"): "tester",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/verify"): "developer",
@@ -80,6 +97,8 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "tester",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/download"): "tester",
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): "tester",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link"): "tester",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): "tester",
@@ -89,6 +108,68 @@ RULES: dict[tuple[str, str], str] = {
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
     ): "developer",
 }
+# The account's own endpoints: a login only; any API token gets 403 (API tokens).
+LOGIN_ONLY = {
+    ("POST", "/api/auth/change-password"),
+    ("GET", "/api/account/api-tokens"),
+    ("POST", "/api/account/api-tokens"),
+    ("DELETE", "/api/account/api-tokens/{id}"),
+    # Joining a project: a person, signed in as the invited e-mail.
+    ("POST", "/api/invitations/accept"),
+}
+READ, BUILDS_WRITE, UNSCOPED = "read", "builds:write", None
+SCOPE_RANK = {READ: 0, BUILDS_WRITE: 1}
+# What an API token's scope must include on every other route that takes a token (UNSCOPED: a
+# token without a scope). A token restricted to some projects reaches no other project, and
+# cannot create one.
+TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
+    ("POST", "/api/auth/logout"): READ,
+    ("GET", "/api/auth/me"): READ,
+    ("PUT", "/api/auth/me"): UNSCOPED,
+    ("GET", "/api/projects"): READ,
+    ("POST", "/api/projects"): UNSCOPED,
+    ("GET", "/api/project/{id}"): READ,
+    ("GET", "/api/projects/{id}"): READ,
+    ("PUT", "/api/projects/{id}"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/members"): READ,
+    ("POST", "/api/projects/{id}/members"): UNSCOPED,
+    ("PUT", "/api/projects/{id}/members/{userId}"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}/members/{userId}"): UNSCOPED,
+    ("POST", "/api/projects/{id}/invitations"): UNSCOPED,
+    ("GET", "/api/projects/{id}/invitations"): READ,
+    ("DELETE", "/api/projects/{id}/invitations/{invitationId}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/applications"): READ,
+    ("POST", "/api/projects/{id}/applications"): UNSCOPED,
+    ("GET", "/api/projects/{id}/applications/{appId}"): READ,
+    ("PUT", "/api/projects/{id}/applications/{appId}"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}/applications/{appId}"): UNSCOPED,
+    ("POST", "/api/projects/{id}/applications/{appId}/update-key"): UNSCOPED,
+    ("GET", "/api/projects/{id}/applications/{appId}/channels"): READ,
+    ("POST", "/api/projects/{id}/applications/{appId}/channels"): BUILDS_WRITE,
+    ("DELETE", "/api/projects/{id}/applications/{appId}/channels/{channelId}"): BUILDS_WRITE,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds"): READ,
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link"): BUILDS_WRITE,
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/verify"): BUILDS_WRITE,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/latest"): READ,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): READ,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/download"): READ,
+    ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): BUILDS_WRITE,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): READ,
+    (
+        "POST",
+        "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link",
+    ): BUILDS_WRITE,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): READ,
+    (
+        "DELETE",
+        "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
+    ): BUILDS_WRITE,
+}
+# Routes that name no project but need a token free to reach every project (CurrentUser).
+ALL_PROJECTS = {("POST", "/api/projects"), ("PUT", "/api/auth/me")}
 # Routes outside /api, by path prefix, and what guards them instead of a bearer token.
 OUTSIDE_API = {
     "/storage/": "a signed URL (tests/builds/test_upload_flow.py, test_builds_api.py)",
@@ -103,6 +184,10 @@ OUTSIDE_API = {
     "/logout": "the console (cookie and CSRF)",
     "/projects": "the console (cookie and CSRF)",
     "/account": "the console (cookie and CSRF)",
+    "/unsubscribe/": "a signed one-click link (tests/mail/test_unsubscribe.py)",
+    "/invitations/": "the console; its token is the invitation's (tests/console/)",
+    "/forgot-password": "the console's form (tests/console/)",
+    "/reset-password": "the console; a reset link's token (tests/console/)",
 }
 CONSOLE_HOME = "/"
 
@@ -113,7 +198,7 @@ UNAUTHENTICATED = {
     "an expired token": "token_expired",
     "a revoked token": "token_revoked",
 }
-PRINCIPALS = [*SPOILT, *LADDER]
+PRINCIPALS = [*SPOILT, *LADDER, *TOKENS]
 
 PROJECT_PARAMS = {"id", "projectId"}
 UNKNOWN = {
@@ -123,12 +208,16 @@ UNKNOWN = {
     "buildId": "bld_00000000000000000000000000",
     "userId": "usr_00000000000000000000000000",
     "linkId": "inl_00000000000000000000000000",
+    "invitationId": "inv_00000000000000000000000000",
+    "channelId": "chn_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
     "buildId": "build_not_found",
     "userId": "member_not_found",
     "linkId": "install_link_not_found",
+    "invitationId": "invitation_not_found",
+    "channelId": "channel_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 
@@ -138,6 +227,8 @@ def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:
     rule = RULES[case.key]
     if rule == PUBLIC:
         return case.success, None
+    if principal in TOKENS:
+        return _expected_of_token(case, principal)
     if principal in UNAUTHENTICATED:
         return 401, UNAUTHENTICATED[principal]
     if rule == ANY_USER:
@@ -147,6 +238,22 @@ def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:
     if LADDER.index(principal) >= LADDER.index(rule):
         return case.success, None
     return 403, "not_a_member" if principal == "stranger" else "insufficient_role"
+
+
+def _expected_of_token(case: RouteCase, principal: str) -> tuple[int, str | None]:
+    """What an API token of the owner's gets: the owner's answer, unless its limits refuse."""
+    if case.key in LOGIN_ONLY:
+        return 403, "interactive_session_required"
+    limits = TOKENS[principal]
+    names_a_project = bool(PROJECT_PARAMS & set(case.params)) and not case.per_user
+    if limits.elsewhere and (names_a_project or case.key in ALL_PROJECTS):
+        return 403, "token_not_allowed"
+    needed = TOKEN_SCOPE[case.key]
+    if limits.scope is not None and (
+        needed is None or SCOPE_RANK[limits.scope] < SCOPE_RANK[needed]
+    ):
+        return 403, "insufficient_scope"
+    return expected(case, "owner")
 
 
 @pytest.fixture
@@ -169,8 +276,10 @@ def cases_with_ids(cases: list[RouteCase]) -> list[RouteCase]:
 
 
 @pytest.fixture
-async def world(api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock) -> World:
-    return await build_world(api, client, owner, clock)
+async def world(
+    api: Api, client: httpx.AsyncClient, owner: Account, clock: FrozenClock, app: FastAPI
+) -> World:
+    return await build_world(api, client, owner, clock, app)
 
 
 def describe(case: RouteCase, who: str, r: httpx.Response) -> str:
@@ -213,6 +322,12 @@ def test_every_api_route_has_a_rule(cases: list[RouteCase]) -> None:
     assert {p for c in cases if not c.per_user for p in c.params} <= set(UNKNOWN), (
         "teach build_world and UNKNOWN these parameters"
     )
+    with_token = {k for k, rule in RULES.items() if rule != PUBLIC}
+    assert with_token - LOGIN_ONLY - set(TOKEN_SCOPE) == set(), (
+        "say in TOKEN_SCOPE what a token needs"
+    )
+    assert set(TOKEN_SCOPE) | LOGIN_ONLY <= with_token, "stale entries"
+    assert not set(TOKEN_SCOPE) & LOGIN_ONLY
 
 
 def test_every_route_outside_api_is_accounted_for(app: FastAPI) -> None:
@@ -268,7 +383,7 @@ async def test_every_route_that_takes_a_token_refuses_other_bad_credentials(
     r = await world.client.get(f"/api/projects/{world.ids['id']}", headers=owner.headers)
     assert r.json()["name"] == "Matrix"
     r = await world.client.get("/api/account/api-tokens", headers=owner.headers)
-    assert [t["id"] for t in r.json()["apiTokens"]] == [world.api_token_id]
+    assert {t["id"] for t in r.json()["apiTokens"]} == world.token_ids
 
 
 async def test_an_unknown_project_is_404_for_anyone_with_a_valid_token(

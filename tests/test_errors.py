@@ -51,6 +51,32 @@ async def test_malformed_json_is_400(client: httpx.AsyncClient, owner: Account) 
     assert "errors" not in body
 
 
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"[" * 1000 + b"]" * 1000, "it nests too deeply"),
+        (b"[" * 100_000 + b"]" * 100_000, "it nests too deeply"),
+        (b'{"name": "Ac\xffme"}', "it is not UTF-8"),
+        (b'{"name": "Acme", "x": ' + b"1" * 5000 + b"}", "it holds a number too long to read"),
+    ],
+    ids=["1000-levels", "100000-levels", "invalid-utf8", "5000-digits"],
+)
+async def test_a_body_json_cannot_read_is_400_malformed_json(
+    client: httpx.AsyncClient, owner: Account, content: bytes, reason: str
+) -> None:
+    r = await client.post(
+        "/api/projects",
+        content=content,
+        headers={**owner.headers, "Content-Type": "application/json"},
+    )
+
+    body = assert_error(r, 400, "malformed_json")
+    assert body["detail"] == f"The request body is not valid JSON: {reason}"
+    assert "errors" not in body
+    r = await client.get("/api/projects", headers=owner.headers)
+    assert r.json()["projects"] == []
+
+
 async def test_a_body_that_is_not_json_is_400(client: httpx.AsyncClient, owner: Account) -> None:
     r = await client.post(
         "/api/projects",

@@ -7,12 +7,13 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import email_validator
-from fastapi import Depends, Request
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    EmailStr,
+    Field,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     WithJsonSchema,
@@ -26,6 +27,17 @@ from buildbay.clock import utc_whole_seconds
 from buildbay.errors import ValidationFailed
 from buildbay.ids import InvalidCursorError, decode_cursor
 from buildbay.numbers import whole_number
+from buildbay.text import (
+    NAME_MAX,
+    NAME_PATTERN,
+    WHITESPACE,
+    WHITESPACE_CLASS,
+    email_look_alike_problem,
+    normal_email_text,
+    shown_text_problem,
+)
+
+__all__ = ["WHITESPACE", "WHITESPACE_CLASS"]  # re-exported for the schemas of each domain
 
 # A self-hosted service serves internal domains too: `dev@corp.local`, `qa@team.test`. The
 # e-mail validator refuses such special-use names by default (its documented switch).
@@ -55,26 +67,6 @@ def _whole_number(value: object) -> object:
 JsonInteger = BeforeValidator(_whole_number)
 
 
-# What trimming removes: Unicode's White_Space characters (not quite Python's str.isspace()),
-# as ranges of code points.
-_WHITESPACE = (
-    (0x09, 0x0D),
-    (0x20, 0x20),
-    (0x85, 0x85),
-    (0xA0, 0xA0),
-    (0x1680, 0x1680),
-    (0x2000, 0x200A),
-    (0x2028, 0x2029),
-    (0x202F, 0x202F),
-    (0x205F, 0x205F),
-    (0x3000, 0x3000),
-)
-WHITESPACE = "".join(chr(c) for first, last in _WHITESPACE for c in range(first, last + 1))
-# The same as the body of a regular expression's character class, for the OpenAPI document:
-# its patterns are ECMA-262 regular expressions, whose `\s` is another set.
-WHITESPACE_CLASS = "".join(
-    f"\\u{first:04x}" + (f"-\\u{last:04x}" if last > first else "") for first, last in _WHITESPACE
-)
 # Text never holds NUL (U+0000): PostgreSQL cannot store it, nor compare with it.
 NUL = "\x00"
 NO_NUL_PATTERN = "^[^\\u0000]*$"
@@ -88,11 +80,15 @@ class Trimmed:
 
     As sent, so that the document's `maxLength` means what the server checks. Unless
     `blank_ok`, text that is only whitespace is refused, and the document says so with a
-    pattern (`NOT_BLANK_PATTERN`). Request bodies are otherwise taken as sent: an identifier
-    with a space around it does not match its pattern.
+    pattern (`NOT_BLANK_PATTERN`). A `shown` name (people read it on pages and install
+    prompts) also meets buildbay.text's rules: no control or bidirectional-control character,
+    and something visible (not only zero-width characters); its pattern says so. Request bodies
+    are otherwise taken as sent: an identifier with a space around it does not match its
+    pattern.
     """
 
     blank_ok: bool = False
+    shown: bool = False
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
@@ -103,16 +99,48 @@ class Trimmed:
         self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         json_schema = handler(schema)
-        if not self.blank_ok:
+        if self.shown:
+            blank = f"^[{WHITESPACE_CLASS}]*$|" if self.blank_ok else ""
+            json_schema["pattern"] = blank + NAME_PATTERN
+        elif not self.blank_ok:
             # A field with a pattern of its own has one that says "not blank" too.
             json_schema.setdefault("pattern", NOT_BLANK_PATTERN)
         return json_schema
 
     def _trim(self, value: str) -> str:
         trimmed = value.strip(WHITESPACE)
-        if not trimmed and not self.blank_ok:
+        if not trimmed:
+            if self.blank_ok:
+                return trimmed
             raise ValueError("cannot be blank")
+        if self.shown and (problem := shown_text_problem(trimmed)):
+            raise ValueError(problem)
         return trimmed
+
+
+# The name of a project, an application, an API token: 1..100 characters as sent, shown.
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX), Trimmed(shown=True)]
+
+
+def _email_as_sent(value: object) -> object:
+    # An identifier: taken as sent (docs/api.md), so a space around it is refused rather than
+    # trimmed; then compatibility-normalised: a fullwidth a (U+FF41) is the `a` it looks like.
+    if isinstance(value, str):
+        if value != value.strip(WHITESPACE):
+            raise ValueError("cannot start or end with whitespace")
+        return normal_email_text(value)
+    return value
+
+
+def _no_look_alikes(value: str) -> str:
+    if problem := email_look_alike_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+# An e-mail address a client gives (to register, to add a member): valid, normalised (NFKC,
+# lower case), and not mixing Latin letters with Cyrillic or Greek look-alikes.
+Email = Annotated[EmailStr, BeforeValidator(_email_as_sent), AfterValidator(_no_look_alikes)]
 
 
 class ApiModel(BaseModel):
@@ -209,14 +237,3 @@ def page_of(limit: str | None, cursor: str | None) -> PageParams:
                 "cursor", "is not a cursor this API gave out", code="invalid_cursor"
             ) from None
     return PageParams(size, after_id)
-
-
-async def page_params(request: Request) -> PageParams:
-    # Read from the query string here rather than declared as two `Query` parameters: FastAPI's
-    # per-parameter machinery cost the most polled list more than its database query. Routes
-    # document the parameters with `openapi_extra=PAGE_QUERY`.
-    query = request.query_params
-    return page_of(query.get("limit"), query.get("cursor"))
-
-
-Page = Annotated[PageParams, Depends(page_params)]

@@ -29,9 +29,10 @@ async def test_creating_an_application_answers_201_with_defaults(
     assert r.status_code == 201, r.text
     body = r.json()
     assert set(body) == {
-        "id", "projectId", "name", "platform", "bundleId", "retention", "buildsCount", "createdAt",
-        "updatedAt",
+        "id", "projectId", "name", "platform", "bundleId", "retention", "buildsCount", "updateKey",
+        "createdAt", "updatedAt",
     }  # fmt: skip
+    assert body["updateKey"].startswith("bbu_")
     assert body["retention"] == {"keepLast": None, "keepDays": None}
     assert isinstance(body["id"], str)
     assert body["id"]
@@ -269,12 +270,14 @@ async def test_tester_reads_applications_but_cannot_change_them(
     app = await api.application(owner, project["id"])
     await api.add_member(owner, project["id"], tester, "tester")
 
+    # As the owner sees it, less the update key (shown to developers and above).
+    seen = {**app, "updateKey": None}
     r = await client.get(apps_path(project), headers=tester.headers)
     assert r.status_code == 200, r.text
-    assert r.json() == {"applications": [app], "nextCursor": None}
+    assert r.json() == {"applications": [seen], "nextCursor": None}
     r = await client.get(apps_path(project, app), headers=tester.headers)
     assert r.status_code == 200, r.text
-    assert r.json() == app
+    assert r.json() == seen
 
     r = await client.post(apps_path(project), json={"name": "Mine"}, headers=tester.headers)
     assert_problem(r, 403, "insufficient_role")
@@ -332,3 +335,24 @@ async def test_a_stranger_cannot_see_a_projects_applications(
     assert_problem(r, 403, "not_a_member")
     r = await client.post(apps_path(project), json={"name": "x"}, headers=stranger.headers)
     assert_problem(r, 403, "not_a_member")
+
+
+async def test_an_application_name_with_bidi_controls_or_nothing_visible_is_422(
+    client: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    project = await api.project(owner)
+    base = f"/api/projects/{project['id']}/applications"
+    application = await api.application(owner, project["id"])
+    for name, message in (
+        ("App\u202e", "contains a bidirectional control character (U+202E)"),
+        ("\u2067App", "contains a bidirectional control character (U+2067)"),
+        ("\u200b\u200d", "has no visible character"),
+    ):
+        r = await client.post(base, json={"name": name}, headers=owner.headers)
+        body = assert_problem(r, 422, "validation_error")
+        assert body["errors"] == [{"field": "name", "message": message}]
+        r = await client.put(
+            f"{base}/{application['id']}", json={"name": name}, headers=owner.headers
+        )
+        body = assert_problem(r, 422, "validation_error")
+        assert body["errors"] == [{"field": "name", "message": message}]

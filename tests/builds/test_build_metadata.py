@@ -4,12 +4,14 @@ build whose file does not parse (with the reason)."""
 from __future__ import annotations
 
 import io
+import zipfile
 from typing import Any
 
 import httpx
+import pytest
 
 from buildbay.builds.android import parse_apk
-from tests.builds.android_files import APK, aab, expected
+from tests.builds.android_files import APK, aab, expected, proto_manifest
 from tests.builds.conftest import Builds
 from tests.builds.test_metadata import INFO, ipa
 from tests.conftest import assert_problem
@@ -193,3 +195,121 @@ async def test_builds_sort_by_version_code_across_pages(builds: Builds) -> None:
         422,
         "validation_error",
     )
+
+
+# -- what a file says meets the API's own rules ------------------------------------------------
+
+
+def apk_with(old: str, new: str) -> bytes:
+    """The fixture APK with one string of its binary manifest (UTF-16) replaced by another of the
+    same length (its signature no longer matches; nothing here checks it)."""
+    assert len(old) == len(new)
+    out = io.BytesIO()
+    with zipfile.ZipFile(APK) as source, zipfile.ZipFile(out, "w") as target:
+        for entry in source.infolist():
+            data = source.read(entry)
+            if entry.filename == "AndroidManifest.xml":
+                assert old.encode("utf-16-le") in data
+                data = data.replace(old.encode("utf-16-le"), new.encode("utf-16-le"))
+            target.writestr(entry, data)
+    return out.getvalue()
+
+
+REFUSED_FILES: dict[str, tuple[bytes, str, str]] = {
+    # case: (the file, its name, the detail)
+    "ipa bundle id of 404 characters": (
+        ipa({**INFO, "CFBundleIdentifier": "com." + "a" * 400}).getvalue(),
+        "x.ipa",
+        "its bundle id (CFBundleIdentifier) is longer than 255 characters",
+    ),
+    "ipa bundle id with NUL": (
+        ipa({**INFO, "CFBundleIdentifier": "com.example\x00app"}).getvalue(),
+        "x.ipa",
+        "its bundle id (CFBundleIdentifier) is not a bundle id: letters, digits, '.', '_' and "
+        "'-', starting with a letter or a digit",
+    ),
+    "ipa bundle id with a space": (
+        ipa({**INFO, "CFBundleIdentifier": "com.example app"}).getvalue(),
+        "x.ipa",
+        "its bundle id (CFBundleIdentifier) is not a bundle id: letters, digits, '.', '_' and "
+        "'-', starting with a letter or a digit",
+    ),
+    "ipa bundle id with markup": (
+        ipa({**INFO, "CFBundleIdentifier": "<b>com.example</b>"}).getvalue(),
+        "x.ipa",
+        "its bundle id (CFBundleIdentifier) is not a bundle id: letters, digits, '.', '_' and "
+        "'-', starting with a letter or a digit",
+    ),
+    "ipa bundle id with a bidi override": (
+        ipa({**INFO, "CFBundleIdentifier": "com.example\u202eppa"}).getvalue(),
+        "x.ipa",
+        "its bundle id (CFBundleIdentifier) is not a bundle id: letters, digits, '.', '_' and "
+        "'-', starting with a letter or a digit",
+    ),
+    "ipa name with a bidi override": (
+        ipa({**INFO, "CFBundleDisplayName": "Example\u202e"}).getvalue(),
+        "x.ipa",
+        "its app name contains a bidirectional control character (U+202E)",
+    ),
+    "ipa name of zero-width characters": (
+        ipa({**INFO, "CFBundleDisplayName": "\u200b\u200b"}).getvalue(),
+        "x.ipa",
+        "its app name has no visible character",
+    ),
+    "ipa version with a control character": (
+        ipa({**INFO, "CFBundleShortVersionString": "2.4\x1b[31m"}).getvalue(),
+        "x.ipa",
+        "its version (CFBundleShortVersionString) contains a control character (U+001B)",
+    ),
+    "ipa build number of 101 characters": (
+        ipa({**INFO, "CFBundleVersion": "1" * 101}).getvalue(),
+        "x.ipa",
+        "its build number (CFBundleVersion) is longer than 100 characters",
+    ),
+    "apk package with a space": (
+        apk_with("dev.buildbay.demo", "dev.buildbay demo"),
+        "x.apk",
+        "its package name is not a bundle id: letters, digits, '.', '_' and '-', starting with "
+        "a letter or a digit",
+    ),
+    "apk version name with a bidi override": (
+        apk_with("1.4.2", "1.4\u202e2"),
+        "x.apk",
+        "its versionName contains a bidirectional control character (U+202E)",
+    ),
+    "aab package with markup": (
+        aab(proto_manifest(package="<b>dev.buildbay</b>")),
+        "x.aab",
+        "its package name is not a bundle id: letters, digits, '.', '_' and '-', starting with "
+        "a letter or a digit",
+    ),
+    "aab version name with NUL": (
+        aab(proto_manifest(version_name="3.1\x000")),
+        "x.aab",
+        "its versionName contains a control character (U+0000)",
+    ),
+    "aab version code past 32 bits": (
+        aab(proto_manifest(version_code=2**40, compiled=False)),
+        "x.aab",
+        "its versionCode is not a whole number from 0 to 2147483647",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_FILES)
+async def test_a_file_whose_metadata_breaks_the_api_rules_is_422_and_stays_pending(
+    builds: Builds, case: str
+) -> None:
+    data, file_name, reason = REFUSED_FILES[case]
+    link = await builds.link(data, fileName=file_name)
+    assert (await builds.put(link, data)).status_code == 200
+
+    for _ in range(2):  # the same answer on a retry, never a 500
+        problem = assert_problem(await builds.verify(link["buildId"]), 422, "unreadable_build")
+        suffix = file_name.rsplit(".", 1)[1]
+        assert problem["detail"] == f"This .{suffix} cannot be taken: {reason}"
+
+    assert (await builds.get(link["buildId"])).json()["status"] == "pending"
+    application = await _application(builds)
+    assert application["bundleId"] is None
+    assert application["platform"] == "other"

@@ -14,6 +14,8 @@ from tests.builds.conftest import DATA, Builds
 from tests.conftest import Account, assert_problem
 
 BUILD_FIELDS = {
+    "channels",
+    "mandatory",
     "buildId",
     "projectId",
     "applicationId",
@@ -422,3 +424,21 @@ async def test_builds_endpoints_need_a_token(builds: Builds) -> None:
 
     assert_problem(r, 401)
     assert r.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(
+    ("file_name", "message"),
+    [
+        ("app\u200f.apk", "contains an invisible character (U+200F)"),
+        ("\ufeffapp.apk", "contains an invisible character (U+FEFF)"),
+        ("app\u200b.apk", "contains an invisible character (U+200B)"),
+        ("setup\u202ekpa.exe", "contains a bidirectional control character (U+202E)"),
+    ],
+)
+async def test_a_file_name_with_invisible_or_bidi_characters_is_422(
+    builds: Builds, file_name: str, message: str
+) -> None:
+    r = await builds.request_link({"fileName": file_name, "fileSize": 10})
+
+    body = assert_problem(r, 422, "validation_error")
+    assert body["errors"] == [{"field": "fileName", "message": message}]

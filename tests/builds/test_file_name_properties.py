@@ -15,15 +15,24 @@ from pydantic import ValidationError
 from buildbay.builds.schemas import UploadLinkRequest
 from buildbay.schemas import WHITESPACE
 
-# Control characters (Cc), line and paragraph separators, bidirectional overrides and isolates.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Control characters (Cc), line and paragraph separators, bidirectional overrides and isolates,
+# and the characters that show nothing (the zero-width space, bidi marks, the byte order mark;
+# not the zero-width (non-)joiners that words and emoji need, though a name of only those is
+# blank).
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    r"\u00ad\u061c\u180e\u200b\u200e\u200f\u2060-\u2064\ufeff]"
+)
+_JOINERS = "\u200c\u200d"
 # The document's schema of the field, as clients (and schemathesis) read it.
 FILE_NAME_SCHEMA = UploadLinkRequest.model_json_schema(by_alias=True)["properties"]["fileName"]
 document_allows = jsonschema_rs.validator_for(FILE_NAME_SCHEMA).is_valid
 
 names = (
     st.text(max_size=300)
-    | st.text(alphabet=" ./\\\t\n\x00\x7f\x85\u2028\u202e\u3000a", max_size=6)
+    | st.text(
+        alphabet=" ./\\\t\n\x00\x7f\x85\u2028\u202e\u3000\u200f\ufeff\u200b\u200da", max_size=6
+    )
     | st.builds(
         "{}{}{}".format,
         st.text(alphabet=WHITESPACE, max_size=3),
@@ -42,14 +51,15 @@ def server_takes(name: str) -> str | None:
 
 def contract_allows(name: str) -> bool:
     """The contract, in words: 1..255 characters, no `/`, `\\`, NUL, control characters, line
-    separators or bidirectional overrides, not `.` or `..` (and, trimmed as every name is, not
-    blank)."""
+    separators, bidirectional overrides or invisible characters, not `.` or `..` (and, trimmed
+    as every name is, not blank)."""
     trimmed = name.strip(WHITESPACE)
     return (
         1 <= len(name) <= 255
         and not ({"/", "\\"} & set(name))
         and not _CONTROL.search(name)
         and trimmed not in {"", ".", ".."}
+        and any(c not in WHITESPACE + _JOINERS for c in name)
     )
 
 
@@ -57,6 +67,8 @@ def contract_allows(name: str) -> bool:
 @example(" .. ")
 @example("\u3000")
 @example("app.apk\n")
+@example("app\u200f.apk")
+@example("\ufeffapp.apk")
 @example("a" * 255 + " ")
 def test_the_server_takes_exactly_the_names_the_document_allows(name: str) -> None:
     taken = server_takes(name)

@@ -12,8 +12,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import zxingcpp
+from fastapi import FastAPI
 from PIL import Image, ImageDraw
+from sqlalchemy import update
 
+from buildbay.applications.models import Application
+from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
 from tests.builds.android_files import APK, aab, expected
 from tests.builds.conftest import Builds
@@ -305,3 +309,43 @@ async def test_an_app_bundle_page_says_it_is_not_installable_as_it_is(
     page = await client.get(_path(link["url"]), headers=HTML)
     assert "Android App Bundle" in page.text
     assert "allow installs from your browser" not in page.text
+
+
+# -- what the page may show and run --------------------------------------------------------------
+
+BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+async def test_the_install_page_has_its_security_headers_and_no_bidi_controls(
+    app: FastAPI, builds: Builds, client: httpx.AsyncClient
+) -> None:
+    build = await _ready(builds, ipa().getvalue(), "Example.ipa", notes="Fixes \u202eevil")
+    link = (await _install_link(builds, build["buildId"])).json()
+    # As rows stored before the rules could hold them: names and metadata with bidi overrides.
+    async with app.state.ctx.sessions() as db, db.begin():
+        await db.execute(
+            update(Build)
+            .where(Build.id == build["buildId"])
+            .values(
+                metadata_={**build["metadata"], "appName": "Exa\u202emple", "minOs": "16\u20670"},
+                file_name="Example\u202egnp.ipa",
+            )
+        )
+        await db.execute(
+            update(Application).where(Application.id == builds.app_id).values(name="A\u202eB")
+        )
+
+    for path in (_path(link["url"]), "/install/not-a-token"):  # the page, the error page
+        page = await client.get(path, headers=HTML)
+        assert page.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY"
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert "<style" not in page.text
+        assert "<script" not in page.text
+    page = await client.get(_path(link["url"]), headers=HTML)
+    assert page.status_code == 200
+    assert "Example" in page.text
+    assert "Exa" in page.text
+    assert not BIDI.search(page.text), [m.group() for m in BIDI.finditer(page.text)]

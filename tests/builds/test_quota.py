@@ -47,16 +47,6 @@ async def test_a_build_that_would_pass_the_quota_is_refused(builds: Builds) -> N
     assert (await builds.request_link({"fileName": "big.apk", "fileSize": 90})).status_code == 201
 
 
-async def test_the_quota_is_per_uploader(builds: Builds) -> None:
-    await builds.ready(b"o" * 90)
-    developer = await builds.api.register("dev@example.com")
-    await builds.api.add_member(builds.owner, builds.project_id, developer, "developer")
-
-    r = await builds.request_link({"fileName": "app.apk", "fileSize": 90}, developer)
-
-    assert r.status_code == 201, r.text
-
-
 async def test_zero_means_no_quota(builds: Builds, settings: Settings) -> None:
     settings.quota_bytes_free = 0
     await builds.ready(b"x" * 200)

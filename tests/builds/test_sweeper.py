@@ -7,9 +7,11 @@ from datetime import timedelta
 
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import delete
 
 from buildbay.app import create_app
 from buildbay.builds import sweeper
+from buildbay.builds.models import Build
 from buildbay.builds.sweeper import GRACE, sweep_expired_uploads
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
@@ -110,3 +112,31 @@ async def test_sweep_works_through_more_builds_than_one_batch(
     for link in links:
         assert_problem(await builds.get(link["buildId"]), 404, "build_not_found")
         assert await builds.storage.stat(builds.key_of(link)) is None
+
+
+async def test_sweep_removes_stored_bytes_that_no_build_owns_once_they_are_old(
+    builds: Builds, app: FastAPI, clock: FrozenClock
+) -> None:
+    """What a crash between a delete's commit and its file removal leaves (or, on S3, a PUT to a
+    deleted build's URL): bytes without a row. Kept through the grace period, then removed;
+    the bytes of builds, ready or pending, are never touched."""
+    ready = await builds.ready(b"a ready build")
+    pending = await builds.pending(b"a pending build")
+    orphan = await builds.ready(b"a deleted build")
+    async with app.state.ctx.sessions() as db, db.begin():
+        await db.execute(delete(Build).where(Build.id == orphan["buildId"]))
+    ctx = app.state.ctx
+    orphan_key = builds.key_of({"buildId": orphan["buildId"]})
+
+    assert await sweeper.sweep_orphan_objects(ctx.sessions, ctx.storage, clock.now()) == 0
+    assert await builds.storage.stat(orphan_key) is not None  # within the grace period
+    clock.advance(seconds=GRACE.total_seconds() + 60)
+    swept = await sweeper.sweep(ctx.sessions, ctx.storage, clock.now())
+
+    assert swept.orphan_objects == 1
+    assert await builds.storage.stat(orphan_key) is None
+    for build in (ready, pending):
+        assert await builds.storage.stat(builds.key_of(build)) is not None
+    r = await builds.client.get(ready["downloadUrl"], headers=builds.owner.headers)
+    assert (await builds.uploader.get(r.headers["location"])).content == b"a ready build"
+    assert (await sweeper.sweep(ctx.sessions, ctx.storage, clock.now())).orphan_objects == 0

@@ -1,24 +1,28 @@
-"""The request's session: a write commits before the response, an error rolls it back, a request
-that only read ends without a commit, and every route of the API runs in such a transaction."""
+"""The request's sessions: a unit of work commits before the response and an error rolls it back;
+reads run SELECTs only and answer values that cannot be changed; every route of the API runs in
+a TransactionRoute, and the routes that only read declare it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute, iter_route_contexts
-from sqlalchemy import event, insert, select, text
+from fastapi.routing import APIRoute
+from sqlalchemy import delete, event, insert, select, text
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from buildbay.db.engine import FastSelect, after_commit, finish, has_writes, read_rows
+from buildbay.db.engine import after_commit, finish, hold_until_ended
+from buildbay.db.reads import Reads
 from buildbay.deps import SessionDep, TransactionRoute
 from buildbay.errors import Conflict
 from buildbay.projects.models import Project
-from tests.conftest import assert_problem
+from buildbay.projects.reads import PROJECT
+from tests.conftest import Account, Api, assert_problem
 
 NOW = datetime(2026, 11, 22, 4, 19, 53, tzinfo=UTC)
 
@@ -49,13 +53,70 @@ async def _project_names(sessions: async_sessionmaker[AsyncSession]) -> list[str
         return list(await db.scalars(select(Project.name).order_by(Project.name)))
 
 
-async def test_a_session_that_only_read_ends_without_a_commit(
+@pytest.fixture
+def read_engine(app: FastAPI) -> AsyncEngine:
+    engine: AsyncEngine = app.state.ctx.read_engine
+    return engine
+
+
+async def test_reads_refuse_anything_but_a_select(
+    read_engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    async with sessions() as db:
+        db.add(_project("p"))
+        await db.commit()
+    reads = Reads.on(read_engine)
+    try:
+        for statement in (
+            insert(Project).values(id="q", name="q", created_at=NOW, updated_at=NOW),
+            delete(Project),
+            text("DELETE FROM projects"),
+        ):
+            with pytest.raises(TypeError, match="only run SELECT"):
+                await reads.scalar(statement)  # type: ignore[arg-type]
+    finally:
+        await reads.close()
+    assert await _project_names(sessions) == ["p"]
+
+
+async def test_what_reads_answer_cannot_be_changed_and_so_never_silently_lost(
+    read_engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    async with sessions() as db:
+        db.add(_project("p"))
+        await db.commit()
+    reads = Reads.on(read_engine)
+    try:
+        row = await reads.first(select(*PROJECT.columns))
+    finally:
+        await reads.close()
+    assert row is not None
+    project = PROJECT.of(row)
+    with pytest.raises(AttributeError):
+        project.name = "renamed"  # type: ignore[misc]
+    assert await _project_names(sessions) == ["p"]
+
+
+async def test_reads_see_what_committed_after_they_began(
+    read_engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Autocommit on PostgreSQL: each statement reads the database as it is now, not a
+    snapshot taken at the first."""
+    reads = Reads.on(read_engine)
+    try:
+        assert await reads.all(select(Project.name)) == []
+        async with sessions() as db:
+            db.add(_project("later"))
+            await db.commit()
+        assert [row["name"] for row in await reads.all(select(Project.name))] == ["later"]
+    finally:
+        await reads.close()
+
+
+async def test_a_unit_of_work_that_never_ran_a_statement_commits_nothing(
     sessions: async_sessionmaker[AsyncSession], commits: list[object]
 ) -> None:
-    session = sessions()
-    await session.execute(select(Project.id))
-    assert not has_writes(session)
-    await finish(session, ok=True)
+    await finish(sessions(), ok=True)
     assert commits == []
 
 
@@ -80,23 +141,9 @@ async def test_a_session_that_wrote_commits(
     pending = write(session)
     if hasattr(pending, "__await__"):
         await pending  # type: ignore[misc]
-    assert has_writes(session)
     await finish(session, ok=True)
     assert len(commits) == 1
     assert len(await _project_names(sessions)) == 1
-
-
-async def test_a_text_statement_counts_as_a_write(
-    sessions: async_sessionmaker[AsyncSession], commits: list[object]
-) -> None:
-    async with sessions() as db:
-        db.add(_project("p"))
-        await db.commit()
-    session = sessions()
-    await session.execute(text("UPDATE projects SET name = 'renamed'"))
-    assert has_writes(session)
-    await finish(session, ok=True)
-    assert await _project_names(sessions) == ["renamed"]
 
 
 async def test_a_failed_unit_of_work_is_rolled_back(
@@ -155,12 +202,13 @@ async def test_a_route_commits_before_answering_and_rolls_back_on_error(
 
 def test_every_route_of_the_api_is_a_transaction_route(app: FastAPI) -> None:
     routes = [
-        context.original_route
-        for context in iter_route_contexts(app.routes)
-        if (context.path_format or "").startswith(("/api/", "/storage/", "/healthz", "/readyz"))
+        route
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        and route.path.startswith(("/api/", "/storage/", "/healthz", "/readyz"))
     ]
     assert len(routes) > 20
-    plain = [r for r in routes if isinstance(r, APIRoute) and not isinstance(r, TransactionRoute)]
+    plain = [r for r in routes if not isinstance(r, TransactionRoute)]
     assert plain == []
 
 
@@ -174,33 +222,40 @@ async def test_a_session_outside_a_transaction_route_is_refused(app: FastAPI) ->
     probe.state.ctx = app.state.ctx
     transport = httpx.ASGITransport(app=probe, raise_app_exceptions=True)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
-        with pytest.raises(RuntimeError, match="SessionDep needs a TransactionRoute"):
+        with pytest.raises(RuntimeError, match="a session needs a TransactionRoute"):
             await c.get("/plain")
 
 
-async def test_read_rows_leaves_an_unused_session_unused(
+async def test_what_a_unit_of_work_holds_is_let_go_after_its_commit(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    async with sessions() as db:
-        db.add(_project("prj_committed"))
-        await db.commit()
+    """`hold_until_ended`: a guard (here a lock) taken inside a unit of work is held until the
+    commit is over, whatever the service did after taking it."""
+    lock = asyncio.Lock()
+    seen: list[str] = []
+
+    @event.listens_for(sessions.kw["sync_session_class"], "after_commit", once=True)
+    def _committed(_session: object) -> None:
+        seen.append(f"committed, locked={lock.locked()}")
+
     session = sessions()
-    rows = await read_rows(session, FastSelect(select(Project.name)), {})
-    assert rows == [{"name": "prj_committed"}]
-    # Read on a connection of its own, which is back in the pool: the session holds none.
-    assert not session.in_transaction()
+    await hold_until_ended(session, lock)
+    session.add(_project("guarded"))
+    assert lock.locked()
     await finish(session, ok=True)
+    assert seen == ["committed, locked=True"]
+    assert not lock.locked()
 
 
-async def test_read_rows_reads_in_the_sessions_transaction_once_it_has_one(
+async def test_what_a_unit_of_work_holds_is_let_go_after_a_rollback(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
+    lock = asyncio.Lock()
     session = sessions()
-    session.add(_project("prj_uncommitted"))
-    await session.flush()
-    rows = await read_rows(session, FastSelect(select(Project.name)), {})
-    assert rows == [{"name": "prj_uncommitted"}]  # its own write, not yet committed
+    await hold_until_ended(session, lock)
+    session.add(_project("dropped"))
     await finish(session, ok=False)
+    assert not lock.locked()
     assert await _project_names(sessions) == []
 
 
@@ -264,3 +319,52 @@ async def test_after_commit_actions_of_a_commit_made_before_an_error_still_run(
 
     assert done == ["told"]
     assert await _project_names(sessions) == ["prj_kept"]
+
+
+async def test_the_api_reads_clients_poll_open_no_unit_of_work(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    """The GET routes declare read-only access: they read through their reads alone and never
+    start a unit of work (a transaction, on PostgreSQL a BEGIN and a ROLLBACK)."""
+    project = await api.project(owner)
+    application = await api.application(owner, project["id"])
+    build = await api.upload(owner, project["id"], application["id"])
+    builds = f"/api/app-distribution/{project['id']}/{application['id']}/builds"
+    ctx = app.state.ctx
+    opened: list[str] = []
+    real_sessions = ctx.sessions
+
+    def counting(kind: str, factory: async_sessionmaker[AsyncSession]) -> object:
+        def make() -> AsyncSession:
+            opened.append(kind)
+            return factory()
+
+        return make
+
+    def checked_out(*_: object) -> None:
+        opened.append("read")
+
+    ctx.sessions = counting("unit of work", real_sessions)
+    event.listen(ctx.engine.sync_engine, "checkout", checked_out)
+    try:
+        for path in (
+            "/api/projects",
+            f"/api/projects/{project['id']}",
+            f"/api/projects/{project['id']}/members",
+            f"/api/projects/{project['id']}/applications",
+            f"/api/projects/{project['id']}/applications/{application['id']}",
+            builds,
+            f"{builds}/latest",
+            f"{builds}/{build['buildId']}",
+            f"{builds}/{build['buildId']}/install-links",
+        ):
+            r = await client.get(path, headers=owner.headers)
+            assert r.status_code == 200, (path, r.text)
+        event.remove(ctx.engine.sync_engine, "checkout", checked_out)
+        r = await client.post("/api/projects", json={"name": "Written"}, headers=owner.headers)
+        assert r.status_code == 201, r.text
+    finally:
+        ctx.sessions = real_sessions
+    assert "unit of work" not in opened[:-1]  # the reads
+    assert opened[-1] == "unit of work"  # the create
+    assert opened.count("read") >= 9

@@ -316,3 +316,40 @@ async def test_deleting_a_project_removes_its_applications_builds_and_files(
         f"/api/app-distribution/{kept['id']}/{kept_app['id']}/builds", headers=owner.headers
     )
     assert [b["buildId"] for b in r.json()["builds"]] == [kept_build["buildId"]]
+
+
+# Bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069), and names
+# that show nothing at all.
+REFUSED_NAMES = {
+    "Acme\u202egnp.exe": "contains a bidirectional control character (U+202E)",
+    "\u202aAcme": "contains a bidirectional control character (U+202A)",
+    "Acme\u2066x\u2069": "contains a bidirectional control character (U+2066)",
+    "Ac\u0007me": "contains a control character (U+0007)",
+    "\u200b\u200c\u200d": "has no visible character",
+    "\ufeff\u2060 \u200b": "has no visible character",
+}
+
+
+@pytest.mark.parametrize(("name", "message"), REFUSED_NAMES.items(), ids=range(6))
+async def test_a_project_name_with_bidi_controls_or_nothing_visible_is_422(
+    client: httpx.AsyncClient, api: Api, owner: Account, name: str, message: str
+) -> None:
+    r = await client.post("/api/projects", json={"name": name}, headers=owner.headers)
+
+    body = assert_problem(r, 422, "validation_error")
+    assert body["errors"] == [{"field": "name", "message": message}]
+    assert body["detail"] == f"name: {message}"
+    project = await api.project(owner)
+    r = await client.put(
+        f"/api/projects/{project['id']}", json={"name": name}, headers=owner.headers
+    )
+    assert_problem(r, 422, "validation_error")
+
+
+async def test_a_project_name_may_hold_right_to_left_text_and_emoji_joiners(
+    client: httpx.AsyncClient, owner: Account
+) -> None:
+    for name in ("\u05e9\u05dc\u05d5\u05dd", "Team \U0001f468\u200d\U0001f469\u200d\U0001f467"):
+        r = await client.post("/api/projects", json={"name": name}, headers=owner.headers)
+        assert r.status_code == 201, r.text
+        assert r.json()["name"] == name

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -11,6 +13,14 @@ from buildbay.app import create_app
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from tests.conftest import BASE_URL
+
+RATE_LIMIT = re.compile(r'"free";r=(\d+);t=\d+')
+
+
+def _remaining(response: httpx.Response) -> int:
+    match = RATE_LIMIT.fullmatch(response.headers["RateLimit"])
+    assert match is not None, response.headers["RateLimit"]
+    return int(match[1])
 
 
 @contextlib.asynccontextmanager
@@ -62,3 +72,24 @@ async def test_an_unreachable_redis_fails_open_and_readyz_says_so(
         r = await client.get("/readyz")
         assert r.status_code == 200
         assert r.json()["checks"]["rateLimitStore"] == "degraded"
+
+
+async def test_concurrent_requests_on_two_processes_each_see_their_own_remaining_count(
+    settings: Settings, clock: FrozenClock, redis_url: str
+) -> None:
+    """The remaining count comes from the same step as the request's count: 60 requests sent
+    at once through two processes read 60 different counts, none of them 0 (the limit is 100)."""
+    settings = settings.model_copy(update={"redis_url": redis_url})
+    async with _client(settings, clock) as one, _client(settings, clock) as two:
+        r = await one.post(
+            "/api/auth/register", json={"email": "racing@example.com", "password": "12345678"}
+        )
+        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+
+        answers = await asyncio.gather(
+            *((one if i % 2 else two).get("/api/auth/me", headers=headers) for i in range(60))
+        )
+
+        assert [r.status_code for r in answers] == [200] * 60
+        remaining = [_remaining(r) for r in answers]
+        assert sorted(remaining) == list(range(40, 100)), sorted(remaining)

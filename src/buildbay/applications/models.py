@@ -31,5 +31,23 @@ class Application(Base):
     # and never the newest ready build.
     retention_keep_last: Mapped[int | None] = mapped_column(Integer)
     retention_keep_days: Mapped[int | None] = mapped_column(Integer)
+    # The application's current update key (`bbu_...`, see UpdateKey), shown to developers.
+    update_key: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class UpdateKey(Base):
+    """The keys an application's update check answers (updates/): its current one
+    (`expires_at` null, also on `Application.update_key`) and, for a while after a rotation,
+    the one before. Public by design (it ships inside apps and grants only the update check),
+    so kept as is: the lookup is the primary key."""
+
+    __tablename__ = "update_keys"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    application_id: Mapped[str] = mapped_column(
+        ForeignKey("applications.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]

@@ -5,12 +5,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response, status
 
 from buildbay.applications import schemas
-from buildbay.applications.service import ApplicationService, ApplicationView
-from buildbay.deps import Context, SessionDep, TransactionRoute
-from buildbay.errors import problem_responses
+from buildbay.applications.reads import ApplicationView, application_view, applications_page
+from buildbay.applications.service import ApplicationService
+from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.openapi import link, linked
-from buildbay.projects.access import AppAdmin, AppTester, ProjectAdmin, ProjectTester
-from buildbay.schemas import PAGE_QUERY, Page
+from buildbay.problems import problem_responses
+from buildbay.projects.access import AppAdmin, AppReader, ProjectAdmin, ProjectReader
+from buildbay.projects.models import ProjectRole
+from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(
     prefix="/api/projects/{id}/applications", tags=["applications"], route_class=TransactionRoute
@@ -43,10 +45,10 @@ async def application_service(ctx: Context, db: SessionDep) -> ApplicationServic
     return ApplicationService(db, ctx.clock.now())
 
 
-Service = Annotated[ApplicationService, Depends(application_service)]
+Service = Annotated[ApplicationService, Depends(application_service)]  # the unit of work
 
 
-def _application(view: ApplicationView) -> schemas.Application:
+def _application(view: ApplicationView, role: ProjectRole) -> schemas.Application:
     a = view.application
     return schemas.Application(
         id=a.id,
@@ -58,6 +60,7 @@ def _application(view: ApplicationView) -> schemas.Application:
             keep_last=a.retention_keep_last, keep_days=a.retention_keep_days
         ),
         builds_count=view.builds_count,
+        update_key=a.update_key if role.includes(ProjectRole.DEVELOPER) else None,
         created_at=a.created_at,
         updated_at=a.updated_at,
     )
@@ -75,11 +78,13 @@ def _application(view: ApplicationView) -> schemas.Application:
     openapi_extra=PAGE_QUERY,
 )
 async def list_applications(
-    access: ProjectTester, service: Service, page: Page
+    access: ProjectReader, reads: ReadsDep, page: Page
 ) -> schemas.ApplicationList:
-    views, next_cursor = await service.list(access.project, page.limit, page.after_id)
+    views, next_cursor = await applications_page(
+        reads, access.project.id, page.limit, page.after_id
+    )
     return schemas.ApplicationList(
-        applications=[_application(v) for v in views], next_cursor=next_cursor
+        applications=[_application(v, access.role) for v in views], next_cursor=next_cursor
     )
 
 
@@ -95,12 +100,12 @@ async def list_applications(
 async def create_application(
     body: schemas.ApplicationCreate, access: ProjectAdmin, service: Service
 ) -> schemas.Application:
-    return _application(await service.create(access.project, body.model_dump()))
+    return _application(await service.create(access.project, body.model_dump()), access.role)
 
 
 @router.get("/{appId}", responses=BY_ID, summary="Get an application")
-async def get_application(access: AppTester, service: Service) -> schemas.Application:
-    return _application(await service.view(access.application))
+async def get_application(access: AppReader, reads: ReadsDep) -> schemas.Application:
+    return _application(await application_view(reads, access.application), access.role)
 
 
 @router.put(
@@ -115,7 +120,21 @@ async def update_application(
     body: schemas.ApplicationUpdate, access: AppAdmin, service: Service
 ) -> schemas.Application:
     changes = body.model_dump(exclude_unset=True)
-    return _application(await service.update(access.application, changes))
+    return _application(await service.update(access.application, changes), access.role)
+
+
+@router.post(
+    "/{appId}/update-key",
+    responses={
+        **linked(
+            200, "The application with its new update key", _application_links("$response.body#")
+        ),
+        **BY_ID,
+    },
+    summary="Rotate the update key; the old one keeps answering for 7 days (admin+)",
+)
+async def rotate_update_key(access: AppAdmin, service: Service) -> schemas.Application:
+    return _application(await service.rotate_update_key(access.application), access.role)
 
 
 @router.delete(

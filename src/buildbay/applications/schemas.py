@@ -5,15 +5,16 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 
 from buildbay.applications.models import Platform
-from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
+from buildbay.schemas import ApiModel, JsonInteger, Name, RequestModel, Timestamp
+from buildbay.text import BUNDLE_ID_MAX, BUNDLE_ID_PATTERN
 
-ApplicationName = Annotated[str, Field(min_length=1, max_length=100), Trimmed()]
+ApplicationName = Name
 BundleId = Annotated[
     str,
     Field(
         min_length=1,
-        max_length=255,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=BUNDLE_ID_MAX,
+        pattern=BUNDLE_ID_PATTERN,
         examples=["com.example.app"],
     ),
 ]
@@ -83,6 +84,11 @@ class Application(ApiModel):
     bundle_id: str | None
     retention: Retention = Field(description="Both null: every build is kept")
     builds_count: int = Field(description="Ready builds of the application")
+    update_key: str | None = Field(
+        default=None,
+        description="The key apps send to `GET /api/updates/check` (`bbu_...`; public, it "
+        "grants only the update check); shown to developers and above, null for testers",
+    )
     created_at: Timestamp
     updated_at: Timestamp
 

@@ -1,4 +1,15 @@
-"""`CurrentUser`: who is calling, checked on every resource endpoint and counted for rate limits."""
+"""Who is calling, checked on every resource endpoint and counted for rate limits, and what an
+API token's limits let it do.
+
+A route declares its caller with one of these, and the declaration is the rule:
+- `CurrentUser`: a login, or an API token without a scope or project list (the default: a route
+  that forgets to think about tokens refuses the limited ones);
+- `InteractiveUser`: a login only, never an API token (the account's own endpoints);
+- `Authenticated`: any valid credential, whatever its limits; the route honours them itself.
+  The project and application dependencies (projects/access.py) check the token's project list
+  and scope against what their route needs; the projects list shows a restricted token only its
+  projects; `/me` and logout touch nothing a token's limits cover.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +20,13 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.auth.service import AuthService, Principal
+from buildbay.auth.models import TokenScope
+from buildbay.auth.service import Authentication, AuthService, Principal
 from buildbay.auth.tokens import API_TOKEN_PREFIX
 from buildbay.config import Plan
-from buildbay.deps import AppContext, Context, SessionDep, get_context, request_session
+from buildbay.context import AppContext
+from buildbay.db.reads import Reads
+from buildbay.deps import Context, SessionDep, get_context
 from buildbay.errors import NotAuthenticated, RateLimited
 
 
@@ -62,36 +76,85 @@ class _BearerAuthentication(HTTPBearer):
     One dependency rather than the scheme plus a function using it: FastAPI solves every
     dependency of every request anew, and on this path, which every authenticated request takes,
     that costs more than the work it wraps. For the same reason the context and the service are
-    built here, not declared as dependencies.
+    built here, not declared as dependencies, and what an API token must be allowed is checked
+    here (one instance per rule) rather than in a dependency of its own.
     """
+
+    def __init__(
+        self,
+        *,
+        login_only: bool = False,
+        scope: TokenScope | None = None,
+        any_scope: bool = False,
+        restricted_ok: bool = False,
+        description: str,
+    ) -> None:
+        # auto_error=False: a missing header is our own 401 problem, not FastAPI's 403. The
+        # scheme keeps the name it had as a plain HTTPBearer.
+        super().__init__(auto_error=False, scheme_name="HTTPBearer", description=description)
+        self.login_only = login_only
+        self.scope = scope
+        self.any_scope = any_scope
+        self.restricted_ok = restricted_ok
+
+    def allow(self, principal: Principal) -> None:
+        if self.login_only:
+            principal.require_login()
+        if not self.restricted_ok:
+            principal.require_project(None)
+        if not self.any_scope:
+            principal.require_scope(self.scope)
 
     async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
         # (HTTPBearer's returns only the credentials.) The session is the request's own, taken
         # directly rather than declared: one dependency fewer to solve on every request.
         credentials = await super().__call__(request)
         ctx = get_context(request)
-        service = make_auth_service(ctx, request_session(request))
         try:
             if credentials is None or credentials.scheme.lower() != "bearer":
                 raise NotAuthenticated("Send `Authorization: Bearer <token>`")
-            token = credentials.credentials
-            if token.startswith(API_TOKEN_PREFIX):
-                principal = await service.authenticate_api_token(token)
-            else:
-                principal = await service.authenticate_access_token(token)
+            principal = await authenticate(ctx, credentials.credentials)
         except NotAuthenticated:
             await limit_by_ip(ctx, request)
             raise
         await count_request(ctx, request, f"user:{principal.user.id}", principal.user.plan)
+        self.allow(principal)
         return principal
 
 
-# auto_error=False: a missing header is our own 401 problem, not FastAPI's 403. The scheme keeps
-# the name it had as a plain HTTPBearer.
-current_user = _BearerAuthentication(
-    auto_error=False,
-    scheme_name="HTTPBearer",
-    description="An access token or an API token (`bb_...`)",
-)
+async def authenticate(ctx: AppContext, token: str) -> Principal:
+    """Who `token` (an access token or an API token) belongs to.
+
+    Read on reads of its own, ended at once: the request's own (read-only or a unit of work, as
+    its route declared) come after, so that a request never holds two pooled connections at a
+    time. An API token's `lastUsedAt`, when due, is written in a short transaction of its own.
+    """
+    reads = Reads.on(ctx.read_engine)  # no connection until a lookup needs one
+    try:
+        service = Authentication(
+            reads, ctx.access_tokens, ctx.clock.now(), ctx.access_cache, ctx.revocations
+        )
+        if token.startswith(API_TOKEN_PREFIX):
+            principal = await service.authenticate_api_token(token)
+        else:
+            principal = await service.authenticate_access_token(token)
+    finally:
+        await reads.close()
+    if service.needs_touch(principal):
+        assert principal.api_token_id is not None  # needs_touch says so
+        async with ctx.sessions() as db, db.begin():
+            await make_auth_service(ctx, db).touch_api_token(principal.api_token_id)
+    return principal
+
+
+_DESCRIPTION = "An access token or an API token (`bb_...`)"
+
+# Any valid credential, whatever its limits: for the project and application dependencies, which
+# check the token's project list and scope against the route's needs themselves.
+authenticated = _BearerAuthentication(any_scope=True, restricted_ok=True, description=_DESCRIPTION)
+Authenticated = Annotated[Principal, Depends(authenticated)]
+current_user = _BearerAuthentication(description=_DESCRIPTION)
 CurrentUser = Annotated[Principal, Depends(current_user)]
+interactive_user = _BearerAuthentication(login_only=True, description=_DESCRIPTION)
+InteractiveUser = Annotated[Principal, Depends(interactive_user)]
 PublicRateLimit = Depends(limit_by_ip)

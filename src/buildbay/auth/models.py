@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
-from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy import JSON, ForeignKey, Index, String, true
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.config import Plan
@@ -19,6 +20,8 @@ class User(Base):
     plan: Mapped[Plan] = mapped_column(EnumString(Plan), default=Plan.FREE)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # Mails about new builds of the applications they test (off by a one-click unsubscribe).
+    notify_new_builds: Mapped[bool] = mapped_column(default=True, server_default=true())
 
 
 class Session(Base):
@@ -62,6 +65,20 @@ class RefreshToken(Base):
     used_at: Mapped[datetime | None]
 
 
+class TokenScope(StrEnum):
+    """What an API token may do, each including the ones before it. A token without a scope
+    may do whatever its user may, the account's own endpoints excepted."""
+
+    READ = "read"  # read projects, applications and builds; download
+    BUILDS_WRITE = "builds:write"  # and upload, verify and delete builds, share install links
+
+    def includes(self, needed: TokenScope) -> bool:
+        return _SCOPE_RANK[self] >= _SCOPE_RANK[needed]
+
+
+_SCOPE_RANK = {TokenScope.READ: 0, TokenScope.BUILDS_WRITE: 1}
+
+
 class ApiToken(Base):
     __tablename__ = "api_tokens"
     __table_args__ = (Index("ix_api_tokens_user_id_id", "user_id", "id"),)
@@ -74,3 +91,21 @@ class ApiToken(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+    # Null: everything the user may do (but the account's endpoints).
+    scope: Mapped[TokenScope | None] = mapped_column(EnumString(TokenScope))
+    # Null: every project of the user; otherwise only these (ids of projects deleted since
+    # stay, naming nothing).
+    project_ids: Mapped[list[str] | None] = mapped_column(JSON)
+
+
+class PasswordReset(Base):
+    """A password-reset link: single use, an hour long, its token stored only as a hash."""
+
+    __tablename__ = "password_resets"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]

@@ -2,27 +2,37 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, EmailStr, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from buildbay.auth.models import TokenScope
 from buildbay.config import Plan
-from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
+from buildbay.schemas import (
+    NO_NUL_PATTERN,
+    ApiModel,
+    Email,
+    JsonInteger,
+    Name,
+    RequestModel,
+    Timestamp,
+    Trimmed,
+)
 
 Password = Annotated[str, Field(min_length=8, max_length=128)]
 
 
 class RegisterRequest(RequestModel):
-    email: EmailStr
+    email: Email
     # Passwords are taken as typed: no trimming.
     password: Annotated[Password, Field(json_schema_extra={"format": "password"})]
-    name: Annotated[str | None, Field(max_length=100)] = None
+    # A blank name means "none given": the account is then named after the e-mail.
+    name: Annotated[str, Field(max_length=100), Trimmed(blank_ok=True, shown=True)] | None = None
 
     model_config = ConfigDict(str_strip_whitespace=False)
 
     @field_validator("name")
     @classmethod
-    def _trim_name(cls, value: str | None) -> str | None:
-        # A blank name means "none given": the account is then named after the e-mail.
-        return (value or "").strip() or None
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return value or None
 
 
 class LoginRequest(RequestModel):
@@ -38,6 +48,17 @@ class ChangePasswordRequest(RequestModel):
         str, Field(min_length=1, max_length=1024, json_schema_extra={"format": "password"})
     ]
     new_password: Annotated[Password, Field(json_schema_extra={"format": "password"})]
+
+    model_config = ConfigDict(str_strip_whitespace=False)
+
+
+class PasswordResetRequest(RequestModel):
+    email: Email
+
+
+class PasswordResetConfirm(RequestModel):
+    token: Annotated[str, Field(min_length=1, max_length=4096)]
+    password: Annotated[Password, Field(json_schema_extra={"format": "password"})]
 
     model_config = ConfigDict(str_strip_whitespace=False)
 
@@ -81,8 +102,25 @@ class Limits(ApiModel):
 
 
 class Me(User):
+    notify_new_builds: bool = Field(
+        description="Whether you get an e-mail when a build is distributed to you"
+    )
     usage: Usage
     limits: Limits = Field(description="Your plan's limits")
+
+
+class MeUpdate(RequestModel):
+    """Only the fields sent change."""
+
+    name: Name | None = None
+    notify_new_builds: Annotated[bool, Field(strict=True)] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_null(cls, value: str | None) -> str | None:
+        if value is None:
+            raise ValueError("cannot be null; leave the field out to keep the name")
+        return value
 
 
 class TokenResponse(BaseModel):
@@ -93,9 +131,27 @@ class TokenResponse(BaseModel):
     user: User
 
 
+MAX_TOKEN_PROJECTS = 50
+ProjectId = Annotated[str, Field(min_length=1, max_length=32, pattern=NO_NUL_PATTERN)]
+SCOPE_DESCRIPTION = (
+    "`read`: read projects, applications and builds, and download; `builds:write`: that, and "
+    "upload, verify and delete builds and share install links. Null: all you may do, but "
+    "manage the account"
+)
+PROJECTS_DESCRIPTION = "Only these projects (of which you are a member). Null: all of yours"
+
+
 class CreateApiTokenRequest(RequestModel):
-    name: Annotated[str, Field(min_length=1, max_length=100), Trimmed()]
+    name: Name
     expires_in_days: Annotated[int, Field(ge=1, le=365, strict=True), JsonInteger] | None = None
+    scope: TokenScope | None = Field(default=None, description=SCOPE_DESCRIPTION)
+    project_ids: (
+        Annotated[
+            list[ProjectId],
+            Field(min_length=1, max_length=MAX_TOKEN_PROJECTS, description=PROJECTS_DESCRIPTION),
+        ]
+        | None
+    ) = None
 
 
 class ApiToken(ApiModel):
@@ -105,6 +161,8 @@ class ApiToken(ApiModel):
     created_at: Timestamp
     expires_at: Timestamp | None
     last_used_at: Timestamp | None
+    scope: TokenScope | None = Field(description=SCOPE_DESCRIPTION)
+    project_ids: list[str] | None = Field(description=PROJECTS_DESCRIPTION)
 
 
 class CreatedApiToken(ApiToken):

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
 from buildbay.auth.cache import AccessTokenCache, CachedAccess
-from buildbay.auth.models import ApiToken, RefreshToken, Session, User
+from buildbay.auth.models import ApiToken, RefreshToken, Session, TokenScope, User
 from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.tokens import (
     API_TOKEN_DISPLAY_LENGTH,
@@ -24,9 +24,19 @@ from buildbay.auth.tokens import (
 )
 from buildbay.config import Plan
 from buildbay.db.engine import after_commit
-from buildbay.errors import Conflict, NotAuthenticated, NotFound, RateLimited, ValidationFailed
+from buildbay.db.reads import Reads
+from buildbay.errors import (
+    Conflict,
+    Forbidden,
+    NotAuthenticated,
+    NotFound,
+    RateLimited,
+    ValidationFailed,
+)
 from buildbay.ids import new_id
+from buildbay.projects.models import ProjectMember
 from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.text import normal_email_text
 
 API_TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
@@ -44,6 +54,87 @@ _USER_OF_LIVE_SESSION = (
         _sessions.c.revoked_at.is_(None),
     )
 )
+
+
+_API_TOKENS = ApiToken.__table__
+_TOKEN_COLUMNS = [
+    _API_TOKENS.c[name].label(f"token_{name}")
+    for name in ("id", "expires_at", "last_used_at", "scope", "project_ids")
+]
+_TOKEN_FIELDS = tuple(column.name for column in _TOKEN_COLUMNS)
+_USER_OF_API_TOKEN = (
+    select(_users, *_TOKEN_COLUMNS)
+    .join(_API_TOKENS, _API_TOKENS.c.user_id == _users.c.id)
+    .where(_API_TOKENS.c.token_hash == bindparam("token_hash"))
+)
+
+
+class Authentication:
+    """Who a token belongs to: a read, on reads of their own (db/reads.py). The user comes back
+    as a `User` that belongs to no session (see Principal)."""
+
+    def __init__(
+        self,
+        reads: Reads,
+        codec: AccessTokenCodec,
+        now: datetime,
+        access_cache: AccessTokenCache | None = None,
+        revocations: SharedRevocations | None = None,
+    ) -> None:
+        self.reads = reads
+        self.codec = codec
+        self.now = now
+        self.access_cache = access_cache
+        self.revocations = revocations
+
+    async def authenticate_access_token(self, token: str) -> Principal:
+        cache, shared = self.access_cache, self.revocations
+        cached = cache.get(token, self.now) if cache is not None else None
+        if cached is not None and (
+            shared is None or await shared.mark(cached.claims.user_id) == cached.mark
+        ):
+            ensure_unexpired(cached.claims, self.now)
+            return Principal(user=cached.user, session_id=cached.claims.session_id)
+        claims = self.codec.decode(token, self.now)
+        # Both read before the query, which must be the first of this session's transaction (so
+        # that it reads the database as of now, not as of an earlier snapshot): a revocation
+        # committed after the query then moves one of them on, and the answer is not kept.
+        generation = cache.generation if cache is not None else 0
+        mark = await shared.mark(claims.user_id) if shared is not None else None
+        row = await self.reads.first(
+            _USER_OF_LIVE_SESSION, {"session_id": claims.session_id, "user_id": claims.user_id}
+        )
+        if row is None:
+            raise NotAuthenticated("The access token has been revoked", code="token_revoked")
+        user = User(**row)
+        if cache is not None and (shared is None or mark is not None):
+            cache.put(token, CachedAccess(claims, user, self.now, mark), generation)
+        return Principal(user=user, session_id=claims.session_id)
+
+    async def authenticate_api_token(self, token: str) -> Principal:
+        row = await self.reads.first(_USER_OF_API_TOKEN, {"token_hash": hash_token(token)})
+        if row is None:
+            raise NotAuthenticated("The API token is invalid or revoked", code="invalid_token")
+        token_fields = {key: row[key] for key in _TOKEN_FIELDS}
+        user = User(**{key: value for key, value in row.items() if key not in _TOKEN_FIELDS})
+        expires_at = token_fields["token_expires_at"]
+        if expires_at is not None and expires_at <= self.now:
+            raise NotAuthenticated("The API token has expired", code="token_expired")
+        projects = token_fields["token_project_ids"]
+        return Principal(
+            user=user,
+            api_token_id=token_fields["token_id"],
+            api_token_used_at=token_fields["token_last_used_at"],
+            scope=token_fields["token_scope"],
+            project_ids=frozenset(projects) if projects is not None else None,
+        )
+
+    def needs_touch(self, principal: Principal) -> bool:
+        """Whether the API token's `lastUsedAt` is due (it is kept to the minute)."""
+        last = principal.api_token_used_at
+        return principal.api_token_id is not None and (
+            last is None or self.now - last >= API_TOKEN_TOUCH_INTERVAL
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +158,50 @@ class Principal:
     user: User
     session_id: str | None = None
     api_token_id: str | None = None
+    api_token_used_at: datetime | None = None  # as the lookup read it
+    # An API token's limits: its scope (None: all the user may do) and the projects it may
+    # reach (None: all of the user's). A login has neither.
+    scope: TokenScope | None = None
+    project_ids: frozenset[str] | None = None
+
+    def require_login(self) -> None:
+        """The account's own endpoints: a login (an access token, the console's cookie), never
+        an API token, so that a leaked token cannot make more tokens or take the account."""
+        if self.api_token_id is not None:
+            raise Forbidden(
+                "API tokens cannot manage the account: log in with your e-mail and password "
+                "(or in the web console) and do this with that session",
+                code="interactive_session_required",
+            )
+
+    def require_project(self, project_id: str | None) -> None:
+        """403 unless the token may reach this project (`None`: something of no project yet,
+        such as a new one, which only an unrestricted token may create)."""
+        if self.project_ids is None or project_id in self.project_ids:
+            return
+        raise Forbidden(
+            "This API token is restricted to other projects"
+            if project_id is not None
+            else "This API token is restricted to some projects and cannot create one",
+            code="token_not_allowed",
+        )
+
+    def require_scope(self, needed: TokenScope | None) -> None:
+        """403 unless the token's scope includes `needed` (`None`: only a token without a
+        scope, which may do all its user may)."""
+        if self.scope is None or (needed is not None and self.scope.includes(needed)):
+            return
+        wanted = f"the {needed.value} scope" if needed else "a token without a scope"
+        raise Forbidden(
+            f"This API token has the {self.scope.value} scope; this needs {wanted}",
+            code="insufficient_scope",
+        )
 
 
 def normalise_email(email: str) -> str:
-    return email.strip().lower()
+    """As stored and compared (buildbay.text.normal_email_text); a login may keep the spaces
+    around what was typed."""
+    return normal_email_text(email.strip())
 
 
 def _password_guess_keys(email: str, client_ip: str) -> tuple[str, str]:
@@ -78,14 +209,32 @@ def _password_guess_keys(email: str, client_ip: str) -> tuple[str, str]:
     return (f"email:{email}", f"ip:{client_ip}")
 
 
-async def _ensure_not_throttled(limiter: RateLimiter, keys: tuple[str, str], what: str) -> None:
-    retry_after = await limiter.login_retry_after(*keys)
-    if retry_after is not None:
+async def _password_is_right(
+    limiter: RateLimiter,
+    keys: tuple[str, str],
+    what: str,
+    password: str,
+    password_hash: str | None,
+) -> bool:
+    """Check a password within the failure budgets of `keys` (429 once one is spent). The
+    check is reserved before it runs, so concurrent guesses cannot all slip in before the first
+    failure is counted; a wrong password, or a check that never finished, counts as a failure."""
+    check = await limiter.reserve_password_check(*keys)
+    if check.retry_after is not None:
         raise RateLimited(
             f"{what}; wait before trying again",
             code="login_throttled",
-            headers={"Retry-After": str(retry_after)},
+            headers={"Retry-After": str(check.retry_after)},
         )
+    right = False
+    try:
+        right = await passwords.verify_password(password, password_hash)
+    finally:
+        if right:
+            await check.release()
+        else:
+            await check.failed()
+    return right
 
 
 class AuthService:
@@ -134,10 +283,11 @@ class AuthService:
     ) -> IssuedTokens:
         email = normalise_email(email)
         keys = _password_guess_keys(email, client_ip)
-        await _ensure_not_throttled(limiter, keys, "Too many failed logins")
         user = await self._user_by_email(email)
-        if not await passwords.verify_password(password, user.password_hash if user else None):
-            await limiter.count_login_failure(*keys)
+        password_hash = user.password_hash if user else None
+        if not await _password_is_right(
+            limiter, keys, "Too many failed logins", password, password_hash
+        ):
             raise NotAuthenticated("E-mail or password is wrong", code="invalid_credentials")
         assert user is not None
         return await self._start_session(user)
@@ -160,15 +310,37 @@ class AuthService:
         """
         user = await self.db.get_one(User, principal.user.id)
         keys = _password_guess_keys(user.email, client_ip)
-        await _ensure_not_throttled(limiter, keys, "Too many wrong passwords")
-        if not await passwords.verify_password(current_password, user.password_hash):
-            await limiter.count_login_failure(*keys)
+        if not await _password_is_right(
+            limiter, keys, "Too many wrong passwords", current_password, user.password_hash
+        ):
             raise ValidationFailed.for_field(
                 "currentPassword", "is not your current password", code="wrong_password"
             )
         user.password_hash = await passwords.hash_password(new_password)
         user.updated_at = self.now
-        await self._revoke_sessions_of(user.id, keep=principal.session_id)
+        await self.revoke_sessions_of(user.id, keep=principal.session_id)
+
+    async def update_profile(
+        self, principal: Principal, name: str | None, notify_new_builds: bool | None
+    ) -> User:
+        """Change what the caller sent of their name and their mail setting."""
+        user = await self.db.get_one(User, principal.user.id)
+        if name is not None:
+            user.name = name
+        if notify_new_builds is not None:
+            user.notify_new_builds = notify_new_builds
+        user.updated_at = self.now
+        await self.db.flush()
+        return user
+
+    async def unsubscribe_from_new_builds(self, user_id: str) -> User | None:
+        """The one-click unsubscribe (mail/unsubscribe.py): None if the user is gone."""
+        user = await self.db.get(User, user_id)
+        if user is not None and user.notify_new_builds:
+            user.notify_new_builds = False
+            user.updated_at = self.now
+            await self.db.flush()
+        return user
 
     # -- sessions and tokens --------------------------------------------------------------------
 
@@ -194,11 +366,10 @@ class AuthService:
         )
         if claimed.rowcount != 1:  # type: ignore[attr-defined]
             await self._revoke_session(session.id)
-            # The revocation must stand although this request fails.
-            await self.db.commit()
             raise NotAuthenticated(
                 "This refresh token was already used; the whole session is revoked",
                 code="refresh_token_reused",
+                keeps_writes=True,  # the revocation stands although this request fails
             )
         user = await self.db.get_one(User, session.user_id)
         return await self._issue(user, session)
@@ -222,50 +393,10 @@ class AuthService:
             if session_id is not None:
                 await self._revoke_session(session_id)
 
-    async def authenticate_access_token(self, token: str) -> Principal:
-        cache, shared = self.access_cache, self.revocations
-        cached = cache.get(token, self.now) if cache is not None else None
-        if cached is not None and (
-            shared is None or await shared.mark(cached.claims.user_id) == cached.mark
-        ):
-            ensure_unexpired(cached.claims, self.now)
-            return Principal(user=cached.user, session_id=cached.claims.session_id)
-        claims = self.codec.decode(token, self.now)
-        # Both read before the query, which must be the first of this session's transaction (so
-        # that it reads the database as of now, not as of an earlier snapshot): a revocation
-        # committed after the query then moves one of them on, and the answer is not kept.
-        generation = cache.generation if cache is not None else 0
-        mark = await shared.mark(claims.user_id) if shared is not None else None
-        row = (
-            await self.db.execute(
-                _USER_OF_LIVE_SESSION,
-                {"session_id": claims.session_id, "user_id": claims.user_id},
-            )
-        ).first()
-        if row is None:
-            raise NotAuthenticated("The access token has been revoked", code="token_revoked")
-        user = User(**row._mapping)
-        if cache is not None and (shared is None or mark is not None):
-            cache.put(token, CachedAccess(claims, user, self.now, mark), generation)
-        return Principal(user=user, session_id=claims.session_id)
-
-    async def authenticate_api_token(self, token: str) -> Principal:
-        row = (
-            await self.db.execute(
-                select(ApiToken, User)
-                .join(User, User.id == ApiToken.user_id)
-                .where(ApiToken.token_hash == hash_token(token))
-            )
-        ).first()
-        if row is None:
-            raise NotAuthenticated("The API token is invalid or revoked", code="invalid_token")
-        api_token, user = row
-        if api_token.expires_at is not None and api_token.expires_at <= self.now:
-            raise NotAuthenticated("The API token has expired", code="token_expired")
-        last = api_token.last_used_at
-        if last is None or self.now - last >= API_TOKEN_TOUCH_INTERVAL:
-            api_token.last_used_at = self.now
-        return Principal(user=user, api_token_id=api_token.id)
+    async def touch_api_token(self, token_id: str) -> None:
+        await self.db.execute(
+            update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=self.now)
+        )
 
     # -- API tokens -----------------------------------------------------------------------------
 
@@ -276,8 +407,18 @@ class AuthService:
         return list(result)
 
     async def create_api_token(
-        self, user: User, name: str, expires_in_days: int | None
+        self,
+        user: User,
+        name: str,
+        expires_in_days: int | None,
+        scope: TokenScope | None = None,
+        project_ids: Sequence[str] | None = None,
     ) -> tuple[ApiToken, str]:
+        """A new token and its secret. `scope` and `project_ids` limit it (None: no limit);
+        the projects must be the user's own."""
+        if project_ids is not None:
+            project_ids = list(dict.fromkeys(project_ids))  # once each, in the order given
+            await self._check_member_of(user, project_ids)
         secret = new_api_token()
         api_token = ApiToken(
             id=new_id("tok"),
@@ -288,6 +429,8 @@ class AuthService:
             created_at=self.now,
             expires_at=self.now + timedelta(days=expires_in_days) if expires_in_days else None,
             last_used_at=None,
+            scope=scope,
+            project_ids=project_ids,
         )
         self.db.add(api_token)
         await self.db.flush()
@@ -302,6 +445,25 @@ class AuthService:
         await self.db.delete(api_token)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    async def _check_member_of(self, user: User, project_ids: Sequence[str]) -> None:
+        if not project_ids:
+            raise ValidationFailed.for_field("projectIds", "name at least one project")
+        theirs = set(
+            await self.db.scalars(
+                select(ProjectMember.project_id).where(
+                    ProjectMember.user_id == user.id, ProjectMember.project_id.in_(project_ids)
+                )
+            )
+        )
+        others = [p for p in project_ids if p not in theirs]
+        if others:
+            what = "is not a project" if len(others) == 1 else "are not projects"
+            raise ValidationFailed.for_field(
+                "projectIds",
+                f"{', '.join(others)} {what} you are a member of",
+                code="not_your_project",
+            )
 
     async def _user_by_email(self, email: str) -> User | None:
         return await self.db.scalar(select(User).where(User.email == email))
@@ -347,7 +509,7 @@ class AuthService:
         )
         self._forget_when_committed(revoked.all())
 
-    async def _revoke_sessions_of(self, user_id: str, *, keep: str | None) -> None:
+    async def revoke_sessions_of(self, user_id: str, *, keep: str | None) -> None:
         """Revoke every live session of the user but `keep`."""
         revoke = (
             update(Session)

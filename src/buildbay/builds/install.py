@@ -9,28 +9,29 @@ revoked link answers 410, and an unknown one 404.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-from fastapi import Depends
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
+from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.tokens import derive_key
 from buildbay.builds.models import Build, BuildStatus, InstallLink
-from buildbay.db.engine import EntityColumns, FastSelect, read_rows
-from buildbay.deps import Context, SessionDep
-from buildbay.errors import Conflict, Gone, NotFound
+from buildbay.builds.reads import BuildRecord, not_in_application
+from buildbay.db.concurrency import lock_row
+from buildbay.db.reads import Reads, RecordOf
+from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
+from buildbay.projects.models import ProjectRole
 
 if TYPE_CHECKING:
-    from buildbay.deps import AppContext
+    from buildbay.context import AppContext
 
 _SIGNATURE_BYTES = 18  # 144 bits, 24 characters
 
@@ -59,50 +60,130 @@ class InstallTokens:
 
 
 @dataclass(frozen=True, slots=True)
+class InstallLinkRecord:
+    id: str
+    build_id: str
+    created_by: str | None
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+
+
+LINK = RecordOf(InstallLinkRecord, InstallLink)
+_TARGET_LINK = RecordOf(InstallLinkRecord, InstallLink, "link_")
+_TARGET_BUILD = RecordOf(BuildRecord, Build, "build_")
+_TARGET_APPLICATION = RecordOf(ApplicationRecord, Application, "app_")
+
+
+@dataclass(frozen=True, slots=True)
 class InstallTarget:
     """What the public install page shows."""
 
-    link: InstallLink
-    build: Build
-    application: Application
+    link: InstallLinkRecord
+    build: BuildRecord
+    application: ApplicationRecord
 
 
-_links = InstallLink.__table__
-_LINK = EntityColumns(InstallLink, "")
-
-
-@functools.cache
-def _live_links_of_builds(count: int) -> FastSelect:
-    """The live links of `count` builds, oldest first. Every build the API shows runs it."""
-    return FastSelect(
-        select(*_LINK.columns)
-        .where(
-            _links.c.build_id.in_([bindparam(f"id_{n}") for n in range(count)]),
-            _links.c.revoked_at.is_(None),
-            _links.c.expires_at > bindparam("now"),
-        )
-        .order_by(_links.c.id)
+# Built once: every build the API shows runs the first, and composing it costs more than
+# running it.
+_LIVE_LINKS_OF_BUILDS = (
+    select(*LINK.columns)
+    .where(
+        InstallLink.build_id.in_(bindparam("ids", expanding=True)),
+        InstallLink.revoked_at.is_(None),
+        InstallLink.expires_at > bindparam("now"),
     )
+    .order_by(InstallLink.id)
+)
+_LINKS_OF_BUILD = (
+    select(*LINK.columns)
+    .where(InstallLink.build_id == bindparam("build_id"))
+    .order_by(InstallLink.id.desc())
+)
+_LINK_OF_BUILD = select(*LINK.columns).where(
+    InstallLink.id == bindparam("link_id"), InstallLink.build_id == bindparam("build_id")
+)
+_TARGET = (
+    select(*_TARGET_LINK.columns, *_TARGET_BUILD.columns, *_TARGET_APPLICATION.columns)
+    .join(Build, Build.id == InstallLink.build_id)
+    .join(Application, Application.id == Build.application_id)
+    .where(InstallLink.id == bindparam("link_id"))
+)
 
 
-class InstallLinks:
+class InstallLinkReads:
+    """Install links as read: on a read-only request's reads, or a unit of work's."""
+
     @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> InstallLinks:
-        """The request's install links, from the app's context."""
-        return cls(db, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
+    def of(cls, ctx: AppContext, reads: Reads) -> InstallLinkReads:
+        return cls(reads, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
 
-    def __init__(
-        self, db: AsyncSession, now: datetime, tokens: InstallTokens, public_url: str
-    ) -> None:
-        self.db = db
+    def __init__(self, reads: Reads, now: datetime, tokens: InstallTokens, public_url: str) -> None:
+        self.reads = reads
         self.now = now
         self.tokens = tokens
         self.public_url = public_url
 
-    def url(self, link: InstallLink) -> str:
+    def url(self, link: InstallLinkRecord) -> str:
         return f"{self.public_url}/install/{self.tokens.token(link.id)}"
 
-    async def create(self, build: Build, creator: User, hours: int) -> InstallLink:
+    async def of_build(self, build: BuildRecord) -> list[InstallLinkRecord]:
+        """Every link of the build, newest first, expired and revoked ones included."""
+        return [
+            LINK.of(row) for row in await self.reads.all(_LINKS_OF_BUILD, {"build_id": build.id})
+        ]
+
+    async def find(self, build: BuildRecord, link_id: str) -> InstallLinkRecord:
+        row = await self.reads.first(_LINK_OF_BUILD, {"link_id": link_id, "build_id": build.id})
+        if row is None:
+            raise NotFound(
+                "No install link with this id on the build", code="install_link_not_found"
+            )
+        return LINK.of(row)
+
+    async def current(self, build_ids: list[str]) -> dict[str, InstallLinkRecord]:
+        """The newest live link of each build that has one."""
+        if not build_ids:
+            return {}
+        rows = await self.reads.all(_LIVE_LINKS_OF_BUILDS, {"ids": build_ids, "now": self.now})
+        # The newest wins: ids sort by time.
+        return {row["build_id"]: LINK.of(row) for row in rows}
+
+    async def open(self, token: str) -> InstallTarget:
+        """The link, build and application behind a token; 404 if it is not one, 410 if it
+        expired or was revoked (or its build was deleted)."""
+        link_id = self.tokens.link_id(token)
+        if link_id is None:
+            raise NotFound("This install link does not exist", code="install_link_not_found")
+        row = await self.reads.first(_TARGET, {"link_id": link_id})
+        if row is None:
+            # Signed by us, so it existed: its build (and with it the link) was deleted.
+            raise Gone("The build this link pointed to was deleted", code="install_link_gone")
+        link = _TARGET_LINK.of(row)
+        if link.revoked_at is not None:
+            raise Gone("This install link was revoked", code="install_link_revoked")
+        if link.expires_at <= self.now:
+            raise Gone("This install link has expired", code="install_link_expired")
+        return InstallTarget(link, _TARGET_BUILD.of(row), _TARGET_APPLICATION.of(row))
+
+
+class InstallLinks:
+    """Creating and revoking install links, in a unit of work."""
+
+    @classmethod
+    def of(cls, ctx: AppContext, db: AsyncSession) -> InstallLinks:
+        """The request's install links, from the app's context."""
+        return cls(db, InstallLinkReads.of(ctx, Reads.within(db)))
+
+    def __init__(self, db: AsyncSession, reads: InstallLinkReads) -> None:
+        self.db = db
+        self.reads = reads
+        self.now = reads.now
+
+    async def create(
+        self, build: BuildRecord, creator: User | None, hours: int
+    ) -> InstallLinkRecord:
+        """A new link; `creator` None: made by the server (an update check's, updates/)."""
         if build.status is not BuildStatus.READY:
             raise Conflict(
                 "Only a ready build can have an install link; verify the upload first",
@@ -111,81 +192,37 @@ class InstallLinks:
         link = InstallLink(
             id=new_id("inl"),
             build_id=build.id,
-            created_by=creator.id,
+            created_by=creator.id if creator is not None else None,
             created_at=self.now,
             expires_at=self.now + timedelta(hours=hours),
             revoked_at=None,
         )
         self.db.add(link)
         await self.db.flush()
-        return link
+        return LINK.of_entity(link)
 
-    async def of_build(self, build: Build) -> list[InstallLink]:
-        """Every link of the build, newest first, expired and revoked ones included."""
-        return list(
-            await self.db.scalars(
-                select(InstallLink)
-                .where(InstallLink.build_id == build.id)
-                .order_by(InstallLink.id.desc())
+    async def revoke(self, link: InstallLinkRecord, by: User, role: ProjectRole) -> None:
+        """From now on its page answers 410. Its creator may revoke it, and a developer or
+        higher any link. Revoking twice changes nothing."""
+        if link.created_by != by.id and not role.includes(ProjectRole.DEVELOPER):
+            raise Forbidden(
+                "Only its creator or a developer (or higher) can revoke this link",
+                code="insufficient_role",
             )
+        await self.db.execute(
+            update(InstallLink)
+            .where(InstallLink.id == link.id, InstallLink.revoked_at.is_(None))
+            .values(revoked_at=self.now)
         )
 
-    async def find(self, build: Build, link_id: str) -> InstallLink:
-        link = await self.db.scalar(
-            select(InstallLink).where(InstallLink.id == link_id, InstallLink.build_id == build.id)
-        )
-        if link is None:
-            raise NotFound(
-                "No install link with this id on the build", code="install_link_not_found"
-            )
-        return link
-
-    async def revoke(self, link: InstallLink) -> None:
-        """From now on its page answers 410. Revoking twice changes nothing."""
-        if link.revoked_at is None:
-            link.revoked_at = self.now
-            await self.db.flush()
-
-    async def current(self, build_ids: list[str]) -> dict[str, InstallLink]:
-        """The newest live link of each build that has one (transient copies: for showing)."""
-        if not build_ids:
-            return {}
-        # The ids padded with repeats of the first to a power of two, so that a handful of
-        # statements, each compiled once, serve every page size.
-        size = 1 << (len(build_ids) - 1).bit_length()
-        ids = build_ids + build_ids[:1] * (size - len(build_ids))
-        params = {f"id_{n}": build_id for n, build_id in enumerate(ids)}
-        rows = await read_rows(self.db, _live_links_of_builds(size), {**params, "now": self.now})
-        links = (_LINK.of(row) for row in rows)
-        return {link.build_id: link for link in links}  # the newest wins: ids sort by time
-
-    async def open(self, token: str) -> InstallTarget:
-        """The link, build and application behind a token; 404 if it is not one, 410 if it
-        expired or was revoked (or its build was deleted)."""
-        link_id = self.tokens.link_id(token)
-        if link_id is None:
-            raise NotFound("This install link does not exist", code="install_link_not_found")
-        row = (
-            await self.db.execute(
-                select(InstallLink, Build, Application)
-                .join(Build, Build.id == InstallLink.build_id)
-                .join(Application, Application.id == Build.application_id)
-                .where(InstallLink.id == link_id)
-            )
-        ).first()
-        if row is None:
-            # Signed by us, so it existed: its build (and with it the link) was deleted.
-            raise Gone("The build this link pointed to was deleted", code="install_link_gone")
-        link, build, application = row
-        if link.revoked_at is not None:
-            raise Gone("This install link was revoked", code="install_link_revoked")
-        if link.expires_at <= self.now:
-            raise Gone("This install link has expired", code="install_link_expired")
-        return InstallTarget(link, build, application)
-
-
-async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
-    return InstallLinks.of(ctx, db)
-
-
-Links = Annotated[InstallLinks, Depends(install_links)]
+    async def share(self, build: BuildRecord, creator: User, hours: int) -> InstallLinkRecord:
+        """The build's live install link, or a new one if it has none: a retried verify (CI
+        retries, and may send twice at once) or a second click reuses the link rather than
+        adding another. The build's row is locked first, so that of concurrent calls one
+        creates the link and the others find it."""
+        if not await lock_row(self.db, Build.id, build.id):
+            raise not_in_application()
+        current = await self.reads.current([build.id])
+        if build.id in current:
+            return current[build.id]
+        return await self.create(build, creator, hours)

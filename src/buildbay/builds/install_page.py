@@ -18,12 +18,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 
 from buildbay.auth.dependencies import PublicRateLimit
-from buildbay.builds.install import InstallLinks, InstallTarget, Links
+from buildbay.builds.dependencies import LinkReads
+from buildbay.builds.install import InstallLinkReads, InstallTarget
+from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import version_label
-from buildbay.builds.service import BuildService, human_size
-from buildbay.deps import AppContext, Context, TransactionRoute
-from buildbay.errors import BuildbayError, NotFound, problem_responses
+from buildbay.builds.service import human_size
+from buildbay.context import AppContext
+from buildbay.deps import Context, TransactionRoute
+from buildbay.errors import BuildbayError, NotFound
+from buildbay.problems import problem_responses
 from buildbay.templates import NO_STORE, render
+from buildbay.text import without_bidi_controls
 
 router = APIRouter(
     prefix="/install/{token}",
@@ -58,7 +63,7 @@ def _is_ios(target: InstallTarget) -> bool:
     },
     summary="A build's public install page (a signed link; no token)",
 )
-async def install_page(token: Token, request: Request, links: Links) -> Response:
+async def install_page(token: Token, request: Request, links: LinkReads) -> Response:
     try:
         target = await links.open(token)
     except BuildbayError as exc:
@@ -84,8 +89,8 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
     qr = segno.make(page_url, error="m")
     return render(
         "install.html",
-        name=metadata.get("appName") or application.name,
-        version=version_label(metadata),
+        name=_shown(metadata.get("appName") or application.name),
+        version=_shown(version_label(metadata)),
         icon_url=f"{page_url}/icon.png" if build.has_icon else None,
         ios=ios,
         android=build.file_name.lower().endswith(".apk"),
@@ -94,23 +99,29 @@ async def install_page(token: Token, request: Request, links: Links) -> Response
         itms_url="itms-services://?action=download-manifest&url="
         + quote(f"{page_url}/manifest.plist", safe=""),
         download_url=f"{page_url}/download",
-        file_name=build.file_name,
+        file_name=_shown(build.file_name),
         size=human_size(build.file_size),
         uploaded=_when(build.verified_at or build.created_at),
         uploaded_iso=_iso(build.verified_at or build.created_at),
-        identifier=metadata.get("bundleId") or metadata.get("packageName"),
-        min_os=min_os,
-        profile=profile,
+        identifier=_shown(metadata.get("bundleId") or metadata.get("packageName")),
+        min_os=_shown(min_os),
+        profile=_shown(profile),
         expires=_when(target.link.expires_at),
         expires_iso=_iso(target.link.expires_at),
-        notes=build.notes,
+        notes=_shown(build.notes),
         qr_svg=Markup(qr.svg_inline(scale=5, border=2, title=f"QR code of {page_url}")),  # noqa: S704
     )
 
 
-async def _file_url(ctx: AppContext, links: InstallLinks, target: InstallTarget) -> str:
-    # The links' session: one transaction for the whole request.
-    return await BuildService.of(ctx, links.db).file_url(target.build)
+def _shown(value: object) -> str | None:
+    """Text for the page: a tester must read what is there, so no bidirectional control (which
+    new names, file names and metadata cannot hold; this covers rows stored before that)."""
+    return without_bidi_controls(str(value)) if value else None
+
+
+async def _file_url(ctx: AppContext, links: InstallLinkReads, target: InstallTarget) -> str:
+    # file_url reads nothing: it signs the address.
+    return await BuildReads.of(ctx, links.reads).file_url(target.build)
 
 
 @router.get(
@@ -123,7 +134,7 @@ async def _file_url(ctx: AppContext, links: InstallLinks, target: InstallTarget)
     },
     summary="Download the build of an install link: 302 to a short-lived signed URL",
 )
-async def install_download(token: Token, links: Links, ctx: Context) -> RedirectResponse:
+async def install_download(token: Token, links: LinkReads, ctx: Context) -> RedirectResponse:
     target = await links.open(token)
     return RedirectResponse(await _file_url(ctx, links, target), status_code=status.HTTP_302_FOUND)
 
@@ -137,7 +148,7 @@ async def install_download(token: Token, links: Links, ctx: Context) -> Redirect
     },
     summary="The iOS over-the-air install manifest of an .ipa's install link",
 )
-async def install_manifest(token: Token, links: Links, ctx: Context) -> Response:
+async def install_manifest(token: Token, links: LinkReads, ctx: Context) -> Response:
     target = await links.open(token)
     if not _is_ios(target):
         raise NotFound("Only an .ipa build has an iOS manifest", code="manifest_not_found")
@@ -170,7 +181,7 @@ async def install_manifest(token: Token, links: Links, ctx: Context) -> Response
     },
     summary="The app icon of an install link's build",
 )
-async def install_icon(token: Token, links: Links, ctx: Context) -> Response:
+async def install_icon(token: Token, links: LinkReads, ctx: Context) -> Response:
     target = await links.open(token)
-    png = await BuildService.of(ctx, links.db).icon(target.build)
+    png = await BuildReads.of(ctx, links.reads).icon(target.build)
     return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})

@@ -13,6 +13,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    UniqueConstraint,
     false,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -56,6 +57,9 @@ class Build(Base):
     # .ipa's CFBundleVersion when it is a whole number (null otherwise).
     version_code: Mapped[int | None] = mapped_column(BigInteger)
     has_icon: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # An update check that finds a newer mandatory build on its channel says the update is
+    # mandatory, even when it offers a newer build past it (updates/).
+    mandatory: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     verified_at: Mapped[datetime | None]
@@ -85,3 +89,31 @@ class InstallLink(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
+
+
+class Channel(Base):
+    """A release channel of an application (`default`, `beta`, ...): the builds published to
+    it are what an update check on it offers."""
+
+    __tablename__ = "channels"
+    __table_args__ = (
+        UniqueConstraint("application_id", "name", name="uq_channels_application_name"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    application_id: Mapped[str] = mapped_column(ForeignKey("applications.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime]
+
+
+class BuildChannel(Base):
+    """A build published to a channel."""
+
+    __tablename__ = "build_channels"
+
+    channel_id: Mapped[str] = mapped_column(
+        ForeignKey("channels.id", ondelete="CASCADE"), primary_key=True
+    )
+    build_id: Mapped[str] = mapped_column(
+        ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True, index=True
+    )

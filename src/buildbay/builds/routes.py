@@ -6,15 +6,16 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
 from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
-from buildbay.builds.install import InstallLinks, Links
-from buildbay.builds.models import Build, BuildStatus, InstallLink
-from buildbay.builds.service import BuildOrder, BuildService, VersionFilter
-from buildbay.deps import Context, SessionDep, TransactionRoute
-from buildbay.errors import Forbidden, problem_responses
+from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
+from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
+from buildbay.builds.models import BuildStatus
+from buildbay.builds.reads import BuildOrder, BuildRecord, VersionFilter
+from buildbay.channels.reads import channel_names
+from buildbay.deps import Page, TransactionRoute
 from buildbay.openapi import link, linked
-from buildbay.projects.access import BuildsDeveloper, BuildsTester
-from buildbay.projects.models import ProjectRole
-from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY, Page
+from buildbay.problems import problem_responses
+from buildbay.projects.access import BuildsDeveloper, BuildsReader, BuildsTester
+from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
 
 router = APIRouter(
     prefix="/api/app-distribution/{projectId}/{appId}/builds",
@@ -102,14 +103,12 @@ Version = Annotated[VersionFilter, Depends(version_filter)]
 BuildId = Annotated[str, Path(alias="buildId")]
 
 
-async def build_service(ctx: Context, db: SessionDep) -> BuildService:
-    return BuildService.of(ctx, db)
-
-
-Service = Annotated[BuildService, Depends(build_service)]
-
-
-def to_schema(build: Build, public_url: str, install_url: str | None = None) -> schemas.Build:
+def to_schema(
+    build: BuildRecord,
+    public_url: str,
+    install_url: str | None = None,
+    channels: list[str] | None = None,
+) -> schemas.Build:
     address = (
         f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
         f"/builds/{build.id}"
@@ -133,19 +132,30 @@ def to_schema(build: Build, public_url: str, install_url: str | None = None) -> 
         download_url=f"{address}/download" if ready else None,
         install_url=install_url if ready else None,
         icon_url=f"{address}/icon" if build.has_icon else None,
+        channels=channels or [],
+        mandatory=build.mandatory,
     )
 
 
-async def present(builds: list[Build], links: InstallLinks) -> list[schemas.Build]:
-    """The builds as the API shows them, each with its newest live install link's address."""
+async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[schemas.Build]:
+    """The builds as the API shows them, each with its newest live install link's address and
+    its channels."""
     current = await links.current([b.id for b in builds if b.status is BuildStatus.READY])
+    names = await channel_names(links.reads, [b.id for b in builds])
     return [
-        to_schema(b, links.public_url, links.url(current[b.id]) if b.id in current else None)
+        to_schema(
+            b,
+            links.public_url,
+            links.url(current[b.id]) if b.id in current else None,
+            names.get(b.id),
+        )
         for b in builds
     ]
 
 
-def _install_link(link: InstallLink, build: Build, links: InstallLinks) -> schemas.InstallLink:
+def _install_link(
+    link: InstallLinkRecord, build: BuildRecord, links: InstallLinkReads
+) -> schemas.InstallLink:
     url = links.url(link)
     return schemas.InstallLink(
         link_id=link.id,
@@ -168,10 +178,9 @@ def _install_link(link: InstallLink, build: Build, links: InstallLinks) -> schem
     openapi_extra=PAGE_QUERY,
 )
 async def list_builds(
-    access: BuildsTester,
-    service: Service,
-    ctx: Context,
-    links: Links,
+    access: BuildsReader,
+    builds: Builds,
+    links: LinkReads,
     page: Page,
     version: Version,
     status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
@@ -183,10 +192,10 @@ async def list_builds(
         ),
     ] = BuildOrder.NEWEST,
 ) -> schemas.BuildList:
-    builds, next_cursor = await service.list(
-        access.application, status, page.limit, page.after_id, version, sort
+    found, next_cursor = await builds.page(
+        access.application.id, status, page.limit, page.after_id, version, sort
     )
-    return schemas.BuildList(builds=await present(builds, links), next_cursor=next_cursor)
+    return schemas.BuildList(builds=await present(found, links), next_cursor=next_cursor)
 
 
 @router.post(
@@ -224,11 +233,12 @@ async def create_upload_link(
 async def verify_upload(
     body: schemas.VerifyRequest, access: BuildsDeveloper, service: Service, links: Links
 ) -> schemas.Build:
-    build = await service.verify(access.application, body.build_id, body.notes)
-    # A retried verify (CI retries) reuses the build's live link rather than adding another.
-    if body.install_link is not None and not await links.current([build.id]):
-        await links.create(build, access.caller.user, body.install_link.expires_in_hours)
-    return (await present([build], links))[0]
+    build = await service.verify(
+        access.application, body.build_id, body.notes, body.channels, body.mandatory
+    )
+    if body.install_link is not None:
+        await links.share(build, access.caller.user, body.install_link.expires_in_hours)
+    return (await present([build], links.reads))[0]
 
 
 @router.get(
@@ -240,9 +250,9 @@ async def verify_upload(
     summary="The newest ready build (of a version, if asked): a stable address for CI",
 )
 async def latest_build(
-    access: BuildsTester, service: Service, links: Links, version: Version
+    access: BuildsReader, builds: Builds, links: LinkReads, version: Version
 ) -> schemas.Build:
-    build = await service.latest(access.application, version)
+    build = await builds.latest(access.application.id, version)
     return (await present([build], links))[0]
 
 
@@ -253,10 +263,48 @@ async def latest_build(
     summary="Get a build",
 )
 async def get_build(
-    build_id: BuildId, access: BuildsTester, service: Service, links: Links
+    build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.Build:
-    build = await service.show(access.application, build_id)
+    build = await builds.get(access.application.id, build_id)
     return (await present([build], links))[0]
+
+
+@router.put(
+    "/{buildId}",
+    responses={
+        **linked(200, "The build", _build_links("$response.body#")),
+        **problem_responses(400, 401, 403, 404, 413, 422, 429),
+    },
+    summary="Mark a build mandatory, or not, for update checks (developer+)",
+)
+async def update_build(
+    build_id: BuildId,
+    body: schemas.BuildUpdate,
+    access: BuildsDeveloper,
+    service: Service,
+    links: Links,
+) -> schemas.Build:
+    build = await service.set_mandatory(access.application, build_id, body.mandatory)
+    return (await present([build], links.reads))[0]
+
+
+@router.put(
+    "/{buildId}/channels",
+    responses={
+        **linked(200, "The build", _build_links("$response.body#")),
+        **problem_responses(400, 401, 403, 404, 413, 422, 429),
+    },
+    summary="Publish a build to these release channels only (developer+)",
+)
+async def set_build_channels(
+    build_id: BuildId,
+    body: schemas.BuildChannelsUpdate,
+    access: BuildsDeveloper,
+    service: Service,
+    links: Links,
+) -> schemas.Build:
+    build = await service.set_channels(access.application, build_id, body.channels)
+    return (await present([build], links.reads))[0]
 
 
 @router.get(
@@ -270,9 +318,9 @@ async def get_build(
     summary="Download a ready build (tester+): 302 to a short-lived signed URL",
 )
 async def download_build(
-    build_id: BuildId, access: BuildsTester, service: Service
+    build_id: BuildId, access: BuildsReader, builds: Builds
 ) -> RedirectResponse:
-    url = await service.download_url(access.application, build_id)
+    url = await builds.download_url(access.application.id, build_id)
     return RedirectResponse(url, status_code=status.HTTP_302_FOUND)
 
 
@@ -296,9 +344,9 @@ async def delete_build(build_id: BuildId, access: BuildsDeveloper, service: Serv
     },
     summary="The app icon the build's file carries, as a PNG (tester+)",
 )
-async def build_icon(build_id: BuildId, access: BuildsTester, service: Service) -> Response:
-    build = await service.get(access.application, build_id)
-    png = await service.icon(build)
+async def build_icon(build_id: BuildId, access: BuildsReader, builds: Builds) -> Response:
+    build = await builds.get(access.application.id, build_id)
+    png = await builds.icon(build)
     return Response(png, media_type="image/png", headers=ICON_CACHE)
 
 
@@ -318,10 +366,10 @@ async def create_install_link(
     links: Links,
     body: Annotated[schemas.InstallLinkRequest | None, Body()] = None,
 ) -> schemas.InstallLink:
-    build = await service.get(access.application, build_id)
+    build = await service.reads.get(access.application.id, build_id)
     hours = (body or schemas.InstallLinkRequest()).expires_in_hours
     link = await links.create(build, access.caller.user, hours)
-    return _install_link(link, build, links)
+    return _install_link(link, build, links.reads)
 
 
 @router.get(
@@ -330,9 +378,9 @@ async def create_install_link(
     summary="The build's install links, newest first, expired and revoked ones included",
 )
 async def list_install_links(
-    build_id: BuildId, access: BuildsTester, service: Service, links: Links
+    build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.InstallLinkList:
-    build = await service.get(access.application, build_id)
+    build = await builds.get(access.application.id, build_id)
     return schemas.InstallLinkList(
         install_links=[_install_link(link, build, links) for link in await links.of_build(build)]
     )
@@ -351,12 +399,7 @@ async def revoke_install_link(
     service: Service,
     links: Links,
 ) -> Response:
-    build = await service.get(access.application, build_id)
-    link = await links.find(build, link_id)
-    if link.created_by != access.caller.user.id and not access.role.includes(ProjectRole.DEVELOPER):
-        raise Forbidden(
-            "Only its creator or a developer (or higher) can revoke this link",
-            code="insufficient_role",
-        )
-    await links.revoke(link)
+    build = await service.reads.get(access.application.id, build_id)
+    link = await links.reads.find(build, link_id)
+    await links.revoke(link, access.caller.user, access.role)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

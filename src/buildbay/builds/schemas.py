@@ -1,29 +1,27 @@
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
 from buildbay.builds.models import BuildStatus
-from buildbay.schemas import (
+from buildbay.channels.schemas import ChannelNames
+from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
+from buildbay.text import (
+    BIDI_CLASS,
+    CONTROL_CLASS,
+    INVISIBLE_CLASS,
+    NOT_SHOWN_CLASS,
     WHITESPACE_CLASS,
-    ApiModel,
-    JsonInteger,
-    RequestModel,
-    Timestamp,
-    Trimmed,
+    file_name_problem,
 )
 
-# Control characters (C0, DEL and C1: Unicode's Cc), line and paragraph separators, and the
-# bidirectional overrides, embeddings and isolates, with which "setup\u202ekpa.exe" shows as
-# "setupexe.apk" to the tester who downloads it.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-# What the rules below allow, for the OpenAPI document: a character other than `/`, `\` and
-# those above, at least one of them not whitespace; not `.` or `..` once trimmed.
-_REFUSED = "/\\\\\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
+# What the rules below allow, for the OpenAPI document: a character other than `/`, `\`, the
+# control, bidirectional-control and invisible characters (buildbay.text), at least one of them
+# not whitespace; not `.` or `..` once trimmed.
+_REFUSED = f"/\\\\{CONTROL_CLASS}{BIDI_CLASS}{INVISIBLE_CLASS}"
 _ALLOWED = f"[^{_REFUSED}]"
-_SHOWN = f"[^{_REFUSED}{WHITESPACE_CLASS}]"
+_SHOWN = f"[^{_REFUSED}{NOT_SHOWN_CLASS}]"
 FILE_NAME_SCHEMA = {
     "pattern": f"^{_ALLOWED}*{_SHOWN}{_ALLOWED}*$",
     "not": {"pattern": f"^[{WHITESPACE_CLASS}]*\\.\\.?[{WHITESPACE_CLASS}]*$"},
@@ -36,10 +34,8 @@ MAX_HOURS = 24 * 90
 def check_file_name_characters(value: str) -> str:
     """A name to show and to offer as the download's file name; never a path. (As sent: a
     control character is refused even where trimming would remove it.)"""
-    if "/" in value or "\\" in value:
-        raise ValueError("cannot contain / or \\")
-    if _CONTROL.search(value):
-        raise ValueError("cannot contain control or bidirectional-override characters")
+    if problem := file_name_problem(value):
+        raise ValueError(problem)
     return value
 
 
@@ -125,6 +121,24 @@ class VerifyRequest(RequestModel):
         default=None,
         description="Also create an install link; the answer's installUrl is then its address",
     )
+    channels: ChannelNames | None = Field(
+        default=None,
+        description='The release channels to publish the build to (default: `["default"]`); '
+        "each must exist",
+    )
+    mandatory: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="Update checks that find it say the update is mandatory"
+    )
+
+
+class BuildChannelsUpdate(RequestModel):
+    channels: ChannelNames = Field(
+        description="The channels the build is published to from now on (an empty list: none)"
+    )
+
+
+class BuildUpdate(RequestModel):
+    mandatory: Annotated[bool, Field(strict=True)]
 
 
 class Build(ApiModel):
@@ -155,6 +169,12 @@ class Build(ApiModel):
     )
     icon_url: str | None = Field(
         description="The app icon the build's file carries (PNG, tester+), if it has one"
+    )
+    channels: list[str] = Field(
+        default_factory=list, description="The release channels the build is published to"
+    )
+    mandatory: bool = Field(
+        default=False, description="Update checks that find it say the update is mandatory"
     )
 
 

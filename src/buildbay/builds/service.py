@@ -8,60 +8,31 @@ ready one whose bytes were checked; never a ready build without its bytes.
 from __future__ import annotations
 
 import asyncio
-import functools
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import IO, TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, String, and_, bindparam, cast, func, or_, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, Platform
+from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.builds.metadata import Reading, read_metadata
 from buildbay.builds.models import Build, BuildIcon, BuildStatus
+from buildbay.builds.reads import BUILD, BuildReads, BuildRecord, storage_usage
+from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
-from buildbay.db.engine import EntityColumns, FastSelect, read_rows
-from buildbay.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
-from buildbay.ids import new_id, split_page
+from buildbay.db.engine import after_commit, hold_until_ended
+from buildbay.db.reads import Reads
+from buildbay.errors import PayloadTooLarge, ValidationFailed
+from buildbay.ids import new_id
 from buildbay.numbers import whole_number
 from buildbay.storage.base import Storage, UploadTarget
 
 if TYPE_CHECKING:
-    from buildbay.deps import AppContext
+    from buildbay.context import AppContext
 
 METADATA_SECONDS = 30  # to read what a build says about itself; past it, no metadata
-
-
-class BuildOrder(StrEnum):
-    NEWEST = "newest"
-    VERSION = "version"
-
-
-@dataclass(frozen=True, slots=True)
-class VersionFilter:
-    """`?versionName=` and `?versionCode=`: an APK's own fields, or for an .ipa its
-    CFBundleShortVersionString (`shortVersion`) and CFBundleVersion (`buildNumber`)."""
-
-    name: str | None = None
-    code: str | None = None
-
-
-def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]:
-    if version is None:
-        return []
-    clauses = []
-    for wanted, keys in (
-        (version.name, ("versionName", "shortVersion")),
-        (version.code, ("versionCode", "buildNumber")),
-    ):
-        if wanted is not None:
-            # As text on both databases (an APK's versionCode is a number in the JSON).
-            clauses.append(
-                or_(*(cast(Build.metadata_[key].as_string(), String) == wanted for key in keys))
-            )
-    return clauses
 
 
 def _version_code(metadata: dict[str, Any]) -> int | None:
@@ -85,56 +56,6 @@ def human_size(size: int) -> str:
     return f"{size} bytes"
 
 
-@dataclass(frozen=True, slots=True)
-class StorageUsage:
-    bytes: int
-    builds: int
-
-
-async def storage_usage(db: AsyncSession, user_id: str) -> StorageUsage:
-    """What a user's builds take: every build they uploaded, pending ones included (their
-    declared size is reserved from the upload link on)."""
-    row = (
-        await db.execute(
-            select(func.coalesce(func.sum(Build.file_size), 0), func.count(Build.id)).where(
-                Build.uploaded_by == user_id
-            )
-        )
-    ).one()
-    return StorageUsage(int(row[0]), int(row[1]))
-
-
-# Built once: composing a statement per request costs more than the database takes to run it.
-_BUILD_OF_APPLICATION = select(Build).where(
-    Build.id == bindparam("build_id"), Build.application_id == bindparam("application_id")
-)
-# What read-only requests run instead: no ORM loading, no transaction (see FastSelect); the
-# builds come back as transient objects (see EntityColumns).
-_builds = Build.__table__
-_BUILD = EntityColumns(Build, "")
-_READ_BUILD = FastSelect(
-    select(*_BUILD.columns).where(
-        _builds.c.id == bindparam("build_id"),
-        _builds.c.application_id == bindparam("application_id"),
-    )
-)
-
-
-@functools.cache
-def _newest_builds(*, of_status: bool, after: bool) -> FastSelect:
-    """A page of an application's builds, newest first: the list as clients poll it."""
-    query = select(*_BUILD.columns).where(_builds.c.application_id == bindparam("application_id"))
-    if of_status:
-        query = query.where(_builds.c.status == bindparam("status", type_=String))
-    if after:
-        query = query.where(_builds.c.id < bindparam("after_id"))
-    return FastSelect(query.order_by(_builds.c.id.desc()).limit(bindparam("limit")))
-
-
-def _not_in_application() -> NotFound:
-    return NotFound("No build with this id in the application", code="build_not_found")
-
-
 class BuildService:
     @classmethod
     def of(cls, ctx: AppContext, db: AsyncSession) -> BuildService:
@@ -148,17 +69,19 @@ class BuildService:
         self.now = now
         self.settings = settings
         self.storage = storage
+        # What it reads, it reads as any reader does, inside its transaction.
+        self.reads = BuildReads(Reads.within(db), now, settings, storage)
 
     # -- step 1: upload link -----------------------------------------------------------------------
 
     async def create_upload_link(
         self,
-        application: Application,
+        application: ApplicationRecord,
         uploader: User,
         file_name: str,
         file_size: int,
         sha256: str | None,
-    ) -> tuple[Build, UploadTarget]:
+    ) -> tuple[BuildRecord, UploadTarget]:
         largest = self.settings.max_upload_bytes(uploader.plan)
         if file_size > largest:
             raise PayloadTooLarge(
@@ -190,7 +113,7 @@ class BuildService:
         target = await self.storage.upload_target(
             build.storage_key, file_size, build.expires_at, sha256
         )
-        return build, target
+        return BUILD.of_entity(build), target
 
     async def _check_quota(self, uploader: User, file_size: int) -> None:
         quota = self.settings.storage_quota(uploader.plan)
@@ -199,7 +122,7 @@ class BuildService:
         # On PostgreSQL the uploader's row is locked until the link is committed, so two
         # concurrent links cannot both fit in the last free bytes (SQLite ignores FOR UPDATE).
         await self.db.execute(select(User.id).where(User.id == uploader.id).with_for_update())
-        used = (await storage_usage(self.db, uploader.id)).bytes
+        used = (await storage_usage(self.reads.reads, uploader.id)).bytes
         if used + file_size > quota:
             raise PayloadTooLarge(
                 f"This build ({file_size} bytes) would take your storage to {used + file_size} "
@@ -208,64 +131,67 @@ class BuildService:
                 code="quota_exceeded",
             )
 
-    # -- step 2 happens at the storage address; this is what it asks before taking bytes -----------
-
-    async def pending_upload(self, storage_key: str) -> Build:
-        build = await self.db.scalar(select(Build).where(Build.storage_key == storage_key))
-        if build is None:
-            raise NotFound("This build no longer exists", code="build_not_found")
-        if build.status is BuildStatus.READY:
-            raise Conflict(
-                "This build is already verified; its bytes cannot change",
-                code="build_already_verified",
-            )
-        return build
-
     # -- step 3: verify ----------------------------------------------------------------------------
 
-    async def verify(self, application: Application, build_id: str, notes: str | None) -> Build:
-        build = await self.get(application, build_id)
+    async def verify(
+        self,
+        application: ApplicationRecord,
+        build_id: str,
+        notes: str | None,
+        channels: list[str] | None = None,
+        mandatory: bool = False,
+    ) -> BuildRecord:
+        """`channels`: the release channels to publish it to (None: `default`)."""
+        build = await self.reads.get(application.id, build_id)
         if build.status is BuildStatus.READY:
             return build  # verify is safe to retry
-        # Under the object's guard, and committed before it is let go: an upload that is still
-        # streaming either lands before the check or finds the build ready and is refused.
-        async with self.storage.guard(build.storage_key):
-            sha256, version = await self._checked_bytes(build)
-            reading = await self._metadata(build, version)
-            metadata = reading.metadata or {}
-            identity = metadata.get("bundleId") or metadata.get("packageName")
-            if identity and application.bundle_id and identity != application.bundle_id:
-                raise ValidationFailed(
-                    f"This build is {identity}; the application is {application.bundle_id}",
-                    code="bundle_id_mismatch",
-                )
-            # Conditional: of two concurrent verifies one makes the change, both answer the build.
-            await self.db.execute(
-                update(Build)
-                .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
-                .values(
-                    status=BuildStatus.READY,
-                    sha256=sha256,
-                    storage_version=version,
-                    metadata_=reading.metadata,
-                    metadata_error=reading.error,
-                    version_code=_version_code(metadata),
-                    has_icon=reading.icon_png is not None,
-                    notes=notes,
-                    verified_at=self.now,
-                )
-                .execution_options(synchronize_session=False)
+        channel_service = ChannelService(self.db, self.now)
+        await channel_service.check_names(application.id, channels)  # before the file's work
+        # Under the object's guard, let go only once the request's unit of work has committed:
+        # an upload that is still streaming either lands before the check or finds the build
+        # ready and is refused.
+        await hold_until_ended(self.db, self.storage.guard(build.storage_key))
+        sha256, version = await self._checked_bytes(build)
+        reading = await self._metadata(build, version)
+        if reading.refused is not None:
+            raise ValidationFailed(reading.refused, code="unreadable_build")
+        metadata = reading.metadata or {}
+        identity = metadata.get("bundleId") or metadata.get("packageName")
+        if identity and application.bundle_id and identity != application.bundle_id:
+            raise ValidationFailed(
+                f"This build is {identity}; the application is {application.bundle_id}",
+                code="bundle_id_mismatch",
             )
+        # Conditional: of two concurrent verifies one makes the change, both answer the build.
+        verified = await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
+            .values(
+                status=BuildStatus.READY,
+                sha256=sha256,
+                storage_version=version,
+                metadata_=reading.metadata,
+                metadata_error=reading.error,
+                version_code=_version_code(metadata),
+                has_icon=reading.icon_png is not None,
+                mandatory=mandatory,
+                notes=notes,
+                verified_at=self.now,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        # The one that made the change does the rest; the other would add the icon twice.
+        if verified.rowcount:  # type: ignore[attr-defined]
             if identity:
                 platform = Platform.IOS if "bundleId" in metadata else Platform.ANDROID
                 await self._adopt_identity(application, identity, platform)
             if reading.icon_png is not None:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
-            await self.db.commit()
+            await channel_service.publish(application.id, build.id, channels, replace=False)
         # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
-        return await self.get(application, build.id, reload=True)
+        return await self.reads.get(application.id, build.id)
 
-    async def _metadata(self, build: Build, version: str | None) -> Reading:
+    async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
         """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
         storage = self.storage
 
@@ -280,16 +206,31 @@ class BuildService:
             return Reading(error=f"Reading the file took longer than {METADATA_SECONDS} seconds")
 
     async def _adopt_identity(
-        self, application: Application, bundle_id: str, platform: Platform
+        self, application: ApplicationRecord, bundle_id: str, platform: Platform
     ) -> None:
         """An application without a bundle id takes its first ready build's (an .ipa's bundle
-        id, an .apk's or .aab's package name), and its platform if that is unset."""
-        await self.db.execute(
+        id, an .apk's or .aab's package name), and its platform if that is unset.
+
+        The check before it saw no bundle id, but a build verified meanwhile may have given it
+        one: the update is conditional, and if it changed nothing, the bundle id it found must
+        be this one. (On PostgreSQL a concurrent adoption holds the row until it commits; the
+        update then finds the bundle id set, and the read after it sees which.)
+        """
+        adopted = await self.db.execute(
             update(Application)
             .where(Application.id == application.id, Application.bundle_id.is_(None))
             .values(bundle_id=bundle_id)
             .execution_options(synchronize_session=False)
         )
+        if not adopted.rowcount:  # type: ignore[attr-defined]
+            current = await self.db.scalar(
+                select(Application.bundle_id).where(Application.id == application.id)
+            )
+            if current is not None and current != bundle_id:
+                raise ValidationFailed(
+                    f"This build is {bundle_id}; the application is {current}",
+                    code="bundle_id_mismatch",
+                )
         await self.db.execute(
             update(Application)
             .where(Application.id == application.id, Application.platform == Platform.OTHER)
@@ -297,7 +238,7 @@ class BuildService:
             .execution_options(synchronize_session=False)
         )
 
-    async def _checked_bytes(self, build: Build) -> tuple[str, str | None]:
+    async def _checked_bytes(self, build: BuildRecord) -> tuple[str, str | None]:
         """The stored bytes' SHA-256 (and storage version), once they are all there and match
         what was declared."""
         info = await self.storage.stat(build.storage_key)
@@ -319,117 +260,37 @@ class BuildService:
             )
         return sha256, info.version
 
-    # -- reading and deleting ----------------------------------------------------------------------
+    # -- publishing -------------------------------------------------------------------------------
 
-    async def list(
-        self,
-        application: Application,
-        status: BuildStatus | None,
-        limit: int,
-        after_id: str | None,
-        version: VersionFilter | None = None,
-        sort: BuildOrder = BuildOrder.NEWEST,
-    ) -> tuple[list[Build], str | None]:
-        """A page of builds. Without a version filter or order, the builds are transient
-        copies, read as FastSelects: the list is what clients poll."""
-        if sort is BuildOrder.NEWEST and (version is None or version == VersionFilter()):
-            query = _newest_builds(of_status=status is not None, after=after_id is not None)
-            params = {
-                "application_id": application.id,
-                "status": status.value if status is not None else None,
-                "after_id": after_id,
-                "limit": limit + 1,
-            }
-            rows = await read_rows(self.db, query, params)
-            builds = [_BUILD.of(row) for row in rows]
-            return split_page(builds, limit, lambda b: b.id)
-        stmt = select(Build).where(
-            Build.application_id == application.id, *_version_clauses(version)
+    async def set_channels(
+        self, application: ApplicationRecord, build_id: str, channels: list[str]
+    ) -> BuildRecord:
+        """Publish the build to these channels only (a pending build too: it is offered once
+        it is ready)."""
+        build = await self.reads.get(application.id, build_id)
+        await ChannelService(self.db, self.now).publish(
+            application.id, build.id, channels, replace=True
         )
-        if status is not None:
-            stmt = stmt.where(Build.status == status)
-        if sort is BuildOrder.VERSION:
-            # Highest version code first, builds without one last; the newest first among equals.
-            # The cursor is still the last build's id: its version code is looked up here.
-            key = func.coalesce(Build.version_code, -1)
-            stmt = stmt.order_by(key.desc(), Build.id.desc())
-            if after_id is not None:
-                after_key = await self.db.scalar(
-                    select(func.coalesce(Build.version_code, -1)).where(
-                        Build.id == after_id, Build.application_id == application.id
-                    )
-                )
-                if after_key is None:
-                    return [], None  # the cursor's build was deleted meanwhile: nothing after it
-                stmt = stmt.where(or_(key < after_key, and_(key == after_key, Build.id < after_id)))
-        else:
-            stmt = stmt.order_by(Build.id.desc())
-            if after_id is not None:
-                stmt = stmt.where(Build.id < after_id)
-        builds = list(await self.db.scalars(stmt.limit(limit + 1)))
-        return split_page(builds, limit, lambda b: b.id)
-
-    async def latest(self, application: Application, version: VersionFilter | None) -> Build:
-        """The newest ready build (of that version, if asked)."""
-        build = await self.db.scalar(
-            select(Build)
-            .where(
-                Build.application_id == application.id,
-                Build.status == BuildStatus.READY,
-                *_version_clauses(version),
-            )
-            .order_by(Build.id.desc())
-            .limit(1)
-        )
-        if build is None:
-            raise NotFound("No ready build matches", code="build_not_found")
         return build
 
-    async def get(self, application: Application, build_id: str, *, reload: bool = False) -> Build:
-        build = await self.db.scalar(
-            _BUILD_OF_APPLICATION,
-            {"build_id": build_id, "application_id": application.id},
-            execution_options={"populate_existing": reload},
+    async def set_mandatory(
+        self, application: ApplicationRecord, build_id: str, mandatory: bool
+    ) -> BuildRecord:
+        build = await self.reads.get(application.id, build_id)
+        await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id)
+            .values(mandatory=mandatory)
+            .execution_options(synchronize_session=False)
         )
-        if build is None:
-            raise _not_in_application()
-        return build
+        return await self.reads.get(application.id, build.id)
 
-    async def show(self, application: Application, build_id: str) -> Build:
-        """A transient copy of the build, for a read-only request; 404 as `get`."""
-        params = {"build_id": build_id, "application_id": application.id}
-        rows = await read_rows(self.db, _READ_BUILD, params)
-        if not rows:
-            raise _not_in_application()
-        return _BUILD.of(rows[0])
+    # -- deleting ----------------------------------------------------------------------------------
 
-    async def delete(self, application: Application, build_id: str) -> None:
-        build = await self.get(application, build_id)
-        await self.db.delete(build)
-        await self.db.commit()  # the row first: a crash can leave orphan bytes, not a broken build
-        await self.storage.delete(build.storage_key)
-
-    async def download_url(self, application: Application, build_id: str) -> str:
-        build = await self.get(application, build_id)
-        if build.status is not BuildStatus.READY:
-            raise Conflict(
-                "This build is not verified yet; only ready builds can be downloaded",
-                code="build_not_ready",
-            )
-        return await self.file_url(build)
-
-    async def icon(self, build: Build) -> bytes:
-        """The PNG icon the build's file carries; 404 if it has none."""
-        png = None
-        if build.has_icon:
-            png = await self.db.scalar(select(BuildIcon.png).where(BuildIcon.build_id == build.id))
-        if png is None:
-            raise NotFound("This build's file carries no icon", code="icon_not_found")
-        return png
-
-    async def file_url(self, build: Build) -> str:
-        """A short-lived signed address of a build's file (the version verify checked)."""
-        expires_at = self.now + timedelta(seconds=self.settings.download_link_ttl_seconds)
-        return await self.storage.download_url(
-            build.storage_key, build.file_name, expires_at, build.storage_version
-        )
+    async def delete(self, application: ApplicationRecord, build_id: str) -> None:
+        build = await self.reads.get(application.id, build_id)
+        # Its icon and install links go with it (ON DELETE CASCADE).
+        await self.db.execute(delete(Build).where(Build.id == build.id))
+        # The row first: a crash can leave orphan bytes (the sweeper's), never a broken build.
+        storage, key = self.storage, build.storage_key
+        after_commit(self.db, lambda: storage.delete(key))

@@ -1,6 +1,6 @@
 """Removes pending builds whose upload link expired without a verify, and ready builds beyond
-their application's retention rule, each with its bytes; and the partial files of uploads that a
-crash cut off.
+their application's retention rule, each with its bytes; the partial files of uploads that a
+crash cut off; and stored objects that no build owns.
 
 Safe to run in several processes at once: each candidate row is claimed by a conditional delete
 (and, on PostgreSQL, locked with SKIP LOCKED so two sweepers never wait on each other), and only
@@ -65,6 +65,7 @@ class Swept:
     expired_uploads: int
     retention: int
     abandoned_uploads: int
+    orphan_objects: int
 
 
 async def sweep(
@@ -77,7 +78,35 @@ async def sweep(
     abandoned = await storage.remove_abandoned_uploads(now - GRACE)
     if abandoned:
         log.info("removed %d partial files of uploads cut off by a crash", abandoned)
-    return Swept(expired, retention, abandoned)
+    orphans = await sweep_orphan_objects(sessions, storage, now)
+    return Swept(expired, retention, abandoned, orphans)
+
+
+async def sweep_orphan_objects(
+    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime
+) -> int:
+    """Removes stored objects that no build row owns, once they are GRACE old.
+
+    Deletes remove a build's row first and its bytes after the commit, so a crash between the
+    two leaves bytes no row owns; and a presigned S3 PUT can still land after its build was
+    deleted (the bucket does not ask us). A build's row exists before its upload URL does, so
+    an object without a row is never one that a build will still claim; the grace period only
+    keeps the sweeper away from bytes that are being written (an upload's own object is never
+    swept: its build owns it).
+    """
+    removed = 0
+    async for keys in storage.stored_keys(modified_before=now - GRACE):
+        async with sessions() as db:
+            owned = set(
+                await db.scalars(select(Build.storage_key).where(Build.storage_key.in_(keys)))
+            )
+        for key in keys:
+            if key not in owned:
+                await storage.delete(key)
+                removed += 1
+    if removed:
+        log.info("removed %d stored objects that no build owns", removed)
+    return removed
 
 
 async def sweep_retention(

@@ -1,9 +1,18 @@
 """Imports every model so that Base.metadata knows all tables (for Alembic)."""
 
-from buildbay.applications.models import Application
-from buildbay.auth.models import ApiToken, BrowserSession, RefreshToken, Session, User
-from buildbay.builds.models import Build, BuildIcon, InstallLink
+from buildbay.applications.models import Application, UpdateKey
+from buildbay.auth.models import (
+    ApiToken,
+    BrowserSession,
+    PasswordReset,
+    RefreshToken,
+    Session,
+    User,
+)
+from buildbay.builds.models import Build, BuildChannel, BuildIcon, Channel, InstallLink
 from buildbay.db.base import Base
+from buildbay.invitations.models import Invitation
+from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
 
 __all__ = [
@@ -12,11 +21,17 @@ __all__ = [
     "Base",
     "BrowserSession",
     "Build",
+    "BuildChannel",
     "BuildIcon",
+    "Channel",
     "InstallLink",
+    "Invitation",
+    "Job",
+    "PasswordReset",
     "Project",
     "ProjectMember",
     "RefreshToken",
     "Session",
+    "UpdateKey",
     "User",
 ]

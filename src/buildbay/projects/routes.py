@@ -2,17 +2,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
+from fastapi import APIRouter, Depends, Path, Response, status
 
-from buildbay.auth.dependencies import CurrentUser
-from buildbay.deps import Context, SessionDep, TransactionRoute, get_context, request_session
-from buildbay.errors import problem_responses
+from buildbay.auth.dependencies import Authenticated, CurrentUser
+from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.openapi import link, linked
+from buildbay.problems import problem_responses
 from buildbay.projects import schemas
-from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectTester
-from buildbay.projects.service import MemberView, ProjectService, ProjectView
-from buildbay.schemas import PAGE_QUERY, page_params
+from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectReader, ProjectTester
+from buildbay.projects.reads import (
+    MemberRecord,
+    ProjectView,
+    members,
+    project_view,
+    projects_of_member,
+)
+from buildbay.projects.service import ProjectService
+from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(tags=["projects"], route_class=TransactionRoute)
 
@@ -49,16 +55,11 @@ def _member_links(user_id: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def _project_service(request: Request, db: AsyncSession) -> ProjectService:
-    # The context straight from the request, not as a dependency: one node fewer to solve.
-    return ProjectService(db, get_context(request).clock.now())
+async def project_service(ctx: Context, db: SessionDep) -> ProjectService:
+    return ProjectService(db, ctx.clock.now())
 
 
-async def project_service(request: Request, db: SessionDep) -> ProjectService:
-    return _project_service(request, db)
-
-
-Service = Annotated[ProjectService, Depends(project_service)]
+Service = Annotated[ProjectService, Depends(project_service)]  # the request's unit of work
 MemberId = Annotated[str, Path(alias="userId")]
 
 
@@ -73,13 +74,13 @@ def _project(view: ProjectView) -> schemas.Project:
     )
 
 
-def _member(view: MemberView) -> schemas.Member:
+def member_schema(member: MemberRecord) -> schemas.Member:
     return schemas.Member(
-        user_id=view.user.id,
-        email=view.user.email,
-        name=view.user.name,
-        role=view.member.role,
-        created_at=view.member.created_at,
+        user_id=member.user_id,
+        email=member.email,
+        name=member.name,
+        role=member.role,
+        created_at=member.created_at,
     )
 
 
@@ -89,17 +90,13 @@ def _member(view: MemberView) -> schemas.Member:
         **linked(200, "A page of your projects", _project_links("$response.body#/projects/0/id")),
         **problem_responses(401, 422, 429),
     },
-    summary="List the projects you are a member of, newest first",
+    summary="List your projects (an API token's only, if it names some), newest first",
     openapi_extra=PAGE_QUERY,
 )
-async def list_projects(caller: CurrentUser, request: Request) -> schemas.ProjectList:
-    # The session, the service and the page taken here, not through `SessionDep`, `Service` and
-    # `Page`: this list is what clients poll, and each dependency FastAPI solves per request
-    # costs more than the object. (`Page` reads the same query parameters, documented by
-    # PAGE_QUERY.)
-    service = _project_service(request, request_session(request))
-    page = await page_params(request)
-    rows, next_cursor = await service.list_for(caller.user, page.limit, page.after_id)
+async def list_projects(caller: Authenticated, reads: ReadsDep, page: Page) -> schemas.ProjectList:
+    rows, next_cursor = await projects_of_member(
+        reads, caller.user.id, page.limit, page.after_id, caller.project_ids
+    )
     return schemas.ProjectList.model_validate({"projects": rows, "next_cursor": next_cursor})
 
 
@@ -108,9 +105,9 @@ async def list_projects(caller: CurrentUser, request: Request) -> schemas.Projec
     status_code=status.HTTP_201_CREATED,
     responses={
         **linked(201, "The new project", _project_links("$response.body#/id")),
-        **problem_responses(400, 401, 413, 422, 429),
+        **problem_responses(400, 401, 403, 413, 422, 429),
     },
-    summary="Create a project; you become its owner",
+    summary="Create a project; you become its owner (not with a limited API token)",
 )
 async def create_project(
     body: schemas.ProjectWrite, caller: CurrentUser, service: Service
@@ -120,8 +117,8 @@ async def create_project(
 
 @router.get("/api/project/{id}", responses=BY_ID, summary="Get a project (the seed's path)")
 @router.get("/api/projects/{id}", responses=BY_ID, summary="Get a project")
-async def get_project(access: ProjectTester, service: Service) -> schemas.Project:
-    return _project(await service.view(access.project))
+async def get_project(access: ProjectReader, reads: ReadsDep) -> schemas.Project:
+    return _project(await project_view(reads, access.project))
 
 
 @router.put(
@@ -158,8 +155,9 @@ async def delete_project(access: ProjectOwner, service: Service, ctx: Context) -
     },
     summary="List a project's members",
 )
-async def list_members(access: ProjectTester, service: Service) -> schemas.MemberList:
-    return schemas.MemberList(members=[_member(v) for v in await service.members(access.project)])
+async def list_members(access: ProjectReader, reads: ReadsDep) -> schemas.MemberList:
+    found = await members(reads, access.project.id)
+    return schemas.MemberList(members=[member_schema(member) for member in found])
 
 
 @router.post(
@@ -174,7 +172,7 @@ async def list_members(access: ProjectTester, service: Service) -> schemas.Membe
 async def add_member(
     body: schemas.MemberCreate, access: ProjectAdmin, service: Service
 ) -> schemas.Member:
-    return _member(await service.add_member(access, str(body.email), body.role))
+    return member_schema(await service.add_member(access, str(body.email), body.role))
 
 
 @router.put(
@@ -185,7 +183,7 @@ async def add_member(
 async def update_member(
     body: schemas.MemberUpdate, user_id: MemberId, access: ProjectAdmin, service: Service
 ) -> schemas.Member:
-    return _member(await service.change_role(access, user_id, body.role))
+    return member_schema(await service.change_role(access, user_id, body.role))
 
 
 @router.delete(

@@ -1,13 +1,9 @@
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import EmailStr, Field
-
 from buildbay.projects.models import ProjectRole
-from buildbay.schemas import ApiModel, RequestModel, Timestamp, Trimmed
+from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
 
-ProjectName = Annotated[str, Field(min_length=1, max_length=100), Trimmed()]
+ProjectName = Name
 
 
 class ProjectWrite(RequestModel):
@@ -28,7 +24,7 @@ class ProjectList(ApiModel):
 
 
 class MemberCreate(RequestModel):
-    email: EmailStr
+    email: Email
     role: ProjectRole
 
 

@@ -2,17 +2,26 @@
 
 Counters live in memory for one process, or in Redis when BUILDBAY_REDIS_URL is set so that every
 process shares them. If the counter store fails, requests are served anyway (fail open).
+
+A request's count and the `RateLimit` header's remaining count come from one step. The library's
+moving window answers a hit with a yes or no only, and its window stats with a second call: with
+several processes, others' hits land between the two, so two requests read the same remaining
+count, or one reads 0 while slots are left. In Redis the hit is therefore one script that
+counts and answers the window (`_HIT_AND_COUNT`, the library's moving window with its answer
+extended); in memory, one process's hit and read run under one lock.
 """
 
 from __future__ import annotations
 
-import inspect
+import asyncio
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import redis.asyncio as redis
 from limits import RateLimitItem, RateLimitItemPerMinute
+from limits.aio.storage import Storage as AsyncStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 
@@ -21,6 +30,44 @@ from buildbay.config import Plan, Settings
 log = logging.getLogger("buildbay.ratelimit")
 WINDOW_SECONDS = 60
 WARN_EVERY_SECONDS = 60
+
+
+# KEYS[1]: a list of hit times, newest first, at most `limit` long. ARGV: now, limit, window.
+# Answers {1 if counted else 0, hits in the window, the oldest of them} (times as strings: Lua
+# numbers come back as integers). A hit exactly one window old still counts, as in `limits`.
+_HIT_AND_COUNT = """
+local now, limit, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local start = now - window
+local last = redis.call('lindex', KEYS[1], limit - 1)
+local counted = 0
+if not last or tonumber(last) < start then
+    redis.call('lpush', KEYS[1], ARGV[1])
+    redis.call('ltrim', KEYS[1], 0, limit - 1)
+    redis.call('expire', KEYS[1], window)
+    counted = 1
+end
+local low, high, oldest = 0, redis.call('llen', KEYS[1]) - 1, -1
+while low <= high do
+    local middle = math.floor((low + high) / 2)
+    if tonumber(redis.call('lindex', KEYS[1], middle)) >= start then
+        oldest, low = middle, middle + 1
+    else
+        high = middle - 1
+    end
+end
+if oldest < 0 then
+    return {counted, 0, ARGV[1]}
+end
+return {counted, oldest + 1, redis.call('lindex', KEYS[1], oldest)}
+"""
+_REDIS_KEY = "buildbay:requests:"
+
+
+@dataclass(frozen=True, slots=True)
+class _Hit:
+    allowed: bool
+    remaining: int
+    reset_time: float  # when the oldest hit in the window leaves it
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,17 +85,48 @@ class RateLimitState:
         }
 
 
+def _in_flight_key(key: str) -> str:
+    return f"buildbay/password-checks-in-flight/{key}"
+
+
+@dataclass(slots=True)
+class PasswordCheck:
+    """The reservation of one password check (see RateLimiter.reserve_password_check): a
+    wrong password keeps it as a counted failure, a right one gives it back."""
+
+    limiter: RateLimiter
+    reserved: list[str] = field(default_factory=list)
+    retry_after: int | None = None  # set: throttled, nothing reserved
+
+    async def failed(self) -> None:
+        """Count the failure, then give the reservation back (in that order: see above)."""
+        keys, self.reserved = self.reserved, []
+        await self.limiter.count_failure(keys)
+        await self.limiter.release_reservation(keys)
+
+    async def release(self) -> None:
+        keys, self.reserved = self.reserved, []
+        await self.limiter.release_reservation(keys)
+
+
 class RateLimiter:
     def __init__(self, settings: Settings) -> None:
+        self._redis: redis.Redis | None = None
         if settings.redis_url:
-            self._storage = storage_from_string(
+            self._redis = redis.Redis.from_url(
+                settings.redis_url, socket_timeout=1, socket_connect_timeout=1
+            )
+            self._hit_and_count = self._redis.register_script(_HIT_AND_COUNT)
+            storage = storage_from_string(
                 f"async+{settings.redis_url}",
                 implementation="redispy",
                 socket_timeout=1,
                 socket_connect_timeout=1,
             )
         else:
-            self._storage = storage_from_string("async+memory://")
+            storage = storage_from_string("async+memory://")
+        assert isinstance(storage, AsyncStorage)  # the `async+` schemes give the asyncio ones
+        self._storage: AsyncStorage = storage
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._enabled = settings.rate_limit_enabled
         self._plans: dict[Plan, RateLimitItem] = {}
@@ -57,68 +135,139 @@ class RateLimiter:
             if per_minute is not None:
                 self._plans[plan] = RateLimitItemPerMinute(per_minute)
         self._login_failures = RateLimitItemPerMinute(settings.login_failures_per_minute)
+        self._budgets: dict[int, RateLimitItem] = {}
+        self._in_memory = asyncio.Lock()
         self._last_warning = 0.0
         self.degraded = False
+        self.store_failures = 0  # operations the store did not answer (each served unlimited)
 
     async def hit(self, key: str, plan: Plan) -> RateLimitState | None:
         """Count one request for `key`; None when the plan has no limit (or the store is down)."""
         item = self._plans.get(plan)
         if not self._enabled or item is None:
             return None
+        return await self._count(key, item, plan.value)
+
+    async def hit_budget(self, key: str, per_minute: int, policy: str) -> RateLimitState | None:
+        """Count one request for `key` against a budget of its own (not a plan's): `policy`
+        names it in the RateLimit headers. None when limits are off (or the store is down)."""
+        if not self._enabled:
+            return None
+        item = self._budgets.get(per_minute)
+        if item is None:
+            item = self._budgets[per_minute] = RateLimitItemPerMinute(per_minute)
+        return await self._count(key, item, policy)
+
+    async def _count(self, key: str, item: RateLimitItem, policy: str) -> RateLimitState | None:
         try:
-            allowed = await self._limiter.hit(item, "api", key)
-            stats = await self._limiter.get_window_stats(item, "api", key)
+            hit = await self._hit(item, key)
         except Exception as exc:  # the counter store is down: serve the request anyway
             self._store_failed(exc)
             return None
         self.degraded = False
-        wait = stats.reset_time - time.time()
+        allowed = hit.allowed
+        wait = hit.reset_time - time.time()
         if allowed:
-            remaining, reset_after = max(stats.remaining, 0), max(math.ceil(wait), 0)
+            remaining, reset_after = max(hit.remaining, 0), max(math.ceil(wait), 0)
         else:
             # The window counts a request until it is *more* than a window old, and its stats
             # already leave out one exactly that old: so nothing remains, and the retry that is
             # sure to pass comes in the first whole second after `wait`, not at its ceiling.
             remaining, reset_after = 0, max(math.floor(wait) + 1, 1)
         return RateLimitState(
-            policy=plan.value,
+            policy=policy,
             limit=item.amount,
             remaining=remaining,
             reset_after=reset_after,
             allowed=allowed,
         )
 
-    async def login_retry_after(self, *keys: str) -> int | None:
-        """Seconds to wait if any of these login-failure counters is spent, else None."""
+    async def _hit(self, item: RateLimitItem, key: str) -> _Hit:
+        """Count one request and read the window it left, in one step (see the module)."""
+        if self._redis is None:
+            async with self._in_memory:
+                allowed = await self._limiter.hit(item, "api", key)
+                stats = await self._limiter.get_window_stats(item, "api", key)
+            return _Hit(allowed, stats.remaining, stats.reset_time)
+        window = item.get_expiry()
+        counted, in_window, oldest = await self._hit_and_count(
+            keys=[_REDIS_KEY + item.key_for("api", key)],
+            args=[repr(time.time()), item.amount, window],
+        )
+        return _Hit(bool(counted), item.amount - int(in_window), float(oldest) + window)
+
+    async def reserve_password_check(self, *keys: str) -> PasswordCheck:
+        """Reserve one password check in each of these failure budgets, before the password is
+        checked: concurrent attempts see each other's reservations, so however many arrive at
+        once, at most the budget's number are checked. `PasswordCheck.retry_after` set: one of
+        the budgets is spent, nothing is reserved and the password must not be checked."""
+        check = PasswordCheck(self)
+        if not self._enabled:
+            return check
+        try:
+            for key in keys:
+                # Taken first, then compared with the failures counted so far: a failure is
+                # counted before its reservation is given back, so an attempt is never missing
+                # from both counts (see PasswordCheck.failed).
+                in_flight = await self._storage.incr(_in_flight_key(key), WINDOW_SECONDS)
+                if in_flight < 1:
+                    # The counter expired under checks that were still running (it lives a
+                    # window from when it last left zero), and their releases took it below
+                    # zero: start it again rather than admit more than the budget.
+                    await self._storage.clear(_in_flight_key(key))
+                    in_flight = await self._storage.incr(_in_flight_key(key), WINDOW_SECONDS)
+                check.reserved.append(key)
+                stats = await self._limiter.get_window_stats(self._login_failures, "login", key)
+                if in_flight > stats.remaining:
+                    await check.release()
+                    check.retry_after = max(math.ceil(stats.reset_time - time.time()), 1)
+                    return check
+        except Exception as exc:  # the counter store is down: fail open, as for requests
+            self._store_failed(exc)
+            await check.release()
+        return check
+
+    async def throttle(self, namespace: str, key: str, item: RateLimitItem) -> int | None:
+        """Count one attempt of `key` against `item` (e.g. password-reset mails per e-mail):
+        None if it is allowed, else the seconds to wait. Fails open, as requests do."""
         if not self._enabled:
             return None
         try:
-            for key in keys:
-                if not await self._limiter.test(self._login_failures, "login", key):
-                    stats = await self._limiter.get_window_stats(self._login_failures, "login", key)
-                    return max(math.ceil(stats.reset_time - time.time()), 1)
+            if await self._limiter.hit(item, namespace, key):
+                return None
+            stats = await self._limiter.get_window_stats(item, namespace, key)
         except Exception as exc:
             self._store_failed(exc)
-        return None
+            return None
+        return max(math.ceil(stats.reset_time - time.time()), 1)
 
-    async def count_login_failure(self, *keys: str) -> None:
-        if not self._enabled:
-            return
+    async def count_failure(self, keys: list[str]) -> None:
         try:
             for key in keys:
                 await self._limiter.hit(self._login_failures, "login", key)
         except Exception as exc:
             self._store_failed(exc)
 
+    async def aclose(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    async def release_reservation(self, keys: list[str]) -> None:
+        try:
+            for key in keys:
+                await self._storage.incr(_in_flight_key(key), WINDOW_SECONDS, amount=-1)
+        except Exception as exc:
+            self._store_failed(exc)
+
     async def check(self) -> bool:
         try:
-            result = self._storage.check()
-            return bool(await result if inspect.isawaitable(result) else result)
+            return bool(await self._storage.check())
         except Exception:
             return False
 
     def _store_failed(self, exc: Exception) -> None:
         self.degraded = True
+        self.store_failures += 1
         now = time.monotonic()
         if now - self._last_warning >= WARN_EVERY_SECONDS:
             self._last_warning = now

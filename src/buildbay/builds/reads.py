@@ -1,0 +1,228 @@
+"""Builds as read (db/reads.py): their records, the queries that give them, and what a reader
+may do with one (its icon, a signed download address)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, String, and_, bindparam, cast, func, or_, select
+
+from buildbay.builds.models import Build, BuildIcon, BuildStatus
+from buildbay.config import Settings
+from buildbay.db.reads import Reads, RecordOf
+from buildbay.errors import Conflict, NotFound
+from buildbay.ids import split_page
+from buildbay.storage.base import Storage
+
+if TYPE_CHECKING:
+    from buildbay.context import AppContext
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRecord:
+    id: str
+    project_id: str
+    application_id: str
+    file_name: str
+    file_size: int
+    expected_sha256: str | None
+    sha256: str | None
+    status: BuildStatus
+    notes: str | None
+    storage_key: str
+    storage_version: str | None
+    uploaded_by: str | None
+    metadata_: dict[str, Any] | None
+    metadata_error: str | None
+    has_icon: bool
+    mandatory: bool
+    created_at: datetime
+    expires_at: datetime
+    verified_at: datetime | None
+
+
+BUILD = RecordOf(BuildRecord, Build)
+
+
+class BuildOrder(StrEnum):
+    NEWEST = "newest"
+    VERSION = "version"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionFilter:
+    """`?versionName=` and `?versionCode=`: an APK's own fields, or for an .ipa its
+    CFBundleShortVersionString (`shortVersion`) and CFBundleVersion (`buildNumber`)."""
+
+    name: str | None = None
+    code: str | None = None
+
+
+def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]:
+    if version is None:
+        return []
+    clauses = []
+    for wanted, keys in (
+        (version.name, ("versionName", "shortVersion")),
+        (version.code, ("versionCode", "buildNumber")),
+    ):
+        if wanted is not None:
+            # As text on both databases (an APK's versionCode is a number in the JSON).
+            clauses.append(
+                or_(*(cast(Build.metadata_[key].as_string(), String) == wanted for key in keys))
+            )
+    return clauses
+
+
+@dataclass(frozen=True, slots=True)
+class StorageUsage:
+    bytes: int
+    builds: int
+
+
+_USAGE = select(
+    func.coalesce(func.sum(Build.file_size), 0).label("bytes"), func.count(Build.id).label("builds")
+).where(Build.uploaded_by == bindparam("user_id"))
+
+
+async def storage_usage(reads: Reads, user_id: str) -> StorageUsage:
+    """What a user's builds take: every build they uploaded, pending ones included (their
+    declared size is reserved from the upload link on)."""
+    row = await reads.first(_USAGE, {"user_id": user_id})
+    assert row is not None  # an aggregate has one row
+    return StorageUsage(int(row["bytes"]), int(row["builds"]))
+
+
+# Built once: composing a statement per request costs more than the database takes to run it.
+_BUILDS = select(*BUILD.columns)
+_BUILDS_OF_APPLICATION = _BUILDS.where(Build.application_id == bindparam("application_id"))
+_BUILD_OF_APPLICATION = _BUILDS_OF_APPLICATION.where(Build.id == bindparam("build_id"))
+_NEWEST_FIRST = _BUILDS_OF_APPLICATION.order_by(Build.id.desc()).limit(bindparam("limit"))
+_BUILD_OF_KEY = _BUILDS.where(Build.storage_key == bindparam("storage_key"))
+_ICON = select(BuildIcon.png).where(BuildIcon.build_id == bindparam("build_id"))
+_VERSION_KEY = func.coalesce(Build.version_code, -1)
+_VERSION_KEY_OF = select(_VERSION_KEY).where(
+    Build.id == bindparam("build_id"), Build.application_id == bindparam("application_id")
+)
+
+
+def not_in_application() -> NotFound:
+    return NotFound("No build with this id in the application", code="build_not_found")
+
+
+class BuildReads:
+    """Builds as a reader sees them: on a read-only request's reads, or a unit of work's."""
+
+    @classmethod
+    def of(cls, ctx: AppContext, reads: Reads) -> BuildReads:
+        return cls(reads, ctx.clock.now(), ctx.settings, ctx.storage)
+
+    def __init__(self, reads: Reads, now: datetime, settings: Settings, storage: Storage) -> None:
+        self.reads = reads
+        self.now = now
+        self.settings = settings
+        self.storage = storage
+
+    async def page(
+        self,
+        application_id: str,
+        status: BuildStatus | None,
+        limit: int,
+        after_id: str | None,
+        version: VersionFilter | None = None,
+        sort: BuildOrder = BuildOrder.NEWEST,
+    ) -> tuple[list[BuildRecord], str | None]:
+        """A page of builds, newest first or by version."""
+        params: dict[str, Any] = {"application_id": application_id, "limit": limit + 1}
+        if status is None and version is None and sort is BuildOrder.NEWEST and after_id is None:
+            stmt = _NEWEST_FIRST  # the first page, as clients poll it
+        else:
+            stmt = _BUILDS_OF_APPLICATION.where(*_version_clauses(version))
+            if status is not None:
+                stmt = stmt.where(Build.status == status)
+            if sort is BuildOrder.VERSION:
+                # Highest version code first, builds without one last; the newest first among
+                # equals. The cursor is still the last build's id: its version code is looked up.
+                stmt = stmt.order_by(_VERSION_KEY.desc(), Build.id.desc())
+                if after_id is not None:
+                    after_key = await self.reads.scalar(
+                        _VERSION_KEY_OF, {"build_id": after_id, "application_id": application_id}
+                    )
+                    if after_key is None:
+                        return [], None  # the cursor's build was deleted meanwhile
+                    stmt = stmt.where(
+                        or_(
+                            after_key > _VERSION_KEY,
+                            and_(after_key == _VERSION_KEY, Build.id < after_id),
+                        )
+                    )
+            else:
+                stmt = stmt.order_by(Build.id.desc())
+                if after_id is not None:
+                    stmt = stmt.where(Build.id < after_id)
+            stmt = stmt.limit(bindparam("limit"))
+        builds = [BUILD.of(row) for row in await self.reads.all(stmt, params)]
+        return split_page(builds, limit, lambda build: build.id)
+
+    async def latest(self, application_id: str, version: VersionFilter | None) -> BuildRecord:
+        """The newest ready build (of that version, if asked)."""
+        row = await self.reads.first(
+            _BUILDS_OF_APPLICATION.where(
+                Build.status == BuildStatus.READY, *_version_clauses(version)
+            )
+            .order_by(Build.id.desc())
+            .limit(1),
+            {"application_id": application_id},
+        )
+        if row is None:
+            raise NotFound("No ready build matches", code="build_not_found")
+        return BUILD.of(row)
+
+    async def get(self, application_id: str, build_id: str) -> BuildRecord:
+        params = {"build_id": build_id, "application_id": application_id}
+        row = await self.reads.first(_BUILD_OF_APPLICATION, params)
+        if row is None:
+            raise not_in_application()
+        return BUILD.of(row)
+
+    async def pending_upload(self, storage_key: str) -> BuildRecord:
+        """The build whose bytes are stored at `storage_key`, while they may still arrive (step
+        2 of the upload asks before it takes them, and again before it keeps them)."""
+        row = await self.reads.first(_BUILD_OF_KEY, {"storage_key": storage_key})
+        if row is None:
+            raise NotFound("This build no longer exists", code="build_not_found")
+        build = BUILD.of(row)
+        if build.status is BuildStatus.READY:
+            raise Conflict(
+                "This build is already verified; its bytes cannot change",
+                code="build_already_verified",
+            )
+        return build
+
+    async def icon(self, build: BuildRecord) -> bytes:
+        """The PNG icon the build's file carries; 404 if it has none."""
+        png = None
+        if build.has_icon:
+            png = await self.reads.scalar(_ICON, {"build_id": build.id})
+        if png is None:
+            raise NotFound("This build's file carries no icon", code="icon_not_found")
+        return bytes(png)
+
+    async def download_url(self, application_id: str, build_id: str) -> str:
+        build = await self.get(application_id, build_id)
+        if build.status is not BuildStatus.READY:
+            raise Conflict(
+                "This build is not verified yet; only ready builds can be downloaded",
+                code="build_not_ready",
+            )
+        return await self.file_url(build)
+
+    async def file_url(self, build: BuildRecord) -> str:
+        """A short-lived signed address of a build's file (the version verify checked)."""
+        expires_at = self.now + timedelta(seconds=self.settings.download_link_ttl_seconds)
+        return await self.storage.download_url(
+            build.storage_key, build.file_name, expires_at, build.storage_version
+        )

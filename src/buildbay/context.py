@@ -1,0 +1,45 @@
+"""Everything a request may need, built once by create_app: the one object services are made
+from (`Service.of(ctx, ...)`). Free of FastAPI, so services can name it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from buildbay.auth.cache import AccessTokenCache
+from buildbay.auth.tokens import AccessTokenCodec
+from buildbay.clock import Clock
+from buildbay.config import Settings
+from buildbay.ratelimit.limiter import RateLimiter
+
+if TYPE_CHECKING:
+    from buildbay.auth.revocations import SharedRevocations
+    from buildbay.builds.install import InstallTokens
+    from buildbay.jobs.worker import JobWorker
+    from buildbay.mail.outbox import MailOutbox
+    from buildbay.mail.unsubscribe import UnsubscribeLinks
+    from buildbay.storage.base import Storage
+    from buildbay.storage.signing import UrlSigner
+
+
+@dataclass
+class AppContext:
+    """Everything a request may need, built once by create_app (no import-time globals)."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]  # units of work that write
+    read_engine: AsyncEngine  # reads of requests that only read (db/reads.py)
+    clock: Clock
+    storage: Storage
+    signer: UrlSigner
+    install_tokens: InstallTokens
+    limiter: RateLimiter
+    access_tokens: AccessTokenCodec
+    access_cache: AccessTokenCache
+    revocations: SharedRevocations | None  # with Redis: several processes (auth/revocations.py)
+    mail: MailOutbox
+    unsubscribe: UnsubscribeLinks
+    jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan

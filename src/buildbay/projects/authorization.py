@@ -1,0 +1,133 @@
+"""Authorization's rules, in one place: the project (and application) a caller names, checked for
+the caller's role and, for an API token, its limits. Free of FastAPI: routes reach these through
+projects/access.py's dependencies, the console and services call them directly.
+
+The seed's rule: an unknown project or application is 404; an existing one on which the caller has
+no rights, or too low a role, is 403. The checks, in order: the project exists (404); an API token
+restricted to other projects may not reach it (403 `token_not_allowed`); the caller is a member
+(403 `not_a_member`); the application exists (404); the token's scope includes what the route
+does (403 `insufficient_scope`); the role suffices (403 `insufficient_role`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import and_, bindparam, select
+from sqlalchemy.engine import RowMapping
+
+from buildbay.applications.models import Application
+from buildbay.applications.reads import ApplicationRecord
+from buildbay.auth.models import TokenScope
+from buildbay.auth.service import Principal
+from buildbay.db.reads import Reads, RecordOf
+from buildbay.errors import Forbidden, NotFound
+from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.reads import ProjectRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectAccess:
+    project: ProjectRecord
+    role: ProjectRole
+    caller: Principal
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationAccess:
+    project: ProjectRecord
+    application: ApplicationRecord
+    role: ProjectRole
+    caller: Principal
+
+
+_PROJECT = RecordOf(ProjectRecord, Project, "project_")
+_APPLICATION = RecordOf(ApplicationRecord, Application, "app_")
+
+# Built once: composing a statement (and its cache key) per request costs more than SQLite takes
+# to run it, and every route that names a project runs one of these.
+_MEMBERSHIP = (
+    select(*_PROJECT.columns, ProjectMember.role.label("role"))
+    .outerjoin(
+        ProjectMember,
+        and_(
+            ProjectMember.project_id == Project.id,
+            ProjectMember.user_id == bindparam("user_id"),
+        ),
+    )
+    .where(Project.id == bindparam("project_id"))
+)
+# The application in the same query: an outer join, so that a missing application still tells
+# the project's existence and the caller's membership apart.
+_MEMBERSHIP_AND_APPLICATION = _MEMBERSHIP.add_columns(*_APPLICATION.columns).outerjoin(
+    Application,
+    and_(Application.project_id == Project.id, Application.id == bindparam("app_id")),
+)
+
+
+async def membership(
+    reads: Reads, caller: Principal, project_id: str
+) -> tuple[ProjectRecord, ProjectRole]:
+    """The project and the caller's role in it: 404 if there is no such project, 403 if the
+    caller is not a member."""
+    params = {"user_id": caller.user.id, "project_id": project_id}
+    row = _of_a_member(caller, await reads.first(_MEMBERSHIP, params))
+    return _PROJECT.of(row), row["role"]
+
+
+def _of_a_member(caller: Principal, row: RowMapping | None) -> RowMapping:
+    """`row`, once it names a project of which the caller is a member and which the caller's
+    token may reach."""
+    if row is None:
+        raise NotFound("No project with this id", code="project_not_found")
+    caller.require_project(row["project_id"])
+    if row["role"] is None:
+        raise Forbidden("You are not a member of this project", code="not_a_member")
+    return row
+
+
+def require_role(role: ProjectRole, needed: ProjectRole) -> None:
+    if not role.includes(needed):
+        raise Forbidden(
+            f"This needs the {needed.value} role or higher; you are {role.value}",
+            code="insufficient_role",
+        )
+
+
+async def project_of(
+    reads: Reads,
+    caller: Principal,
+    project_id: str,
+    needed: ProjectRole,
+    scope: TokenScope | None = None,
+) -> ProjectAccess:
+    """The rules of `project_access`, for callers that are not routes (the web console), read
+    through `reads` (a read-only request's, or a unit of work's). `scope`: what an API token
+    must be allowed (None: only a token without a scope)."""
+    project, role = await membership(reads, caller, project_id)
+    caller.require_scope(scope)
+    require_role(role, needed)
+    return ProjectAccess(project=project, role=role, caller=caller)
+
+
+async def application_of(
+    reads: Reads,
+    caller: Principal,
+    project_id: str,
+    app_id: str,
+    needed: ProjectRole,
+    scope: TokenScope | None = None,
+) -> ApplicationAccess:
+    """The rules of `application_access`, for callers that are not routes (the web console)."""
+    # Members learn whether an application exists (404) before whether their role suffices
+    # (403); strangers learn neither.
+    params = {"user_id": caller.user.id, "project_id": project_id, "app_id": app_id}
+    row = _of_a_member(caller, await reads.first(_MEMBERSHIP_AND_APPLICATION, params))
+    if row["app_id"] is None:
+        raise NotFound("No application with this id in the project", code="application_not_found")
+    role = row["role"]
+    caller.require_scope(scope)
+    require_role(role, needed)
+    return ApplicationAccess(
+        project=_PROJECT.of(row), application=_APPLICATION.of(row), role=role, caller=caller
+    )

@@ -1,0 +1,145 @@
+"""The layers read one way: the domain (models, reads, services, rules, storage, schemas) never
+imports the web (FastAPI, the route dependencies, the routes, the console), domain errors import
+neither FastAPI nor SQLAlchemy, and no module imports itself back through others.
+
+Imports are read from the source (module level, outside `if TYPE_CHECKING:`), so a violation is
+named with its file and line before anything runs."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "buildbay"
+
+WEB_LIBRARIES = ("fastapi", "starlette")
+# The web side of the server: what turns HTTP into calls of the domain and back.
+WEB_MODULES = (
+    "buildbay.app",
+    "buildbay.deps",
+    "buildbay.problems",
+    "buildbay.middleware",
+    "buildbay.openapi",
+    "buildbay.health",
+    "buildbay.security_headers",
+    "buildbay.console",
+    "buildbay.templates",
+    "buildbay.projects.access",
+)
+WEB_SUFFIXES = (".routes", ".dependencies", ".install_page")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_web(module: str) -> bool:
+    if module.split(".")[0] in WEB_LIBRARIES:
+        return True
+    if any(module == web or module.startswith(web + ".") for web in WEB_MODULES):
+        return True
+    return module.endswith(WEB_SUFFIXES)
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(module: str) -> Iterator[tuple[int, str]]:
+    """(line, module) of each module-level import of `module` that runs when it is imported."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def walk(nodes: list[ast.stmt]) -> Iterator[tuple[int, str]]:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield node.lineno, alias.name
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                yield node.lineno, base
+                for alias in node.names:  # `from buildbay.x import y`, y a module
+                    if f"{base}.{alias.name}" in MODULES:
+                        yield node.lineno, f"{base}.{alias.name}"
+            elif isinstance(node, ast.If) and not _type_checking(node):
+                yield from walk(node.body)
+                yield from walk(node.orelse)
+            elif isinstance(node, ast.Try):
+                yield from walk(node.body)
+
+    yield from walk(ast.parse(path.read_text(encoding="utf-8")).body)
+
+
+def _first_party(module: str) -> str | None:
+    """The module of ours that `module` names (a module, or a package's __init__)."""
+    while module:
+        if module in MODULES:
+            return module
+        module = module.rpartition(".")[0]
+    return None
+
+
+DOMAIN = sorted(
+    m for m in MODULES if not _is_web(m) and m not in ("buildbay.cli", "buildbay.__main__")
+)
+
+
+@pytest.mark.parametrize("module", DOMAIN)
+def test_the_domain_never_imports_the_web(module: str) -> None:
+    web = [
+        f"{MODULES[module].name}:{line}: {name}" for line, name in imports(module) if _is_web(name)
+    ]
+    assert web == [], f"{module} imports the web side"
+
+
+def test_domain_errors_import_neither_fastapi_nor_sqlalchemy() -> None:
+    libraries = {name.split(".")[0] for _, name in imports("buildbay.errors")}
+    assert not libraries & {"fastapi", "starlette", "sqlalchemy"}
+
+
+def test_no_module_imports_itself_back() -> None:
+    graph = {
+        module: {found for _, name in imports(module) if (found := _first_party(name))} - {module}
+        for module in MODULES
+    }
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    # A package's __init__ importing its own modules is how packages work, not a cycle.
+    real = [c for c in cycles if not all(m.startswith(c[0]) or c[0].startswith(m) for m in c)]
+    assert real == [], " ; ".join(" -> ".join(cycle) for cycle in real)
+
+
+def test_the_checks_see_a_violation() -> None:
+    """The rules above would notice: a module of the web side is recognised as such, and this
+    reader finds a module's imports (here, routes importing FastAPI)."""
+    assert _is_web("buildbay.builds.routes")
+    assert _is_web("fastapi.routing")
+    assert not _is_web("buildbay.builds.service")
+    assert any(name == "fastapi" for _, name in imports("buildbay.builds.routes"))
