@@ -1,42 +1,50 @@
-"""The `buildbay` command: the client (client/cli.py), and running the server and looking after
-its database."""
+"""The server's operator commands, which join the `buildbay` command of the client
+(buildbay-client) through the `buildbay.commands` entry point: running the server and looking
+after its database.
+
+Importing this module loads typer and nothing of the server: the settings, SQLAlchemy and
+FastAPI are imported inside the commands, so that `buildbay --help` stays fast.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import sys
-from typing import Annotated, Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from sqlalchemy import update
 
-from buildbay.client.cli import EXIT_CODES_HELP, register
-from buildbay.config import ConfigurationError, Plan, Settings
+if TYPE_CHECKING:
+    from buildbay.config import Settings
 
-app = typer.Typer(
-    help="Buildbay: self-hosted build distribution. Upload builds from CI, hand them to testers.",
-    epilog=EXIT_CODES_HELP,
-    no_args_is_help=True,
-    add_completion=False,
-)
+PANEL = "Server administration"
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 users_app = typer.Typer(help="User accounts.", no_args_is_help=True)
-app.add_typer(db_app, name="db", rich_help_panel="Server administration")
-app.add_typer(users_app, name="users", rich_help_panel="Server administration")
-register(app)  # login, upload, projects, apps, builds, members, tokens
+jobs_app = typer.Typer(help="The outbox: mails (and later webhooks) sent in the background.",
+                       no_args_is_help=True)  # fmt: skip
 
 
-def _settings(**overrides: object) -> Settings:
+@contextmanager
+def _configured() -> Iterator[None]:
+    """A configuration that cannot run the server is one line and exit code 2 (some settings
+    are only checked when first used)."""
+    from buildbay.config import ConfigurationError
+
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        yield
     except ConfigurationError as exc:
         typer.echo(f"buildbay: {exc}", err=True)
         raise typer.Exit(2) from None
 
 
-@app.command(rich_help_panel="Server administration")
+def _settings(**overrides: object) -> Settings:
+    from buildbay.config import Settings
+
+    with _configured():
+        return Settings(**overrides)  # type: ignore[arg-type]
+
+
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on")] = 8000,
@@ -50,7 +58,8 @@ def serve(
     from buildbay.app import create_app
 
     settings = _settings(host=host, port=port)
-    settings.signing_key  # noqa: B018 - fail (or create the development key) before listening
+    with _configured():
+        settings.signing_key  # noqa: B018 - fail (or create the development key) before listening
     if workers > 1 and not settings.redis_url:
         typer.echo(
             "buildbay: --workers above 1 needs BUILDBAY_REDIS_URL: request counts and token "
@@ -58,6 +67,8 @@ def serve(
             err=True,
         )
         raise typer.Exit(2)
+    import logging
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     options: dict[str, Any] = {
         "host": host,
@@ -71,17 +82,22 @@ def serve(
         "log_level": "info",
     }
     if workers == 1:
-        uvicorn.run(create_app(settings), **options)
+        with _configured():
+            app = create_app(settings)
+        uvicorn.run(app, **options)
         return
     # Several processes: the schema is migrated here, once, and each worker builds its app from
     # the same environment (host and port included, for the URLs it writes).
     if settings.migrates_itself:
-        _migrate(settings)
+        with _configured():
+            _migrate(settings)
     os.environ["BUILDBAY_HOST"], os.environ["BUILDBAY_PORT"] = host, str(port)
     uvicorn.run("buildbay.app:create_worker_app", factory=True, workers=workers, **options)
 
 
 def _migrate(settings: Settings) -> None:
+    import asyncio
+
     from buildbay.db import migrate
     from buildbay.db.engine import create_engine
 
@@ -100,20 +116,32 @@ def _migrate(settings: Settings) -> None:
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply the schema migrations to BUILDBAY_DATABASE_URL (the production path)."""
-    _migrate(_settings())
+    settings = _settings()
+    with _configured():
+        _migrate(settings)
     typer.echo("database schema is up to date")
 
 
 @users_app.command("set-plan")
 def set_plan(
     email: Annotated[str, typer.Argument(help="The user's e-mail")],
-    plan: Annotated[Plan, typer.Argument(help="free, pro or enterprise")],
+    plan_name: Annotated[str, typer.Argument(metavar="PLAN", help="free, pro or enterprise")],
 ) -> None:
     """Move a user to another plan (its rate limit and largest build file follow)."""
+    import asyncio
+
+    from sqlalchemy import update
+
     from buildbay.auth.models import User
     from buildbay.auth.service import normalise_email
+    from buildbay.config import Plan
     from buildbay.db.engine import create_engine, create_sessionmaker
 
+    try:
+        plan = Plan(plan_name)
+    except ValueError:
+        choices = ", ".join(p.value for p in Plan)
+        raise typer.BadParameter(f"{plan_name!r} is not a plan: one of {choices}") from None
     settings = _settings()
 
     async def run() -> int:
@@ -133,15 +161,94 @@ def set_plan(
     typer.echo(f"{email} is now on the {plan.value} plan")
 
 
-@app.command(rich_help_panel="Server administration")
+@jobs_app.command("failed")
+def jobs_failed() -> None:
+    """List the jobs that failed for good (a refused mail, or 24 hours of retries), newest
+    first, with the last error."""
+    import asyncio
+
+    from sqlalchemy import select
+
+    from buildbay.db.engine import create_engine, create_sessionmaker
+    from buildbay.jobs.models import Job, JobStatus
+
+    settings = _settings()
+
+    async def run() -> list[Job]:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            async with create_sessionmaker(engine)() as db:
+                return list(
+                    await db.scalars(
+                        select(Job).where(Job.status == JobStatus.FAILED).order_by(Job.id.desc())
+                    )
+                )
+        finally:
+            await engine.dispose()
+
+    failed = asyncio.run(run())
+    for job in failed:
+        to = ", ".join(job.payload.get("to", [])) if job.kind == "mail" else ""
+        when = job.finished_at.strftime("%Y-%m-%dT%H:%M:%SZ") if job.finished_at else "-"
+        typer.echo(f"{job.id}  {job.kind}{' to ' + to if to else ''}  failed {when} after "
+                   f"{job.attempts} attempt(s): {job.last_error}")  # fmt: skip
+    typer.echo(f"{len(failed)} failed job(s)")
+
+
+@jobs_app.command("retry")
+def jobs_retry(
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB_ID...", help="Failed jobs' ids")],
+) -> None:
+    """Run failed jobs again, at once (after fixing what failed them, e.g. BUILDBAY_SMTP_URL):
+    each gets 24 hours of retries anew."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from sqlalchemy import update
+
+    from buildbay.db.engine import create_engine, create_sessionmaker
+    from buildbay.jobs.models import Job, JobStatus
+
+    settings = _settings()
+    now = datetime.now(UTC)
+
+    async def run() -> int:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            async with create_sessionmaker(engine)() as db, db.begin():
+                result = await db.execute(
+                    update(Job)
+                    .where(Job.id.in_(job_ids), Job.status == JobStatus.FAILED)
+                    .values(
+                        status=JobStatus.PENDING,
+                        attempts=0,
+                        run_after=now,
+                        created_at=now,
+                        finished_at=None,
+                    )
+                )
+                return int(result.rowcount)  # type: ignore[attr-defined]
+        finally:
+            await engine.dispose()
+
+    retried = asyncio.run(run())
+    typer.echo(f"{retried} job(s) will run again")
+    if retried < len(set(job_ids)):
+        typer.echo("buildbay: the others are not failed jobs", err=True)
+        raise typer.Exit(1)
+
+
 def sweep() -> None:
-    """Remove expired pending builds, builds past their retention rule and partial files of
-    uploads cut off by a crash (serve does too)."""
+    """Remove expired pending builds, builds past their retention rule, partial files of
+    uploads cut off by a crash and stored files no build owns (serve does too)."""
+    import asyncio
+
     from buildbay.app import create_app
     from buildbay.builds.sweeper import Swept, sweep
 
     settings = _settings(sweep_interval_seconds=0)
-    ctx = create_app(settings).state.ctx
+    with _configured():
+        ctx = create_app(settings).state.ctx
 
     async def run() -> Swept:
         try:
@@ -152,14 +259,17 @@ def sweep() -> None:
     swept = asyncio.run(run())
     typer.echo(
         f"swept {swept.expired_uploads} expired pending builds, "
-        f"{swept.retention} builds beyond their retention rule "
-        f"and {swept.abandoned_uploads} partial files of interrupted uploads"
+        f"{swept.retention} builds beyond their retention rule, "
+        f"{swept.abandoned_uploads} partial files of interrupted uploads "
+        f"and {swept.orphan_objects} stored files no build owned"
     )
 
 
-def main() -> None:
-    try:
-        app()
-    except ConfigurationError as exc:  # pragma: no cover - raised lazily by settings
-        typer.echo(f"buildbay: {exc}", err=True)
-        sys.exit(2)
+def register(app: typer.Typer) -> None:
+    """Add the operator commands to the `buildbay` command (the `buildbay.commands` entry point
+    in pyproject.toml names this function)."""
+    app.command(rich_help_panel=PANEL)(serve)
+    app.add_typer(db_app, name="db", rich_help_panel=PANEL)
+    app.add_typer(users_app, name="users", rich_help_panel=PANEL)
+    app.add_typer(jobs_app, name="jobs", rich_help_panel=PANEL)
+    app.command(rich_help_panel=PANEL)(sweep)

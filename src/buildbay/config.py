@@ -8,6 +8,7 @@ from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -72,6 +73,10 @@ class Settings(BaseSettings):
     rate_limit_free_per_minute: PositiveInt = 100
     rate_limit_pro_per_minute: PositiveInt = 1000
     login_failures_per_minute: PositiveInt = 10
+    # The public update check (docs/updates.md): per client IP, and per application (its update
+    # keys together), each in a moving minute.
+    update_checks_per_minute_per_ip: PositiveInt = 120
+    update_checks_per_minute_per_key: PositiveInt = 6000
 
     sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300
     # How long a request body may take to arrive (an upload's: the longest pause between two
@@ -84,10 +89,33 @@ class Settings(BaseSettings):
     s3_region: str | None = None
     s3_prefix: str = ""
 
+    # Mail: `smtp://user:pass@host:587` (STARTTLS when the server offers it) or `smtps://...`
+    # (TLS from the start). Without it each message is written as an .eml file under
+    # DATA_DIR/mail/ and the log says where.
+    smtp_url: SecretStr | None = None
+    mail_from: str | None = None  # e.g. `Buildbay <builds@example.com>`
+    # The outbox (jobs/): how often a worker looks for due jobs when nothing woke it, how long a
+    # claimed job stays its worker's before another may take it (a worker that died), and the
+    # first wait before a retry (doubled at each attempt, with jitter).
+    job_poll_seconds: Annotated[float, Field(gt=0)] = 5.0
+    job_lease_seconds: Annotated[float, Field(gt=0)] = 120.0
+    job_retry_base_seconds: Annotated[float, Field(gt=0)] = 10.0
+
     @model_validator(mode="after")
     def _s3_needs_a_bucket(self) -> Settings:
         if self.storage is StorageKind.S3 and not self.s3_bucket:
             raise ConfigurationError("BUILDBAY_STORAGE=s3 needs BUILDBAY_S3_BUCKET")
+        return self
+
+    @model_validator(mode="after")
+    def _smtp_url_is_smtp(self) -> Settings:
+        if self.smtp_url is not None:
+            url = urlsplit(self.smtp_url.get_secret_value())
+            if url.scheme not in ("smtp", "smtps") or not url.hostname:
+                raise ConfigurationError(
+                    "BUILDBAY_SMTP_URL must look like smtp://user:password@host:587 (STARTTLS "
+                    "when offered) or smtps://user:password@host:465 (TLS)"
+                )
         return self
 
     @model_validator(mode="after")
@@ -113,6 +141,21 @@ class Settings(BaseSettings):
         if self.public_url:
             return self.public_url.rstrip("/")
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def resolved_mail_from(self) -> str:
+        """Who mails come from: MAIL_FROM, else an address at the public URL's host."""
+        if self.mail_from:
+            return self.mail_from
+        host = urlsplit(self.resolved_public_url).hostname or ""
+        if "." not in host or host.replace(".", "").isdigit():
+            host = "localhost"  # an IP address or a bare name makes no mail domain
+        return f"Buildbay <buildbay@{host}>"
+
+    @property
+    def mail_dir(self) -> Path:
+        """Where mails go as .eml files when there is no SMTP server."""
+        return self.data_dir / "mail"
 
     @property
     def migrates_itself(self) -> bool:

@@ -37,9 +37,11 @@ async def test_me_answers_the_calling_user(client: httpx.AsyncClient, owner: Acc
 
     assert r.status_code == 200, r.text
     body = r.json()
-    # The seed's User, plus the storage usage and the plan's limits.
-    assert {k: v for k, v in body.items() if k not in {"usage", "limits"}} == owner.user
-    assert set(body) == {"id", "email", "name", "plan", "createdAt", "usage", "limits"}
+    # The seed's User, plus the mail setting, the storage usage and the plan's limits.
+    extra = {"notifyNewBuilds", "usage", "limits"}
+    assert {k: v for k, v in body.items() if k not in extra} == owner.user
+    assert set(body) == {"id", "email", "name", "plan", "createdAt", *extra}
+    assert body["notifyNewBuilds"] is True
     assert body["usage"] == {"storageBytes": 0, "builds": 0}
     assert body["limits"] == {
         "storageQuotaBytes": 5 * 1024**3,

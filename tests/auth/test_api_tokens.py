@@ -14,7 +14,9 @@ from buildbay.clock import FrozenClock
 from tests.auth.conftest import bearer, stored_values
 from tests.conftest import Account, Api, assert_problem, iso_z
 
-API_TOKEN_FIELDS = {"id", "name", "prefix", "createdAt", "expiresAt", "lastUsedAt"}
+API_TOKEN_FIELDS = {
+    "id", "name", "prefix", "createdAt", "expiresAt", "lastUsedAt", "scope", "projectIds",
+}  # fmt: skip
 
 
 async def create_token(client: httpx.AsyncClient, account: Account, **body: Any) -> dict[str, Any]:

@@ -115,18 +115,21 @@ async def test_api_tokens_outlive_a_password_change(
     assert (await me(client, ci)).status_code == 200
 
 
-async def test_change_password_with_an_api_token_ends_every_session(
+async def test_change_password_with_an_api_token_is_refused_and_changes_nothing(
     client: httpx.AsyncClient, refresh: Refresh, owner: Account
 ) -> None:
     ci = Account(owner.email, owner.password, await create_api_token(client, owner), "", {})
 
     r = await change_password(client, ci, owner.password, NEW_PASSWORD)
 
-    assert r.status_code == 204, r.text
-    # The caller has no login of its own to keep: every login ends.
-    assert_problem(await me(client, owner.access_token), 401, "token_revoked")
-    assert_problem(await refresh(owner.refresh_token), 401, "session_ended")
-    assert (await me(client, ci.access_token)).status_code == 200
+    # A leaked CI token must not take the account: only a login changes the password.
+    assert_problem(r, 403, "interactive_session_required")
+    assert (await me(client, owner.access_token)).status_code == 200
+    assert (await refresh(owner.refresh_token)).status_code == 200
+    r = await client.post(
+        "/api/auth/login", json={"email": owner.email, "password": owner.password}
+    )
+    assert r.status_code == 200, r.text
 
 
 async def test_a_wrong_current_password_is_422_and_changes_nothing(

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -67,7 +69,14 @@ async def test_register_stores_the_email_lower_cased(client: httpx.AsyncClient) 
     assert r.json()["user"]["email"] == "ada.lovelace@example.com"
 
 
-@pytest.mark.parametrize("second", ["ada@example.com", "ADA@Example.com", " Ada@EXAMPLE.com"])
+@pytest.mark.parametrize(
+    "second",
+    [
+        "ada@example.com",
+        "ADA@Example.com",
+        "\uff41\uff44\uff41@\uff25\uff38\uff21\uff2d\uff30\uff2c\uff25.com",
+    ],
+)
 async def test_an_email_can_register_only_once_whatever_its_case(
     client: httpx.AsyncClient, second: str
 ) -> None:
@@ -158,3 +167,82 @@ async def test_each_registration_is_a_different_user(api: Api) -> None:
 
     assert ada.user["id"] != grace.user["id"]
     assert ada.access_token != grace.access_token
+
+
+# -- look-alike addresses ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("email", [" ada@example.com", "ada@example.com ", "\tada@example.com"])
+async def test_an_email_with_whitespace_around_it_is_422_as_sent(
+    client: httpx.AsyncClient, email: str
+) -> None:
+    first = await register(client, email="ada@example.com", password="correct horse")
+    assert first.status_code == 201, first.text
+
+    r = await register(client, email=email, password="another password")
+
+    body = assert_problem(r, 422, "validation_error")
+    assert body["errors"] == [{"field": "email", "message": "cannot start or end with whitespace"}]
+
+
+async def test_a_fullwidth_email_is_the_address_it_looks_like(client: httpx.AsyncClient) -> None:
+    r = await register(client, email="\uff41lice@example.com", password="correct horse")
+    assert r.status_code == 201, r.text
+    assert r.json()["user"]["email"] == "alice@example.com"
+
+    r = await client.post(
+        "/api/auth/login",
+        json={"email": "alice@\uff45xample.com", "password": "correct horse"},
+    )
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("email", "part", "scripts"),
+    [
+        ("alice@ex\u0430mple.com", "ex\u0430mple", "Cyrillic"),  # Cyrillic a
+        ("alice@g\u03bfogle.com", "g\u03bfogle", "Greek"),  # Greek omicron
+        ("\u0430lice@example.com", "\u0430lice", "Cyrillic"),
+    ],
+)
+async def test_an_email_mixing_latin_with_look_alike_letters_is_422(
+    client: httpx.AsyncClient, email: str, part: str, scripts: str
+) -> None:
+    r = await register(client, email=email, password="correct horse")
+
+    body = assert_problem(r, 422, "validation_error")
+    message = f"mixes Latin letters with {scripts} look-alikes in '{part}'; write it in one script"
+    assert body["errors"] == [{"field": "email", "message": message}]
+    assert body["detail"] == f"email: {message}"
+
+
+async def test_an_idn_domain_in_one_script_is_fine(client: httpx.AsyncClient) -> None:
+    email = "\u0438\u0432\u0430\u043d@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444"
+    r = await register(client, email=email, password="correct horse")
+
+    assert r.status_code == 201, r.text
+    assert r.json()["user"]["email"] == email
+
+
+@pytest.mark.parametrize(
+    "name", ["Ada\u202e", "\u200b\u200b", "\u2066Ada\u2069", "A\u008dda", "A\u0006da"]
+)
+async def test_a_name_with_bidi_controls_or_nothing_visible_is_422(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    r = await register(client, email="ada@example.com", password="correct horse", name=name)
+
+    body = assert_problem(r, 422, "validation_error")
+    assert body["errors"][0]["field"] == "name"
+
+
+async def test_the_register_schema_says_what_a_name_may_hold(client: httpx.AsyncClient) -> None:
+    """The OpenAPI pattern of `name` refuses what the server refuses (a C1 control, found by
+    schemathesis) and takes a blank name (which means none)."""
+    schema = (await client.get("/openapi.json")).json()["components"]["schemas"]
+    options = schema["RegisterRequest"]["properties"]["name"]["anyOf"]
+    pattern = re.compile(next(o["pattern"] for o in options if "pattern" in o))
+    assert pattern.search("  Ada Lovelace ")
+    assert pattern.search("   ")
+    assert not pattern.search("A\u008dda")
+    assert not pattern.search("\u200b")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
@@ -46,16 +46,26 @@ _FAILED = pytest.StashKey[bool]()
 
 @pytest.fixture
 def new_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[object]:
-    """Pages in fresh contexts (each its own cookies), screenshotted if the test fails."""
+    """Pages in fresh contexts (each its own cookies), screenshotted if the test fails. Whatever
+    the test does, no page may report a Content-Security-Policy violation (Chromium reports each
+    one as a console error)."""
     contexts = []
+    violations: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            violations.append(f"{message.location.get('url')}: {message.text}")
 
     def make(base_url: str) -> Page:
         context = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 900})
         context.set_default_timeout(15_000)
         contexts.append(context)
-        return context.new_page()
+        page = context.new_page()
+        page.on("console", on_console)
+        return page
 
     yield make
+    assert not violations, "\n".join(violations)
     if request.node.stash.get(_FAILED, False):
         ARTIFACTS.mkdir(exist_ok=True)
         name = re.sub(r"[^\w.-]+", "_", request.node.name)

@@ -111,6 +111,51 @@ def test_a_new_user_uploads_a_build_and_makes_a_token_for_ci(
     assert api.status_code == 401
 
 
+def test_a_token_limited_to_a_scope_and_a_project_shows_them_and_keeps_to_them(
+    server: str, new_page: NewPage
+) -> None:
+    page = new_page(server)
+    sign_up(page, "ada@example.com", "Ada")
+    for name in ("Acme", "Other"):
+        page.goto("/projects")
+        page.get_by_label("Project name").fill(name)
+        page.get_by_role("button", name="Create project").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text(name)
+    page.goto("/account")
+
+    # "Only these" with none chosen: refused, with a sentence beside the projects.
+    page.get_by_label("Token name").fill("uploader")
+    page.get_by_label("Only these:").check()
+    page.get_by_role("button", name="Create token").click()
+    expect(page.get_by_role("alert")).to_have_text("Choose at least one project, or all of them.")
+    expect(page.get_by_label("Token name")).to_have_value("uploader")  # what was typed stays
+
+    page.get_by_role("radio", name=re.compile(r"Builds: read, upload")).check()
+    page.get_by_label("Only these:").check()
+    page.get_by_label("Acme", exact=True).check()
+    page.get_by_role("button", name="Create token").click()
+    secret = page.locator("#new-token").inner_text()
+    row = page.locator("tr", has_text="uploader")
+    expect(row.locator("td.scope")).to_have_text("builds:write")
+    expect(row.locator("td.projects")).to_have_text("Acme")
+
+    token = {"Authorization": f"Bearer {secret}"}
+    api = httpx.get(f"{server}/api/projects", headers=token)
+    assert [p["name"] for p in api.json()["projects"]] == ["Acme"]
+    api = httpx.post(f"{server}/api/projects", json={"name": "Sneaky"}, headers=token)
+    assert (api.status_code, api.json()["code"]) == (403, "token_not_allowed")
+    api = httpx.get(f"{server}/api/account/api-tokens", headers=token)
+    assert (api.status_code, api.json()["code"]) == (403, "interactive_session_required")
+
+    # A token without limits says so.
+    page.goto("/account")
+    page.get_by_label("Token name").fill("everything")
+    page.get_by_role("button", name="Create token").click()
+    row = page.locator("tr", has_text="everything")
+    expect(row.locator("td.scope")).to_have_text("everything")
+    expect(row.locator("td.projects")).to_have_text("all")
+
+
 def test_a_tester_sees_no_destructive_actions_and_the_server_refuses_them(
     server: str, new_page: NewPage
 ) -> None:

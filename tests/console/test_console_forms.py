@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from tests.conftest import BASE_URL, Api
+from tests.conftest import BASE_URL, Api, assert_problem
 
 ORIGIN = {"Origin": BASE_URL}
 
@@ -100,3 +100,50 @@ async def test_pages_answer_in_html_with_the_right_status(
     assert missing.headers["content-type"].startswith("text/html")
     assert "No project with this id" in missing.text
     assert (await browser_like.get("/static/console.css")).status_code == 200
+
+
+async def test_the_browser_uploads_json_endpoints_answer_problems_as_the_api(
+    browser_like: httpx.AsyncClient, api: Api
+) -> None:
+    """The console's script asks for an upload address and a verify with JSON: a refusal is
+    RFC 9457 problem+json with the API's code and sentence, never a field dump or HTML."""
+    owner = await api.register("ada@example.com", "correct horse")
+    project = await api.project(owner)
+    app_id = (await api.application(owner, project["id"]))["id"]
+    csrf = await _csrf(browser_like)
+    r = await browser_like.post(
+        "/login",
+        data={"csrf": csrf, "email": "ada@example.com", "password": "correct horse"},
+        headers=ORIGIN,
+    )
+    assert r.status_code == 303, r.text
+    page_path = f"/projects/{project['id']}/apps/{app_id}"
+    page = await browser_like.get(page_path)
+    found = re.search(r'data-csrf="([^"]+)"', page.text)
+    assert found, page.text[:300]
+    headers = {**ORIGIN, "X-CSRF-Token": found.group(1)}
+    start = f"{page_path}/uploads"
+
+    too_big = await browser_like.post(
+        start, json={"fileName": "a.apk", "fileSize": 1 << 40}, headers=headers
+    )
+    body = assert_problem(too_big, 413, "file_too_large")
+    assert "largest build file" in body["detail"]
+
+    invalid = await browser_like.post(start, json={"fileName": "a/b.apk"}, headers=headers)
+    body = assert_problem(invalid, 422, "validation_error")
+    assert {e["field"] for e in body["errors"]} == {"fileName", "fileSize"}
+
+    not_json = await browser_like.post(
+        start, content=b"{", headers={**headers, "Content-Type": "application/json"}
+    )
+    assert_problem(not_json, 400, "malformed_json")
+
+    link = await browser_like.post(
+        start, json={"fileName": "a.apk", "fileSize": 5}, headers=headers
+    )
+    assert link.status_code == 201, link.text
+    unverified = await browser_like.post(
+        f"{start}/{link.json()['buildId']}/verify", json={"notes": "n"}, headers=headers
+    )
+    assert_problem(unverified, 422, "upload_incomplete")

@@ -3,13 +3,25 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Request, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import schemas
-from buildbay.auth.dependencies import AuthServiceDep, CurrentUser, PublicRateLimit, client_ip
+from buildbay.auth.dependencies import (
+    Authenticated,
+    AuthServiceDep,
+    CurrentUser,
+    InteractiveUser,
+    PublicRateLimit,
+    client_ip,
+)
+from buildbay.auth.models import User
+from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.service import IssuedTokens
-from buildbay.builds.service import storage_usage
+from buildbay.builds.reads import storage_usage
+from buildbay.context import AppContext
+from buildbay.db.reads import Reads
 from buildbay.deps import Context, SessionDep, TransactionRoute
-from buildbay.errors import problem_responses
+from buildbay.problems import problem_responses
 
 router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=TransactionRoute)
 account_router = APIRouter(prefix="/api/account", tags=["account"], route_class=TransactionRoute)
@@ -67,7 +79,7 @@ async def refresh_token(
     summary="Revoke this session: its access tokens and its refresh-token family",
 )
 async def logout(
-    principal: CurrentUser,
+    principal: Authenticated,
     service: AuthServiceDep,
     body: Annotated[schemas.LogoutRequest | None, Body()] = None,
 ) -> Response:
@@ -78,12 +90,13 @@ async def logout(
 @router.post(
     "/change-password",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=problem_responses(400, 401, 413, 422, 429),
-    summary="Change your password; your other sessions end, API tokens stay",
+    responses=problem_responses(400, 401, 403, 413, 422, 429),
+    summary="Change your password (a login only, not an API token); your other sessions end, "
+    "API tokens stay",
 )
 async def change_password(
     body: schemas.ChangePasswordRequest,
-    principal: CurrentUser,
+    principal: InteractiveUser,
     service: AuthServiceDep,
     ctx: Context,
     request: Request,
@@ -94,20 +107,78 @@ async def change_password(
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
+@router.post(
+    "/password-reset",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_class=Response,  # no body
+    dependencies=[PublicRateLimit],
+    responses={
+        202: {"description": "Accepted, whether or not an account has this e-mail"},
+        **problem_responses(400, 413, 422, 429),
+    },
+    summary="Mail a password-reset link, if an account has this e-mail (always 202)",
+)
+async def request_password_reset(
+    body: schemas.PasswordResetRequest, ctx: Context, db: SessionDep, request: Request
+) -> Response:
+    await PasswordResets(db, ctx.clock.now()).request(
+        str(body.email), client_ip(request), ctx.limiter
+    )
+    return Response(status_code=status.HTTP_202_ACCEPTED)
+
+
+@router.post(
+    "/password-reset/confirm",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[PublicRateLimit],
+    responses=problem_responses(400, 413, 422, 429),
+    summary="Set a new password with a reset link's token; every session of the account ends "
+    "(API tokens stay)",
+)
+async def confirm_password_reset(
+    body: schemas.PasswordResetConfirm, service: AuthServiceDep, ctx: Context, db: SessionDep
+) -> Response:
+    await PasswordResets(db, ctx.clock.now()).confirm(body.token, body.password, service)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
 @router.get(
     "/me",
     responses=problem_responses(401, 429),
     summary="The calling user, with storage usage and the plan's limits",
 )
-async def me(principal: CurrentUser, ctx: Context, db: SessionDep) -> schemas.Me:
-    user, settings = principal.user, ctx.settings
-    usage = await storage_usage(db, user.id)
+async def me(principal: Authenticated, ctx: Context, db: SessionDep) -> schemas.Me:
+    # The row as it is now: the caller's `user` may be a cached copy from before a change of
+    # it (PUT /me, a one-click unsubscribe).
+    return await _me(await db.get_one(User, principal.user.id), ctx, db)
+
+
+@router.put(
+    "/me",
+    responses=problem_responses(400, 401, 403, 413, 422, 429),
+    summary="Change your name or whether you get new-build e-mails (not with a limited API token)",
+)
+async def update_me(
+    body: schemas.MeUpdate,
+    principal: CurrentUser,
+    service: AuthServiceDep,
+    ctx: Context,
+    db: SessionDep,
+) -> schemas.Me:
+    user = await service.update_profile(principal, body.name, body.notify_new_builds)
+    return await _me(user, ctx, db)
+
+
+async def _me(user: User, ctx: AppContext, db: AsyncSession) -> schemas.Me:
+    settings = ctx.settings
+    usage = await storage_usage(Reads.within(db), user.id)
     return schemas.Me(
         id=user.id,
         email=user.email,
         name=user.name,
         plan=user.plan,
         created_at=user.created_at,
+        notify_new_builds=user.notify_new_builds,
         usage=schemas.Usage(storage_bytes=usage.bytes, builds=usage.builds),
         limits=schemas.Limits(
             storage_quota_bytes=settings.storage_quota(user.plan),
@@ -120,9 +191,13 @@ async def me(principal: CurrentUser, ctx: Context, db: SessionDep) -> schemas.Me
 
 
 @account_router.get(
-    "/api-tokens", responses=problem_responses(401, 429), summary="List your API tokens"
+    "/api-tokens",
+    responses=problem_responses(401, 403, 429),
+    summary="List your API tokens (a login only, not an API token)",
 )
-async def list_api_tokens(principal: CurrentUser, service: AuthServiceDep) -> schemas.ApiTokenList:
+async def list_api_tokens(
+    principal: InteractiveUser, service: AuthServiceDep
+) -> schemas.ApiTokenList:
     tokens = await service.list_api_tokens(principal.user)
     return schemas.ApiTokenList(api_tokens=[schemas.ApiToken.model_validate(t) for t in tokens])
 
@@ -130,14 +205,15 @@ async def list_api_tokens(principal: CurrentUser, service: AuthServiceDep) -> sc
 @account_router.post(
     "/api-tokens",
     status_code=status.HTTP_201_CREATED,
-    responses=problem_responses(400, 401, 413, 422, 429),
-    summary="Create an API token for CI (the secret is shown once)",
+    responses=problem_responses(400, 401, 403, 413, 422, 429),
+    summary="Create an API token for CI, limited to a scope and projects if asked (a login only; "
+    "the secret is shown once)",
 )
 async def create_api_token(
-    body: schemas.CreateApiTokenRequest, principal: CurrentUser, service: AuthServiceDep
+    body: schemas.CreateApiTokenRequest, principal: InteractiveUser, service: AuthServiceDep
 ) -> schemas.CreatedApiToken:
     api_token, secret = await service.create_api_token(
-        principal.user, body.name, body.expires_in_days
+        principal.user, body.name, body.expires_in_days, body.scope, body.project_ids
     )
     return schemas.CreatedApiToken.model_validate(
         {**schemas.ApiToken.model_validate(api_token).model_dump(), "token": secret}
@@ -147,12 +223,12 @@ async def create_api_token(
 @account_router.delete(
     "/api-tokens/{id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses=problem_responses(401, 404, 429),
-    summary="Revoke an API token",
+    responses=problem_responses(401, 403, 404, 429),
+    summary="Revoke an API token (a login only, not an API token)",
 )
 async def delete_api_token(
     token_id: Annotated[str, Path(alias="id")],
-    principal: CurrentUser,
+    principal: InteractiveUser,
     service: AuthServiceDep,
 ) -> Response:
     await service.delete_api_token(principal.user, token_id)

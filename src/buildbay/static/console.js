@@ -40,7 +40,10 @@ if (form) {
     file.setAttribute("aria-invalid", "true");
     button.disabled = false;
   };
-  const firstError = (body) => Object.values((body && body.errors) || {})[0] || "The upload failed";
+  // Refusals are RFC 9457 problems, as the API's: a field's message, else the detail.
+  const firstError = (body) =>
+    (body && body.errors && body.errors[0] && body.errors[0].message) ||
+    (body && body.detail) || "The upload failed";
 
   const put = (url, extraHeaders, blob) => new Promise((resolve, reject) => {
     const request = new XMLHttpRequest();

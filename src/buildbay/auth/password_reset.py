@@ -1,0 +1,134 @@
+"""Password reset by e-mail.
+
+Asking (`request`) answers the same whether or not an account has the e-mail, and does the same
+work: it writes one job. The job's handler, in the worker, looks the account up and, if there is
+one, makes the link and writes its mail, both in the job's own unit of work (so the link and its
+mail exist together, once). The link's token is single use, lasts an hour, and is stored as a
+hash; using it sets the password and ends every session of the user (API tokens stay, as with
+change-password). Asking is throttled per e-mail and per client IP."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from limits import RateLimitItemPerHour
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.auth import passwords
+from buildbay.auth.models import PasswordReset, User
+from buildbay.auth.service import AuthService, normalise_email
+from buildbay.auth.tokens import hash_token
+from buildbay.context import AppContext
+from buildbay.errors import RateLimited, ValidationFailed
+from buildbay.ids import new_id
+from buildbay.jobs.queue import enqueue
+from buildbay.jobs.worker import Handler, JobRun
+from buildbay.mail.message import render
+from buildbay.ratelimit.limiter import RateLimiter
+
+PASSWORD_RESET_JOB = "password_reset"
+RESET_LIFETIME = timedelta(hours=1)
+RESET_TOKEN_PREFIX = "bbp_"
+RESET_PAGE = "/reset-password"
+# Asked for at most this often: per e-mail (a mailbox is not flooded) and per client IP.
+PER_EMAIL = RateLimitItemPerHour(5)
+PER_IP = RateLimitItemPerHour(20)
+
+
+class PasswordResets:
+    def __init__(self, db: AsyncSession, now: datetime) -> None:
+        self.db = db
+        self.now = now
+
+    async def request(self, email: str, client_ip: str, limiter: RateLimiter) -> None:
+        """Ask for a link to be mailed to `email`, if an account has it (which the caller is
+        never told)."""
+        email = normalise_email(email)
+        for namespace, key, item in (
+            ("password-reset-ip", client_ip, PER_IP),
+            ("password-reset-email", email, PER_EMAIL),
+        ):
+            if (wait := await limiter.throttle(namespace, key, item)) is not None:
+                raise RateLimited(
+                    "Too many password resets asked for; wait before asking again",
+                    code="reset_throttled",
+                    headers={"Retry-After": str(wait)},
+                )
+        enqueue(self.db, PASSWORD_RESET_JOB, {"email": email}, self.now)
+
+    async def issue(self, user: User) -> str:
+        """A new link's token for `user` (its hash stored)."""
+        token = RESET_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.db.add(
+            PasswordReset(
+                id=new_id("prs"),
+                user_id=user.id,
+                token_hash=hash_token(token),
+                created_at=self.now,
+                expires_at=self.now + RESET_LIFETIME,
+                used_at=None,
+            )
+        )
+        await self.db.flush()
+        return token
+
+    async def confirm(self, token: str, password: str, auth: AuthService) -> User:
+        """Set the password of the link's user and end all their sessions; 422 `invalid_token`
+        for a link that is unknown, used or expired."""
+        user_id = await self.db.scalar(
+            # The claim decides: of two uses at once, one wins.
+            update(PasswordReset)
+            .where(
+                PasswordReset.token_hash == hash_token(token),
+                PasswordReset.used_at.is_(None),
+                PasswordReset.expires_at > self.now,
+            )
+            .values(used_at=self.now)
+            .returning(PasswordReset.user_id)
+        )
+        if user_id is None:
+            raise ValidationFailed.for_field(
+                "token",
+                "this link is unknown, used or expired; ask for a new one",
+                code="invalid_token",
+            )
+        user = await self.db.get_one(User, user_id)
+        user.password_hash = await passwords.hash_password(password)
+        user.updated_at = self.now
+        # The other links of the user, if any, are spent too: one reset, one password.
+        await self.db.execute(
+            update(PasswordReset)
+            .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
+            .values(used_at=self.now)
+        )
+        await auth.revoke_sessions_of(user.id, keep=None)
+        return user
+
+
+def reset_link(public_url: str, token: str) -> str:
+    return f"{public_url}{RESET_PAGE}?{urlencode({'token': token})}"
+
+
+def password_reset_handler(ctx: AppContext) -> Handler:
+    """The worker's side of `request`: the link and its mail, if an account has the e-mail."""
+
+    async def handle(run: JobRun) -> None:
+        now = ctx.clock.now()
+        user = await run.db.scalar(select(User).where(User.email == run.payload["email"]))
+        if user is None:
+            return  # nobody to tell; the caller was answered the same
+        token = await PasswordResets(run.db, now).issue(user)
+        mail = render(
+            "password_reset",
+            user.email,
+            "Reset your Buildbay password",
+            name=user.name,
+            email=user.email,
+            link=reset_link(ctx.settings.resolved_public_url, token),
+        )
+        ctx.mail.send(run.db, mail, now)
+
+    return handle

@@ -1,0 +1,187 @@
+"""The console: signing up, in and out."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from buildbay.auth.dependencies import client_ip, make_auth_service
+from buildbay.auth.password_reset import RESET_PAGE, PasswordResets
+from buildbay.auth.schemas import (
+    LoginRequest,
+    PasswordResetConfirm,
+    PasswordResetRequest,
+    RegisterRequest,
+)
+from buildbay.console.pages import (
+    ConsoleRoute,
+    FormError,
+    form_fields,
+    now,
+    page,
+    parse_form,
+    safe_next,
+    see_other,
+    sessions,
+    visit,
+)
+from buildbay.deps import get_context
+from buildbay.errors import BuildbayError, RateLimited, ValidationFailed
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+
+@router.get("/")
+async def home(request: Request) -> Response:
+    visitor, _ = await visit(request, signed_in=False)
+    return see_other("/projects" if visitor.user else "/login")
+
+
+@router.get("/login")
+async def login_page(request: Request) -> Response:
+    visitor, _ = await visit(request, signed_in=False)
+    next_page = safe_next(request.query_params.get("next"))
+    if visitor.user is not None:
+        return see_other(next_page)
+    return page("console/login.html", visitor, next=next_page, values={}, errors={},
+                 signed_out=request.query_params.get("signed_out"),
+                 reset=request.query_params.get("reset"))  # fmt: skip
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    visitor, db = await visit(request, signed_in=False)
+    fields = await form_fields(request)
+    next_page = safe_next(fields.get("next"))
+    values = {"email": fields.get("email", "")}
+    ctx = get_context(request)
+    try:
+        body = parse_form(LoginRequest, {k: fields.get(k, "") for k in ("email", "password")})
+        assert isinstance(body, LoginRequest)
+        service = make_auth_service(ctx, db)
+        issued = await service.login(body.email, body.password, client_ip(request), ctx.limiter)
+    except FormError as exc:
+        return page("console/login.html", visitor, 422, next=next_page, values=values,
+                    errors=exc.by_field)  # fmt: skip
+    except BuildbayError as exc:
+        status = exc.status if exc.status in (401, 429) else 400
+        refused = page("console/login.html", visitor, status, next=next_page, values=values,
+                       errors={"form": exc.detail})  # fmt: skip
+        refused.headers.update(exc.headers)  # Retry-After, when throttled
+        return refused
+    if visitor.session_id is not None:  # signing in again: the old login ends
+        await make_auth_service(ctx, db).end_session(visitor.session_id)
+    await sessions(request).sign_in(visitor, db, issued.session_id, now(request))
+    return see_other(next_page)
+
+
+@router.get("/signup")
+async def signup_page(request: Request) -> Response:
+    visitor, _ = await visit(request, signed_in=False)
+    query = request.query_params
+    next_page = safe_next(query.get("next")) if query.get("next") else ""
+    # Prefilled from an invitation's page: the invited address.
+    values = {"email": query.get("email", "")[:320]}
+    return page("console/signup.html", visitor, values=values, errors={}, next=next_page)
+
+
+@router.post("/signup")
+async def signup(request: Request) -> Response:
+    visitor, db = await visit(request, signed_in=False)
+    fields = await form_fields(request)
+    values = {"email": fields.get("email", ""), "name": fields.get("name", "")}
+    next_page = safe_next(fields.get("next")) if fields.get("next") else ""
+    try:
+        body = parse_form(RegisterRequest, {k: fields.get(k) or None for k in ("email", "name")}
+                      | {"password": fields.get("password", "")})  # fmt: skip
+        assert isinstance(body, RegisterRequest)
+        issued = await make_auth_service(get_context(request), db).register(
+            body.email, body.password, body.name
+        )
+    except FormError as exc:
+        return page("console/signup.html", visitor, 422, values=values, errors=exc.by_field,
+                    next=next_page)  # fmt: skip
+    except BuildbayError as exc:
+        await db.rollback()  # a concurrent sign-up's failed flush: nothing of this one stays
+        errors = {"email": exc.detail} if exc.code == "email_taken" else {"form": exc.detail}
+        return page("console/signup.html", visitor, exc.status, values=values, errors=errors,
+                    next=next_page)  # fmt: skip
+    await sessions(request).sign_in(visitor, db, issued.session_id, now(request))
+    return see_other(next_page or "/projects?welcome=1")
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    visitor, db = await visit(request, signed_in=False)
+    if visitor.session_id is not None:
+        await make_auth_service(get_context(request), db).end_session(visitor.session_id)
+    sessions(request).sign_out(visitor)
+    return see_other("/login?signed_out=1")
+
+
+# -- a forgotten password ---------------------------------------------------------------------
+
+
+@router.get("/forgot-password")
+async def forgot_password_page(request: Request) -> Response:
+    visitor, _ = await visit(request, signed_in=False)
+    return page("console/forgot_password.html", visitor, values={}, errors={},
+                sent=request.query_params.get("sent"))  # fmt: skip
+
+
+@router.post("/forgot-password")
+async def forgot_password(request: Request) -> Response:
+    visitor, db = await visit(request, signed_in=False)
+    fields = await form_fields(request)
+    values = {"email": fields.get("email", "")}
+    ctx = get_context(request)
+    try:
+        body = parse_form(PasswordResetRequest, values)
+        assert isinstance(body, PasswordResetRequest)
+        await PasswordResets(db, now(request)).request(
+            str(body.email), client_ip(request), ctx.limiter
+        )
+    except FormError:
+        errors = {"email": "Enter the e-mail address of your account."}
+        return page("console/forgot_password.html", visitor, 422, values=values, errors=errors)
+    except RateLimited as exc:
+        refused = page("console/forgot_password.html", visitor, 429, values=values,
+                       errors={"form": exc.detail + "."})  # fmt: skip
+        refused.headers.update(exc.headers)
+        return refused
+    return see_other("/forgot-password?sent=1")
+
+
+@router.get(RESET_PAGE)
+async def reset_password_page(request: Request) -> Response:
+    visitor, _ = await visit(request, signed_in=False)
+    token = request.query_params.get("token", "")[:4096]
+    return page("console/reset_password.html", visitor, token=token, errors={})
+
+
+@router.post(RESET_PAGE)
+async def reset_password(request: Request) -> Response:
+    visitor, db = await visit(request, signed_in=False)
+    fields = await form_fields(request)
+    token = fields.get("token", "")
+    try:
+        body = parse_form(
+            PasswordResetConfirm, {"token": token, "password": fields.get("password", "")}
+        )
+        assert isinstance(body, PasswordResetConfirm)
+        service = make_auth_service(get_context(request), db)
+        await PasswordResets(db, now(request)).confirm(body.token, body.password, service)
+    except FormError as exc:
+        errors = {"password": "Choose a password of 8 to 128 characters."}
+        if "token" in exc.by_field:
+            errors = {"form": INVALID_RESET_LINK}
+        return page("console/reset_password.html", visitor, 422, token=token, errors=errors)
+    except ValidationFailed:  # invalid_token
+        return page("console/reset_password.html", visitor, 422, token=token,
+                    errors={"form": INVALID_RESET_LINK})  # fmt: skip
+    sessions(request).sign_out(visitor)  # whatever login this browser had has ended
+    return see_other("/login?reset=1")
+
+
+INVALID_RESET_LINK = (
+    "This link is unknown, was used already or is more than an hour old. Ask for a new one."
+)

@@ -1,0 +1,203 @@
+"""What every console page shares: the route class that turns refusals into pages (or problem
++json for the page's script), the visitor and its checks (origin, rate limit, CSRF), forms and
+their errors. The pages themselves are one module per area: auth, projects, builds, account."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from fastapi import Request, Response
+from fastapi.responses import RedirectResponse
+from pydantic import BaseModel
+from pydantic import ValidationError as ModelError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.auth.dependencies import count_request, limit_by_ip
+from buildbay.console.session import CSRF_FIELD, CSRF_HEADER, ConsoleSessions, Visitor
+from buildbay.deps import TransactionRoute, get_context, request_session
+from buildbay.errors import (
+    BadRequest,
+    BuildbayError,
+    FieldError,
+    NotAuthenticated,
+    PayloadTooLarge,
+    ValidationFailed,
+)
+from buildbay.numbers import whole_number
+from buildbay.problems import problem_response
+from buildbay.projects.models import ProjectRole
+from buildbay.templates import CONSOLE, render
+
+ROLES = [role.value for role in ProjectRole]
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConsoleRoute(TransactionRoute):
+    """A console page: the request's transaction as for the API; a visitor who is not signed in
+    goes to the login page; any other refusal is an HTML page with its status (problem+json to
+    the page's script, see `_refusal`); the visitor's cookies are set on whatever is answered."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except BuildbayError as exc:
+                response = _refusal(request, exc)
+            visitor: Visitor | None = request.scope.get("buildbay.visitor")
+            if visitor is not None:
+                sessions(request).apply(visitor, response)
+            return response
+
+        return page
+
+
+def _wants_json(request: Request) -> bool:
+    """The console's script (the browser upload) sends JSON and reads problems as the API's."""
+    return request.headers.get("content-type", "").startswith("application/json")
+
+
+def _refusal(request: Request, exc: BuildbayError) -> Response:
+    """What a refused console request answers: problem+json to the script; to a person, the login
+    page when not signed in, else a page that says what went wrong."""
+    if _wants_json(request):
+        return problem_response(
+            request, exc.status, exc.code, exc.detail, headers=exc.headers, errors=exc.errors
+        )
+    if isinstance(exc, NotAuthenticated):
+        target = quote(request.url.path, safe="/")
+        return RedirectResponse(f"/login?next={target}", status_code=303)
+    return render(
+        "console/error.html",
+        exc.status,
+        headers=CONSOLE | exc.headers,
+        title=_error_title(exc.status),
+        detail=exc.detail,
+        visitor=request.scope.get("buildbay.visitor"),
+    )
+
+
+def _error_title(status: int) -> str:
+    return {403: "Not allowed", 404: "Not found", 409: "Not possible now", 413: "Too large",
+            429: "Too many requests"}.get(status, "Something went wrong")  # fmt: skip
+
+
+def sessions(request: Request) -> ConsoleSessions:
+    console: ConsoleSessions = request.app.state.console
+    return console
+
+
+MAX_FORM_BYTES = 64 * 1024
+
+
+async def visit(request: Request, *, signed_in: bool = True) -> tuple[Visitor, AsyncSession]:
+    """The visitor (signed in, unless `signed_in` is False) and the request's session. A POST
+    is checked before its body is read (origin, size), then counted against the rate limit as
+    an API request would be, then its CSRF token is checked."""
+    ctx = get_context(request)
+    db = request_session(request)
+    console = sessions(request)
+    if request.method == "POST":
+        console.check_origin(request, ctx.settings.resolved_public_url)
+    visitor = await console.visitor(request, db, ctx.clock.now())
+    request.scope["buildbay.visitor"] = visitor
+    if request.method == "POST":
+        if visitor.user is None:
+            await limit_by_ip(ctx, request)
+        else:
+            await count_request(ctx, request, f"user:{visitor.user.id}", visitor.user.plan)
+        sent = request.headers.get(CSRF_HEADER)
+        if sent is None:
+            sent = str((await posted_form(request)).get(CSRF_FIELD) or "")
+        console.check_csrf(visitor, sent)
+    if signed_in and visitor.user is None:
+        raise NotAuthenticated("Sign in to continue")
+    return visitor, db
+
+
+async def posted_form(request: Request) -> Any:
+    """The posted form: URL-encoded only (no file parts) and at most MAX_FORM_BYTES."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        raise BadRequest("Send the form as application/x-www-form-urlencoded")
+    length = whole_number(request.headers.get("content-length", ""), max_digits=20)
+    if length is None or length > MAX_FORM_BYTES:
+        raise PayloadTooLarge(f"A form is at most {MAX_FORM_BYTES} bytes, with a Content-Length")
+    return await request.form()
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    form = await posted_form(request)
+    return {k: str(v) for k, v in form.items() if k != CSRF_FIELD and isinstance(v, str)}
+
+
+def _field_errors(exc: ModelError) -> dict[str, str]:
+    """Pydantic's errors by field (the API's camelCase names), as one sentence each."""
+    found: dict[str, str] = {}
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else "form"
+        found.setdefault(name, error["msg"].removeprefix("Value error, "))
+    return found
+
+
+async def read_json(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        raise BadRequest("The request body is not valid JSON", code="malformed_json") from None
+
+
+def json_body(model: type[M], data: Any) -> M:
+    """The script's JSON as `model`, or a 422 problem naming each field, as the API's."""
+    try:
+        return model.model_validate(data)
+    except ModelError as exc:
+        errors = [FieldError(field, message) for field, message in _field_errors(exc).items()]
+        detail = "; ".join(f"{e.field}: {e.message}" for e in errors)
+        raise ValidationFailed(detail, errors=errors) from None
+
+
+def parse_form(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ModelError as exc:
+        raise FormError(_field_errors(exc)) from None
+
+
+class FormError(ValidationFailed):
+    """A form's fields that do not validate; pages that have the form show them beside it."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.by_field = errors
+
+
+def can(role: ProjectRole) -> Callable[[str], bool]:
+    """For templates: whether the visitor's role includes the one named."""
+    return lambda needed: role.includes(ProjectRole(needed))
+
+
+def page(template: str, visitor: Visitor, status_code: int = 200, **context: Any) -> Response:
+    return render(template, status_code, headers=CONSOLE, visitor=visitor, **context)
+
+
+def see_other(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)
+
+
+def safe_next(target: str | None) -> str:
+    """Only a path of this site: never an open redirect."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/projects"
+
+
+def now(request: Request) -> Any:
+    return get_context(request).clock.now()
+
+
+def console_sessions(master_key: bytes, refresh_days: int) -> ConsoleSessions:
+    return ConsoleSessions(master_key, timedelta(days=refresh_days))

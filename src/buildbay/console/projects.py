@@ -1,0 +1,194 @@
+"""The console: projects, their members and the creation of applications."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.applications.models import Platform
+from buildbay.applications.reads import applications_page
+from buildbay.applications.schemas import ApplicationCreate
+from buildbay.applications.service import ApplicationService
+from buildbay.console.pages import (
+    ROLES,
+    ConsoleRoute,
+    FormError,
+    can,
+    form_fields,
+    now,
+    page,
+    parse_form,
+    see_other,
+    visit,
+)
+from buildbay.console.session import Visitor
+from buildbay.db.reads import Reads
+from buildbay.deps import get_context
+from buildbay.errors import BuildbayError
+from buildbay.invitations.reads import invitations_of
+from buildbay.projects.authorization import project_of
+from buildbay.projects.models import ProjectRole
+from buildbay.projects.reads import members, project_view, projects_of_member
+from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite
+from buildbay.projects.service import ProjectService
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+
+@router.get("/projects")
+async def projects_page(request: Request) -> Response:
+    visitor, db = await visit(request)
+    return await _projects(request, visitor, db, {}, {})
+
+
+async def _projects(
+    request: Request, visitor: Visitor, db: AsyncSession, values: dict[str, str],
+    errors: dict[str, str], status_code: int = 200,
+) -> Response:  # fmt: skip
+    assert visitor.user is not None
+    rows, _ = await projects_of_member(Reads.within(db), visitor.user.id, 100, None)
+    return page("console/projects.html", visitor, status_code, projects=rows, values=values,
+                 errors=errors, welcome=request.query_params.get("welcome"))  # fmt: skip
+
+
+@router.post("/projects")
+async def create_project(request: Request) -> Response:
+    visitor, db = await visit(request)
+    fields = await form_fields(request)
+    try:
+        body = parse_form(ProjectWrite, {"name": fields.get("name", "")})
+    except FormError as exc:
+        return await _projects(request, visitor, db, fields, exc.by_field, 422)
+    assert isinstance(body, ProjectWrite)
+    assert visitor.user is not None
+    view = await ProjectService(db, now(request)).create(visitor.user, body.name)
+    return see_other(f"/projects/{view.project.id}")
+
+
+@router.get("/projects/{project_id}")
+async def project_page(request: Request, project_id: str) -> Response:
+    visitor, db = await visit(request)
+    return await render_project(request, visitor, db, project_id)
+
+
+async def render_project(
+    request: Request, visitor: Visitor, db: AsyncSession, project_id: str,
+    failed: str | None = None, values: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None, status_code: int = 200,
+) -> Response:  # fmt: skip
+    """The project page; after a refused form, `failed` names it ("app", "member", "invite",
+    "rename", "delete") and its fields show `values` and `errors`."""
+    reads = Reads.within(db)
+    access = await project_of(reads, visitor.principal, project_id, ProjectRole.TESTER)
+    view = await project_view(reads, access.project)
+    applications, _ = await applications_page(reads, access.project.id, 100, None)
+    found = await members(reads, access.project.id)
+    invitations = []
+    if access.role.includes(ProjectRole.ADMIN):
+        at = now(request)
+        invitations = [(i, i.status_at(at)) for i in await invitations_of(reads, access.project.id)]
+    return page(
+        "console/project.html", visitor, status_code, project=view.project, role=access.role,
+        can=can(access.role), roles=ROLES, applications=applications, members=found,
+        invitations=invitations, failed=failed, values=values or {}, errors=errors or {},
+        platforms=_PLATFORMS, notice=request.query_params.get("notice"),
+    )  # fmt: skip
+
+
+_PLATFORMS = [platform.value for platform in Platform]
+
+
+@router.post("/projects/{project_id}/rename")
+async def rename_project(request: Request, project_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
+    fields = await form_fields(request)
+    try:
+        body = parse_form(ProjectWrite, {"name": fields.get("name", "")})
+    except FormError as exc:
+        errors = {"name": exc.by_field.get("name", "Not a valid name")}
+        return await render_project(request, visitor, db, project_id, "rename", fields, errors, 422)
+    assert isinstance(body, ProjectWrite)
+    await ProjectService(db, now(request)).rename(access.project, body.name)
+    return see_other(f"/projects/{project_id}")
+
+
+@router.post("/projects/{project_id}/delete")
+async def delete_project(request: Request, project_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.OWNER)
+    fields = await form_fields(request)
+    if fields.get("confirm", "").strip() != access.project.name:
+        errors = {"confirm": "Type the project's name exactly to delete it"}
+        return await render_project(request, visitor, db, project_id, "delete", fields, errors, 422)
+    await ProjectService(db, now(request)).delete(access.project, get_context(request).storage)
+    return see_other("/projects")
+
+
+@router.post("/projects/{project_id}/applications")
+async def create_application(request: Request, project_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
+    fields = await form_fields(request)
+    data = {"name": fields.get("name", ""), "platform": fields.get("platform") or "other"}
+    if fields.get("bundleId"):
+        data["bundleId"] = fields["bundleId"]
+    try:
+        body = parse_form(ApplicationCreate, data)
+    except FormError as exc:
+        return await render_project(
+            request, visitor, db, project_id, "app", fields, exc.by_field, 422
+        )
+    assert isinstance(body, ApplicationCreate)
+    view = await ApplicationService(db, now(request)).create(access.project, body.model_dump())
+    return see_other(f"/projects/{project_id}/apps/{view.application.id}")
+
+
+@router.post("/projects/{project_id}/members")
+async def add_member(request: Request, project_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
+    fields = await form_fields(request)
+    try:
+        body = parse_form(MemberCreate, {"email": fields.get("email", ""),
+                                     "role": fields.get("role", "tester")})  # fmt: skip
+        assert isinstance(body, MemberCreate)
+        await ProjectService(db, now(request)).add_member(access, str(body.email), body.role)
+    except FormError as exc:
+        errors = {"email": exc.by_field.get("email") or exc.by_field.get("role") or "Not valid"}
+        return await render_project(request, visitor, db, project_id, "member", fields, errors, 422)
+    except BuildbayError as exc:
+        # Refused before anything was written (unknown e-mail, already a member, the owner
+        # role): the page is shown again with the reason beside the field.
+        if exc.status >= 500:
+            raise
+        return await render_project(request, visitor, db, project_id, "member", fields,
+                              {"email": exc.detail}, exc.status)  # fmt: skip
+    return see_other(f"/projects/{project_id}#members")
+
+
+@router.post("/projects/{project_id}/members/{user_id}/role")
+async def change_role(request: Request, project_id: str, user_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
+    fields = await form_fields(request)
+    try:
+        body = parse_form(MemberUpdate, {"role": fields.get("role", "")})
+    except FormError:
+        errors = {"email": f"Choose one of the roles: {', '.join(ROLES)}"}
+        return await render_project(request, visitor, db, project_id, "member", {}, errors, 422)
+    assert isinstance(body, MemberUpdate)
+    await ProjectService(db, now(request)).change_role(access, user_id, body.role)
+    return see_other(f"/projects/{project_id}#members")
+
+
+@router.post("/projects/{project_id}/members/{user_id}/remove")
+async def remove_member(request: Request, project_id: str, user_id: str) -> Response:
+    visitor, db = await visit(request)
+    reads = Reads.within(db)
+    access = await project_of(reads, visitor.principal, project_id, ProjectRole.TESTER)
+    await ProjectService(db, now(request)).remove_member(access, user_id)
+    assert visitor.user is not None
+    if user_id == visitor.user.id:
+        return see_other("/projects")  # left the project
+    return see_other(f"/projects/{project_id}#members")

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from buildbay.db.base import Base, EnumString
+from buildbay.projects.models import ProjectRole
+
+
+class InvitationStatus(StrEnum):
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+
+
+class Invitation(Base):
+    """An e-mail invited into a project with a role. The link's token is stored as a hash; a
+    resend replaces it (the previous link stops working)."""
+
+    __tablename__ = "invitations"
+    __table_args__ = (Index("ix_invitations_project_id_email", "project_id", "email"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    email: Mapped[str] = mapped_column(String(320))  # normalised, as users' are
+    role: Mapped[ProjectRole] = mapped_column(EnumString(ProjectRole))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    invited_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    accepted_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+    def status_at(self, now: datetime) -> InvitationStatus:
+        return invitation_status(self.accepted_at, self.revoked_at, self.expires_at, now)
+
+
+def invitation_status(
+    accepted_at: datetime | None, revoked_at: datetime | None, expires_at: datetime, now: datetime
+) -> InvitationStatus:
+    if accepted_at is not None:
+        return InvitationStatus.ACCEPTED
+    if revoked_at is not None:
+        return InvitationStatus.REVOKED
+    if expires_at <= now:
+        return InvitationStatus.EXPIRED
+    return InvitationStatus.PENDING

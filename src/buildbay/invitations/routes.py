@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.auth.dependencies import InteractiveUser
+from buildbay.context import AppContext
+from buildbay.deps import Context, ReadsDep, SessionDep, TransactionRoute
+from buildbay.invitations import schemas
+from buildbay.invitations.models import Invitation
+from buildbay.invitations.reads import InvitationRecord, invitations_of
+from buildbay.invitations.service import InvitationService
+from buildbay.problems import problem_responses
+from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
+from buildbay.projects.routes import member_schema
+from buildbay.projects.schemas import Member
+
+router = APIRouter(tags=["invitations"], route_class=TransactionRoute)
+
+
+def make_invitation_service(ctx: AppContext, db: AsyncSession) -> InvitationService:
+    return InvitationService(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
+
+
+async def invitation_service(ctx: Context, db: SessionDep) -> InvitationService:
+    return make_invitation_service(ctx, db)
+
+
+Service = Annotated[InvitationService, Depends(invitation_service)]
+InvitationId = Annotated[str, Path(alias="invitationId")]
+
+
+def _invitation(invitation: Invitation | InvitationRecord, now: datetime) -> schemas.Invitation:
+    return schemas.Invitation(
+        id=invitation.id,
+        email=invitation.email,
+        role=invitation.role,
+        status=invitation.status_at(now),
+        invited_by=invitation.invited_by,
+        created_at=invitation.created_at,
+        expires_at=invitation.expires_at,
+    )
+
+
+@router.post(
+    "/api/projects/{id}/invitations",
+    status_code=status.HTTP_201_CREATED,
+    responses=problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    summary="Invite an e-mail into the project with a role, by mail (admin+; owner to invite an "
+    "owner); an e-mail already invited gets a new link",
+)
+async def invite(
+    body: schemas.InvitationCreate, access: ProjectAdmin, service: Service
+) -> schemas.Invitation:
+    return _invitation(await service.invite(access, str(body.email), body.role), service.now)
+
+
+@router.get(
+    "/api/projects/{id}/invitations",
+    responses=problem_responses(401, 403, 404, 429),
+    summary="List the project's invitations, newest first (admin+)",
+)
+async def list_invitations(
+    access: ProjectAdminReader, reads: ReadsDep, ctx: Context
+) -> schemas.InvitationList:
+    invitations = await invitations_of(reads, access.project.id)
+    now = ctx.clock.now()
+    return schemas.InvitationList(invitations=[_invitation(i, now) for i in invitations])
+
+
+@router.delete(
+    "/api/projects/{id}/invitations/{invitationId}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(401, 403, 404, 409, 429),
+    summary="Revoke an invitation: its link stops working (admin+)",
+)
+async def revoke_invitation(
+    invitation_id: InvitationId, access: ProjectAdmin, service: Service
+) -> Response:
+    await service.revoke(access.project, invitation_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/api/invitations/accept",
+    responses=problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    summary="Accept an invitation with its link's token: you join the project (a login, signed "
+    "in with the invited e-mail)",
+)
+async def accept_invitation(
+    body: schemas.InvitationAccept, principal: InteractiveUser, service: Service
+) -> Member:
+    return member_schema(await service.accept(principal, body.token))

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from buildbay.invitations.models import InvitationStatus
+from buildbay.projects.models import ProjectRole
+from buildbay.schemas import ApiModel, Email, RequestModel, Timestamp
+
+
+class InvitationCreate(RequestModel):
+    email: Email
+    role: ProjectRole
+
+
+class Invitation(ApiModel):
+    id: str
+    email: str
+    role: ProjectRole
+    status: InvitationStatus
+    invited_by: str | None = Field(description="User id of who sent it (last); null if deleted")
+    created_at: Timestamp
+    expires_at: Timestamp
+
+
+class InvitationList(ApiModel):
+    invitations: list[Invitation]
+
+
+class InvitationAccept(RequestModel):
+    token: Annotated[str, Field(min_length=1, max_length=4096)]

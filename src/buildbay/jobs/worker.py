@@ -1,0 +1,366 @@
+"""The worker that runs the outbox's jobs, one in each `serve` process.
+
+## Claiming
+
+A due job is claimed by one conditional UPDATE that sets a claim of the worker's own and moves
+`run_after` to the end of a lease (`JOB_LEASE_SECONDS`). On PostgreSQL the rows come from a
+`SELECT ... FOR UPDATE SKIP LOCKED` inside that UPDATE: several processes claim at once, each
+different jobs, none waiting for another. SQLite has one writer at a time, so the UPDATE alone
+decides (its single process is the norm there). A job whose worker died mid-run (kill -9, a
+lost machine) keeps its claim until the lease ends, and is then due again for anyone.
+
+## Running
+
+A handler (one per job kind, in the registry given to the worker) runs with the job's payload
+and a unit of work of its own. Whatever the handler writes in that unit of work commits together
+with the job's completion, and only if the claim is still this worker's: for work that is only
+database writes, a job takes effect exactly once. A handler gets half the lease to finish, so a
+lease never runs out under a worker that is still running it.
+
+Work outside the database (an SMTP server, a webhook receiver) cannot commit with the job: it
+happens at least once. The window is between the outside world accepting the work and the commit
+of the job's completion, which follows at once in a transaction of its own (a few
+milliseconds). A process that dies inside that window has its job run again when the lease ends;
+that, and a database that refuses the completion's commit, are the only ways work is done twice.
+
+## Failing
+
+A handler that raises `JobFailed` fails its job for good (logged, and the reason kept in
+`last_error`). Any other exception is retried with exponential backoff and jitter
+(`JOB_RETRY_BASE_SECONDS`, doubled at each attempt up to RETRY_CAP, each wait between half and
+all of that), until the job is older than RETRY_WINDOW (24 hours); then it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from buildbay.clock import Clock
+from buildbay.db.engine import finish
+from buildbay.ids import new_id
+from buildbay.jobs.models import Job, JobStatus
+from buildbay.jobs.queue import JobSignal
+
+log = logging.getLogger("buildbay.jobs")
+
+RETRY_WINDOW = timedelta(hours=24)
+RETRY_CAP = timedelta(minutes=30)
+KEEP_DONE = timedelta(days=7)  # done jobs are deleted after this; failed ones are kept
+BATCH = 10  # jobs a worker claims and runs at once
+ERROR_LENGTH = 2000
+
+
+class JobFailed(Exception):
+    """A handler's refusal for good: the job fails now, with this message, without retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """A claimed job, as its handler sees it."""
+
+    id: str
+    kind: str
+    payload: dict[str, Any]
+    attempt: int  # 1 for the first run
+    created_at: datetime
+    # The job's own unit of work: what the handler writes here commits with the job's
+    # completion (see the module's docstring). Nothing is opened until it is used.
+    db: AsyncSession
+
+
+Handler = Callable[[JobRun], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimed:
+    id: str
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    created_at: datetime
+    claim: str
+
+
+class JobWorker:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        handlers: Mapping[str, Handler],
+        clock: Clock,
+        signal: JobSignal,
+        *,
+        poll_seconds: float,
+        lease_seconds: float,
+        retry_base_seconds: float,
+        batch: int = BATCH,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.sessions = sessions
+        self.handlers = dict(handlers)
+        self.clock = clock
+        self.signal = signal
+        self.poll = poll_seconds
+        self.lease = timedelta(seconds=lease_seconds)
+        self.retry_base = retry_base_seconds
+        self.batch = batch
+        self.jitter = jitter
+        self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._last_cleanup: datetime | None = None
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stopping = False
+        self._task = asyncio.create_task(self._run_forever(), name="buildbay-jobs")
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Claim nothing more; give the jobs that are running `grace` seconds to end, then
+        cancel them (a cancelled job is handed back at once, not left to its lease)."""
+        self._stopping = True
+        if self._task is None:
+            return
+        await self.signal.notify()
+        running = set(self._running)
+        if running:
+            await asyncio.wait(running, timeout=grace)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run_forever(self) -> None:
+        while not self._stopping:
+            # Cleared before looking: a commit that lands from here on sets it again, and one
+            # that landed before is seen by the look.
+            self.signal.clear()
+            try:
+                if await self.run_due():
+                    continue
+                wait = await self._until_next_due()
+                await self._clean_up()
+            except Exception:
+                log.exception("the job worker failed a round; it tries again shortly")
+                wait = self.poll
+            if not self._stopping:
+                await self.signal.wait(wait)
+
+    async def _until_next_due(self) -> float:
+        """Seconds until the next pending job is due (at most the poll interval)."""
+        db = self.sessions()
+        try:
+            next_due = await db.scalar(
+                select(func.min(Job.run_after)).where(Job.status == JobStatus.PENDING)
+            )
+        finally:
+            await finish(db, ok=True)
+        if next_due is None:
+            return self.poll
+        return min(max((next_due - self.clock.now()).total_seconds(), 0.0), self.poll)
+
+    async def _clean_up(self) -> None:
+        """Delete done jobs older than KEEP_DONE, at most once an hour."""
+        now = self.clock.now()
+        if self._last_cleanup is not None and now - self._last_cleanup < timedelta(hours=1):
+            return
+        self._last_cleanup = now
+        db = self.sessions()
+        ok = False
+        try:
+            await db.execute(
+                delete(Job).where(Job.status == JobStatus.DONE, Job.finished_at < now - KEEP_DONE)
+            )
+            ok = True
+        finally:
+            await finish(db, ok=ok)
+
+    # -- one round --------------------------------------------------------------------------------
+
+    async def run_due(self) -> int:
+        """Claim the jobs due now (up to the batch size), run them, and say how many there
+        were. Tests call this directly, with a clock they move."""
+        claimed = await self._claim()
+        if not claimed:
+            return 0
+        tasks = [asyncio.create_task(self._run(job)) for job in claimed]
+        self._running.update(tasks)
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self._running.difference_update(tasks)
+        return len(claimed)
+
+    async def run_until_idle(self) -> int:
+        """Run rounds until none is due (for tests); how many jobs ran."""
+        total = 0
+        while ran := await self.run_due():
+            total += ran
+        return total
+
+    async def _claim(self) -> list[_Claimed]:
+        now = self.clock.now()
+        claim = new_id("clm")
+        # A CTE, not `id IN (subquery)`: PostgreSQL may run such a subquery more than once
+        # for one UPDATE, and with SKIP LOCKED each run finds other rows, past the batch's size.
+        # A CTE runs once.
+        due = (
+            select(Job.id)
+            .where(Job.status == JobStatus.PENDING, Job.run_after <= now)
+            .order_by(Job.run_after)
+            .limit(self.batch)
+            .with_for_update(skip_locked=True)  # PostgreSQL; SQLite leaves it out
+            .cte("due")
+        )
+        statement = (
+            update(Job)
+            .where(Job.id == due.c.id, Job.status == JobStatus.PENDING, Job.run_after <= now)
+            .values(claim=claim, run_after=now + self.lease, attempts=Job.attempts + 1)
+            .returning(Job.id, Job.kind, Job.payload, Job.attempts, Job.created_at)
+            .execution_options(synchronize_session=False)
+        )
+        db = self.sessions()
+        ok = False
+        try:
+            rows = (await db.execute(statement)).all()
+            ok = True
+        finally:
+            await finish(db, ok=ok)
+        return [_Claimed(row[0], row[1], row[2], row[3], row[4], claim) for row in rows]
+
+    async def _run(self, job: _Claimed) -> None:
+        handler = self.handlers.get(job.kind)
+        db = self.sessions()
+        run = JobRun(job.id, job.kind, job.payload, job.attempts, job.created_at, db)
+        try:
+            if handler is None:
+                raise JobFailed(f"no handler for jobs of kind {job.kind!r}")
+            async with asyncio.timeout(self.lease.total_seconds() / 2):
+                await handler(run)
+        except asyncio.CancelledError:
+            await finish(db, ok=False)
+            await self._hand_back(job)
+            raise
+        except JobFailed as exc:
+            await finish(db, ok=False)
+            log.error("job %s (%s) failed for good: %s", job.id, job.kind, exc)
+            await self._recorded(job, self._fail(job, str(exc)))
+            return
+        except Exception as exc:
+            await finish(db, ok=False)
+            await self._recorded(job, self._retry(job, exc))
+            return
+        await self._recorded(job, self._complete(job, db))
+
+    async def _recorded(self, job: _Claimed, outcome: Awaitable[None]) -> None:
+        try:
+            await outcome
+        except Exception:
+            log.exception(
+                "job %s (%s): its outcome could not be recorded; it runs again once its lease ends",
+                job.id,
+                job.kind,
+            )
+
+    # -- the outcomes, each conditional on the claim --------------------------------------------
+
+    def _ours(self, job: _Claimed) -> Any:
+        return update(Job).where(Job.id == job.id, Job.claim == job.claim)
+
+    async def _complete(self, job: _Claimed, db: AsyncSession) -> None:
+        done = self._ours(job).values(
+            status=JobStatus.DONE, claim=None, finished_at=self.clock.now(), last_error=None
+        )
+        ok = False
+        try:
+            ok = bool((await db.execute(done)).rowcount)  # type: ignore[attr-defined]
+            if not ok:
+                log.warning(
+                    "job %s (%s) outlived its lease and another worker took it; what it wrote "
+                    "is rolled back",
+                    job.id,
+                    job.kind,
+                )
+        finally:
+            await finish(db, ok=ok)
+
+    async def _retry(self, job: _Claimed, exc: Exception) -> None:
+        now = self.clock.now()
+        error = _describe(exc)
+        if now - job.created_at >= RETRY_WINDOW:
+            log.error(
+                "job %s (%s) failed for good after %d attempts over %s: %s",
+                job.id,
+                job.kind,
+                job.attempts,
+                RETRY_WINDOW,
+                error,
+            )
+            await self._fail(job, f"gave up after {job.attempts} attempts: {error}")
+            return
+        delay = self.backoff(job.attempts)
+        log.warning(
+            "job %s (%s) attempt %d failed, next in %.1f s: %s",
+            job.id,
+            job.kind,
+            job.attempts,
+            delay.total_seconds(),
+            error,
+            exc_info=not isinstance(exc, OSError | TimeoutError | RetryLater),
+        )
+        await self._write(
+            self._ours(job).values(claim=None, run_after=now + delay, last_error=error)
+        )
+
+    def backoff(self, attempts: int) -> timedelta:
+        """The wait after the `attempts`-th failure: the base doubled for each earlier failure,
+        capped, then between half and all of it (jitter, so that jobs that failed together do
+        not all come back together)."""
+        ceiling = min(self.retry_base * 2 ** min(attempts - 1, 40), RETRY_CAP.total_seconds())
+        return timedelta(seconds=ceiling * (0.5 + 0.5 * self.jitter()))
+
+    async def _fail(self, job: _Claimed, error: str) -> None:
+        await self._write(
+            self._ours(job).values(
+                status=JobStatus.FAILED,
+                claim=None,
+                finished_at=self.clock.now(),
+                last_error=error[:ERROR_LENGTH],
+            )
+        )
+
+    async def _hand_back(self, job: _Claimed) -> None:
+        """A job cut off by a shutdown: due again now, for the next worker."""
+        with contextlib.suppress(Exception):
+            await self._write(self._ours(job).values(claim=None, run_after=self.clock.now()))
+
+    async def _write(self, statement: Any) -> None:
+        db = self.sessions()
+        ok = False
+        try:
+            await db.execute(statement.execution_options(synchronize_session=False))
+            ok = True
+        finally:
+            await finish(db, ok=ok)
+
+
+class RetryLater(Exception):
+    """A handler's expected, passing failure (a server down or busy): retried, logged without a
+    traceback."""
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, TimeoutError) and not str(exc):
+        text = "the job took longer than half its lease"
+    return text[:ERROR_LENGTH]

@@ -1,0 +1,267 @@
+"""The outbox's worker on a real database: a job runs once its unit of work commits (and never
+if it rolls back), failures are retried with backoff for 24 hours, a refusal fails at once, a
+dead worker's job comes back when its lease ends, and a commit wakes the worker at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from buildbay.jobs.models import JobStatus
+from buildbay.jobs.queue import enqueue
+from buildbay.jobs.worker import RETRY_CAP, RETRY_WINDOW, JobFailed, JobRun, JobWorker
+from tests.jobs.conftest import LEASE, RETRY_BASE, Outbox
+
+
+def recording(outbox: Outbox, kind: str = "note") -> list[JobRun]:
+    runs: list[JobRun] = []
+
+    async def handler(run: JobRun) -> None:
+        runs.append(run)
+
+    outbox.handlers[kind] = handler
+    return runs
+
+
+async def test_a_committed_job_runs_once_and_a_rolled_back_one_never_exists(
+    outbox: Outbox,
+) -> None:
+    runs = recording(outbox)
+    kept = await outbox.add("note", {"n": 1})
+    await outbox.add("note", {"n": 2}, commit=False)
+    worker = outbox.worker()
+
+    assert await worker.run_until_idle() == 1
+    assert await worker.run_until_idle() == 0
+
+    assert [(r.id, r.payload, r.attempt) for r in runs] == [(kept, {"n": 1}, 1)]
+    [job] = await outbox.jobs()
+    assert (job.id, job.status, job.attempts, job.claim) == (kept, JobStatus.DONE, 1, None)
+    assert job.finished_at == outbox.clock.now()
+
+
+async def test_a_failing_job_is_retried_with_growing_waits_until_it_succeeds(
+    outbox: Outbox,
+) -> None:
+    failures = 3
+    runs: list[int] = []
+
+    async def flaky(run: JobRun) -> None:
+        runs.append(run.attempt)
+        if run.attempt <= failures:
+            raise ConnectionRefusedError(f"refused at attempt {run.attempt}")
+
+    outbox.handlers["flaky"] = flaky
+    job_id = await outbox.add("flaky", {})
+    worker = outbox.worker()
+
+    await worker.run_until_idle()
+    for attempt in range(1, failures + 1):
+        job = await outbox.job(job_id)
+        assert job is not None
+        assert (job.status, job.attempts, job.claim) == (JobStatus.PENDING, attempt, None)
+        assert job.last_error == f"refused at attempt {attempt}"
+        wait = RETRY_BASE * 2 ** (attempt - 1)  # the jitter gives the whole wait here
+        assert job.run_after == outbox.clock.now() + timedelta(seconds=wait)
+        outbox.clock.advance(seconds=wait - 1)
+        assert await worker.run_until_idle() == 0, "ran before its wait was over"
+        outbox.clock.advance(seconds=1)
+        assert await worker.run_until_idle() == 1
+
+    job = await outbox.job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts, job.last_error) == (JobStatus.DONE, failures + 1, None)
+    assert runs == [1, 2, 3, 4]
+
+
+async def test_retries_go_on_for_a_day_then_the_job_fails_with_its_last_error(
+    outbox: Outbox,
+) -> None:
+    async def down(run: JobRun) -> None:
+        raise TimeoutError("the server does not answer")
+
+    outbox.handlers["down"] = down
+    job_id = await outbox.add("down", {})
+    worker = outbox.worker()
+    started = outbox.clock.now()
+
+    attempts = 0
+    while (job := await outbox.job(job_id)) is not None and job.status is JobStatus.PENDING:
+        outbox.clock.advance(seconds=(job.run_after - outbox.clock.now()).total_seconds())
+        attempts += await worker.run_until_idle()
+        assert attempts < 200
+
+    assert job is not None
+    assert job.status is JobStatus.FAILED
+    assert job.last_error == f"gave up after {attempts} attempts: the server does not answer"
+    assert job.finished_at is not None
+    assert job.finished_at - started >= RETRY_WINDOW
+    # The waits grew to the cap and stayed there: about a day's worth of attempts.
+    assert attempts > RETRY_WINDOW / RETRY_CAP
+
+
+async def test_a_refusal_fails_the_job_at_once(outbox: Outbox) -> None:
+    async def refuse(run: JobRun) -> None:
+        raise JobFailed("550 no such mailbox")
+
+    outbox.handlers["refuse"] = refuse
+    job_id = await outbox.add("refuse", {})
+    unknown = await outbox.add("no-such-kind", {})
+    worker = outbox.worker()
+
+    assert await worker.run_until_idle() == 2
+    outbox.clock.advance(days=2)
+    assert await worker.run_until_idle() == 0
+
+    job, other = await outbox.job(job_id), await outbox.job(unknown)
+    assert job is not None
+    assert other is not None
+    assert (job.status, job.attempts, job.last_error) == (
+        JobStatus.FAILED, 1, "550 no such mailbox"
+    )  # fmt: skip
+    assert (other.status, other.last_error) == (
+        JobStatus.FAILED, "no handler for jobs of kind 'no-such-kind'"
+    )  # fmt: skip
+
+
+async def test_a_job_whose_worker_died_runs_again_once_its_lease_is_over(outbox: Outbox) -> None:
+    runs = recording(outbox)
+    job_id = await outbox.add("note", {})
+    dead = outbox.worker()
+    claimed = await dead._claim()  # claimed, then the process died: nothing more happens
+    assert [c.id for c in claimed] == [job_id]
+    survivor = outbox.worker()
+
+    outbox.clock.advance(seconds=LEASE - 1)
+    assert await survivor.run_until_idle() == 0, "taken from a worker within its lease"
+    outbox.clock.advance(seconds=1)
+    assert await survivor.run_until_idle() == 1
+
+    job = await outbox.job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == (JobStatus.DONE, 2)
+    assert [r.attempt for r in runs] == [2]
+    # The dead worker's claim is no longer good for anything.
+    await dead._retry(claimed[0], RuntimeError("late"))
+    job = await outbox.job(job_id)
+    assert job is not None
+    assert (job.status, job.last_error) == (JobStatus.DONE, None)
+
+
+async def test_what_a_handler_writes_commits_with_the_job_and_only_if_its_claim_holds(
+    outbox: Outbox,
+) -> None:
+    async def chain(run: JobRun) -> None:
+        # A job that writes another job: both or neither.
+        enqueue(run.db, "note", {"from": run.id}, outbox.clock.now())
+        if run.payload.get("lose_the_lease"):
+            outbox.clock.advance(seconds=LEASE)
+            await other.run_due()  # takes the job over meanwhile, and fails it
+
+    async def fail(run: JobRun) -> None:
+        raise JobFailed("taken over")
+
+    outbox.handlers["chain"] = chain
+    recording(outbox)
+    worker, other = outbox.worker(), outbox.worker()
+    kept = await outbox.add("chain", {})
+    await worker.run_due()
+    notes = [j for j in await outbox.jobs() if j.kind == "note"]
+    assert [j.payload for j in notes] == [{"from": kept}]
+
+    lost = await outbox.add("chain", {"lose_the_lease": True})
+    outbox.handlers["chain-taken"] = fail
+    other.handlers["chain"] = fail
+    await worker.run_due()
+
+    job = await outbox.job(lost)
+    assert job is not None
+    assert (job.status, job.last_error) == (JobStatus.FAILED, "taken over")
+    notes = [j for j in await outbox.jobs() if j.kind == "note"]
+    assert [j.payload for j in notes] == [{"from": kept}], "the late worker's write stayed"
+
+
+def test_the_backoff_doubles_up_to_its_cap_and_jitter_takes_off_at_most_half() -> None:
+    def worker(jitter: float) -> JobWorker:
+        return JobWorker(None, {}, None, None, poll_seconds=1, lease_seconds=60,  # type: ignore[arg-type]
+                         retry_base_seconds=RETRY_BASE, jitter=lambda: jitter)  # fmt: skip
+
+    longest, shortest = worker(1.0), worker(0.0)
+    for attempts in range(1, 30):
+        ceiling = min(timedelta(seconds=RETRY_BASE * 2 ** (attempts - 1)), RETRY_CAP)
+        assert longest.backoff(attempts) == ceiling
+        assert shortest.backoff(attempts) == ceiling / 2
+    assert longest.backoff(10**6) == RETRY_CAP
+
+
+async def test_a_commit_that_writes_a_job_wakes_the_worker_long_before_its_poll(
+    outbox: Outbox,
+) -> None:
+    done = asyncio.Event()
+
+    async def handler(run: JobRun) -> None:
+        done.set()
+
+    outbox.handlers["note"] = handler
+    poll = 60.0
+    worker = outbox.worker(poll_seconds=poll)
+    worker.start()
+    try:
+        await asyncio.sleep(0.05)  # the worker has looked, found nothing, and waits
+        started = time.monotonic()
+        await outbox.add("note", {})
+        await asyncio.wait_for(done.wait(), timeout=poll / 4)
+        assert time.monotonic() - started < poll / 4
+    finally:
+        await worker.stop()
+
+
+async def test_stopping_hands_a_running_job_back_at_once(outbox: Outbox) -> None:
+    started = asyncio.Event()
+
+    async def stuck(run: JobRun) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    outbox.handlers["stuck"] = stuck
+    job_id = await outbox.add("stuck", {})
+    worker = outbox.worker()
+    worker.start()
+    await asyncio.wait_for(started.wait(), timeout=30)
+    await worker.stop(grace=0.05)
+
+    job = await outbox.job(job_id)
+    assert job is not None
+    assert (job.status, job.claim, job.attempts) == (JobStatus.PENDING, None, 1)
+    assert job.run_after == outbox.clock.now(), "left to wait for its lease"
+
+
+async def test_workers_claiming_at_once_never_run_a_job_twice(outbox: Outbox) -> None:
+    """On PostgreSQL the claims run side by side (FOR UPDATE SKIP LOCKED); on SQLite one
+    after another. Either way each job runs once, and a claim takes at most a batch."""
+    ran: list[str] = []
+    batch = 5
+
+    async def slow(run: JobRun) -> None:
+        ran.append(run.id)
+        await asyncio.sleep(0.02)
+
+    outbox.handlers["slow"] = slow
+    ids = [await outbox.add("slow", {"n": n}) for n in range(60)]
+    workers = [outbox.worker(batch=batch) for _ in range(4)]
+
+    async def rounds(worker: JobWorker) -> list[int]:
+        sizes = []
+        while size := await worker.run_due():
+            sizes.append(size)
+        return sizes
+
+    per_worker = await asyncio.gather(*(rounds(w) for w in workers))
+
+    assert sorted(ran) == sorted(ids)
+    assert all(size <= batch for sizes in per_worker for size in sizes), per_worker
+    assert sum(1 for sizes in per_worker if sizes) > 1, f"one worker took everything: {per_worker}"
+    jobs = await outbox.jobs()
+    assert {j.status for j in jobs} == {JobStatus.DONE}
+    assert {j.attempts for j in jobs} == {1}

@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from tests.smtp import smtp
+
+__all__ = ["smtp"]
