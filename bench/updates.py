@@ -1,0 +1,167 @@
+"""Update checks per second (GET /api/updates/check) against the project list in the same run.
+
+One `buildbay serve` process; an application with 20 ready builds on its default channel. Then,
+for DURATION seconds each, alternately: 50 concurrent clients calling the update check (half of
+them sending the ETag they got back as If-None-Match, so answering 304), and 50 calling the
+authenticated `GET /api/projects`. Prints requests per second, p50 and p99 of each, and the ratio
+of the check's rate to the list's (target: p99 under 50 ms at 50 clients).
+
+Rate limiting is off for the run (BUILDBAY_RATE_LIMIT_ENABLED=false): 50 clients on one IP would
+spend the per-IP budget (120 a minute) in a fraction of a second.
+
+Usage: .venv/bin/python bench/updates.py [--duration 10] [--clients 50]
+       [--database-url postgresql+asyncpg://...] [--redis-url redis://...]
+       (default: a temporary SQLite file, no Redis)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from _common import (
+    VENV_BIN,
+    create_application,
+    create_project,
+    free_port,
+    register,
+    running_server,
+    table,
+)
+
+BUILDS = 20
+
+
+def _seed(client: httpx.Client, token: str) -> str:
+    """The application's update key, with BUILDS ready builds published to `default`."""
+    client.headers["Authorization"] = f"Bearer {token}"
+    project = create_project(client, "Bench")
+    app = create_application(client, project, "App")
+    base = f"/api/app-distribution/{project}/{app}/builds"
+    for n in range(BUILDS):
+        data = f"build {n}".encode()
+        link = client.post(
+            f"{base}/upload-link", json={"fileName": "app.zip", "fileSize": len(data)}
+        )
+        link.raise_for_status()
+        body = link.json()
+        client.put(
+            body["uploadUrl"], content=data, headers=body["uploadHeaders"]
+        ).raise_for_status()
+        client.post(
+            f"{base}/verify", json={"buildId": body["buildId"], "notes": f"{n}"}
+        ).raise_for_status()
+    key = client.get(f"/api/projects/{project}/applications/{app}").json()["updateKey"]
+    return str(key)
+
+
+async def _load(
+    base_url: str, url: str, headers: list[dict[str, str]], seconds: float
+) -> tuple[int, list[float], int]:
+    """Each of len(headers) clients calls `url` in a loop: (requests, latencies in ms, failures)."""
+    latencies: list[float] = []
+    failures = 0
+    stop = time.perf_counter() + seconds
+
+    async def client(h: dict[str, str]) -> None:
+        nonlocal failures
+        async with httpx.AsyncClient(base_url=base_url, headers=h, timeout=30) as c:
+            while time.perf_counter() < stop:
+                start = time.perf_counter()
+                r = await c.get(url)
+                latencies.append((time.perf_counter() - start) * 1000)
+                if r.status_code not in (200, 304):
+                    failures += 1
+
+    await asyncio.gather(*(client(h) for h in headers))
+    return len(latencies), latencies, failures
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def run(
+    data_dir: Path, duration: int, clients: int, database_url: str | None, redis_url: str | None
+) -> int:
+    port = free_port()
+    argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port)]
+    env = {"BUILDBAY_RATE_LIMIT_ENABLED": "false"}
+    if redis_url:
+        env["BUILDBAY_REDIS_URL"] = redis_url
+    if database_url:
+        env["BUILDBAY_DATABASE_URL"] = database_url
+        subprocess.run(
+            [str(VENV_BIN / "buildbay"), "db", "upgrade"],
+            env={**os.environ, "BUILDBAY_DATA_DIR": str(data_dir), **env},
+            check=True,
+            capture_output=True,
+        )
+    with (
+        running_server(argv, data_dir, port, env) as server,
+        httpx.Client(base_url=server.base_url, timeout=30) as client,
+    ):
+        token = register(client)
+        key = _seed(client, token)
+        check = f"/api/updates/check?key={key}&versionCode=0&versionName=0.1&platform=android&os=34"
+        first = client.get(check)
+        first.raise_for_status()
+        etag = first.headers["etag"]
+        check_headers = [{"If-None-Match": etag} if i % 2 else {} for i in range(clients)]
+        list_headers = [{"Authorization": f"Bearer {token}"}] * clients
+        rows = []
+        results = {}
+        for name, url, headers in (
+            ("projects list", "/api/projects", list_headers),
+            ("update check", check, check_headers),
+            ("projects list", "/api/projects", list_headers),
+            ("update check", check, check_headers),
+        ):
+            count, latencies, failures = asyncio.run(_load(server.base_url, url, headers, duration))
+            rate = count / duration
+            results.setdefault(name, []).append(rate)
+            rows.append(
+                (
+                    name,
+                    f"{rate:.0f}",
+                    f"{_pct(latencies, 0.5):.1f}",
+                    f"{_pct(latencies, 0.99):.1f}",
+                    failures,
+                )
+            )
+            if failures:
+                print(f"{name}: {failures} failed requests", file=sys.stderr)
+        print(table(["endpoint", "req/s", "p50 ms", "p99 ms", "failed"], rows))
+        ratio = max(results["update check"]) / max(results["projects list"])
+        print(f"update checks per second / project lists per second: {ratio:.2f}")
+        return 1 if any(row[4] for row in rows) else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--database-url")
+    parser.add_argument("--redis-url")
+    args = parser.parse_args()
+    data_dir = Path(tempfile.mkdtemp(prefix="buildbay-bench-updates-")) / "data"
+    try:
+        return run(data_dir, args.duration, args.clients, args.database_url, args.redis_url)
+    finally:
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Channels and what is published to them, changed in a unit of work (reading is reads.py's)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.builds.models import BuildChannel, Channel
+from buildbay.channels.reads import (
+    CHANNEL,
+    DEFAULT_CHANNEL,
+    ChannelRecord,
+    ChannelView,
+    channel_view,
+    channels_named,
+)
+from buildbay.db.concurrency import insert_unless_present
+from buildbay.db.reads import Reads
+from buildbay.errors import Conflict, ValidationFailed
+from buildbay.ids import new_id
+
+
+class ChannelService:
+    def __init__(self, db: AsyncSession, now: datetime) -> None:
+        self.db = db
+        self.now = now
+        self.reads = Reads.within(db)
+
+    async def create(self, application_id: str, name: str) -> ChannelView:
+        channel = Channel(
+            id=new_id("chn"), application_id=application_id, name=name, created_at=self.now
+        )
+        # Of two concurrent creations of one name, one inserts and the other is told.
+        fields = {c: getattr(channel, c) for c in ("id", "application_id", "name", "created_at")}
+        if not await insert_unless_present(self.db, Channel, fields):
+            raise Conflict(
+                f"The application already has a channel named {name}", code="channel_exists"
+            )
+        return ChannelView(CHANNEL.of_entity(channel), 0, None)
+
+    async def create_default(self, application_id: str) -> None:
+        """A new application's `default` channel."""
+        self.db.add(
+            Channel(
+                id=new_id("chn"),
+                application_id=application_id,
+                name=DEFAULT_CHANNEL,
+                created_at=self.now,
+            )
+        )
+        await self.db.flush()
+
+    async def delete(self, application_id: str, channel_id: str) -> None:
+        """The channel goes; its builds stay (only their publication to it goes). `default`
+        stays: a build verified without channels is published to it."""
+        view = await channel_view(self.reads, application_id, channel_id)
+        if view.channel.name == DEFAULT_CHANNEL:
+            raise Conflict(
+                "The default channel cannot be deleted: builds are published to it unless "
+                "verify names other channels",
+                code="default_channel",
+            )
+        await self.db.execute(delete(Channel).where(Channel.id == channel_id))
+
+    async def check_names(self, application_id: str, names: list[str] | None) -> None:
+        """422 unless the application has every channel named (None names none)."""
+        if names:
+            await self._named(application_id, names)
+
+    async def _named(self, application_id: str, names: list[str]) -> list[ChannelRecord]:
+        found = await channels_named(self.reads, application_id, names)
+        missing = [name for name in dict.fromkeys(names) if name not in found]
+        if missing:
+            raise ValidationFailed.for_field(
+                "channels",
+                f"the application has no channel named {', '.join(missing)}; create it first",
+                code="unknown_channel",
+            )
+        return list(found.values())
+
+    async def publish(
+        self, application_id: str, build_id: str, names: list[str] | None, *, replace: bool
+    ) -> None:
+        """Publish the build to the channels named (None: `default`, if the application has
+        it). `replace`: to these channels only, taking it off the others. An unknown name is a
+        422 and changes nothing."""
+        if names is None:
+            # Every application has it, unless its row was written without this service.
+            found = list(
+                (await channels_named(self.reads, application_id, [DEFAULT_CHANNEL])).values()
+            )
+        else:
+            found = await self._named(application_id, names)
+        if replace:
+            await self.db.execute(delete(BuildChannel).where(BuildChannel.build_id == build_id))
+        for channel in found:
+            await insert_unless_present(
+                self.db, BuildChannel, {"channel_id": channel.id, "build_id": build_id}
+            )

@@ -1,0 +1,1 @@
+"""In-app updates: the public update check an app calls with its application's update key."""

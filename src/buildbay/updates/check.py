@@ -1,0 +1,255 @@
+"""The update check: which build of its channel an app should update to, if any.
+
+Read-only but for one thing: the install page it points to is a live install link of the build
+(builds/install.py), created in a short unit of work of its own the first time a build is
+offered, and again when its link has less than LINK_MIN_LEFT to live.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from packaging.version import Version
+from sqlalchemy import bindparam, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.applications.models import Application, UpdateKey
+from buildbay.builds.install import InstallLinkReads, InstallLinks
+from buildbay.builds.models import Build, BuildChannel, BuildStatus, Channel
+from buildbay.builds.reads import BUILD, BuildRecord
+from buildbay.db.concurrency import lock_row
+from buildbay.db.reads import Reads
+from buildbay.errors import NotFound, ValidationFailed
+from buildbay.updates.versions import app_version, os_version
+
+if TYPE_CHECKING:
+    from buildbay.context import AppContext
+
+MAX_CANDIDATES = 500  # the newest ready builds of a channel that a check looks at
+LINK_HOURS = 24 * 7  # the life of an install link the check creates
+LINK_MIN_LEFT = timedelta(days=1)  # a link offered lives at least this long after the check
+# Signed file addresses are made per time slot, so that the answer (and its ETag) stays the same
+# within one: revalidating clients get 304s, and an address given is good for the whole TTL.
+URL_SLOT_SECONDS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOwner:
+    application_id: str
+    project_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """What the app says about itself."""
+
+    channel: str
+    version_code: int | None
+    version_name: str | None
+    platform: str | None
+    os: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    build: BuildRecord
+    version_code: int | None
+    version: Version | None
+
+    @property
+    def version_name(self) -> str | None:
+        metadata = self.build.metadata_ or {}
+        name = metadata.get("versionName") or metadata.get("shortVersion")
+        return name if isinstance(name, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    build: BuildRecord
+    version_name: str | None
+    version_code: int | None
+    install_url: str
+    download_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    offer: Offer | None
+    mandatory: bool
+
+
+_KEY = (
+    select(UpdateKey.application_id, UpdateKey.expires_at, Application.project_id)
+    .join(Application, Application.id == UpdateKey.application_id)
+    .where(UpdateKey.key == bindparam("key"))
+)
+_CANDIDATES = (
+    select(*BUILD.columns, Build.version_code.label("version_code"))
+    .join(BuildChannel, BuildChannel.build_id == Build.id)
+    .join(Channel, Channel.id == BuildChannel.channel_id)
+    .where(
+        Channel.application_id == bindparam("application_id"),
+        Channel.name == bindparam("channel"),
+        Build.status == BuildStatus.READY,
+    )
+    .order_by(Build.id.desc())
+    .limit(MAX_CANDIDATES)
+)
+
+
+def unknown_key() -> NotFound:
+    return NotFound(
+        "No application has this update key (a rotated key answers for 7 days)",
+        code="unknown_update_key",
+    )
+
+
+async def key_owner(reads: Reads, key: str, now: datetime) -> KeyOwner:
+    """The application a key names: its current key, or one rotated less than 7 days ago."""
+    row = await reads.first(_KEY, {"key": key})
+    if row is None or (row["expires_at"] is not None and row["expires_at"] <= now):
+        raise unknown_key()
+    return KeyOwner(row["application_id"], row["project_id"])
+
+
+def _platform_of(build: BuildRecord) -> str | None:
+    name = build.file_name.lower()
+    if name.endswith(".ipa"):
+        return "ios"
+    if name.endswith((".apk", ".aab")):
+        return "android"
+    return None
+
+
+def compatible(build: BuildRecord, caller: Caller) -> bool:
+    """The build installs on the caller's platform and OS version, as far as either is known:
+    an Android build's minSdk against the API level, an iOS build's MinimumOSVersion against
+    the iOS version."""
+    platform = _platform_of(build)
+    if caller.platform and platform and caller.platform.lower() != platform:
+        return False
+    metadata: dict[str, Any] = build.metadata_ or {}
+    running = os_version(caller.os)
+    if running is None:
+        return True
+    min_sdk, min_os = metadata.get("minSdk"), metadata.get("minOs")
+    if isinstance(min_sdk, int):
+        return running >= Version(str(min_sdk))
+    if isinstance(min_os, str) and (needed := os_version(min_os)) is not None:
+        return running >= needed
+    return True
+
+
+class UpdateCheck:
+    def __init__(self, caller: Caller) -> None:
+        if caller.version_code is None and app_version(caller.version_name) is None:
+            raise ValidationFailed(
+                "Send versionCode (a whole number) or versionName (a version such as 1.4.2): "
+                "the check offers only builds newer than the caller's",
+                code="version_required",
+            )
+        self.caller = caller
+        self.caller_version = app_version(caller.version_name)
+
+    def newer(self, candidate: Candidate) -> bool:
+        """By versionCode when both sides have one, else by version name as a version."""
+        if self.caller.version_code is not None and candidate.version_code is not None:
+            return candidate.version_code > self.caller.version_code
+        if self.caller_version is not None and candidate.version is not None:
+            return candidate.version > self.caller_version
+        return False
+
+    def choose(self, candidates: list[Candidate]) -> tuple[Candidate | None, bool]:
+        """The newest compatible build newer than the caller, and whether any newer one (that
+        one, or one it skips over) is mandatory."""
+        newer = [c for c in candidates if self.newer(c)]
+        offered = [c for c in newer if compatible(c.build, self.caller)]
+        if not offered:
+            return None, False
+        by_code = self.caller.version_code is not None
+        best = max(offered, key=functools.cmp_to_key(functools.partial(_order, by_code)))
+        return best, any(c.build.mandatory for c in newer)
+
+
+def _order(by_code: bool, a: Candidate, b: Candidate) -> int:
+    """Which of two builds is the newer, compared as the caller was: by versionCode where
+    both have one (if the caller sent one), else by version, else the later upload."""
+    pairs: list[tuple[Any, Any]] = [(a.version, b.version)]
+    if by_code:
+        pairs.insert(0, (a.version_code, b.version_code))
+    for x, y in pairs:
+        if x is not None and y is not None and x != y:
+            return 1 if x > y else -1
+    return (a.build.id > b.build.id) - (a.build.id < b.build.id)
+
+
+async def candidates(reads: Reads, application_id: str, channel: str) -> list[Candidate]:
+    rows = await reads.all(_CANDIDATES, {"application_id": application_id, "channel": channel})
+    found = []
+    for row in rows:
+        build = BUILD.of(row)
+        metadata = build.metadata_ or {}
+        name = metadata.get("versionName") or metadata.get("shortVersion")
+        found.append(
+            Candidate(
+                build, row["version_code"], app_version(name if isinstance(name, str) else None)
+            )
+        )
+    return found
+
+
+def url_expiry(now: datetime, ttl_seconds: int) -> datetime:
+    """The expiry of a file address made now: the end of the current slot plus the TTL."""
+    stamp = int(now.timestamp())
+    slot_end = stamp - stamp % URL_SLOT_SECONDS + URL_SLOT_SECONDS
+    return datetime.fromtimestamp(slot_end, tz=now.tzinfo) + timedelta(seconds=ttl_seconds)
+
+
+async def answer(
+    ctx: AppContext,
+    reads: Reads,
+    owner: KeyOwner,
+    caller: Caller,
+    unit_of_work: Callable[[], Any],
+) -> Answer:
+    rule = UpdateCheck(caller)
+    best, mandatory = rule.choose(await candidates(reads, owner.application_id, caller.channel))
+    if best is None:
+        return Answer(None, False)
+    now = ctx.clock.now()
+    link_reads = InstallLinkReads.of(ctx, reads)
+    link = (await link_reads.current([best.build.id])).get(best.build.id)
+    if link is None or link.expires_at - now < LINK_MIN_LEFT:
+        async with unit_of_work() as db, db.begin():
+            link_url = await _new_link(ctx, db, best.build, now)
+        if link_url is None:
+            return Answer(None, False)  # deleted since it was read
+    else:
+        link_url = link_reads.url(link)
+    download_url = await ctx.storage.download_url(
+        best.build.storage_key,
+        best.build.file_name,
+        url_expiry(now, ctx.settings.download_link_ttl_seconds),
+        best.build.storage_version,
+    )
+    offer = Offer(best.build, best.version_name, best.version_code, link_url, download_url)
+    return Answer(offer, mandatory)
+
+
+async def _new_link(
+    ctx: AppContext, db: AsyncSession, build: BuildRecord, now: datetime
+) -> str | None:
+    """A live install link of the build with LINK_MIN_LEFT to live at least: of concurrent
+    checks, the first creates it (under the build's row lock) and the others find it. None if
+    the build is gone."""
+    links = InstallLinks.of(ctx, db)
+    if not await lock_row(db, Build.id, build.id):
+        return None
+    current = (await links.reads.current([build.id])).get(build.id)
+    if current is None or current.expires_at - now < LINK_MIN_LEFT:
+        current = await links.create(build, None, LINK_HOURS)
+    return links.reads.url(current)

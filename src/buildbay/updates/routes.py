@@ -1,0 +1,138 @@
+"""`GET /api/updates/check`: public (the update key is the credential), cacheable, rate limited
+per client IP and per application."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from buildbay.auth.dependencies import client_ip
+from buildbay.deps import Context, ReadsDep, TransactionRoute
+from buildbay.errors import RateLimited
+from buildbay.problems import problem_responses
+from buildbay.ratelimit.limiter import RateLimitState
+from buildbay.schemas import NO_NUL_PATTERN
+from buildbay.updates import schemas
+from buildbay.updates.check import Answer, Caller, answer, key_owner, unknown_key
+from buildbay.updates.versions import MAX_LENGTH
+
+router = APIRouter(prefix="/api/updates", tags=["updates"], route_class=TransactionRoute)
+
+CACHE_CONTROL = "public, max-age=60"
+_SHORT = {"max_length": MAX_LENGTH, "pattern": NO_NUL_PATTERN}
+
+
+def _schema(result: Answer) -> schemas.UpdateCheck:
+    offer = result.offer
+    if offer is None:
+        return schemas.UpdateCheck(update_available=False, mandatory=False, build=None)
+    build = offer.build
+    return schemas.UpdateCheck(
+        update_available=True,
+        mandatory=result.mandatory,
+        build=schemas.UpdateBuild(
+            build_id=build.id,
+            version_name=offer.version_name,
+            version_code=offer.version_code,
+            notes=build.notes,
+            file_size=build.file_size,
+            sha256=build.sha256,
+            published_at=build.verified_at,
+            install_url=offer.install_url,
+            download_url=offer.download_url,
+        ),
+    )
+
+
+async def _count(ctx: Context, request: Request, key: str, per_minute: int, policy: str) -> None:
+    state: RateLimitState | None = await ctx.limiter.hit_budget(key, per_minute, policy)
+    if state is None:
+        return
+    current: RateLimitState | None = getattr(request.state, "ratelimit", None)
+    if current is None or state.remaining < current.remaining or not state.allowed:
+        request.state.ratelimit = state  # the tighter budget's headers
+    if not state.allowed:
+        raise RateLimited(
+            f"More than {state.limit} update checks in a minute ({policy})",
+            headers={"Retry-After": str(state.reset_after)},
+        )
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+@router.get(
+    "/check",
+    response_model=schemas.UpdateCheck,
+    responses={
+        200: {
+            "description": "Whether there is a newer build for the caller, and which",
+            "headers": {
+                "ETag": {"schema": {"type": "string"}},
+                "Cache-Control": {"schema": {"type": "string"}},
+            },
+        },
+        304: {"description": "The answer has not changed (If-None-Match)"},
+        **problem_responses(404, 422, 429),
+    },
+    summary="Is there a newer build for this app? (no token: the application's update key)",
+)
+async def check_for_update(
+    request: Request,
+    ctx: Context,
+    reads: ReadsDep,
+    key: Annotated[str, Query(description="The application's update key (`bbu_...`)", **_SHORT)],
+    channel: Annotated[
+        str, Query(description="The release channel the app follows", **_SHORT)
+    ] = "default",
+    version_code: Annotated[
+        int | None,
+        Query(
+            alias="versionCode",
+            ge=0,
+            le=2**63 - 1,
+            description="The running app's versionCode (Android) or CFBundleVersion (iOS)",
+        ),
+    ] = None,
+    version_name: Annotated[
+        str | None,
+        Query(
+            alias="versionName",
+            description="The running app's versionName or CFBundleShortVersionString",
+            **_SHORT,
+        ),
+    ] = None,
+    platform: Annotated[str | None, Query(description="`android` or `ios`", **_SHORT)] = None,
+    os: Annotated[
+        str | None,
+        Query(
+            description="The OS version: Android's API level (34), iOS's version (17.4)", **_SHORT
+        ),
+    ] = None,
+) -> Response:
+    settings = ctx.settings
+    await _count(
+        ctx, request, f"update-ip:{client_ip(request)}", settings.update_checks_per_minute_per_ip,
+        "updates-ip",
+    )  # fmt: skip
+    if not key.startswith("bbu_"):
+        raise unknown_key()
+    owner = await key_owner(reads, key, ctx.clock.now())
+    await _count(
+        ctx, request, f"update-app:{owner.application_id}",
+        settings.update_checks_per_minute_per_key, "updates-key",
+    )  # fmt: skip
+    caller = Caller(channel, version_code, version_name, platform, os)
+    result = await answer(ctx, reads, owner, caller, ctx.sessions)
+    body = _schema(result).model_dump_json(by_alias=True).encode()
+    etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
+    if _matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
