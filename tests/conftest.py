@@ -2,6 +2,10 @@
 
 The suite runs on SQLite by default and on PostgreSQL when BUILDBAY_TEST_DATABASE_URL is set
 (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test).
+
+Under pytest-xdist (`-n N`) each worker has a PostgreSQL database and a Redis database of its
+own, derived from the ones given (see `_for_this_worker`): the tests reset, truncate and flush
+them, and must never do so under another worker's feet.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import redis.asyncio
 from fastapi import FastAPI
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from buildbay.app import create_app
 from buildbay.auth import passwords
@@ -36,15 +42,70 @@ from buildbay.db.models import Base
 from tests.leaks import LeakGuard
 from tests.processes import free_port, running
 
-PG_URL = os.environ.get("BUILDBAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("BUILDBAY_TEST_REDIS_URL")
+# xdist names its workers gw0, gw1, ...; a run without xdist has no worker id.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+WORKER_INDEX = int(WORKER.removeprefix("gw")) if WORKER else 0
+
+
+def _postgres_for_this_worker(url: str | None) -> str | None:
+    """`.../test` for a run without xdist, `.../test_gw0`, `.../test_gw1`, ... for its workers."""
+    if not url or not WORKER:
+        return url
+    parsed = make_url(url)
+    return parsed.set(database=f"{parsed.database}_{WORKER}").render_as_string(hide_password=False)
+
+
+def _redis_for_this_worker(url: str | None) -> str | None:
+    """The Redis database number of the URL plus the worker's index: `.../5` gives gw0 5, gw1 6,
+    ... (a Redis server has 16 databases, 0-15, unless configured otherwise)."""
+    if not url or not WORKER:
+        return url
+    base, _, number = url.rstrip("/").rpartition("/")
+    if not number.isdigit():
+        base, number = url.rstrip("/"), "0"
+    return f"{base}/{int(number) + WORKER_INDEX}"
+
+
+PG_URL = _postgres_for_this_worker(os.environ.get("BUILDBAY_TEST_DATABASE_URL"))
+REDIS_URL = _redis_for_this_worker(os.environ.get("BUILDBAY_TEST_REDIS_URL"))
 # Set by .ci/run: a test that needs PostgreSQL or Redis fails instead of skipping without them.
 REQUIRE_SERVICES = bool(os.environ.get("BUILDBAY_REQUIRE_SERVICES"))
 TEST_SECRET = "test-secret-key-that-is-long-enough-0123456789"
 BASE_URL = "http://testserver"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests (real processes, browsers, faults) first, each group in its order: xdist
+    then hands them out across the workers at the start, instead of one worker taking a
+    minutes-long test at the end while the others sit idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+async def _create_postgres_database(url: str) -> None:
+    """Creates this worker's database if missing, over a connection to the database it is
+    named after (BUILDBAY_TEST_DATABASE_URL's, which must exist)."""
+    parsed = make_url(url)
+    given = make_url(os.environ["BUILDBAY_TEST_DATABASE_URL"])
+    admin = create_async_engine(
+        given.render_as_string(hide_password=False),
+        isolation_level="AUTOCOMMIT",  # CREATE DATABASE cannot run inside a transaction
+        poolclass=NullPool,
+    )
+    try:
+        async with admin.connect() as conn:
+            exists = await conn.scalar(
+                text("SELECT 1 FROM pg_database WHERE datname = :name"),
+                {"name": parsed.database},
+            )
+            if not exists:
+                await conn.execute(text(f'CREATE DATABASE "{parsed.database}"'))
+    finally:
+        await admin.dispose()
+
+
 async def _reset_postgres(url: str) -> None:
+    if WORKER:
+        await _create_postgres_database(url)
     engine = create_engine(url)
     async with engine.begin() as conn:
         await conn.execute(text("DROP SCHEMA public CASCADE"))

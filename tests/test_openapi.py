@@ -89,6 +89,7 @@ async def test_openapi_documents_change_password_and_every_answer_it_gives(
         "204",
         "400",
         "401",
+        "403",  # an API token: a login only
         "408",
         "413",
         "422",

@@ -17,6 +17,7 @@ from fastapi_offline import FastAPIOffline
 from buildbay import __version__
 from buildbay.applications.routes import router as applications_router
 from buildbay.auth.cache import AccessTokenCache
+from buildbay.auth.password_reset import PASSWORD_RESET_JOB, password_reset_handler
 from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.routes import account_router
 from buildbay.auth.routes import router as auth_router
@@ -25,22 +26,31 @@ from buildbay.builds.install import InstallTokens
 from buildbay.builds.install_page import router as install_page_router
 from buildbay.builds.routes import router as builds_router
 from buildbay.builds.sweeper import sweep
+from buildbay.channels.routes import router as channels_router
 from buildbay.clock import Clock, SystemClock
 from buildbay.config import Settings
 from buildbay.console.routes import console_sessions
-from buildbay.console.routes import router as console_router
+from buildbay.console.routes import routers as console_routers
+from buildbay.context import AppContext
 from buildbay.db import migrate
-from buildbay.db.engine import create_engine, create_sessionmaker
-from buildbay.deps import AppContext
-from buildbay.errors import PROBLEM_CONTENT_TYPE, Problem, install_error_handlers
+from buildbay.db.engine import create_engine, create_sessionmaker, read_engine
 from buildbay.health import router as health_router
+from buildbay.invitations.routes import router as invitations_router
+from buildbay.jobs.queue import JOB_SIGNAL, JobSignal
+from buildbay.jobs.worker import Handler, JobWorker
+from buildbay.mail.outbox import MAIL_JOB, MailOutbox
+from buildbay.mail.transports import mail_handler, transport_for
+from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.middleware import ApiMiddleware
+from buildbay.problems import PROBLEM_CONTENT_TYPE, Problem, install_error_handlers
 from buildbay.projects.routes import router as projects_router
 from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.security_headers import SecurityHeaders
 from buildbay.storage.base import Storage
 from buildbay.storage.factory import create_storage
 from buildbay.storage.routes import router as storage_router
 from buildbay.storage.signing import UrlSigner
+from buildbay.updates.routes import router as updates_router
 
 log = logging.getLogger("buildbay")
 
@@ -76,10 +86,14 @@ def create_app(
         storage = create_storage(settings, signer, clock)
     # Redis means several processes: they tell each other of revoked sessions through it.
     revocations = SharedRevocations(settings.redis_url) if settings.redis_url else None
+    job_signal = JobSignal()
     ctx = AppContext(
         settings=settings,
         engine=engine,
-        sessions=create_sessionmaker(engine),
+        # Units of work carry the signal that wakes this process's job worker when they
+        # commit a job (jobs/queue.py).
+        sessions=create_sessionmaker(engine, info={JOB_SIGNAL: job_signal}),
+        read_engine=read_engine(engine),
         clock=clock,
         storage=storage,
         signer=signer,
@@ -90,6 +104,17 @@ def create_app(
         ),
         access_cache=AccessTokenCache(),
         revocations=revocations,
+        mail=MailOutbox(settings.resolved_mail_from),
+        unsubscribe=UnsubscribeLinks(settings.signing_key, settings.resolved_public_url),
+    )
+    ctx.jobs = JobWorker(
+        ctx.sessions,
+        job_handlers(ctx),
+        clock,
+        job_signal,
+        poll_seconds=settings.job_poll_seconds,
+        lease_seconds=settings.job_lease_seconds,
+        retry_base_seconds=settings.job_retry_base_seconds,
     )
     if migrate_on_start is None:
         migrate_on_start = settings.migrates_itself
@@ -101,15 +126,19 @@ def create_app(
         sweeper = None
         if settings.sweep_interval_seconds > 0:
             sweeper = asyncio.create_task(_sweep_forever(ctx))
+        assert ctx.jobs is not None
+        ctx.jobs.start()
         try:
             yield
         finally:
+            await ctx.jobs.stop()
             if sweeper is not None:
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
             if revocations is not None:
                 await revocations.aclose()
+            await ctx.limiter.aclose()
             await engine.dispose()
 
     # Interactive docs (/docs, /redoc) served from the package itself: no CDN, works offline.
@@ -122,27 +151,42 @@ def create_app(
     app.state.ctx = ctx
     app.state.console = console_sessions(settings.signing_key, settings.refresh_token_ttl_days)
     install_error_handlers(app)
-    app.add_middleware(ApiMiddleware, body_read_timeout=settings.body_read_timeout_seconds)
+    app.add_middleware(
+        ApiMiddleware,
+        body_read_timeout=settings.body_read_timeout_seconds,
+        security_headers=SecurityHeaders(settings),
+    )
     for router in (
         auth_router,
         account_router,
         projects_router,
+        invitations_router,
         applications_router,
+        channels_router,
         builds_router,
+        updates_router,
         storage_router,
         install_page_router,
         health_router,
-        console_router,
+        *console_routers,
     ):
         # The routes themselves, not the router: each APIRoute already has its full path, its
         # route class and its router's dependencies. FastAPI's include_router keeps the router
-        # as a level of its own, and matching through those levels cost every request ~50 us
-        # here (bench/api.py), more than the whole bare endpoint.
+        # as a level of its own, and matching through those levels cost every request more
+        # than a bare endpoint's whole work (docs/performance.md).
         app.router.routes.extend(router.routes)
     # The console's stylesheet and script, from the package: no CDN, no build step.
     app.mount("/static", StaticFiles(packages=[("buildbay", "static")]), name="static")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def job_handlers(ctx: AppContext) -> dict[str, Handler]:
+    """What runs each kind of job of the outbox (jobs/)."""
+    return {
+        MAIL_JOB: mail_handler(transport_for(ctx.settings)),
+        PASSWORD_RESET_JOB: password_reset_handler(ctx),
+    }
 
 
 async def _sweep_forever(ctx: AppContext) -> None:

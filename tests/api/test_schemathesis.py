@@ -62,7 +62,9 @@ FUZZ = hypothesis.settings(
 # state of the data (the user to add is not registered; the current password given to
 # change-password is not the user's; the bytes never arrived or are not the
 # declared sha256; the file is of another app; a cursor this API never gave out; an install link
-# expired or revoked), the caller's plan (the largest file, the storage quota), and the bytes of
+# expired or revoked; an API token for projects the caller is no member of; a release channel
+# that does not exist; an update check without a version to compare), the caller's plan
+# (the largest file, the storage quota), and the bytes of
 # a storage PUT (shorter or longer than the size the URL was signed for). schemathesis'
 # positive_data_acceptance fails any 4xx but 401/403/404/409/429 on valid data; the check below
 # runs it and forgives exactly these codes at exactly these statuses. Any other refusal of valid
@@ -79,6 +81,13 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         "checksum_mismatch",
         "bundle_id_mismatch",
         "invalid_cursor",
+        "not_your_project",
+        "invalid_token",  # a password-reset token this server never mailed
+        "invitation_expired",
+        # Release channels and the update check: a channel the application does not have; a
+        # version the caller sent that is not one (tests/updates).
+        "unknown_channel",
+        "version_required",
     },
 }
 
