@@ -74,10 +74,34 @@ TEST_SECRET = "test-secret-key-that-is-long-enough-0123456789"
 BASE_URL = "http://testserver"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Set by .ci/run for its second run of the suite, on PostgreSQL + Redis: only the tests that
+# reach a database or Redis run again; the others (parsers, properties, the client's offline
+# parts, the layering checks) proved everything they can in the first run, on SQLite.
+BACKEND_TESTS_ONLY = bool(os.environ.get("BUILDBAY_TEST_BACKEND_ONLY"))
+BACKEND_FIXTURES = frozenset({"migrated_database", "database_url", "redis_url"})
+# A module that reads these names or variables itself, outside the fixtures above.
+BACKEND_NAMES = ("PG_URL", "REDIS_URL", "BUILDBAY_TEST_DATABASE_URL", "BUILDBAY_TEST_REDIS_URL")
+
+
+def _reaches_a_backend(item: pytest.Item, sources: dict[str, str]) -> bool:
+    if BACKEND_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    path = str(item.path)
+    if path not in sources:
+        sources[path] = item.path.read_text()
+    return any(name in sources[path] for name in BACKEND_NAMES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests (real processes, browsers, faults) first, each group in its order: xdist
     then hands them out across the workers at the start, instead of one worker taking a
     minutes-long test at the end while the others sit idle."""
+    if BACKEND_TESTS_ONLY:
+        sources: dict[str, str] = {}
+        kept = [item for item in items if _reaches_a_backend(item, sources)]
+        dropped = [item for item in items if not _reaches_a_backend(item, sources)]
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

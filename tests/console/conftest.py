@@ -11,7 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+
+# The browser shares two cores with the other test workers, their servers and PostgreSQL:
+# a page that waits on an upload's verify or a large script took longer than Playwright's
+# default 5 s there. A wrong page still fails, after this long.
+expect.set_options(timeout=20_000)
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
