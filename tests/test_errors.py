@@ -305,6 +305,10 @@ async def test_an_unexpected_error_is_500_without_internals(app: FastAPI) -> Non
 
     body = assert_error(r, 500, "internal_error")
     assert body["requestId"] == "trace-me-500"
+    # Sent past the middleware that sets them on every other response.
+    assert r.headers["x-request-id"] == "trace-me-500"
+    assert "default-src 'none'" in r.headers["content-security-policy"]
+    assert r.headers["x-content-type-options"] == "nosniff"
     for leak in ("kaboom", "/srv/secret", "config.py", "Traceback", "RuntimeError", ".py"):
         assert leak not in r.text
 

@@ -150,11 +150,12 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.console = console_sessions(settings.signing_key, settings.refresh_token_ttl_days)
-    install_error_handlers(app)
+    security_headers = SecurityHeaders(settings)
+    install_error_handlers(app, security_headers)
     app.add_middleware(
         ApiMiddleware,
         body_read_timeout=settings.body_read_timeout_seconds,
-        security_headers=SecurityHeaders(settings),
+        security_headers=security_headers,
     )
     for router in (
         auth_router,

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from buildbay.errors import RETRY_AFTER_UNAVAILABLE, BuildbayError, FieldError
+from buildbay.security_headers import SecurityHeaders
 
 log = logging.getLogger("buildbay")
 
@@ -134,7 +135,7 @@ def _validation_response(request: Request, exc: RequestValidationError) -> JSONR
     )
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, security_headers: SecurityHeaders) -> None:
     async def on_buildbay_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, BuildbayError)
         if exc.status >= 500:
@@ -210,13 +211,16 @@ def install_error_handlers(app: FastAPI) -> None:
         request_id = request_id_of(request)
         log.exception("unexpected error (request %s)", request_id, exc_info=exc)
         # Starlette sends this response from its outermost middleware, past ApiMiddleware's
-        # X-Request-ID, so the header is set here.
+        # X-Request-ID and security headers, so they are set here.
+        headers = dict(security_headers.for_path(request.url.path))
+        if request_id:
+            headers["X-Request-ID"] = request_id
         return problem_response(
             request,
             500,
             "internal_error",
             "An unexpected error occurred; quote the requestId when reporting it",
-            headers={"X-Request-ID": request_id} if request_id else None,
+            headers=headers,
         )
 
     app.add_exception_handler(BuildbayError, on_buildbay_error)
