@@ -9,14 +9,18 @@ FastAPI are imported inside the commands, so that `buildbay --help` stays fast.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from buildbay.config import Settings
+
+T = TypeVar("T")
 
 PANEL = "Server administration"
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
@@ -43,6 +47,34 @@ def _settings(**overrides: object) -> Settings:
 
     with _configured():
         return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def _on_database(settings: Settings, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """Run `work` on the settings' database, once it is known to have this version's schema: an
+    operator command on an empty or older database says so in one line (exit code 1) instead
+    of a traceback of SQL, and changes nothing."""
+    import asyncio
+
+    from buildbay.db import migrate
+    from buildbay.db.engine import create_engine
+
+    async def run() -> T:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            if not await migrate.is_current(engine):
+                typer.echo(
+                    "buildbay: the database has not got this version's schema: run "
+                    "`buildbay db upgrade` first (`buildbay serve` does it too on the embedded "
+                    "SQLite database)",
+                    err=True,
+                )
+                raise typer.Exit(1)
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    with _configured():
+        return asyncio.run(run())
 
 
 def serve(
@@ -128,14 +160,13 @@ def set_plan(
     plan_name: Annotated[str, typer.Argument(metavar="PLAN", help="free, pro or enterprise")],
 ) -> None:
     """Move a user to another plan (its rate limit and largest build file follow)."""
-    import asyncio
 
     from sqlalchemy import update
 
     from buildbay.auth.models import User
     from buildbay.auth.service import normalise_email
     from buildbay.config import Plan
-    from buildbay.db.engine import create_engine, create_sessionmaker
+    from buildbay.db.engine import create_sessionmaker
 
     try:
         plan = Plan(plan_name)
@@ -144,18 +175,14 @@ def set_plan(
         raise typer.BadParameter(f"{plan_name!r} is not a plan: one of {choices}") from None
     settings = _settings()
 
-    async def run() -> int:
-        engine = create_engine(settings.resolved_database_url)
-        try:
-            async with create_sessionmaker(engine)() as db, db.begin():
-                result = await db.execute(
-                    update(User).where(User.email == normalise_email(email)).values(plan=plan)
-                )
-                return int(result.rowcount)  # type: ignore[attr-defined]
-        finally:
-            await engine.dispose()
+    async def run(engine: AsyncEngine) -> int:
+        async with create_sessionmaker(engine)() as db, db.begin():
+            result = await db.execute(
+                update(User).where(User.email == normalise_email(email)).values(plan=plan)
+            )
+            return int(result.rowcount)  # type: ignore[attr-defined]
 
-    if asyncio.run(run()) == 0:
+    if _on_database(settings, run) == 0:
         typer.echo(f"buildbay: no user with e-mail {email}", err=True)
         raise typer.Exit(1)
     typer.echo(f"{email} is now on the {plan.value} plan")
@@ -165,28 +192,23 @@ def set_plan(
 def jobs_failed() -> None:
     """List the jobs that failed for good (a refused mail, or 24 hours of retries), newest
     first, with the last error."""
-    import asyncio
 
     from sqlalchemy import select
 
-    from buildbay.db.engine import create_engine, create_sessionmaker
+    from buildbay.db.engine import create_sessionmaker
     from buildbay.jobs.models import Job, JobStatus
 
     settings = _settings()
 
-    async def run() -> list[Job]:
-        engine = create_engine(settings.resolved_database_url)
-        try:
-            async with create_sessionmaker(engine)() as db:
-                return list(
-                    await db.scalars(
-                        select(Job).where(Job.status == JobStatus.FAILED).order_by(Job.id.desc())
-                    )
+    async def run(engine: AsyncEngine) -> list[Job]:
+        async with create_sessionmaker(engine)() as db:
+            return list(
+                await db.scalars(
+                    select(Job).where(Job.status == JobStatus.FAILED).order_by(Job.id.desc())
                 )
-        finally:
-            await engine.dispose()
+            )
 
-    failed = asyncio.run(run())
+    failed = _on_database(settings, run)
     for job in failed:
         to = ", ".join(job.payload.get("to", [])) if job.kind == "mail" else ""
         when = job.finished_at.strftime("%Y-%m-%dT%H:%M:%SZ") if job.finished_at else "-"
@@ -201,37 +223,32 @@ def jobs_retry(
 ) -> None:
     """Run failed jobs again, at once (after fixing what failed them, e.g. BUILDBAY_SMTP_URL):
     each gets 24 hours of retries anew."""
-    import asyncio
     from datetime import UTC, datetime
 
     from sqlalchemy import update
 
-    from buildbay.db.engine import create_engine, create_sessionmaker
+    from buildbay.db.engine import create_sessionmaker
     from buildbay.jobs.models import Job, JobStatus
 
     settings = _settings()
     now = datetime.now(UTC)
 
-    async def run() -> int:
-        engine = create_engine(settings.resolved_database_url)
-        try:
-            async with create_sessionmaker(engine)() as db, db.begin():
-                result = await db.execute(
-                    update(Job)
-                    .where(Job.id.in_(job_ids), Job.status == JobStatus.FAILED)
-                    .values(
-                        status=JobStatus.PENDING,
-                        attempts=0,
-                        run_after=now,
-                        created_at=now,
-                        finished_at=None,
-                    )
+    async def run(engine: AsyncEngine) -> int:
+        async with create_sessionmaker(engine)() as db, db.begin():
+            result = await db.execute(
+                update(Job)
+                .where(Job.id.in_(job_ids), Job.status == JobStatus.FAILED)
+                .values(
+                    status=JobStatus.PENDING,
+                    attempts=0,
+                    run_after=now,
+                    created_at=now,
+                    finished_at=None,
                 )
-                return int(result.rowcount)  # type: ignore[attr-defined]
-        finally:
-            await engine.dispose()
+            )
+            return int(result.rowcount)  # type: ignore[attr-defined]
 
-    retried = asyncio.run(run())
+    retried = _on_database(settings, run)
     typer.echo(f"{retried} job(s) will run again")
     if retried < len(set(job_ids)):
         typer.echo("buildbay: the others are not failed jobs", err=True)
@@ -241,7 +258,6 @@ def jobs_retry(
 def sweep() -> None:
     """Remove expired pending builds, builds past their retention rule, partial files of
     uploads cut off by a crash and stored files no build owns (serve does too)."""
-    import asyncio
 
     from buildbay.app import create_app
     from buildbay.builds.sweeper import Swept, sweep
@@ -250,13 +266,13 @@ def sweep() -> None:
     with _configured():
         ctx = create_app(settings).state.ctx
 
-    async def run() -> Swept:
+    async def run(_: AsyncEngine) -> Swept:  # the app's own engine does the work
         try:
             return await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
         finally:
             await ctx.engine.dispose()
 
-    swept = asyncio.run(run())
+    swept = _on_database(settings, run)
     typer.echo(
         f"swept {swept.expired_uploads} expired pending builds, "
         f"{swept.retention} builds beyond their retention rule, "

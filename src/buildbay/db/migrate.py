@@ -6,6 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,6 +28,19 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
 
     async with engine.begin() as connection:
         await connection.run_sync(_run)
+
+
+async def is_current(engine: AsyncEngine) -> bool:
+    """Whether the database at `engine` has the schema this code was written for (migrated to
+    the newest revision). False for an empty database, and for one a newer or older Buildbay
+    migrated."""
+
+    def _current(connection: Connection) -> str | None:
+        return MigrationContext.configure(connection).get_current_revision()
+
+    async with engine.connect() as connection:
+        current = await connection.run_sync(_current)
+    return current == ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 async def revision(engine: AsyncEngine, message: str) -> None:

@@ -1,0 +1,63 @@
+"""The server's operator commands on a database without this version's schema: one line that
+says what to do, exit code 1, and nothing written (not a traceback of SQL)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from buildbay.cli import register
+from tests.conftest import TEST_SECRET
+
+
+def operator_commands() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["users", "set-plan", "ada@example.com", "pro"],
+        ["jobs", "failed"],
+        ["jobs", "retry", "job_01"],
+        ["sweep"],
+    ],
+    ids=["set-plan", "jobs-failed", "jobs-retry", "sweep"],
+)
+def test_a_command_on_an_unmigrated_database_says_to_upgrade_and_writes_nothing(
+    tmp_path: Path, args: list[str]
+) -> None:
+    database = tmp_path / "buildbay.sqlite3"
+    env = {
+        "BUILDBAY_DATA_DIR": str(tmp_path / "data"),
+        "BUILDBAY_DATABASE_URL": f"sqlite+inline:///{database}",
+        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+    }
+    result = CliRunner().invoke(operator_commands(), args, env=env)
+
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert "run `buildbay db upgrade` first" in result.stderr
+    assert "Traceback" not in result.stderr
+    with sqlite3.connect(database) as db:
+        tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert tables == []
+
+
+def test_the_same_command_works_once_the_database_is_upgraded(tmp_path: Path) -> None:
+    env = {
+        "BUILDBAY_DATA_DIR": str(tmp_path / "data"),
+        "BUILDBAY_DATABASE_URL": f"sqlite+inline:///{tmp_path / 'buildbay.sqlite3'}",
+        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+    }
+    commands = operator_commands()
+    assert CliRunner().invoke(commands, ["db", "upgrade"], env=env).exit_code == 0
+
+    result = CliRunner().invoke(commands, ["jobs", "failed"], env=env)
+    assert (result.exit_code, result.stdout) == (0, "0 failed job(s)\n")
