@@ -212,6 +212,30 @@ def test_projects_apps_upload_builds_and_tokens(cli: Cli, tmp_path: Path) -> Non
     assert cli.json("projects", "list") == []
 
 
+def test_channels_and_an_upload_released_to_one_as_mandatory(cli: Cli) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    where = ["-p", "Acme", "-a", "Acme Android"]
+    assert [c["name"] for c in cli.json("channels", "list", *where)] == ["default"]
+    beta = cli.json("channels", "create", "beta", *where)
+    assert (beta["name"], beta["buildsCount"], beta["latestBuildId"]) == ("beta", 0, None)
+    refused = cli("channels", "create", "Beta Testers", *where)
+    assert refused.returncode == 5, refused.stderr  # the API's 422
+    assert "a channel's name is 1 to 40 characters" in refused.stderr
+
+    build = cli.json("upload", str(APK), *where, "--channel", "beta", "--mandatory")
+    assert (build["channels"], build["mandatory"]) == (["beta"], True)
+    listed = {c["name"]: c for c in cli.json("channels", "list", *where)}
+    assert listed["beta"]["latestBuildId"] == build["buildId"]
+    assert listed["default"]["latestBuildId"] is None
+    unknown = cli("upload", str(APK), *where, "--channel", "nightly")
+    assert unknown.returncode == 5, unknown.stderr
+    assert "no channel named nightly" in unknown.stderr
+    plain = cli.json("upload", str(APK), *where)
+    assert (plain["channels"], plain["mandatory"]) == (["default"], False)
+
+
 def test_a_token_limited_to_a_scope_and_projects(cli: Cli) -> None:
     _login(cli)
     acme = cli.json("projects", "create", "Acme")

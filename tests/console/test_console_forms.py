@@ -147,3 +147,33 @@ async def test_the_browser_uploads_json_endpoints_answer_problems_as_the_api(
         f"{start}/{link.json()['buildId']}/verify", json={"notes": "n"}, headers=headers
     )
     assert_problem(unverified, 422, "upload_incomplete")
+
+
+async def test_a_tester_cannot_change_channels_releases_or_the_update_key(
+    browser_like: httpx.AsyncClient, api: Api
+) -> None:
+    """The console hides these forms from testers; the server refuses them anyway."""
+    owner = await api.register("ada@example.com", "correct horse")
+    project = await api.project(owner)
+    app_id = (await api.application(owner, project["id"]))["id"]
+    tester = await api.register("tess@example.com", "correct horse")
+    await api.add_member(owner, project["id"], tester, "tester")
+    csrf = await _csrf(browser_like)
+    r = await browser_like.post(
+        "/login",
+        data={"csrf": csrf, "email": tester.email, "password": "correct horse"},
+        headers=ORIGIN,
+    )
+    assert r.status_code == 303, r.text
+    page_path = f"/projects/{project['id']}/apps/{app_id}"
+    csrf = await _csrf(browser_like, page_path)
+    for action, data in [
+        ("channels", {"name": "beta"}),
+        ("update-key", {}),
+        ("builds/bld_00000000000000000000000000/release", {"channel": "default"}),
+    ]:
+        refused = await browser_like.post(
+            f"{page_path}/{action}", data={"csrf": csrf, **data}, headers=ORIGIN
+        )
+        assert refused.status_code == 403, (action, refused.text[:300])
+        assert "text/html" in refused.headers["content-type"]

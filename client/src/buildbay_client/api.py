@@ -25,7 +25,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -278,6 +278,8 @@ class _Core:
         notes: str | None,
         install_link_hours: int | None,
         progress: Progress | None,
+        channels: Sequence[str] | None = None,
+        mandatory: bool = False,
     ) -> Flow[Build]:
         _check_notes(notes)
         file = Path(path)
@@ -302,7 +304,9 @@ class _Core:
                     continue
             yield _Sleep(float(outcome))
             attempt += 1
-        verify = ops.verify(project_id, app_id, link.build_id, notes, install_link_hours)
+        verify = ops.verify(
+            project_id, app_id, link.build_id, notes, install_link_hours, channels, mandatory
+        )
         return (yield from self._run_flow(verify))
 
     def _download_flow(
@@ -517,6 +521,8 @@ class Buildbay(_Core):
     get_application = _sync(ops.get_application)
     update_application = _sync(ops.update_application)
     delete_application = _sync(ops.delete_application)
+    list_channels = _sync(ops.list_channels)
+    create_channel = _sync(ops.create_channel)
     list_builds = _sync(ops.list_builds)
     get_build = _sync(ops.get_build)
     latest_build = _sync(ops.latest_build)
@@ -534,15 +540,21 @@ class Buildbay(_Core):
         notes: str | None = None,
         install_link_hours: int | None = None,
         progress: Progress | None = None,
+        channels: Sequence[str] | None = None,
+        mandatory: bool = False,
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
+        `channels`: the release channels to publish it to (None: `default`); `mandatory`:
+        update checks that find it say the update is mandatory.
 
         The SHA-256 is computed in a first pass and declared at step 1, so the storage checks
         the bytes as they arrive (S3 verifies the signed checksum) and verify needs no second
         read of the stored object.
         """
         return self._drive(
-            self._upload_flow(project_id, app_id, path, notes, install_link_hours, progress)
+            self._upload_flow(
+                project_id, app_id, path, notes, install_link_hours, progress, channels, mandatory
+            )
         )
 
     def download_build(
@@ -711,6 +723,8 @@ class AsyncBuildbay(_Core):
     get_application = _async(ops.get_application)
     update_application = _async(ops.update_application)
     delete_application = _async(ops.delete_application)
+    list_channels = _async(ops.list_channels)
+    create_channel = _async(ops.create_channel)
     list_builds = _async(ops.list_builds)
     get_build = _async(ops.get_build)
     latest_build = _async(ops.latest_build)
@@ -728,10 +742,14 @@ class AsyncBuildbay(_Core):
         notes: str | None = None,
         install_link_hours: int | None = None,
         progress: Progress | None = None,
+        channels: Sequence[str] | None = None,
+        mandatory: bool = False,
     ) -> Build:
         """As `Buildbay.upload_build`."""
         return await self._drive(
-            self._upload_flow(project_id, app_id, path, notes, install_link_hours, progress)
+            self._upload_flow(
+                project_id, app_id, path, notes, install_link_hours, progress, channels, mandatory
+            )
         )
 
     async def download_build(

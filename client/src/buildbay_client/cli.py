@@ -594,6 +594,52 @@ def apps_delete(
     err.print(f"Deleted application {aid}")
 
 
+# -- release channels ---------------------------------------------------------------------------
+
+channels = typer.Typer(
+    help="Release channels of an application (an installed app asks for updates on one).",
+    no_args_is_help=True,
+)
+
+
+def _channels_table(found: Sequence[Any]) -> Callable[[], Table]:
+    def table() -> Table:
+        t = _table("id", "name", "ready builds", "newest build", "created")
+        for c in found:
+            t.add_row(
+                c.id, c.name, str(c.builds_count), c.latest_build_id or "-", _when(c.created_at)
+            )
+        return t
+
+    return table
+
+
+@channels.command("list")
+def channels_list(
+    ctx: typer.Context, project: ProjectRef, app: AppRef, as_json: JsonOption = False
+) -> None:
+    """List an application's release channels."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        found = client.list_channels(pid, app_id(client, pid, app)).channels
+    emit(found, as_json, _channels_table(found))
+
+
+@channels.command("create")
+def channels_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="1-40 of a-z, 0-9, '.', '_', '-' (e.g. beta)")],
+    project: ProjectRef,
+    app: AppRef,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a release channel (developer+); publish builds to it with upload --channel."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        created = client.create_channel(pid, app_id(client, pid, app), name)
+    emit(created, as_json, _channels_table([created]))
+
+
 # -- builds -------------------------------------------------------------------------------------
 
 builds = typer.Typer(help="Builds of an application.", no_args_is_help=True)
@@ -776,6 +822,16 @@ def upload(
         int | None,
         typer.Option(min=1, max=2160, help="Also create an install link valid this long"),
     ] = None,
+    channel: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--channel",
+            help="Publish to this release channel (repeat for several; default: default)",
+        ),
+    ] = None,
+    mandatory: Annotated[
+        bool, typer.Option(help="Update checks that find this build say the update is mandatory")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Upload a build and verify it. Exits 0 only once the build is ready."""
@@ -788,7 +844,7 @@ def upload(
         with _progress("Uploading") as progress:
             build = client.upload_build(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
-                progress=progress,
+                progress=progress, channels=channel or None, mandatory=mandatory,
             )  # fmt: skip
     if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
         _fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
@@ -901,6 +957,7 @@ def register(app: typer.Typer) -> None:
     for group, name in (
         (projects, "projects"),
         (apps, "apps"),
+        (channels, "channels"),
         (builds, "builds"),
         (members, "members"),
         (tokens, "tokens"),

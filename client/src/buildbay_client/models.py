@@ -205,6 +205,20 @@ class ApplicationList(Model):
     next_cursor: str | None
 
 
+@dataclass(frozen=True)
+class Channel(Model):
+    id: str
+    name: str
+    builds_count: int  # ready builds published to it
+    latest_build_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ChannelList(Model):
+    channels: list[Channel]
+
+
 # -- builds -------------------------------------------------------------------------------------
 
 

@@ -185,6 +185,19 @@ def delete_application(project_id: str, app_id: str) -> Op[None]:
 # -- builds -------------------------------------------------------------------------------------
 
 
+def _channels(project_id: str, app_id: str) -> str:
+    return f"{_apps(project_id)}/{_q(app_id)}/channels"
+
+
+def list_channels(project_id: str, app_id: str) -> Op[models.ChannelList]:
+    return Op("GET", _channels(project_id, app_id), models.ChannelList)
+
+
+def create_channel(project_id: str, app_id: str, name: str) -> Op[models.Channel]:
+    return Op("POST", _channels(project_id, app_id), models.Channel, {"name": name},
+              idempotent=False)  # fmt: skip
+
+
 def _builds(project_id: str, app_id: str) -> str:
     return f"/api/app-distribution/{_q(project_id)}/{_q(app_id)}/builds"
 
@@ -238,10 +251,18 @@ def verify(
     build_id: str,
     notes: str | None = None,
     install_link_hours: int | None = None,
+    channels: Sequence[str] | None = None,
+    mandatory: bool = False,
 ) -> Op[models.Build]:
+    """`channels`: the release channels to publish the build to (None: the server's default,
+    `default`); `mandatory`: update checks that find it say so."""
     body: dict[str, Any] = _fields(buildId=build_id, notes=notes)
     if install_link_hours is not None:
         body["installLink"] = {"expiresInHours": install_link_hours}
+    if channels is not None:
+        body["channels"] = list(channels)
+    if mandatory:
+        body["mandatory"] = True
     # Verify is safe to repeat: a ready build answers itself.
     return Op("POST", f"{_builds(project_id, app_id)}/verify", models.Build, body)
 

@@ -1,21 +1,34 @@
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from buildbay.channels.reads import NAME_MAX, NAME_PATTERN
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
 
+NAME_RULE = (
+    "a channel's name is 1 to 40 characters: lowercase letters, digits, dots, dashes and "
+    "underscores (for example beta or qa-2)"
+)
+
+
+def _channel_name(value: str) -> str:
+    """One sentence for every way a name can be wrong (pydantic's own would quote the regex)."""
+    if not re.fullmatch(NAME_PATTERN, value):
+        raise ValueError(NAME_RULE)
+    return value
+
+
 ChannelName = Annotated[
     str,
     Field(
-        min_length=1,
-        max_length=NAME_MAX,
-        pattern=NAME_PATTERN,
         examples=["beta"],
         description="1 to 40 characters of a-z, 0-9, `.`, `_` and `-`",
+        json_schema_extra={"minLength": 1, "maxLength": NAME_MAX, "pattern": NAME_PATTERN},
     ),
+    AfterValidator(_channel_name),
 ]
 MAX_CHANNELS_OF_BUILD = 20
 ChannelNames = Annotated[list[ChannelName], Field(max_length=MAX_CHANNELS_OF_BUILD)]

@@ -17,6 +17,7 @@ from buildbay.builds.schemas import (
     version_label,
 )
 from buildbay.builds.service import BuildService, human_size
+from buildbay.channels.reads import channel_names, channels_of
 from buildbay.console.pages import (
     ConsoleRoute,
     can,
@@ -26,6 +27,7 @@ from buildbay.console.pages import (
     see_other,
     visit,
 )
+from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.projects.authorization import application_of
@@ -50,6 +52,22 @@ def _build_reads(request: Request, db: AsyncSession) -> BuildReads:
 @router.get("/projects/{project_id}/apps/{app_id}")
 async def application_page(request: Request, project_id: str, app_id: str) -> Response:
     visitor, db = await visit(request)
+    return await render_application(request, visitor, db, project_id, app_id)
+
+
+NOTICES = {
+    "key-rotated": "The update key changed. Apps that ship the old key get answers for 7 more "
+    "days: release builds with the new one before then.",
+}
+
+
+async def render_application(
+    request: Request, visitor: Visitor, db: AsyncSession, project_id: str, app_id: str,
+    failed: str | None = None, values: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None, status_code: int = 200,
+) -> Response:  # fmt: skip
+    """The application page; after a refused form, `failed` names it ("channel") and its fields
+    show `values` and `errors`."""
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
     builds, _ = await BuildReads.of(get_context(request), reads).page(
@@ -58,18 +76,22 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
     links = InstallLinkReads.of(get_context(request), reads)
     current = await links.current([b.id for b in builds])
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
-    fresh = request.query_params.get("link")
+    channels = await channels_of(reads, access.application.id)
+    versions = {b.id: version_label(b.metadata_) for b in builds}
     return page(
-        "console/application.html", visitor, project=access.project,
+        "console/application.html", visitor, status_code, project=access.project,
         application=access.application, role=access.role, can=can(access.role),
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
         install_expiry={k: v.expires_at for k, v in current.items()},
-        uploaders=uploaders, human_size=human_size, version_label=version_label, fresh_link=fresh,
-        max_notes=MAX_NOTES_LENGTH,
+        uploaders=uploaders, human_size=human_size, versions=versions,
+        fresh_link=request.query_params.get("link"), max_notes=MAX_NOTES_LENGTH,
+        channels=channels, build_channels=await channel_names(reads, [b.id for b in builds]),
+        notice=NOTICES.get(request.query_params.get("notice", "")),
+        failed=failed, values=values or {}, errors=errors or {},
     )  # fmt: skip
 
 
-def _build_path(project_id: str, app_id: str) -> str:
+def application_path(project_id: str, app_id: str) -> str:
     return f"/projects/{project_id}/apps/{app_id}"
 
 
@@ -80,7 +102,7 @@ async def delete_build(request: Request, project_id: str, app_id: str, build_id:
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
     )
     await _build_service(request, db).delete(access.application, build_id)
-    return see_other(_build_path(project_id, app_id))
+    return see_other(application_path(project_id, app_id))
 
 
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}/download")
@@ -103,7 +125,7 @@ async def create_install_link(
     )
     build = await _build_reads(request, db).get(access.application.id, build_id)
     await _links(request, db).share(build, visitor.principal.user, DEFAULT_HOURS)
-    return see_other(f"{_build_path(project_id, app_id)}?link={build.id}#build-{build.id}")
+    return see_other(f"{application_path(project_id, app_id)}?link={build.id}#build-{build.id}")
 
 
 # The browser's upload: it asks for the address here, PUTs the file there itself (with a
@@ -133,7 +155,13 @@ async def finish_upload(request: Request, project_id: str, app_id: str, build_id
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
     )
     data = await read_json(request)
-    notes = (data.get("notes") or None) if isinstance(data, dict) else None
-    body = json_body(VerifyRequest, {"buildId": build_id, "notes": notes})
-    build = await _build_service(request, db).verify(access.application, build_id, body.notes)
+    sent = data if isinstance(data, dict) else {}
+    body = json_body(
+        VerifyRequest,
+        {"buildId": build_id, "notes": sent.get("notes") or None,
+         "channels": sent.get("channels"), "mandatory": sent.get("mandatory", False)},
+    )  # fmt: skip
+    build = await _build_service(request, db).verify(
+        access.application, build_id, body.notes, body.channels, body.mandatory
+    )
     return JSONResponse({"buildId": build.id, "status": build.status.value})

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from buildbay.console import account, auth, builds, invitations, projects, unsubscribe
+from buildbay.console import (
+    account,
+    auth,
+    builds,
+    invitations,
+    projects,
+    releases,
+    unsubscribe,
+)
 from buildbay.console.pages import console_sessions
 
 __all__ = ["console_sessions", "routers"]
@@ -20,6 +28,7 @@ routers: tuple[APIRouter, ...] = (
     projects.router,
     invitations.router,
     builds.router,
+    releases.router,
     account.router,
     unsubscribe.router,
 )

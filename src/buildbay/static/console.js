@@ -83,8 +83,10 @@ if (form) {
     }
     status.textContent = "Checking the upload…";
     const notes = form.querySelector("#f-notes").value;
+    const channels = [...form.querySelectorAll("input[name=channel]:checked")].map((box) => box.value);
+    const mandatory = form.querySelector("input[name=mandatory]").checked;
     const verified = await fetch(`${form.dataset.start}/${link.buildId}/verify`, {
-      method: "POST", headers, body: JSON.stringify({ notes }),
+      method: "POST", headers, body: JSON.stringify({ notes, channels, mandatory }),
     });
     const build = await verified.json().catch(() => null);
     if (!verified.ok) return fail(firstError(build));

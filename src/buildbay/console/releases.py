@@ -1,0 +1,86 @@
+"""The console: what an application releases to its installed apps (issue "In-app updates"):
+its release channels, each build's channels and mandatory flag, and the update key."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from buildbay.applications.service import ApplicationService
+from buildbay.builds.service import BuildService
+from buildbay.channels.schemas import NAME_RULE, ChannelCreate
+from buildbay.channels.service import ChannelService
+from buildbay.console.builds import application_path, render_application
+from buildbay.console.pages import (
+    ConsoleRoute,
+    FormError,
+    form_fields,
+    now,
+    parse_form,
+    posted_form,
+    see_other,
+    visit,
+)
+from buildbay.db.reads import Reads
+from buildbay.deps import get_context
+from buildbay.errors import Conflict
+from buildbay.projects.authorization import application_of
+from buildbay.projects.models import ProjectRole
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/channels")
+async def create_channel(request: Request, project_id: str, app_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    fields = await form_fields(request)
+    try:
+        body = parse_form(ChannelCreate, {"name": fields.get("name", "").strip()})
+        assert isinstance(body, ChannelCreate)
+        await ChannelService(db, now(request)).create(access.application.id, body.name)
+    except (FormError, Conflict) as exc:
+        message = exc.detail if isinstance(exc, Conflict) else NAME_RULE[0].upper() + NAME_RULE[1:]
+        return await render_application(
+            request, visitor, db, project_id, app_id,
+            failed="channel", values=fields, errors={"name": message}, status_code=exc.status,
+        )  # fmt: skip
+    return see_other(f"{application_path(project_id, app_id)}#channels")
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/channels/{channel_id}/delete")
+async def delete_channel(
+    request: Request, project_id: str, app_id: str, channel_id: str
+) -> Response:
+    visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    await ChannelService(db, now(request)).delete(access.application.id, channel_id)
+    return see_other(f"{application_path(project_id, app_id)}#channels")
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/release")
+async def set_release(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
+    """A build's channels (the ticked boxes, none for none) and its mandatory flag, at once."""
+    visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    form = await posted_form(request)
+    channels = [str(name) for name in form.getlist("channel")]
+    builds = BuildService.of(get_context(request), db)
+    await builds.set_channels(access.application, build_id, channels)
+    await builds.set_mandatory(access.application, build_id, form.get("mandatory") == "on")
+    return see_other(f"{application_path(project_id, app_id)}#build-{build_id}")
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/update-key")
+async def rotate_update_key(request: Request, project_id: str, app_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
+    )
+    await ApplicationService(db, now(request)).rotate_update_key(access.application)
+    return see_other(f"{application_path(project_id, app_id)}?notice=key-rotated#updates")
