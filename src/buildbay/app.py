@@ -149,7 +149,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.ctx = ctx
-    app.state.console = console_sessions(settings.signing_key, settings.refresh_token_ttl_days)
+    app.state.console = console_sessions(
+        settings.signing_key, settings.refresh_token_ttl_days, settings.resolved_public_url
+    )
     security_headers = SecurityHeaders(settings)
     install_error_handlers(app, security_headers)
     app.add_middleware(

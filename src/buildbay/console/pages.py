@@ -199,5 +199,7 @@ def now(request: Request) -> Any:
     return get_context(request).clock.now()
 
 
-def console_sessions(master_key: bytes, refresh_days: int) -> ConsoleSessions:
-    return ConsoleSessions(master_key, timedelta(days=refresh_days))
+def console_sessions(master_key: bytes, refresh_days: int, public_url: str) -> ConsoleSessions:
+    """Secure cookies exactly when the console is served over https (console/session.py)."""
+    secure = public_url.startswith("https://")
+    return ConsoleSessions(master_key, timedelta(days=refresh_days), secure=secure)

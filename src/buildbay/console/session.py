@@ -2,8 +2,10 @@
 
 The session cookie (`bb_session`) holds a random token, stored hashed in `browser_sessions` and
 tied to a login session (`sessions`): logging out revokes that session, so the cookie stops
-working everywhere at once. It is HttpOnly, SameSite=Lax and always Secure (browsers accept Secure
-cookies from http://localhost and 127.0.0.1, so development works without TLS).
+working everywhere at once. It is HttpOnly and SameSite=Lax; Secure, and named with the
+`__Host-` prefix (no Domain, Path=/: no subdomain can set or read it), exactly when the public
+URL is https. A browser drops a Secure cookie sent over plain HTTP to any host but localhost, so
+on a LAN address such as http://192.168.1.20:8000 nobody could sign in.
 
 CSRF: a signed double-submit token. A random nonce lives in its own cookie (`bb_csrf`); the
 token every form carries is that nonce and an HMAC of it bound to the session cookie, so a token
@@ -51,9 +53,13 @@ class Visitor:
 
 
 class ConsoleSessions:
-    def __init__(self, master_key: bytes, lifetime: timedelta) -> None:
+    def __init__(self, master_key: bytes, lifetime: timedelta, *, secure: bool) -> None:
         self._key = derive_key(master_key, "console-csrf")
         self.lifetime = lifetime
+        self.secure = secure
+        prefix = "__Host-" if secure else ""
+        self.session_cookie = prefix + SESSION_COOKIE
+        self.csrf_cookie = prefix + CSRF_COOKIE
 
     def _csrf_for(self, nonce: str, session_token: str | None) -> str:
         bound = f"{nonce}|{hash_token(session_token) if session_token else ''}"
@@ -61,7 +67,7 @@ class ConsoleSessions:
         return f"{nonce}.{mac}"
 
     async def visitor(self, request: Request, db: AsyncSession, now: datetime) -> Visitor:
-        token = request.cookies.get(SESSION_COOKIE)
+        token = request.cookies.get(self.session_cookie)
         user, session_id = None, None
         if token:
             row = (
@@ -78,11 +84,11 @@ class ConsoleSessions:
             ).first()
             if row is not None:
                 user, session_id = row
-        nonce = request.cookies.get(CSRF_COOKIE) or ""
+        nonce = request.cookies.get(self.csrf_cookie) or ""
         visitor = Visitor(user, session_id, "")
         if len(nonce) != 32 or not nonce.isalnum():
             nonce = secrets.token_hex(16)
-            visitor.cookies[CSRF_COOKIE] = (nonce, None)
+            visitor.cookies[self.csrf_cookie] = (nonce, None)
         visitor.csrf = self._csrf_for(nonce, token if user is not None else None)
         return visitor
 
@@ -93,12 +99,12 @@ class ConsoleSessions:
         token = secrets.token_urlsafe(32)
         db.add(BrowserSession(token_hash=hash_token(token), session_id=session_id, created_at=now))
         await db.flush()
-        visitor.cookies[SESSION_COOKIE] = (token, int(self.lifetime.total_seconds()))
+        visitor.cookies[self.session_cookie] = (token, int(self.lifetime.total_seconds()))
         nonce = secrets.token_hex(16)
-        visitor.cookies[CSRF_COOKIE] = (nonce, None)
+        visitor.cookies[self.csrf_cookie] = (nonce, None)
 
     def sign_out(self, visitor: Visitor) -> None:
-        visitor.cookies[SESSION_COOKIE] = ("", 0)
+        visitor.cookies[self.session_cookie] = ("", 0)
 
     def check_origin(self, request: Request, public_url: str) -> None:
         """Refuses an unsafe request from another origin (when the browser names it)."""
@@ -119,15 +125,16 @@ class ConsoleSessions:
             )
 
     def apply(self, visitor: Visitor, response: Response) -> None:
-        # Always Secure: browsers accept it from http://localhost and 127.0.0.1, and anywhere
-        # else the console is meant to be served over HTTPS (docs/operations.md).
         for name, (value, age) in visitor.cookies.items():
             if age == 0:
-                response.delete_cookie(name, path="/", secure=True, httponly=True, samesite="lax")
+                response.delete_cookie(
+                    name, path="/", secure=self.secure, httponly=True, samesite="lax"
+                )
                 continue
             response.set_cookie(
-                name, value, max_age=age, path="/", secure=True, httponly=True, samesite="lax"
-            )
+                name, value, max_age=age, path="/", secure=self.secure, httponly=True,
+                samesite="lax",
+            )  # fmt: skip
 
 
 def _origin(url: str) -> str:
