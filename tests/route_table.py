@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -413,7 +414,7 @@ async def _api_token(w: World, subject: Account) -> dict[str, Any]:
 @body("POST", "/api/projects")
 @body("PUT", "/api/projects/{id}")
 async def _project(w: World, subject: Account) -> dict[str, Any]:
-    return {"name": "Renamed"}
+    return {"name": f"Renamed {uuid.uuid4().hex[:8]}"}  # an owner's projects differ in name
 
 
 @body("POST", "/api/projects/{id}/members")
@@ -429,7 +430,7 @@ async def _role(w: World, subject: Account) -> dict[str, Any]:
 @body("POST", "/api/projects/{id}/applications")
 @body("PUT", "/api/projects/{id}/applications/{appId}")
 async def _application(w: World, subject: Account) -> dict[str, Any]:
-    return {"name": "Another app", "retention": {"keepLast": 5}}
+    return {"name": f"Another app {uuid.uuid4().hex[:8]}", "retention": {"keepLast": 5}}
 
 
 @body("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link")
@@ -492,7 +493,7 @@ async def _doomed_invitation(w: World) -> dict[str, str]:
 
 @target("DELETE", "/api/projects/{id}/applications/{appId}")
 async def _doomed_application(w: World) -> dict[str, str]:
-    app = await w.api.application(w.accounts.owner, w.ids["id"], "Doomed")
+    app = await w.api.application(w.accounts.owner, w.ids["id"], f"Doomed {uuid.uuid4().hex[:8]}")
     return {"appId": app["id"]}
 
 

@@ -356,3 +356,27 @@ async def test_an_application_name_with_bidi_controls_or_nothing_visible_is_422(
         )
         body = assert_problem(r, 422, "validation_error")
         assert body["errors"] == [{"field": "name", "message": message}]
+
+
+async def test_a_project_cannot_have_two_applications_of_one_name_in_any_case(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    project = await api.project(owner)
+    android = await api.application(owner, project["id"], "Acme Android")
+    r = await client.post(apps_path(project), json={"name": "acme android"}, headers=owner.headers)
+    body = assert_problem(r, 409, "name_taken")
+    assert body["detail"] == "The project already has an application named acme android"
+
+    ios = await api.application(owner, project["id"], "Acme iOS")
+    r = await client.put(
+        apps_path(project, ios), json={"name": "ACME ANDROID"}, headers=owner.headers
+    )
+    assert_problem(r, 409, "name_taken")
+    r = await client.put(
+        apps_path(project, android), json={"name": "ACME Android"}, headers=owner.headers
+    )
+    assert r.status_code == 200, r.text  # its own name, in another case
+
+    # Another project may have an application of that name.
+    other = await api.project(owner, "Other")
+    assert (await api.application(owner, other["id"], "Acme Android"))["name"] == "Acme Android"

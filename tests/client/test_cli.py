@@ -236,6 +236,19 @@ def test_channels_and_an_upload_released_to_one_as_mandatory(cli: Cli) -> None:
     assert (plain["channels"], plain["mandatory"]) == (["default"], False)
 
 
+def test_names_match_in_any_case_and_a_miss_suggests_the_closest(cli: Cli) -> None:
+    _login(cli)
+    project = cli.json("projects", "create", "Acme Mobile")
+    assert cli.json("projects", "show", "acme mobile")["id"] == project["id"]
+    taken = cli("projects", "create", "ACME MOBILE")
+    assert taken.returncode == 5, taken.stderr  # the API's 409: refused
+    assert "You already own a project named ACME MOBILE" in taken.stderr
+    missed = cli("apps", "list", "-p", "Acme Mobil")
+    assert missed.returncode == 4, missed.stderr
+    assert "no project named 'Acme Mobil'" in missed.stderr
+    assert "did you mean 'Acme Mobile'?" in missed.stderr
+
+
 def test_a_token_limited_to_a_scope_and_projects(cli: Cli) -> None:
     _login(cli)
     acme = cli.json("projects", "create", "Acme")

@@ -211,3 +211,32 @@ async def test_cookies_are_secure_and_host_only_exactly_when_the_public_url_is_h
                 assert "Domain" not in cookie
                 assert ("Secure" in cookie) is secure
             assert (await browser.get("/projects")).status_code == 200  # signed in
+
+
+async def test_a_taken_name_is_shown_beside_the_field_of_each_form(
+    browser_like: httpx.AsyncClient, api: Api
+) -> None:
+    owner = await api.register("ada@example.com", "correct horse")
+    project = await api.project(owner, "Acme")
+    beta = await api.project(owner, "Beta")
+    await api.application(owner, project["id"], "Acme Android")
+    csrf = await _csrf(browser_like)
+    r = await browser_like.post(
+        "/login",
+        data={"csrf": csrf, "email": "ada@example.com", "password": "correct horse"},
+        headers=ORIGIN,
+    )
+    assert r.status_code == 303, r.text
+    csrf = await _csrf(browser_like, "/projects")
+    for path, name, sentence in [
+        ("/projects", "acme", "You already own a project named acme"),
+        (f"/projects/{beta['id']}/rename", "ACME",
+         "An owner of this project already owns a project named ACME"),
+        (f"/projects/{project['id']}/applications", "acme android",
+         "The project already has an application named acme android"),
+    ]:  # fmt: skip
+        r = await browser_like.post(path, data={"csrf": csrf, "name": name}, headers=ORIGIN)
+        assert r.status_code == 409, (path, r.text[:300])
+        assert "text/html" in r.headers["content-type"]
+        assert f'role="alert">{sentence}</p>' in r.text, (path, r.text)
+        assert f'value="{name}"' in r.text  # the field keeps what was typed

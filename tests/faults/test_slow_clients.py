@@ -174,7 +174,9 @@ def _slow_clients(server: Server, cleanup: contextlib.ExitStack) -> None:
             while time.monotonic() < deadline or len(latencies) < 30:
                 for send in (
                     lambda: http.get("/api/projects", headers=user.headers),
-                    lambda: http.post("/api/projects", json={"name": "p"}, headers=user.headers),
+                    lambda: http.post(
+                        "/api/projects", json={"name": f"p{len(latencies)}"}, headers=user.headers
+                    ),
                     lambda: http.get("/healthz"),
                 ):
                     started = time.monotonic()

@@ -8,6 +8,7 @@ themselves run with the PostgreSQL suite, and SQLite's side is checked on the lo
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import httpx
 import pytest
@@ -25,7 +26,7 @@ race = pytest.mark.skipif(
 
 
 async def _two_owners(api: Api, owner: Account, second: Account) -> dict:
-    project = await api.project(owner)
+    project = await api.project(owner, f"Acme {uuid.uuid4().hex[:8]}")  # one per trial
     await api.add_member(owner, project["id"], second, "owner")
     return project
 
@@ -81,8 +82,8 @@ async def test_adding_the_same_member_six_times_at_once_adds_them_once(
     api: Api, client: httpx.AsyncClient, owner: Account
 ) -> None:
     newcomer = await api.register()
-    for _ in range(TRIALS):
-        project = await api.project(owner)
+    for trial in range(TRIALS):
+        project = await api.project(owner, f"Acme {trial}")
 
         answers = await asyncio.gather(
             *(
@@ -129,3 +130,23 @@ async def test_locking_a_row_that_does_not_exist_says_so(app: object) -> None:
     async with sessions() as db:
         assert not await lock_row(db, Project.id, "prj_none")
         await db.rollback()
+
+
+@race
+@pytest.mark.postgres
+async def test_one_of_two_creations_of_one_name_at_once_is_409(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    for trial in range(TRIALS):
+        name = f"Race {trial}"
+        answers = await asyncio.gather(
+            *(client.post("/api/projects", json={"name": name}, headers=owner.headers)
+              for _ in range(2))
+        )  # fmt: skip
+        assert sorted(r.status_code for r in answers) == [201, 409], [r.text for r in answers]
+        project = next(r.json() for r in answers if r.status_code == 201)
+        apps = f"/api/projects/{project['id']}/applications"
+        answers = await asyncio.gather(
+            *(client.post(apps, json={"name": "App"}, headers=owner.headers) for _ in range(2))
+        )
+        assert sorted(r.status_code for r in answers) == [201, 409], [r.text for r in answers]

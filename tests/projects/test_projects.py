@@ -353,3 +353,47 @@ async def test_a_project_name_may_hold_right_to_left_text_and_emoji_joiners(
         r = await client.post("/api/projects", json={"name": name}, headers=owner.headers)
         assert r.status_code == 201, r.text
         assert r.json()["name"] == name
+
+
+async def test_an_owner_cannot_have_two_projects_of_one_name_in_any_case(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    """CI's `--project Acme` must name one project: an owner's projects differ in name,
+    regardless of case. Someone else's project may have the name."""
+    acme = await api.project(owner, "Acme")
+    for taken in ("Acme", "ACME", " acme "):
+        r = await client.post("/api/projects", json={"name": taken}, headers=owner.headers)
+        body = assert_problem(r, 409, "name_taken")
+        assert body["detail"] == f"You already own a project named {taken.strip()}"
+    other = await api.register()
+    assert (await api.project(other, "Acme"))["name"] == "Acme"
+
+    beta = await api.project(owner, "Beta")
+    r = await client.put(
+        f"/api/projects/{beta['id']}", json={"name": "acme"}, headers=owner.headers
+    )
+    assert_problem(r, 409, "name_taken")
+    # Renaming a project to its own name in another case is no clash.
+    r = await client.put(
+        f"/api/projects/{acme['id']}", json={"name": "ACME"}, headers=owner.headers
+    )
+    assert r.status_code == 200, r.text
+    names = [
+        p["name"]
+        for p in (await client.get("/api/projects", headers=owner.headers)).json()["projects"]
+    ]
+    assert sorted(names) == ["ACME", "Beta"]
+
+
+async def test_a_rename_clashes_with_any_owners_project(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    co_owner = await api.register()
+    shared = await api.project(owner, "Shared")
+    await api.add_member(owner, shared["id"], co_owner, "owner")
+    await api.project(co_owner, "Mobile")
+    r = await client.put(
+        f"/api/projects/{shared['id']}", json={"name": "mobile"}, headers=owner.headers
+    )
+    body = assert_problem(r, 409, "name_taken")
+    assert body["detail"] == "An owner of this project already owns a project named mobile"

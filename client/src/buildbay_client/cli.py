@@ -11,6 +11,7 @@ talk to a server.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -225,28 +226,35 @@ _ID = re.compile(r"^(prj|app)_[0-9A-HJKMNP-TV-Z]{26}$")
 
 
 def project_id(client: Buildbay, ref: str) -> str:
-    """A project given by id, or by its exact name among your projects."""
+    """A project given by id, or by its name among your projects."""
     if _ID.match(ref):
         return ref
     found = _all(lambda cursor: client.list_projects(limit=100, cursor=cursor), "projects")
-    return _one([p.id for p in found if p.name == ref], f"project named {ref!r}")
+    return _named({p.id: p.name for p in found}, ref, "project named")
 
 
 def app_id(client: Buildbay, project: str, ref: str) -> str:
-    """An application given by id, or by its exact name in the project."""
+    """An application given by id, or by its name in the project."""
     if _ID.match(ref):
         return ref
     found = _all(
         lambda cursor: client.list_applications(project, limit=100, cursor=cursor), "applications"
     )
-    return _one([a.id for a in found if a.name == ref], f"application named {ref!r}")
+    return _named({a.id: a.name for a in found}, ref, "application named")
 
 
-def _one(matches: list[str], what: str) -> str:
+def _named(names: dict[str, str], ref: str, what: str) -> str:
+    """The id whose name is `ref`: exactly, else in another case (the server keeps names apart
+    regardless of case); none names the closest ones, if any is close."""
+    matches = [i for i, name in names.items() if name == ref] or [
+        i for i, name in names.items() if name.casefold() == ref.casefold()
+    ]
     if not matches:
-        _fail(f"no {what} (use its id, or check the name)", EXIT_NOT_FOUND)
+        close = difflib.get_close_matches(ref, list(names.values()), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(n) for n in close)}?" if close else ""
+        _fail(f"no {what} {ref!r} (use its id, or check the name){hint}", EXIT_NOT_FOUND)
     if len(matches) > 1:
-        _fail(f"more than one {what}: use its id ({', '.join(matches)})", EXIT_REFUSED)
+        _fail(f"more than one {what} {ref!r}: use its id ({', '.join(matches)})", EXIT_REFUSED)
     return matches[0]
 
 
@@ -451,8 +459,8 @@ def members_add(
 def _member_id(client: Buildbay, project: str, ref: str) -> str:
     if ref.startswith("usr_"):
         return ref
-    found = [m.user_id for m in client.list_members(project).members if m.email == ref.lower()]
-    return _one(found, f"member with e-mail {ref!r}")
+    emails = {m.user_id: m.email for m in client.list_members(project).members}
+    return _named(emails, ref.lower(), "member with the e-mail")
 
 
 @members.command("set-role")

@@ -72,3 +72,21 @@ async def applications_page(
 async def application_view(reads: Reads, application: ApplicationRecord) -> ApplicationView:
     count = await reads.scalar(_READY_BUILDS, {"application_id": application.id})
     return ApplicationView(application, count or 0)
+
+
+async def application_named(
+    reads: Reads, project_id: str, name: str, other_than: str | None = None
+) -> ApplicationRecord | None:
+    """The project's application named `name` in any case (besides `other_than`)."""
+    query = (
+        select(*APPLICATION.columns)
+        .where(
+            Application.project_id == project_id,
+            func.lower(Application.name) == func.lower(name),
+        )
+        .limit(1)
+    )
+    if other_than is not None:
+        query = query.where(Application.id != other_than)
+    row = await reads.first(query)
+    return None if row is None else APPLICATION.of(row)

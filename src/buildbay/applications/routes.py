@@ -19,7 +19,8 @@ router = APIRouter(
 )
 
 BY_ID = problem_responses(401, 403, 404, 429)
-WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
+# 409 name_taken: names are unique per owner (projects) and per project (applications).
+WRITE_BY_ID = problem_responses(400, 401, 403, 404, 409, 413, 422, 429)
 
 _APPLICATION = "/api/projects/{id}/applications/{appId}"
 _BUILDS = "/api/app-distribution/{projectId}/{appId}/builds"

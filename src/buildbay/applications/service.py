@@ -15,15 +15,19 @@ from buildbay.applications.reads import (
     APPLICATION,
     ApplicationRecord,
     ApplicationView,
+    application_named,
     application_view,
 )
 from buildbay.applications.update_keys import add_update_key, new_update_key, rotate_update_key
 from buildbay.builds.models import Build
 from buildbay.builds.removal import keys_of_builds_under, remove_stored_files
 from buildbay.channels.service import ChannelService
+from buildbay.db.concurrency import lock_row
 from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
+from buildbay.errors import Conflict
 from buildbay.ids import new_id
+from buildbay.projects.models import Project
 from buildbay.projects.reads import ProjectRecord
 from buildbay.storage.base import Storage
 
@@ -44,7 +48,16 @@ class ApplicationService:
         self.now = now
         self.reads = Reads.within(db)
 
+    async def _check_name(self, project_id: str, name: str, other_than: str | None = None) -> None:
+        # The project's row lock makes two creations (or renames) of one name take turns.
+        await lock_row(self.db, Project.id, project_id)
+        if await application_named(self.reads, project_id, name, other_than) is not None:
+            raise Conflict(
+                f"The project already has an application named {name}", code="name_taken"
+            )
+
     async def create(self, project: ProjectRecord, fields: dict[str, Any]) -> ApplicationView:
+        await self._check_name(project.id, fields["name"])
         application_id, key = new_id("app"), new_update_key()
         application = Application(
             id=application_id,
@@ -64,6 +77,8 @@ class ApplicationService:
     async def update(
         self, application: ApplicationRecord, changes: dict[str, Any]
     ) -> ApplicationView:
+        if "name" in changes:
+            await self._check_name(application.project_id, changes["name"], application.id)
         columns = {**_columns(changes), "updated_at": self.now}
         await self.db.execute(
             update(Application).where(Application.id == application.id).values(**columns)

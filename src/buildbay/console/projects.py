@@ -24,7 +24,7 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.errors import BuildbayError
+from buildbay.errors import BuildbayError, Conflict
 from buildbay.invitations.reads import invitations_of
 from buildbay.projects.authorization import project_of
 from buildbay.projects.models import ProjectRole
@@ -61,7 +61,10 @@ async def create_project(request: Request) -> Response:
         return await _projects(request, visitor, db, fields, exc.by_field, 422)
     assert isinstance(body, ProjectWrite)
     assert visitor.user is not None
-    view = await ProjectService(db, now(request)).create(visitor.user, body.name)
+    try:
+        view = await ProjectService(db, now(request)).create(visitor.user, body.name)
+    except Conflict as exc:  # a name taken: refused before anything was written
+        return await _projects(request, visitor, db, fields, {"name": exc.detail}, exc.status)
     return see_other(f"/projects/{view.project.id}")
 
 
@@ -109,7 +112,12 @@ async def rename_project(request: Request, project_id: str) -> Response:
         errors = {"name": exc.by_field.get("name", "Not a valid name")}
         return await render_project(request, visitor, db, project_id, "rename", fields, errors, 422)
     assert isinstance(body, ProjectWrite)
-    await ProjectService(db, now(request)).rename(access.project, body.name)
+    try:
+        await ProjectService(db, now(request)).rename(access.project, body.name)
+    except Conflict as exc:
+        return await render_project(
+            request, visitor, db, project_id, "rename", fields, {"name": exc.detail}, exc.status
+        )
     return see_other(f"/projects/{project_id}")
 
 
@@ -140,7 +148,12 @@ async def create_application(request: Request, project_id: str) -> Response:
             request, visitor, db, project_id, "app", fields, exc.by_field, 422
         )
     assert isinstance(body, ApplicationCreate)
-    view = await ApplicationService(db, now(request)).create(access.project, body.model_dump())
+    try:
+        view = await ApplicationService(db, now(request)).create(access.project, body.model_dump())
+    except Conflict as exc:
+        return await render_project(
+            request, visitor, db, project_id, "app", fields, {"name": exc.detail}, exc.status
+        )
     return see_other(f"/projects/{project_id}/apps/{view.application.id}")
 
 

@@ -114,3 +114,34 @@ async def members(reads: Reads, project_id: str) -> list[MemberRecord]:
 async def member(reads: Reads, project_id: str, user_id: str) -> MemberRecord | None:
     row = await reads.first(_MEMBER, {"project_id": project_id, "user_id": user_id})
     return None if row is None else MemberRecord(**row)
+
+
+async def owned_project_named(
+    reads: Reads, owner_ids: Collection[str], name: str, other_than: str | None = None
+) -> ProjectRecord | None:
+    """A project one of `owner_ids` owns whose name is `name` in any case (besides the project
+    `other_than`): two projects an owner tells apart only by case would confuse CI's
+    `--project NAME`."""
+    query = (
+        select(*PROJECT.columns)
+        .join(ProjectMember, ProjectMember.project_id == Project.id)
+        .where(
+            ProjectMember.user_id.in_(sorted(owner_ids)),
+            ProjectMember.role == ProjectRole.OWNER,
+            func.lower(Project.name) == func.lower(name),
+        )
+        .limit(1)
+    )
+    if other_than is not None:
+        query = query.where(Project.id != other_than)
+    row = await reads.first(query)
+    return None if row is None else PROJECT.of(row)
+
+
+async def owner_ids(reads: Reads, project_id: str) -> list[str]:
+    rows = await reads.all(
+        select(ProjectMember.user_id).where(
+            ProjectMember.project_id == project_id, ProjectMember.role == ProjectRole.OWNER
+        )
+    )
+    return [row["user_id"] for row in rows]

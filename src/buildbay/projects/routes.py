@@ -23,7 +23,8 @@ from buildbay.schemas import PAGE_QUERY
 router = APIRouter(tags=["projects"], route_class=TransactionRoute)
 
 BY_ID = problem_responses(401, 403, 404, 429)
-WRITE_BY_ID = problem_responses(400, 401, 403, 404, 413, 422, 429)
+# 409 name_taken: names are unique per owner (projects) and per project (applications).
+WRITE_BY_ID = problem_responses(400, 401, 403, 404, 409, 413, 422, 429)
 
 _PROJECT = "/api/projects/{id}"
 _MEMBER = "/api/projects/{id}/members/{userId}"
@@ -105,7 +106,7 @@ async def list_projects(caller: Authenticated, reads: ReadsDep, page: Page) -> s
     status_code=status.HTTP_201_CREATED,
     responses={
         **linked(201, "The new project", _project_links("$response.body#/id")),
-        **problem_responses(400, 401, 403, 413, 422, 429),
+        **problem_responses(400, 401, 403, 409, 413, 422, 429),
     },
     summary="Create a project; you become its owner (not with a limited API token)",
 )

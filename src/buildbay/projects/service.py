@@ -25,6 +25,8 @@ from buildbay.projects.reads import (
     ProjectRecord,
     ProjectView,
     member,
+    owned_project_named,
+    owner_ids,
     project_view,
 )
 from buildbay.storage.base import Storage
@@ -38,6 +40,10 @@ class ProjectService:
         self.reads = Reads.within(db)
 
     async def create(self, owner: User, name: str) -> ProjectView:
+        # The owner's row lock makes two creations of one name by one owner take turns.
+        await lock_row(self.db, User.id, owner.id)
+        if await owned_project_named(self.reads, [owner.id], name) is not None:
+            raise Conflict(f"You already own a project named {name}", code="name_taken")
         project = Project(id=new_id("prj"), name=name, created_at=self.now, updated_at=self.now)
         self.db.add(project)
         await self.db.flush()  # the project row before the membership that points at it
@@ -50,6 +56,14 @@ class ProjectService:
         return ProjectView(PROJECT.of_entity(project), 0)
 
     async def rename(self, project: ProjectRecord, name: str) -> ProjectView:
+        owners = await owner_ids(self.reads, project.id)
+        for user_id in sorted(owners):  # in one order: two renames never wait on each other
+            await lock_row(self.db, User.id, user_id)
+        if await owned_project_named(self.reads, owners, name, other_than=project.id):
+            raise Conflict(
+                f"An owner of this project already owns a project named {name}",
+                code="name_taken",
+            )
         await self.db.execute(
             update(Project).where(Project.id == project.id).values(name=name, updated_at=self.now)
         )
