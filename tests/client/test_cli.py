@@ -170,6 +170,7 @@ def test_projects_apps_upload_builds_and_tokens(cli: Cli, tmp_path: Path) -> Non
     latest = cli("builds", "latest", "-p", project["id"], "-a", app["id"])
     assert latest.returncode == 0, latest.stderr
     assert f"build    {build['buildId']} (ready)" in latest.stdout
+    assert "version  1.4.2 (42)" in latest.stdout
     assert f"install  {build['installUrl']}" in latest.stdout
     listed = cli("builds", "list", "-p", "Acme", "-a", "Acme Android")
     assert build["buildId"] in listed.stdout
@@ -206,7 +207,12 @@ def test_projects_apps_upload_builds_and_tokens(cli: Cli, tmp_path: Path) -> Non
     assert revoked.returncode == 3
     assert "(401 invalid_token)" in revoked.stderr or "(401 token_revoked)" in revoked.stderr
 
-    done = cli("builds", "delete", build["buildId"], "-p", "Acme", "-a", "Acme Android")
+    kept = cli("builds", "delete", build["buildId"], "-p", "Acme", "-a", "Acme Android",
+               stdin="n\n")  # fmt: skip
+    assert kept.returncode == 1, kept.stderr  # asked, and told no
+    assert "Delete build" in kept.stdout
+    assert cli.json("builds", "show", build["buildId"], "-p", "Acme", "-a", "Acme Android")
+    done = cli("builds", "delete", build["buildId"], "-p", "Acme", "-a", "Acme Android", "--yes")
     assert done.returncode == 0, done.stderr
     assert cli("projects", "delete", "Acme", "--yes").returncode == 0
     assert cli.json("projects", "list") == []
@@ -319,11 +325,25 @@ def test_each_failure_class_has_its_exit_code(cli: Cli, tmp_path: Path) -> None:
     returncode, message = code("upload", str(too_big), "-p", project["id"], "-a", "Android")
     assert returncode == 6
     assert "file_too_large" in message
-    returncode, message = code(
-        "projects", "list", env={"BUILDBAY_URL": f"http://127.0.0.1:{free_port()}"}
-    )
-    assert returncode == 7
-    assert "cannot reach the server" in message
+    # A server that is down: each wait is said, naming the address; then exit 7.
+    down = f"http://127.0.0.1:{free_port()}"
+    done = cli("projects", "list", env={"BUILDBAY_URL": down})
+    assert done.returncode == 7
+    retrying, failed = done.stderr.splitlines()
+    assert retrying.startswith(f"buildbay: cannot reach {down}: ")
+    assert "; trying again in " in retrying
+    assert retrying.endswith(" s (try 2 of 2)")
+    assert failed.startswith(f"buildbay: cannot reach {down}: ")
+    # A name that does not resolve is not retried: at once, and it says so.
+    started = time.monotonic()
+    done = cli("projects", "list", env={"BUILDBAY_URL": "http://no-such-host.invalid:8000",
+                                        "BUILDBAY_RETRY_ATTEMPTS": "8"})  # fmt: skip
+    assert time.monotonic() - started < 10  # eight tries would take 23-45 s
+    assert done.returncode == 7
+    assert done.stderr.splitlines() == [
+        line for line in done.stderr.splitlines() if "host name does not resolve" in line
+    ]
+    assert "cannot find http://no-such-host.invalid:8000" in done.stderr
     assert cli("projects", "frobnicate").returncode == 2  # usage: typer's own message
 
 

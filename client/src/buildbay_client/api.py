@@ -23,6 +23,7 @@ import hashlib
 import os
 import random
 import re
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
@@ -55,12 +56,14 @@ Progress = Callable[[int, int], None]  # (bytes sent, total bytes)
 @dataclass
 class RetryPolicy:
     """8 tries with delays of 0.5, 1, 2, 4, 8, 15 and 15 s (each cut by up to half at random):
-    23-45 s in all, enough for a server to restart."""
+    23-45 s in all, enough for a server to restart. A host name that does not resolve is not
+    retried. `on_retry(why, seconds, attempt)` is told before each wait (the CLI says it)."""
 
     attempts: int = 8  # tries of one step in all
     base_delay: float = 0.5
     max_delay: float = 15.0
     max_retry_after: float = 120.0
+    on_retry: Callable[[str, float, int], None] | None = None
 
     def backoff(self, attempt: int) -> float:
         """Exponential, with jitter so that many CI jobs do not retry in step."""
@@ -111,7 +114,11 @@ class _Fetch:
 
 @dataclass(frozen=True)
 class _Sleep:
+    """Wait before trying again: `why` (a sentence), before try number `attempt` + 1."""
+
     seconds: float
+    why: str
+    attempt: int
 
 
 @dataclass(frozen=True)
@@ -230,14 +237,26 @@ class _Core:
             raise error_for(response.status_code, problem)
         return delay
 
-    def _broken(self, exc: httpx.TransportError, attempt: int, op: Op[Any] | None) -> float:
-        """Seconds to wait after a transport failure; raises when it is not worth retrying."""
+    def _broken(
+        self, exc: httpx.TransportError, attempt: int, op: Op[Any] | None, url: str
+    ) -> _Sleep:
+        """How long to wait after a transport failure on the way to `url`, and why; raises when
+        it is not worth retrying (a host name that does not resolve will not start to)."""
+        where = _origin(url)
         if not isinstance(exc, _PASSING):
-            raise NetworkError(f"cannot send the request to {self.base_url}: {exc}") from exc
+            raise NetworkError(f"cannot send the request to {where}: {exc}") from exc
+        if _unresolvable(exc):
+            raise NetworkError(
+                f"cannot find {where}: its host name does not resolve ({exc}); check the URL"
+            ) from exc
         delay = self._delay(attempt, None, op if _sent(exc) else None)
         if delay < 0:
-            raise _unreachable(exc) from exc
-        return delay
+            raise NetworkError(f"cannot reach {where}: {_reason(exc)}") from exc
+        return _Sleep(delay, f"cannot reach {where}: {_reason(exc)}", attempt + 1)
+
+    def _answered(self, response: httpx.Response, delay: float, attempt: int) -> _Sleep:
+        where = _origin(str(response.request.url))
+        return _Sleep(delay, f"{where} answered {response.status_code}", attempt + 1)
 
     def _upload_headers(self, link: UploadLink, size: int) -> dict[str, str]:
         # Never the Authorization header: the signed URL is the credential, and with S3 storage
@@ -252,9 +271,10 @@ class _Core:
         attempt = 0
         while True:
             sent_with = self.token
-            answer = yield _Send(self._request(op))
+            request = self._request(op)
+            answer = yield _Send(request)
             if isinstance(answer, httpx.TransportError):
-                delay = self._broken(answer, attempt, op)
+                wait = self._broken(answer, attempt, op, request["url"])
             else:
                 if not refreshed and self._wants_refresh(op, answer):
                     yield _Refresh(sent_with)
@@ -263,7 +283,8 @@ class _Core:
                 delay = self._delay(attempt, answer, op) if answer.is_error else -1
                 if delay < 0:
                     return cast("httpx.Response", answer)
-            yield _Sleep(delay)
+                wait = self._answered(answer, delay, attempt)
+            yield wait
             attempt += 1
 
     def _run_flow(self, op: Op[T]) -> Flow[T]:
@@ -293,7 +314,7 @@ class _Core:
                 link.upload_url, self._upload_headers(link, size), file, size, progress
             )
             if isinstance(answer, httpx.TransportError):
-                outcome: float | str = self._broken(answer, attempt, None)  # same bytes again
+                wait = self._broken(answer, attempt, None, link.upload_url)  # same bytes again
             else:
                 outcome = self._put_outcome(answer, attempt)
                 if outcome == "done":
@@ -302,7 +323,8 @@ class _Core:
                     link = yield from self._run_flow(new_link)
                     attempt += 1
                     continue
-            yield _Sleep(float(outcome))
+                wait = self._answered(answer, float(outcome), attempt)
+            yield wait
             attempt += 1
         verify = ops.verify(
             project_id, app_id, link.build_id, notes, install_link_hours, channels, mandatory
@@ -326,12 +348,11 @@ class _Core:
                 answer = yield from self._send_flow(ops.download(project_id, app_id, build_id))
                 if answer.status_code != 302:  # the file's signed address, or why not
                     raise error_for(answer.status_code, _problem(answer))
-                failed = yield _Fetch(
-                    answer.headers["location"], partial, build.file_size, progress
-                )
+                location = answer.headers["location"]
+                failed = yield _Fetch(location, partial, build.file_size, progress)
                 if failed is None:
                     break
-                yield _Sleep(self._broken(failed, attempt, None))
+                yield self._broken(failed, attempt, None, location)
                 attempt += 1
             yield _Local(_check_download, (partial, build))
             partial.replace(target)
@@ -377,8 +398,30 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
     return {"status": response.status_code, "detail": text or response.reason_phrase}
 
 
-def _unreachable(exc: httpx.TransportError) -> NetworkError:
-    return NetworkError(f"cannot reach the server: {exc.__class__.__name__}: {exc}")
+def _origin(url: str) -> str:
+    """Where a request went, without its path and query (a signed URL's query is a secret)."""
+    parts = httpx.URL(url)
+    return f"{parts.scheme}://{parts.netloc.decode('ascii')}"
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    return str(exc) or exc.__class__.__name__
+
+
+def _unresolvable(exc: httpx.TransportError) -> bool:
+    """A host name the resolver does not know (socket.gaierror, under httpx's ConnectError)."""
+    if not isinstance(exc, httpx.ConnectError):
+        return False
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            return cause.errno not in _RESOLVER_BUSY
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+# The resolver's own trouble ("try again"), unlike an unknown name, is worth retrying.
+_RESOLVER_BUSY = frozenset({socket.EAI_AGAIN})
 
 
 def _check_notes(notes: str | None) -> None:
@@ -479,7 +522,9 @@ class Buildbay(_Core):
                                 if progress is not None:
                                     progress(out.tell(), total)
                     return None
-                case _Sleep(seconds):
+                case _Sleep(seconds, why, attempt):
+                    if self.retry.on_retry is not None:
+                        self.retry.on_retry(why, seconds, attempt)
                     time.sleep(seconds)
                 case _Refresh(sent_with):
                     with self._refreshing:
@@ -681,7 +726,9 @@ class AsyncBuildbay(_Core):
                                 if progress is not None:
                                     progress(out.tell(), total)
                     return None
-                case _Sleep(seconds):
+                case _Sleep(seconds, why, attempt):
+                    if self.retry.on_retry is not None:
+                        self.retry.on_retry(why, seconds, attempt)
                     await asyncio.sleep(seconds)
                 case _Refresh(sent_with):
                     async with self._refreshing:

@@ -43,6 +43,8 @@ from buildbay_client.errors import (
 )
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from buildbay_client.api import Buildbay, RetryPolicy
     from buildbay_client.models import Model
 
@@ -148,11 +150,21 @@ def connect(ctx: typer.Context) -> Iterator[Buildbay]:
 
 
 def _retry() -> RetryPolicy:
-    """BUILDBAY_RETRY_ATTEMPTS: how many times a step is tried in all (default 8: 23-45 s)."""
+    """BUILDBAY_RETRY_ATTEMPTS: how many times a step is tried in all (default 8: 23-45 s).
+    Each wait is said on stderr, with what failed and where, never a silent pause."""
     from buildbay_client.api import RetryPolicy
 
     attempts = os.environ.get("BUILDBAY_RETRY_ATTEMPTS", "")
-    return RetryPolicy(attempts=max(1, int(attempts))) if attempts.isdigit() else RetryPolicy()
+    policy = RetryPolicy(attempts=max(1, int(attempts))) if attempts.isdigit() else RetryPolicy()
+
+    def say(why: str, seconds: float, tried: int) -> None:
+        err.print(
+            f"buildbay: {why}; trying again in {seconds:.1f} s (try {tried + 1} of "
+            f"{policy.attempts})"
+        )
+
+    policy.on_retry = say
+    return policy
 
 
 @contextmanager
@@ -670,6 +682,9 @@ def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
 def _links(build: Any) -> None:
     """The addresses a person or the next CI step wants, one per line."""
     out.print(f"build    {build.build_id} ({build.status.value})")
+    version = version_label(build.metadata)
+    if version:
+        out.print(f"version  {version}")
     if build.download_url:
         out.print(f"download {build.download_url}")
     if build.install_url:
@@ -754,11 +769,20 @@ def builds_download(
 
 
 @builds.command("delete")
-def builds_delete(ctx: typer.Context, build_id: str, project: ProjectRef, app: AppRef) -> None:
+def builds_delete(
+    ctx: typer.Context,
+    build_id: str,
+    project: ProjectRef,
+    app: AppRef,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+) -> None:
     """Delete a build and its file (developer+)."""
     with connect(ctx) as client:
         pid = project_id(client, project)
-        client.delete_build(pid, app_id(client, pid, app), build_id)
+        aid = app_id(client, pid, app)
+        if not yes:
+            typer.confirm(f"Delete build {build_id} and its file for good?", abort=True)
+        client.delete_build(pid, aid, build_id)
     err.print(f"Deleted build {build_id}")
 
 
@@ -769,27 +793,35 @@ def _interactive() -> bool:
     return err.is_terminal and not os.environ.get("CI")
 
 
+def progress_bar(console: Console) -> Progress:
+    """What a terminal shows of a transfer. Its text is plain, never markup: the consoles print
+    user text (file and project names) and so read no markup, and a column written as markup
+    showed as `[progress.description]Uploading`."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}", style="progress.description", markup=False),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+
+
 @contextmanager
 def _progress(verb: str) -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar on a terminal; in CI, a plain line every 10 % (and at the end)."""
     if _interactive():
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            DownloadColumn(binary_units=True),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-        ) as bar:
+        with progress_bar(err) as bar:
             task = bar.add_task(verb, total=None)
 
             def show(done: int, total: int) -> None:
