@@ -176,6 +176,7 @@ OUTSIDE_API = {
     "/install/": "a signed install link (tests/builds/test_install_links.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
+    "/favicon.ico": "public: a redirect to the icon under /static",
     "/docs": "public by contract (the OpenAPI document and its docs)",
     "/redoc": "public by contract",
     # The web console: a session cookie and CSRF tokens (tests/console/).

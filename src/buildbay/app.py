@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
@@ -180,6 +181,11 @@ def create_app(
         app.router.routes.extend(router.routes)
     # The console's stylesheet and script, from the package: no CDN, no build step.
     app.mount("/static", StaticFiles(packages=[("buildbay", "static")]), name="static")
+    app.add_api_route(
+        "/favicon.ico",
+        lambda: RedirectResponse("/static/favicon.svg", status_code=301),
+        include_in_schema=False,
+    )  # where a browser looks on pages that name no icon (the API docs, JSON)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

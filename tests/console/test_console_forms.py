@@ -240,3 +240,37 @@ async def test_a_taken_name_is_shown_beside_the_field_of_each_form(
         assert "text/html" in r.headers["content-type"]
         assert f'role="alert">{sentence}</p>' in r.text, (path, r.text)
         assert f'value="{name}"' in r.text  # the field keeps what was typed
+
+
+async def test_the_only_owner_is_not_offered_to_leave(
+    browser_like: httpx.AsyncClient, api: Api
+) -> None:
+    owner = await api.register("ada@example.com", "correct horse")
+    project = await api.project(owner, "Acme")
+    csrf = await _csrf(browser_like)
+    r = await browser_like.post(
+        "/login",
+        data={"csrf": csrf, "email": "ada@example.com", "password": "correct horse"},
+        headers=ORIGIN,
+    )
+    assert r.status_code == 303, r.text
+    alone = (await browser_like.get(f"/projects/{project['id']}")).text
+    assert ">Leave</button>" not in alone
+    assert "The only owner: make someone else owner to leave" in alone
+
+    await api.add_member(owner, project["id"], await api.register(), "owner")
+    shared = (await browser_like.get(f"/projects/{project['id']}")).text
+    assert ">Leave</button>" in shared
+
+
+async def test_every_page_names_the_icon_that_the_server_serves(
+    browser_like: httpx.AsyncClient,
+) -> None:
+    page = await browser_like.get("/login")
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page.text
+    icon = await browser_like.get("/static/favicon.svg")
+    assert icon.status_code == 200
+    assert icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.text.startswith("<svg ")
+    legacy = await browser_like.get("/favicon.ico")
+    assert (legacy.status_code, legacy.headers["location"]) == (301, "/static/favicon.svg")

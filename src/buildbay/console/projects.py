@@ -94,6 +94,7 @@ async def render_project(
         "console/project.html", visitor, status_code, project=view.project, role=access.role,
         can=can(access.role), roles=ROLES, applications=applications, members=found,
         invitations=invitations, failed=failed, values=values or {}, errors=errors or {},
+        owners_count=sum(m.role is ProjectRole.OWNER for m in found),
         platforms=_PLATFORMS, notice=request.query_params.get("notice"),
     )  # fmt: skip
 
