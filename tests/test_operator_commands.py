@@ -61,3 +61,32 @@ def test_the_same_command_works_once_the_database_is_upgraded(tmp_path: Path) ->
 
     result = CliRunner().invoke(commands, ["jobs", "failed"], env=env)
     assert (result.exit_code, result.stdout) == (0, "0 failed job(s)\n")
+
+
+def test_users_create_makes_an_account_and_prints_where_its_owner_sets_a_password(
+    tmp_path: Path,
+) -> None:
+    """With sign-up closed the operator makes the accounts; nobody ever sees the password."""
+    env = {
+        "BUILDBAY_DATA_DIR": str(tmp_path / "data"),
+        "BUILDBAY_DATABASE_URL": f"sqlite+inline:///{tmp_path / 'buildbay.sqlite3'}",
+        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+        "BUILDBAY_PUBLIC_URL": "https://builds.example.com",
+        "BUILDBAY_SIGNUP": "closed",
+    }
+    commands = operator_commands()
+    assert CliRunner().invoke(commands, ["db", "upgrade"], env=env).exit_code == 0
+
+    made = CliRunner().invoke(commands, ["users", "create", "Ada@Example.com", "--name", "Ada"],
+                              env=env)  # fmt: skip
+    assert made.exit_code == 0, made.output
+    said, link = made.stdout.splitlines()
+    assert said.startswith("created ada@example.com;")
+    assert link.startswith("https://builds.example.com/reset-password?token=")
+
+    again = CliRunner().invoke(commands, ["users", "create", "ada@example.com"], env=env)
+    assert again.exit_code == 1
+    assert "An account with this e-mail already exists" in again.stderr
+    bad = CliRunner().invoke(commands, ["users", "create", "not an e-mail"], env=env)
+    assert bad.exit_code == 2
+    assert "Traceback" not in bad.output

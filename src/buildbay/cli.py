@@ -188,6 +188,54 @@ def set_plan(
     typer.echo(f"{email} is now on the {plan.value} plan")
 
 
+@users_app.command("create")
+def create_user(
+    email: Annotated[str, typer.Argument(help="The new user's e-mail")],
+    name: Annotated[
+        str | None, typer.Option(help="Their name (default: the e-mail's name)")
+    ] = None,
+) -> None:
+    """Create an account, whatever BUILDBAY_SIGNUP says, and print a link (valid 1 hour) where
+    its owner sets a password."""
+    import secrets
+
+    from pydantic import ValidationError
+
+    from buildbay.app import create_app
+    from buildbay.auth.dependencies import make_auth_service
+    from buildbay.auth.password_reset import PasswordResets, reset_link
+    from buildbay.auth.schemas import RegisterRequest
+    from buildbay.errors import BuildbayError
+
+    password = secrets.token_urlsafe(32)  # nobody knows it: the link sets theirs
+    try:  # the e-mail and the name as sign-up takes them
+        asked = RegisterRequest.model_validate({"email": email, "password": password, "name": name})
+    except ValidationError as exc:
+        reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise typer.BadParameter(reasons) from None
+    settings = _settings()
+    with _configured():
+        ctx = create_app(settings).state.ctx
+
+    async def run(_: AsyncEngine) -> tuple[str, str]:  # the app's own engine does the work
+        try:
+            async with ctx.sessions() as db, db.begin():
+                user = await make_auth_service(ctx, db).create_account(
+                    str(asked.email), password, asked.name
+                )
+                return user.email, await PasswordResets(db, ctx.clock.now()).issue(user)
+        finally:
+            await ctx.engine.dispose()
+
+    try:
+        created, token = _on_database(settings, run)
+    except BuildbayError as exc:
+        typer.echo(f"buildbay: {exc.detail}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"created {created}; they choose their password here (the link works for 1 hour):")
+    typer.echo(reset_link(settings.resolved_public_url, token))
+
+
 @jobs_app.command("failed")
 def jobs_failed() -> None:
     """List the jobs that failed for good (a refused mail, or 24 hours of retries), newest

@@ -29,6 +29,14 @@ class Plan(StrEnum):
     ENTERPRISE = "enterprise"
 
 
+class SignupMode(StrEnum):
+    """Who may create an account (BUILDBAY_SIGNUP)."""
+
+    OPEN = "open"  # anyone
+    INVITE_ONLY = "invite-only"  # an e-mail a project invited (and not yet accepted or expired)
+    CLOSED = "closed"  # nobody: the operator creates accounts (`buildbay users create`)
+
+
 class StorageKind(StrEnum):
     LOCAL = "local"  # files under DATA_DIR, served by the API process
     S3 = "s3"  # an S3-compatible bucket; clients use presigned URLs
@@ -94,6 +102,7 @@ class Settings(BaseSettings):
     # DATA_DIR/mail/ and the log says where.
     smtp_url: SecretStr | None = None
     mail_from: str | None = None  # e.g. `Buildbay <builds@example.com>`
+    signup: SignupMode = SignupMode.OPEN
     # The outbox (jobs/): how often a worker looks for due jobs when nothing woke it, how long a
     # claimed job stays its worker's before another may take it (a worker that died), and the
     # first wait before a retry (doubled at each attempt, with jitter).

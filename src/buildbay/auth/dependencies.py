@@ -38,6 +38,7 @@ def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
         timedelta(days=ctx.settings.refresh_token_ttl_days),
         ctx.access_cache,
         ctx.revocations,
+        ctx.settings.signup,
     )
 
 

@@ -40,8 +40,9 @@ def _token_response(issued: IssuedTokens) -> schemas.TokenResponse:
     "/register",
     status_code=status.HTTP_201_CREATED,
     dependencies=[PublicRateLimit],
-    responses=problem_responses(400, 409, 413, 422, 429),
-    summary="Create an account and log in",
+    responses=problem_responses(400, 403, 409, 413, 422, 429),
+    summary="Create an account and log in (403 when the server's sign-up is closed or "
+    "invite-only and this e-mail has no invitation)",
 )
 async def register(body: schemas.RegisterRequest, service: AuthServiceDep) -> schemas.TokenResponse:
     return _token_response(await service.register(body.email, body.password, body.name))

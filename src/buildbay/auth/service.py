@@ -22,7 +22,7 @@ from buildbay.auth.tokens import (
     new_api_token,
     new_refresh_token,
 )
-from buildbay.config import Plan
+from buildbay.config import Plan, SignupMode
 from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
 from buildbay.errors import (
@@ -34,6 +34,7 @@ from buildbay.errors import (
     ValidationFailed,
 )
 from buildbay.ids import new_id
+from buildbay.invitations.reads import invited
 from buildbay.projects.models import ProjectMember
 from buildbay.ratelimit.limiter import RateLimiter
 from buildbay.text import normal_email_text
@@ -246,6 +247,7 @@ class AuthService:
         refresh_lifetime: timedelta,
         access_cache: AccessTokenCache | None = None,
         revocations: SharedRevocations | None = None,
+        signup: SignupMode = SignupMode.OPEN,
     ) -> None:
         self.db = db
         self.codec = codec
@@ -253,10 +255,32 @@ class AuthService:
         self.refresh_lifetime = refresh_lifetime
         self.access_cache = access_cache
         self.revocations = revocations
+        self.signup = signup
 
     # -- accounts -------------------------------------------------------------------------------
 
     async def register(self, email: str, password: str, name: str | None) -> IssuedTokens:
+        email = normalise_email(email)
+        await self._may_sign_up(email)
+        return await self._start_session(await self.create_account(email, password, name))
+
+    async def _may_sign_up(self, email: str) -> None:
+        if self.signup is SignupMode.CLOSED:
+            raise Forbidden(
+                "Sign-up is closed on this server: ask its operator for an account",
+                code="signup_closed",
+            )
+        if self.signup is SignupMode.INVITE_ONLY and not await invited(
+            Reads.within(self.db), email, self.now
+        ):
+            raise Forbidden(
+                "Sign-up on this server needs an invitation: ask an admin of your project to "
+                "invite this e-mail, then follow the link in the mail",
+                code="invitation_required",
+            )
+
+    async def create_account(self, email: str, password: str, name: str | None) -> User:
+        """An account, whatever the sign-up mode (the operator's `buildbay users create`)."""
         email = normalise_email(email)
         if await self._user_by_email(email) is not None:
             raise Conflict("An account with this e-mail already exists", code="email_taken")
@@ -276,7 +300,7 @@ class AuthService:
             raise Conflict(
                 "An account with this e-mail already exists", code="email_taken"
             ) from None
-        return await self._start_session(user)
+        return user
 
     async def login(
         self, email: str, password: str, client_ip: str, limiter: RateLimiter

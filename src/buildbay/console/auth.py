@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 
 from buildbay.auth.dependencies import client_ip, make_auth_service
@@ -24,10 +26,20 @@ from buildbay.console.pages import (
     sessions,
     visit,
 )
+from buildbay.console.session import Visitor
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError, RateLimited, ValidationFailed
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+
+def _auth_page(
+    request: Request, template: str, visitor: Visitor, status_code: int = 200, **context: Any
+) -> Response:
+    """The sign-in and sign-up pages, which say who may create an account here
+    (BUILDBAY_SIGNUP: open, invite-only or closed)."""
+    signup = get_context(request).settings.signup.value
+    return page(template, visitor, status_code, signup=signup, **context)
 
 
 @router.get("/")
@@ -42,9 +54,16 @@ async def login_page(request: Request) -> Response:
     next_page = safe_next(request.query_params.get("next"))
     if visitor.user is not None:
         return see_other(next_page)
-    return page("console/login.html", visitor, next=next_page, values={}, errors={},
-                 signed_out=request.query_params.get("signed_out"),
-                 reset=request.query_params.get("reset"))  # fmt: skip
+    return _auth_page(
+        request,
+        "console/login.html",
+        visitor,
+        next=next_page,
+        values={},
+        errors={},
+        signed_out=request.query_params.get("signed_out"),
+        reset=request.query_params.get("reset"),
+    )
 
 
 @router.post("/login")
@@ -60,12 +79,26 @@ async def login(request: Request) -> Response:
         service = make_auth_service(ctx, db)
         issued = await service.login(body.email, body.password, client_ip(request), ctx.limiter)
     except FormError as exc:
-        return page("console/login.html", visitor, 422, next=next_page, values=values,
-                    errors=exc.by_field)  # fmt: skip
+        return _auth_page(
+            request,
+            "console/login.html",
+            visitor,
+            422,
+            next=next_page,
+            values=values,
+            errors=exc.by_field,
+        )
     except BuildbayError as exc:
         status = exc.status if exc.status in (401, 429) else 400
-        refused = page("console/login.html", visitor, status, next=next_page, values=values,
-                       errors={"form": exc.detail})  # fmt: skip
+        refused = _auth_page(
+            request,
+            "console/login.html",
+            visitor,
+            status,
+            next=next_page,
+            values=values,
+            errors={"form": exc.detail},
+        )
         refused.headers.update(exc.headers)  # Retry-After, when throttled
         return refused
     if visitor.session_id is not None:  # signing in again: the old login ends
@@ -81,7 +114,9 @@ async def signup_page(request: Request) -> Response:
     next_page = safe_next(query.get("next")) if query.get("next") else ""
     # Prefilled from an invitation's page: the invited address.
     values = {"email": query.get("email", "")[:320]}
-    return page("console/signup.html", visitor, values=values, errors={}, next=next_page)
+    return _auth_page(
+        request, "console/signup.html", visitor, values=values, errors={}, next=next_page
+    )
 
 
 @router.post("/signup")
@@ -98,13 +133,27 @@ async def signup(request: Request) -> Response:
             body.email, body.password, body.name
         )
     except FormError as exc:
-        return page("console/signup.html", visitor, 422, values=values, errors=exc.by_field,
-                    next=next_page)  # fmt: skip
+        return _auth_page(
+            request,
+            "console/signup.html",
+            visitor,
+            422,
+            values=values,
+            errors=exc.by_field,
+            next=next_page,
+        )
     except BuildbayError as exc:
         await db.rollback()  # a concurrent sign-up's failed flush: nothing of this one stays
         errors = {"email": exc.detail} if exc.code == "email_taken" else {"form": exc.detail}
-        return page("console/signup.html", visitor, exc.status, values=values, errors=errors,
-                    next=next_page)  # fmt: skip
+        return _auth_page(
+            request,
+            "console/signup.html",
+            visitor,
+            exc.status,
+            values=values,
+            errors=errors,
+            next=next_page,
+        )
     await sessions(request).sign_in(visitor, db, issued.session_id, now(request))
     return see_other(next_page or "/projects?welcome=1")
 

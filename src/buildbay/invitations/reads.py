@@ -38,3 +38,18 @@ _OF_PROJECT = (
 async def invitations_of(reads: Reads, project_id: str) -> list[InvitationRecord]:
     """The project's invitations, newest first, whatever their state."""
     return [INVITATION.of(row) for row in await reads.all(_OF_PROJECT, {"project_id": project_id})]
+
+
+async def invited(reads: Reads, email: str, now: datetime) -> bool:
+    """Whether a project invited `email` (normalised) and the invitation can still be taken."""
+    row = await reads.first(
+        select(Invitation.id)
+        .where(
+            Invitation.email == email,
+            Invitation.accepted_at.is_(None),
+            Invitation.revoked_at.is_(None),
+            Invitation.expires_at > now,
+        )
+        .limit(1)
+    )
+    return row is not None
