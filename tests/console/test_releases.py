@@ -40,6 +40,7 @@ def test_a_lead_releases_a_build_to_a_channel_marks_it_mandatory_and_rotates_the
     sign_up(page, "lead@example.com", "Lea")
     create_project_and_app(page)
 
+    expect(page).to_have_title("Acme Android · Buildbay")
     # Every application starts with `default`, which cannot be deleted.
     expect(channel_row(page, "default")).to_have_count(1)
     expect(channel_row(page, "default").get_by_role("button", name="Delete")).to_have_count(0)
