@@ -7,6 +7,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
+from pydantic import BaseModel, ValidationError
+
+from buildbay.auth.schemas import LogoutRequest, RefreshRequest
+from buildbay.schemas import RequestModel
 
 # Every endpoint of the seed, its paths exactly as written there.
 SEED_ENDPOINTS = [
@@ -177,3 +181,38 @@ async def test_every_paged_list_documents_limit_and_cursor(document: dict[str, A
         assert parameters["limit"]["schema"]["maximum"] == 100, path
         assert parameters["cursor"]["schema"]["type"] == "string", path
     assert len(paged) >= 3  # projects, applications, builds
+
+
+def _request_models() -> dict[str, type[BaseModel]]:
+    found: dict[str, type[BaseModel]] = {}
+    todo: list[type[BaseModel]] = [RequestModel, RefreshRequest, LogoutRequest]
+    while todo:
+        model = todo.pop()
+        found[model.__name__] = model
+        todo.extend(model.__subclasses__())
+    return found
+
+
+async def test_every_request_body_has_a_valid_example(document: dict[str, Any]) -> None:
+    """Swagger's "Try it out" sends the example as it is: without one it made one up from the
+    schema (random strings; a retention rule keeping one build, which deleted the others)."""
+    models = _request_models()
+    missing, invalid = [], []
+    for method, path, operation in operations(document):
+        media = operation.get("requestBody", {}).get("content", {}).get("application/json")
+        if media is None:
+            continue
+        if "example" not in media:
+            missing.append(f"{method.upper()} {path}")
+            continue
+        schema = media["schema"]
+        [ref] = [s["$ref"] for s in [schema, *schema.get("anyOf", [])] if "$ref" in s]
+        model = models[ref.rsplit("/", 1)[-1]]
+        try:
+            model.model_validate(media["example"])
+        except ValidationError as exc:
+            invalid.append(f"{method.upper()} {path}: {exc}")
+    assert missing == []
+    assert invalid == []
+    update = document["paths"]["/api/projects/{id}/applications/{appId}"]["put"]
+    assert "retention" not in update["requestBody"]["content"]["application/json"]["example"]

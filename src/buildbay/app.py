@@ -207,6 +207,21 @@ async def _sweep_forever(ctx: AppContext) -> None:
             log.exception("sweeping failed; trying again next round")
 
 
+def _show_the_example(operation: dict[str, Any], components: dict[str, Any]) -> None:
+    """The request body's example (its model's EXAMPLE, schemas.RequestModel) on the body
+    itself, where Swagger's "Try it out" and ReDoc take it from: else they make one up from
+    the schema (random strings, and a retention rule of one build)."""
+    media = operation.get("requestBody", {}).get("content", {}).get("application/json")
+    if media is None:
+        return
+    schema = media.get("schema", {})
+    # An optional body is "anyOf": [the model, null].
+    refs = [s["$ref"] for s in [schema, *schema.get("anyOf", [])] if "$ref" in s]
+    body = components.get(refs[0].rsplit("/", 1)[-1], {}) if refs else {}
+    if body.get("examples"):
+        media["example"] = body["examples"][0]
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document, with every error described as the problem+json it really is."""
     if app.openapi_schema:
@@ -238,6 +253,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             for status, response in responses.items():
                 if status.startswith(("4", "5")):
                     response["content"] = problem_content
+            _show_the_example(operation, components)
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     app.openapi_schema = schema

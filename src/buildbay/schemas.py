@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import email_validator
 from pydantic import (
@@ -158,15 +158,37 @@ def _no_nul_in_the_document(schema: dict[str, Any]) -> None:
                 option["pattern"] = NO_NUL_PATTERN
 
 
+def _request_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    _no_nul_in_the_document(schema)
+    example = getattr(model, "EXAMPLE", None)
+    if example is not None:
+        schema["examples"] = [example]
+
+
+def _not_null_in_the_document(schema: dict[str, Any]) -> None:
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    if len(options) == 1:
+        schema.update(options[0])
+    schema.pop("default", None)
+
+
+# Left out, the field keeps its value; null is refused (below). The document says neither null
+# nor a default: the None of the Python type only means "left out".
+NotNull = Field(default=None, json_schema_extra=_not_null_in_the_document)
+
+
 class RequestModel(BaseModel):
     """A request body: unknown fields are refused (no mass assignment); free text is `Trimmed`;
-    no text holds NUL."""
+    no text holds NUL. `EXAMPLE` is what the API docs show and Swagger's "Try it out" sends as it
+    is: realistic, valid (tests/test_openapi.py) and harmless."""
+
+    EXAMPLE: ClassVar[dict[str, Any] | None] = None
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=False,
         extra="forbid",
-        json_schema_extra=_no_nul_in_the_document,
+        json_schema_extra=_request_schema,
     )
 
     @field_validator("*", mode="before")

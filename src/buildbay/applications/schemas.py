@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from buildbay.applications.models import Platform
-from buildbay.schemas import ApiModel, JsonInteger, Name, RequestModel, Timestamp
+from buildbay.schemas import ApiModel, JsonInteger, Name, NotNull, RequestModel, Timestamp
 from buildbay.text import BUNDLE_ID_MAX, BUNDLE_ID_PATTERN
 
 ApplicationName = Name
@@ -23,6 +23,8 @@ BundleId = Annotated[
 class RetentionRule(RequestModel):
     """Which ready builds the sweeper keeps; the newest ready build is always kept."""
 
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"keepLast": 50, "keepDays": 90}
+
     keep_last: Annotated[
         Annotated[int, Field(ge=1, le=100_000, strict=True), JsonInteger] | None,
         Field(description="Keep the newest N"),
@@ -39,26 +41,22 @@ class Retention(ApiModel):
 
 
 class ApplicationCreate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "name": "Acme Android",
+        "platform": "android",
+        "bundleId": "com.acme.mobile",
+    }
+
     name: ApplicationName
     platform: Platform = Platform.OTHER
     bundle_id: BundleId | None = None
     retention: RetentionRule | None = None
 
 
-def _not_null_in_the_document(schema: dict[str, Any]) -> None:
-    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
-    if len(options) == 1:
-        schema.update(options[0])
-    schema.pop("default", None)
-
-
-# Left out, the field keeps its value; null is refused (below). The document says neither null
-# nor a default: the None of the Python type only means "left out".
-NotNull = Field(default=None, json_schema_extra=_not_null_in_the_document)
-
-
 class ApplicationUpdate(RequestModel):
     """Fields present are changed; fields left out keep their value."""
+
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"name": "Acme Android (beta)"}
 
     name: ApplicationName | None = NotNull
     platform: Platform | None = NotNull

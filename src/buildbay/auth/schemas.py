@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -12,6 +12,7 @@ from buildbay.schemas import (
     Email,
     JsonInteger,
     Name,
+    NotNull,
     RequestModel,
     Timestamp,
     Trimmed,
@@ -21,6 +22,12 @@ Password = Annotated[str, Field(min_length=8, max_length=128)]
 
 
 class RegisterRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "email": "ada@example.com",
+        "password": "correct horse battery staple",
+        "name": "Ada Lovelace",
+    }
+
     email: Email
     # Passwords are taken as typed: no trimming.
     password: Annotated[Password, Field(json_schema_extra={"format": "password"})]
@@ -36,6 +43,11 @@ class RegisterRequest(RequestModel):
 
 
 class LoginRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "email": "ada@example.com",
+        "password": "correct horse battery staple",
+    }
+
     email: Annotated[str, Field(max_length=320)]
     password: Annotated[str, Field(max_length=1024)]
 
@@ -43,6 +55,11 @@ class LoginRequest(RequestModel):
 
 
 class ChangePasswordRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "currentPassword": "correct horse battery staple",
+        "newPassword": "a longer passphrase than before",
+    }
+
     # As long as a login takes: a password set before today's rules still works.
     current_password: Annotated[
         str, Field(min_length=1, max_length=1024, json_schema_extra={"format": "password"})
@@ -53,10 +70,17 @@ class ChangePasswordRequest(RequestModel):
 
 
 class PasswordResetRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"email": "ada@example.com"}
+
     email: Email
 
 
 class PasswordResetConfirm(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "token": "bbp_the-token-from-the-mailed-link",
+        "password": "a longer passphrase than before",
+    }
+
     token: Annotated[str, Field(min_length=1, max_length=4096)]
     password: Annotated[Password, Field(json_schema_extra={"format": "password"})]
 
@@ -77,9 +101,17 @@ MAX_TOKEN_LENGTH = 4096
 class RefreshRequest(OAuthModel):
     refresh_token: Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_LENGTH)]
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"refresh_token": "the refresh_token login gave"}]}
+    )
+
 
 class LogoutRequest(OAuthModel):
     refresh_token: Annotated[str | None, Field(max_length=MAX_TOKEN_LENGTH)] = None
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"refresh_token": "the refresh_token login gave"}]}
+    )
 
 
 class User(ApiModel):
@@ -112,14 +144,16 @@ class Me(User):
 class MeUpdate(RequestModel):
     """Only the fields sent change."""
 
-    name: Name | None = None
-    notify_new_builds: Annotated[bool, Field(strict=True)] | None = None
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"name": "Ada Lovelace", "notifyNewBuilds": True}
 
-    @field_validator("name")
+    name: Name | None = NotNull
+    notify_new_builds: Annotated[bool, Field(strict=True)] | None = NotNull
+
+    @field_validator("name", "notify_new_builds")
     @classmethod
-    def _name_not_null(cls, value: str | None) -> str | None:
+    def _not_null(cls, value: object) -> object:
         if value is None:
-            raise ValueError("cannot be null; leave the field out to keep the name")
+            raise ValueError("cannot be null; leave the field out to keep its value")
         return value
 
 
@@ -142,6 +176,12 @@ PROJECTS_DESCRIPTION = "Only these projects (of which you are a member). Null: a
 
 
 class CreateApiTokenRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "name": "github-actions",
+        "expiresInDays": 90,
+        "scope": "builds:write",
+    }
+
     name: Name
     expires_in_days: Annotated[int, Field(ge=1, le=365, strict=True), JsonInteger] | None = None
     scope: TokenScope | None = Field(default=None, description=SCOPE_DESCRIPTION)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
@@ -72,6 +72,12 @@ def version_label(metadata: dict[str, Any] | None) -> str | None:
 
 
 class UploadLinkRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "fileName": "app-release.apk",
+        "fileSize": 48_213_504,
+        "sha256": "3f0a9c1e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a",
+    }
+
     file_name: FileName
     file_size: Annotated[
         int, Field(ge=1, strict=True, description="Exact size in bytes"), JsonInteger
@@ -102,6 +108,8 @@ class UploadLink(ApiModel):
 
 
 class InstallLinkRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"expiresInHours": 72}
+
     expires_in_hours: Annotated[
         int,
         Field(
@@ -115,6 +123,12 @@ class InstallLinkRequest(RequestModel):
 
 
 class VerifyRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "buildId": "bld_01JD8Z4K2W8D5V3Q6R7S8T9V0X",
+        "notes": "Fixes the crash when signing in offline.",
+        "channels": ["default"],
+    }
+
     build_id: Annotated[str, Field(min_length=1, max_length=64)]
     notes: Annotated[str, Field(max_length=MAX_NOTES_LENGTH), Trimmed(blank_ok=True)] | None = None
     install_link: InstallLinkRequest | None = Field(
@@ -132,12 +146,16 @@ class VerifyRequest(RequestModel):
 
 
 class BuildChannelsUpdate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"channels": ["default", "beta"]}
+
     channels: ChannelNames = Field(
         description="The channels the build is published to from now on (an empty list: none)"
     )
 
 
 class BuildUpdate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"mandatory": False}
+
     mandatory: Annotated[bool, Field(strict=True)]
 
 

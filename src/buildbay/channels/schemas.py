@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field
 
@@ -35,6 +35,8 @@ ChannelNames = Annotated[list[ChannelName], Field(max_length=MAX_CHANNELS_OF_BUI
 
 
 class ChannelCreate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"name": "beta"}
+
     name: ChannelName
 
 

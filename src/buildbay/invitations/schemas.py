@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -10,6 +10,8 @@ from buildbay.schemas import ApiModel, Email, RequestModel, Timestamp
 
 
 class InvitationCreate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"email": "new.tester@example.com", "role": "tester"}
+
     email: Email
     role: ProjectRole
 
@@ -29,4 +31,6 @@ class InvitationList(ApiModel):
 
 
 class InvitationAccept(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"token": "bbi_the-token-from-the-invitation-mail"}
+
     token: Annotated[str, Field(min_length=1, max_length=4096)]

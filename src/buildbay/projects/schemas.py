@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from buildbay.projects.models import ProjectRole
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
 
@@ -7,6 +9,8 @@ ProjectName = Name
 
 
 class ProjectWrite(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"name": "Acme Mobile"}
+
     name: ProjectName
 
 
@@ -24,11 +28,15 @@ class ProjectList(ApiModel):
 
 
 class MemberCreate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"email": "tester@example.com", "role": "tester"}
+
     email: Email
     role: ProjectRole
 
 
 class MemberUpdate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"role": "developer"}
+
     role: ProjectRole
 
 
