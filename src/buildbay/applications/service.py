@@ -23,6 +23,8 @@ from buildbay.builds.removal import keys_of_builds_under, remove_stored_files
 from buildbay.channels.service import ChannelService
 from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
+from buildbay.distribution.groups import check_group_ids
+from buildbay.distribution.models import EVERYONE
 from buildbay.ids import new_id
 from buildbay.projects.reads import ProjectRecord
 from buildbay.storage.base import Storage
@@ -45,6 +47,8 @@ class ApplicationService:
         self.reads = Reads.within(db)
 
     async def create(self, project: ProjectRecord, fields: dict[str, Any]) -> ApplicationView:
+        fields = {"auto_distribute_groups": [EVERYONE], "install_link_days": 14, **fields}
+        await check_group_ids(self.reads, project.id, fields["auto_distribute_groups"])
         application_id, key = new_id("app"), new_update_key()
         application = Application(
             id=application_id,
@@ -64,6 +68,10 @@ class ApplicationService:
     async def update(
         self, application: ApplicationRecord, changes: dict[str, Any]
     ) -> ApplicationView:
+        if "auto_distribute_groups" in changes:
+            await check_group_ids(
+                self.reads, application.project_id, changes["auto_distribute_groups"]
+            )
         columns = {**_columns(changes), "updated_at": self.now}
         await self.db.execute(
             update(Application).where(Application.id == application.id).values(**columns)

@@ -11,7 +11,9 @@ from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.models import BuildStatus
 from buildbay.builds.reads import BuildOrder, BuildRecord, VersionFilter
 from buildbay.channels.reads import channel_names
-from buildbay.deps import Page, TransactionRoute
+from buildbay.deps import Context, Page, TransactionRoute
+from buildbay.distribution.service import Distributor
+from buildbay.distribution.visibility import tester_of as tester
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsReader, BuildsTester
@@ -24,6 +26,7 @@ router = APIRouter(
 )
 
 BY_ID = problem_responses(401, 403, 404, 429)
+
 _BUILDS = "/api/app-distribution/{projectId}/{appId}/builds"
 _BUILD = f"{_BUILDS}/{{buildId}}"
 
@@ -193,7 +196,7 @@ async def list_builds(
     ] = BuildOrder.NEWEST,
 ) -> schemas.BuildList:
     found, next_cursor = await builds.page(
-        access.application.id, status, page.limit, page.after_id, version, sort
+        access.application.id, status, page.limit, page.after_id, version, sort, tester(access)
     )
     return schemas.BuildList(builds=await present(found, links), next_cursor=next_cursor)
 
@@ -231,13 +234,21 @@ async def create_upload_link(
     summary="Step 3: confirm the upload; the build becomes ready (developer+)",
 )
 async def verify_upload(
-    body: schemas.VerifyRequest, access: BuildsDeveloper, service: Service, links: Links
+    body: schemas.VerifyRequest,
+    access: BuildsDeveloper,
+    service: Service,
+    links: Links,
+    ctx: Context,
 ) -> schemas.Build:
     build = await service.verify(
         access.application, body.build_id, body.notes, body.channels, body.mandatory
     )
     if body.install_link is not None:
         await links.share(build, access.caller.user, body.install_link.expires_in_hours)
+    if (wanted := body.distribute) is not None:
+        await Distributor.of(ctx, service.db).distribute(
+            access, build, wanted.groups, [str(e) for e in wanted.emails], wanted.notify
+        )
     return (await present([build], links.reads))[0]
 
 
@@ -252,7 +263,7 @@ async def verify_upload(
 async def latest_build(
     access: BuildsReader, builds: Builds, links: LinkReads, version: Version
 ) -> schemas.Build:
-    build = await builds.latest(access.application.id, version)
+    build = await builds.latest(access.application.id, version, tester(access))
     return (await present([build], links))[0]
 
 
@@ -265,7 +276,7 @@ async def latest_build(
 async def get_build(
     build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.Build:
-    build = await builds.get(access.application.id, build_id)
+    build = await builds.get(access.application.id, build_id, tester(access))
     return (await present([build], links))[0]
 
 
@@ -320,7 +331,7 @@ async def set_build_channels(
 async def download_build(
     build_id: BuildId, access: BuildsReader, builds: Builds
 ) -> RedirectResponse:
-    url = await builds.download_url(access.application.id, build_id)
+    url = await builds.download_url(access.application.id, build_id, tester(access))
     return RedirectResponse(url, status_code=status.HTTP_302_FOUND)
 
 
@@ -345,7 +356,7 @@ async def delete_build(build_id: BuildId, access: BuildsDeveloper, service: Serv
     summary="The app icon the build's file carries, as a PNG (tester+)",
 )
 async def build_icon(build_id: BuildId, access: BuildsReader, builds: Builds) -> Response:
-    build = await builds.get(access.application.id, build_id)
+    build = await builds.get(access.application.id, build_id, tester(access))
     png = await builds.icon(build)
     return Response(png, media_type="image/png", headers=ICON_CACHE)
 
@@ -366,7 +377,7 @@ async def create_install_link(
     links: Links,
     body: Annotated[schemas.InstallLinkRequest | None, Body()] = None,
 ) -> schemas.InstallLink:
-    build = await service.reads.get(access.application.id, build_id)
+    build = await service.reads.get(access.application.id, build_id, tester(access))
     hours = (body or schemas.InstallLinkRequest()).expires_in_hours
     link = await links.create(build, access.caller.user, hours)
     return _install_link(link, build, links.reads)
@@ -380,7 +391,7 @@ async def create_install_link(
 async def list_install_links(
     build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.InstallLinkList:
-    build = await builds.get(access.application.id, build_id)
+    build = await builds.get(access.application.id, build_id, tester(access))
     return schemas.InstallLinkList(
         install_links=[_install_link(link, build, links) for link in await links.of_build(build)]
     )

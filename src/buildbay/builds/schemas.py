@@ -6,6 +6,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from buildbay.builds.models import BuildStatus
 from buildbay.channels.schemas import ChannelNames
+from buildbay.distribution.schemas import DistributionRequest
 from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
 from buildbay.text import (
     BIDI_CLASS,
@@ -128,6 +129,11 @@ class VerifyRequest(RequestModel):
     )
     mandatory: Annotated[bool, Field(strict=True)] = Field(
         default=False, description="Update checks that find it say the update is mandatory"
+    )
+    distribute: DistributionRequest | None = Field(
+        default=None,
+        description="Also distribute the build (as `POST .../builds/{buildId}/distribute`), "
+        "besides the application's autoDistributeGroups",
     )
 
 

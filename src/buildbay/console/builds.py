@@ -28,6 +28,7 @@ from buildbay.console.pages import (
 )
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.distribution.visibility import tester_of
 from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.reads import members
@@ -53,7 +54,7 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
     builds, _ = await BuildReads.of(get_context(request), reads).page(
-        access.application.id, None, 100, None, None, BuildOrder.NEWEST
+        access.application.id, None, 100, None, None, BuildOrder.NEWEST, tester_of(access)
     )
     links = InstallLinkReads.of(get_context(request), reads)
     current = await links.current([b.id for b in builds])
@@ -89,7 +90,9 @@ async def download_build(request: Request, project_id: str, app_id: str, build_i
     access = await application_of(
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
     )
-    url = await _build_reads(request, db).download_url(access.application.id, build_id)
+    url = await _build_reads(request, db).download_url(
+        access.application.id, build_id, tester_of(access)
+    )
     return RedirectResponse(url, status_code=302)
 
 

@@ -91,6 +91,8 @@ BuildsReader = Annotated[ApplicationAccess, _app(_TESTER, "projectId", read_only
 
 # Routes that change something: the objects belong to the request's unit of work.
 ProjectTester = Annotated[ProjectAccess, _project(_TESTER, read_only=False, scope=_UNSCOPED)]
+# Tester groups: developers manage who tests.
+ProjectDeveloper = Annotated[ProjectAccess, _project(_DEVELOPER, read_only=False, scope=_UNSCOPED)]
 ProjectAdmin = Annotated[ProjectAccess, _project(_ADMIN, read_only=False, scope=_UNSCOPED)]
 ProjectOwner = Annotated[ProjectAccess, _project(_OWNER, read_only=False, scope=_UNSCOPED)]
 AppAdmin = Annotated[ApplicationAccess, _app(_ADMIN, read_only=False, scope=_UNSCOPED)]
