@@ -232,7 +232,10 @@ class BuildReads:
     async def download_url(
         self, application_id: str, build_id: str, viewer: Viewer | None = None
     ) -> str:
-        build = await self.get(application_id, build_id, viewer)
+        return await self.ready_file_url(await self.get(application_id, build_id, viewer))
+
+    async def ready_file_url(self, build: BuildRecord) -> str:
+        """`file_url` of a ready build; 409 for a pending one."""
         if build.status is not BuildStatus.READY:
             raise Conflict(
                 "This build is not verified yet; only ready builds can be downloaded",

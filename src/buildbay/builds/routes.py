@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
 from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
@@ -11,7 +11,10 @@ from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.models import BuildStatus
 from buildbay.builds.reads import BuildOrder, BuildRecord, VersionFilter
 from buildbay.channels.reads import channel_names
-from buildbay.deps import Context, Page, TransactionRoute
+from buildbay.deps import Context, Page, SessionDep, TransactionRoute
+from buildbay.distribution.installs import downloads_counts
+from buildbay.distribution.installs import record as record_install
+from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.service import Distributor
 from buildbay.distribution.visibility import tester_of as tester
 from buildbay.openapi import link, linked
@@ -111,6 +114,7 @@ def to_schema(
     public_url: str,
     install_url: str | None = None,
     channels: list[str] | None = None,
+    downloads_count: int = 0,
 ) -> schemas.Build:
     address = (
         f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
@@ -137,20 +141,24 @@ def to_schema(
         icon_url=f"{address}/icon" if build.has_icon else None,
         channels=channels or [],
         mandatory=build.mandatory,
+        downloads_count=downloads_count,
     )
 
 
 async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[schemas.Build]:
     """The builds as the API shows them, each with its newest live install link's address and
     its channels."""
-    current = await links.current([b.id for b in builds if b.status is BuildStatus.READY])
+    ready = [b.id for b in builds if b.status is BuildStatus.READY]
+    current = await links.current(ready)
     names = await channel_names(links.reads, [b.id for b in builds])
+    downloads = await downloads_counts(links.reads, ready)
     return [
         to_schema(
             b,
             links.public_url,
             links.url(current[b.id]) if b.id in current else None,
             names.get(b.id),
+            downloads.get(b.id, 0),
         )
         for b in builds
     ]
@@ -329,9 +337,18 @@ async def set_build_channels(
     summary="Download a ready build (tester+): 302 to a short-lived signed URL",
 )
 async def download_build(
-    build_id: BuildId, access: BuildsReader, builds: Builds
+    build_id: BuildId,
+    access: BuildsReader,
+    builds: Builds,
+    db: SessionDep,
+    request: Request,
 ) -> RedirectResponse:
-    url = await builds.download_url(access.application.id, build_id, tester(access))
+    build = await builds.get(access.application.id, build_id, tester(access))
+    url = await builds.ready_file_url(build)
+    await record_install(
+        db, build, InstallEventKind.DOWNLOAD, builds.now, request.headers.get("user-agent"),
+        user_id=access.caller.user.id,
+    )  # fmt: skip
     return RedirectResponse(url, status_code=status.HTTP_302_FOUND)
 
 

@@ -182,6 +182,10 @@ class Build(ApiModel):
     mandatory: bool = Field(
         default=False, description="Update checks that find it say the update is mandatory"
     )
+    downloads_count: int = Field(
+        default=0,
+        description="How many times the file was downloaded, through an install link or the API",
+    )
 
 
 class InstallLink(ApiModel):

@@ -28,6 +28,8 @@ from buildbay.console.pages import (
 )
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.distribution.installs import record as record_install
+from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.visibility import tester_of
 from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
@@ -90,9 +92,13 @@ async def download_build(request: Request, project_id: str, app_id: str, build_i
     access = await application_of(
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
     )
-    url = await _build_reads(request, db).download_url(
-        access.application.id, build_id, tester_of(access)
-    )
+    builds = _build_reads(request, db)
+    build = await builds.get(access.application.id, build_id, tester_of(access))
+    url = await builds.ready_file_url(build)
+    await record_install(
+        db, build, InstallEventKind.DOWNLOAD, builds.now, request.headers.get("user-agent"),
+        user_id=visitor.principal.user.id,
+    )  # fmt: skip
     return RedirectResponse(url, status_code=302)
 
 

@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.builds.dependencies import Builds
 from buildbay.builds.dependencies import Service as BuildService
 from buildbay.context import AppContext
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
@@ -16,9 +17,15 @@ from buildbay.distribution.groups import (
     groups_page,
     testers_of,
 )
+from buildbay.distribution.installs import installs_of
 from buildbay.distribution.service import Distributor
 from buildbay.problems import problem_responses
-from buildbay.projects.access import BuildsDeveloper, ProjectDeveloper, ProjectReader
+from buildbay.projects.access import (
+    BuildsDeveloper,
+    BuildsDeveloperReader,
+    ProjectDeveloper,
+    ProjectReader,
+)
 from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(tags=["tester groups"], route_class=TransactionRoute)
@@ -160,4 +167,37 @@ async def distribute_build(
         groups=result.groups,
         testers_reached=result.testers_reached,
         notified=result.notified,
+    )
+
+
+@router.get(
+    "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs",
+    responses=BY_ID,
+    summary="Who the build reached, was mailed, opened its install page and downloaded it "
+    "(developer+)",
+)
+async def build_installs(
+    build_id: BuildId, access: BuildsDeveloperReader, builds: Builds
+) -> schemas.Installs:
+    build = await builds.get(access.application.id, build_id)
+    report = await installs_of(builds.reads, build)
+    return schemas.Installs(
+        build_id=report.build_id,
+        testers=[
+            schemas.TesterInstalls(
+                user_id=t.user_id,
+                email=t.email,
+                name=t.name,
+                reached_at=t.reached_at,
+                notified_at=t.notified_at,
+                first_opened_at=t.first_opened_at,
+                last_downloaded_at=t.last_downloaded_at,
+                downloads=t.downloads,
+                platforms=t.platforms,
+            )
+            for t in report.testers
+        ],
+        anonymous_opens=report.anonymous_opens,
+        anonymous_downloads=report.anonymous_downloads,
+        downloads_count=report.downloads_count,
     )

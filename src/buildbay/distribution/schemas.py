@@ -69,3 +69,29 @@ class Distribution(ApiModel):
         "e-mails invited into the project as testers)"
     )
     notified: int = Field(description="Of them, how many are being mailed")
+
+
+class TesterInstalls(ApiModel):
+    user_id: str | None = Field(description="Null for an e-mail invited that has not joined yet")
+    email: str | None
+    name: str | None
+    reached_at: Timestamp | None = Field(
+        description="When the build was distributed to them; null if it never was (a developer "
+        "who downloaded it)"
+    )
+    notified_at: Timestamp | None = Field(description="When their mail was sent, if it was")
+    first_opened_at: Timestamp | None = Field(description="Their first open of an install page")
+    last_downloaded_at: Timestamp | None
+    downloads: int
+    platforms: list[str] = Field(
+        description="The platforms they opened or downloaded it from (`ios`, `android`, "
+        "`windows`, `macos`, `chromeos`, `linux`, `other`)"
+    )
+
+
+class Installs(ApiModel):
+    build_id: str
+    testers: list[TesterInstalls] = Field(description="By e-mail; then people never reached")
+    anonymous_opens: int = Field(description="Opens of install links that are nobody's own")
+    anonymous_downloads: int
+    downloads_count: int = Field(description="Every download of the build")
