@@ -197,6 +197,10 @@ class Application(Model):
     # For the update check (public; shown to developers and above). Defaults: a server before
     # in-app updates does not send them.
     update_key: str | None = None
+    # Tester groups each ready build is distributed to, and the life of the install link in
+    # each tester's mail (a server before groups does not send them).
+    auto_distribute_groups: list[str] = dataclasses.field(default_factory=lambda: ["everyone"])
+    install_link_days: int = 14
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,7 @@ class Build(Model):
     icon_url: str | None
     channels: list[str] = dataclasses.field(default_factory=list)  # release channels
     mandatory: bool = False  # update checks that find it say the update is mandatory
+    downloads_count: int = 0  # through install links and the API
 
 
 @dataclass(frozen=True)
