@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,6 +19,7 @@ from buildbay.builds.schemas import (
     version_label,
 )
 from buildbay.builds.service import BuildService, human_size
+from buildbay.console.charts import downloads_chart
 from buildbay.console.pages import (
     ConsoleRoute,
     can,
@@ -28,6 +31,7 @@ from buildbay.console.pages import (
 )
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.distribution.installs import downloads_by_day
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.visibility import tester_of
@@ -35,6 +39,7 @@ from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.reads import members
 
+CHART_DAYS = 30
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 
@@ -62,13 +67,18 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
     current = await links.current([b.id for b in builds])
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     fresh = request.query_params.get("link")
+    chart = None
+    if access.role.includes(ProjectRole.DEVELOPER):
+        today = get_context(request).clock.now().astimezone(UTC).date()
+        days = await downloads_by_day(reads, access.application.id, today, CHART_DAYS)
+        chart = downloads_chart(days)
     return page(
         "console/application.html", visitor, project=access.project,
         application=access.application, role=access.role, can=can(access.role),
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
         install_expiry={k: v.expires_at for k, v in current.items()},
         uploaders=uploaders, human_size=human_size, version_label=version_label, fresh_link=fresh,
-        max_notes=MAX_NOTES_LENGTH,
+        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
     )  # fmt: skip
 
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from buildbay.console import account, auth, builds, groups, invitations, projects, unsubscribe
+from buildbay.console import (
+    account,
+    auth,
+    builds,
+    distribution,
+    groups,
+    invitations,
+    projects,
+    unsubscribe,
+)
 from buildbay.console.pages import console_sessions
 
 __all__ = ["console_sessions", "routers"]
@@ -20,6 +29,7 @@ routers: tuple[APIRouter, ...] = (
     projects.router,
     invitations.router,
     groups.router,
+    distribution.router,
     builds.router,
     account.router,
     unsubscribe.router,
