@@ -20,7 +20,7 @@ def downloads_chart(days: Sequence[tuple[date, int]]) -> Markup:
     label = f"Downloads per day from {days[0][0]:%d %b} to {days[-1][0]:%d %b}: {total} in all"
     parts = [
         f'<svg class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT + AXIS}" '
-        f'width="100%" height="{HEIGHT + AXIS}" preserveAspectRatio="none" '
+        f'width="100%" '
         f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">',
         f'<line x1="0" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}" stroke="#8c959f" />',
     ]
@@ -37,7 +37,8 @@ def downloads_chart(days: Sequence[tuple[date, int]]) -> Markup:
         f"{days[0][0]:%d %b}</text>"
         f'<text x="{WIDTH}" y="{HEIGHT + AXIS - 4}" font-size="11" fill="#59636e" '
         f'text-anchor="end">{days[-1][0]:%d %b}</text>'
-        f'<text x="0" y="11" font-size="11" fill="#59636e">{top if total else 0} max</text>'
+        f'<text x="0" y="11" font-size="11" fill="#59636e">'
+        f"{f'{top} on the busiest day' if total else 'No downloads yet'}</text>"
     )
     parts.append("</svg>")
     return Markup("".join(parts))  # noqa: S704 - built from numbers and dates only
