@@ -45,7 +45,7 @@ from buildbay.projects.models import ProjectMember, ProjectRole
 
 QUIET = 3.0  # seconds without a new mail before the count is final
 MAIL_TIMEOUT = 600.0
-DATABASE = "bench_mail"
+DATABASE = "groups_bench_mail"
 
 
 @dataclass

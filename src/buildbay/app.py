@@ -35,7 +35,7 @@ from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine, create_sessionmaker, read_engine
 from buildbay.distribution.routes import router as distribution_router
-from buildbay.distribution.service import DISTRIBUTION_MAIL_JOB, distribution_mail_handler
+from buildbay.distribution.service import DISTRIBUTION_JOB, distribution_mail_handler
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
 from buildbay.jobs.queue import JOB_SIGNAL, JobSignal
@@ -189,7 +189,7 @@ def job_handlers(ctx: AppContext) -> dict[str, Handler]:
     return {
         MAIL_JOB: mail_handler(transport_for(ctx.settings)),
         PASSWORD_RESET_JOB: password_reset_handler(ctx),
-        DISTRIBUTION_MAIL_JOB: distribution_mail_handler(ctx),
+        DISTRIBUTION_JOB: distribution_mail_handler(ctx),
     }
 
 

@@ -109,6 +109,7 @@ async def test_a_tester_who_joins_a_group_later_sees_its_builds_unmailed(team: T
         headers=team.owner.headers,
     )
     build = await team.upload()
+    await team.run_jobs()  # the distribution is done
     tess = await team.member("tess@example.com")
     r = await team.client.get(f"{team.builds}/{build['buildId']}", headers=tess.headers)
     assert_problem(r, 403, "not_distributed")
@@ -206,3 +207,37 @@ async def test_only_a_ready_build_is_distributed_and_only_by_a_developer(team: T
         headers=team.owner.headers,
     )
     assert_problem(r, 422, "group_not_found")
+
+
+async def test_a_group_is_counted_at_once_and_its_testers_mailed_by_the_job(team: Team) -> None:
+    r = await team.client.put(
+        f"/api/projects/{team.project['id']}/applications/{team.application['id']}",
+        json={"autoDistributeGroups": []},
+        headers=team.owner.headers,
+    )
+    quiet = await team.member("quiet@example.com")
+    r = await team.client.put(
+        "/api/auth/me", json={"notifyNewBuilds": False}, headers=quiet.headers
+    )
+    testers = [await team.member(f"t{n}@example.com") for n in range(3)]
+    qa = await team.group("QA", quiet.email, *(t.email for t in testers))
+    beta = await team.group("Beta", testers[0].email)
+    build = await team.upload()
+
+    result = await team.distribute(build["buildId"], groups=[qa, beta])
+
+    assert (result["testersReached"], result["notified"]) == (4, 3)
+    assert team.smtp.messages() == []  # the job has not run yet
+    r = await team.client.get(f"{team.builds}/{build['buildId']}", headers=testers[1].headers)
+    assert r.status_code == 200, r.text  # seen through the group at once
+    await team.run_jobs()
+    assert sorted(m.recipients[0] for m in team.smtp.messages()) == [
+        "t0@example.com",
+        "t1@example.com",
+        "t2@example.com",
+    ]
+    again = await team.distribute(build["buildId"], groups=["everyone"])
+    await team.run_jobs()
+    # Only the owner is new to it, and is not mailed: they distribute it.
+    assert (again["testersReached"], again["notified"]) == (1, 0)
+    assert len(team.smtp.messages()) == 3

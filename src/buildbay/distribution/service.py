@@ -3,19 +3,36 @@ e-mails (members, or people invited into the project as testers).
 
 Each person a build reaches has one row in `build_recipients` (per build and e-mail), written
 with ON CONFLICT DO NOTHING: distributing again, or twice at once, reaches nobody twice and so
-mails nobody twice. The request writes the rows (one INSERT ... SELECT per group, however large)
-and one job; the job (`DISTRIBUTION_MAIL_JOB`) claims the rows still to be mailed, makes each
-person's own install link and writes their mail to the outbox, all in its own unit of work.
+mails nobody twice. The request records the groups (testers see the build through them from its
+commit on), counts the people they newly reach, and writes one job (`DISTRIBUTION_JOB`). The job,
+in its own unit of work, writes the groups' people as recipients (one INSERT ... SELECT however
+many they are), claims the rows still to be mailed, makes each person's own install link and
+writes their mail to the outbox. So a group of 1,000 costs the request about what a group of one
+does (bench/mail.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Boolean, DateTime, String, and_, literal, select, true, update
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    DateTime,
+    String,
+    and_,
+    case,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
@@ -41,7 +58,7 @@ if TYPE_CHECKING:
     from buildbay.context import AppContext
     from buildbay.jobs.worker import Handler, JobRun
 
-DISTRIBUTION_MAIL_JOB = "distribution_mail"
+DISTRIBUTION_JOB = "distribution"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +104,8 @@ class Distributor:
         )
         project_access = ProjectAccess(access.project, access.role, access.caller)
         more, more_notified = await self._to_emails(project_access, build, emails, notify)
-        if notified or more_notified:
-            enqueue(self.db, DISTRIBUTION_MAIL_JOB, {"buildId": build.id}, self.now)
+        if more_notified:
+            enqueue(self.db, DISTRIBUTION_JOB, {"buildId": build.id}, self.now)
         groups = await self.reads.all(_GROUPS_OF_BUILD.where(BuildGroup.build_id == build.id))
         return DistributionResult(
             build.id, [row["group_id"] for row in groups], reached + more, notified + more_notified
@@ -100,11 +117,25 @@ class Distributor:
         wanted = list(dict.fromkeys(normal_email_text(e) for e in emails))
         if not wanted:
             return 0, 0
+        # A member in a group the build is distributed to is the group job's to reach.
+        through_group = or_(
+            exists().where(BuildGroup.build_id == build.id, BuildGroup.group_id == EVERYONE),
+            exists().where(
+                BuildGroup.build_id == build.id,
+                GroupTester.group_id == BuildGroup.group_id,
+                GroupTester.user_id == User.id,
+            ),
+        )
         members = {
             row.email: row
             for row in (
                 await self.db.execute(
-                    select(User.email, User.id, User.notify_new_builds)
+                    select(
+                        User.email,
+                        User.id,
+                        User.notify_new_builds,
+                        through_group.label("through_group"),
+                    )
                     .join(ProjectMember, ProjectMember.user_id == User.id)
                     .where(ProjectMember.project_id == access.project.id, User.email.in_(wanted))
                 )
@@ -116,6 +147,8 @@ class Distributor:
             if member is None:
                 # Not a member: invited as tester, they see the build once they accept.
                 await invite_tester(self.db, access, email, self.now, self.mail, self.public_url)
+            elif member.through_group:
+                continue
             rows.append(
                 {
                     "build_id": build.id,
@@ -125,6 +158,8 @@ class Distributor:
                     "notify": bool(notify and member and member.notify_new_builds),
                 }
             )
+        if not rows:
+            return 0, 0
         statement = (
             insert_of(self.db, BuildRecipient)
             .values(rows)
@@ -143,44 +178,85 @@ async def reach_groups(
     notify: bool,
     sender: str | None,
 ) -> tuple[int, int]:
-    """Reach the groups' members (one statement per group); how many were reached for the
-    first time, and how many of them are to be mailed (not `sender`, nor anyone who turned
-    new-build mails off)."""
-    group_ids = list(dict.fromkeys(group_ids))
-    await insert_ignoring_duplicates(
-        db, BuildGroup, [{"build_id": build.id, "group_id": g} for g in group_ids]
+    """Distribute the build to the groups: recorded at once (their testers see it from this
+    commit on), their people written as recipients and mailed by the job. How many people the
+    new groups reach for the first time, and how many of them are to be mailed (not `sender`,
+    nor anyone who turned new-build mails off)."""
+    prior = set(
+        (await db.execute(select(BuildGroup.group_id).where(BuildGroup.build_id == build.id)))
+        .scalars()
+        .all()
     )
-    reached = notified = 0
-    for group_id in group_ids:
-        wants_mail: Any = User.notify_new_builds if notify else literal(False, Boolean())
-        if sender is not None and notify:
-            wants_mail = and_(wants_mail, User.id != sender)
-        members = (
-            select(
-                literal(build.id, String()),
-                User.email,
-                User.id,
-                literal(now, DateTime(timezone=True)),
-                wants_mail,
-            )
+    new = [g for g in dict.fromkeys(group_ids) if g not in prior]
+    if not new:
+        return 0, 0
+    await insert_ignoring_duplicates(
+        db, BuildGroup, [{"build_id": build.id, "group_id": g} for g in new]
+    )
+    # Counted, not written: writing a row per tester is the job's, so that a group of 1,000
+    # costs the request about what a group of one does.
+    covered: ColumnElement[bool] = exists().where(
+        BuildRecipient.build_id == build.id, BuildRecipient.email == User.email
+    )
+    if prior:
+        covered = or_(covered, _in_groups(prior))
+    counted = (
+        await db.execute(
+            select(func.count(), func.count(case((_wants_mail(notify, sender), 1))))
+            .select_from(User)
             .join(ProjectMember, ProjectMember.user_id == User.id)
-            .where(ProjectMember.project_id == build.project_id)
+            .where(ProjectMember.project_id == build.project_id, _in_groups(new), ~covered)
         )
-        if group_id != EVERYONE:
-            members = members.join(
-                GroupTester,
-                and_(GroupTester.user_id == User.id, GroupTester.group_id == group_id),
-            )
-        statement = (
-            insert_of(db, BuildRecipient)
-            .from_select(["build_id", "email", "user_id", "reached_at", "notify"], members)
-            .on_conflict_do_nothing()  # type: ignore[attr-defined]
-            .returning(BuildRecipient.notify)
+    ).one()
+    enqueue(
+        db,
+        DISTRIBUTION_JOB,
+        {"buildId": build.id, "groups": new, "notify": notify, "sender": sender},
+        now,
+    )
+    return int(counted[0]), int(counted[1])
+
+
+def _in_groups(group_ids: Collection[str]) -> ColumnElement[bool]:
+    """True for a user (a row of `users` in the query, a member) in one of the groups."""
+    if EVERYONE in group_ids:
+        return true()
+    return exists().where(GroupTester.user_id == User.id, GroupTester.group_id.in_(list(group_ids)))
+
+
+def _wants_mail(notify: bool, sender: str | None) -> ColumnElement[bool]:
+    if not notify:
+        return literal(False, Boolean())
+    wants: ColumnElement[bool] = User.notify_new_builds.is_(True)
+    return and_(wants, User.id != sender) if sender is not None else wants
+
+
+async def _write_recipients(
+    db: AsyncSession,
+    now: datetime,
+    build_id: str,
+    project_id: str,
+    group_ids: Sequence[str],
+    notify: bool,
+    sender: str | None,
+) -> None:
+    """The groups' people as the build's recipients (those it reached already are left as they
+    are): one INSERT ... SELECT, however many they are."""
+    members = (
+        select(
+            literal(build_id, String()),
+            User.email,
+            User.id,
+            literal(now, DateTime(timezone=True)),
+            _wants_mail(notify, sender),
         )
-        flags = (await db.execute(statement)).scalars().all()
-        reached += len(flags)
-        notified += sum(1 for flag in flags if flag)
-    return reached, notified
+        .join(ProjectMember, ProjectMember.user_id == User.id)
+        .where(ProjectMember.project_id == project_id, _in_groups(group_ids))
+    )
+    statement = insert_of(db, BuildRecipient).from_select(
+        ["build_id", "email", "user_id", "reached_at", "notify"], members
+    )
+    await db.execute(statement.on_conflict_do_nothing())  # type: ignore[attr-defined]
 
 
 async def distribute_when_ready(
@@ -193,9 +269,7 @@ async def distribute_when_ready(
     )
     if not groups:
         return
-    _, notified = await reach_groups(db, now, build, groups, True, build.uploaded_by)
-    if notified:
-        enqueue(db, DISTRIBUTION_MAIL_JOB, {"buildId": build.id}, now)
+    await reach_groups(db, now, build, groups, True, build.uploaded_by)
 
 
 # -- the job: each newly reached tester's link and mail ----------------------------------------
@@ -215,6 +289,10 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
         if row is None:
             return  # deleted meanwhile: nobody to tell
         build, application, link_days, project = row
+        payload = run.payload
+        if payload.get("groups"):
+            await _write_recipients(db, now, build.id, build.project_id, payload["groups"],
+                                    payload["notify"], payload["sender"])  # fmt: skip
         # Claimed: of two jobs for one build (two distributions), each mails its own people.
         claimed = (
             await db.execute(
