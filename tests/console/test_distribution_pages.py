@@ -54,6 +54,7 @@ async def test_a_developer_makes_a_group_and_adds_testers_from_the_groups_page(
     page = text(await browser.get(r.headers["location"]))
     assert "1 tester(s) in the group, invited new@example.com" in page
     assert "QA (1 tester)" in page
+    assert "Invited, joining when they accept: new@example.com" in page
     r = await post(browser, groups, {"name": "everyone"}, page=groups)
     assert r.status_code == 409
     assert "The project has a tester group of this name" in text(r)
@@ -97,3 +98,25 @@ async def test_a_build_is_distributed_from_its_page_which_shows_who_got_it(
     app_page = await browser.get(f"/projects/{team.project['id']}/apps/{team.application['id']}")
     assert '<svg class="chart"' not in app_page.text
     assert (await browser.get(page)).status_code == 403
+
+
+async def test_an_admin_sets_the_groups_new_builds_go_to_and_the_link_days(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    qa = await team.group("QA")
+    await sign_in(browser, team.owner.email)
+    app_page = f"/projects/{team.project['id']}/apps/{team.application['id']}"
+
+    r = await post(browser, f"{app_page}/distribution",
+                   {"groups": qa, "installLinkDays": "3"}, page=app_page)  # fmt: skip
+    assert r.status_code == 303, r.text
+    r = await team.client.get(
+        f"/api/projects/{team.project['id']}/applications/{team.application['id']}",
+        headers=team.owner.headers,
+    )
+    assert (r.json()["autoDistributeGroups"], r.json()["installLinkDays"]) == ([qa], 3)
+
+    r = await post(browser, f"{app_page}/distribution", {"installLinkDays": "365"}, page=app_page)
+    assert r.status_code == 303
+    shown = text(await browser.get(r.headers["location"]))
+    assert "Enter a number of days from 1 to 90." in shown

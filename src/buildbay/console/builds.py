@@ -31,6 +31,7 @@ from buildbay.console.pages import (
 )
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import downloads_by_day
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
@@ -68,6 +69,7 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     fresh = request.query_params.get("link")
     chart = None
+    groups = (await groups_page(reads, access.project, 100, None))[0]
     if access.role.includes(ProjectRole.DEVELOPER):
         today = get_context(request).clock.now().astimezone(UTC).date()
         days = await downloads_by_day(reads, access.application.id, today, CHART_DAYS)
@@ -78,7 +80,8 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
         install_expiry={k: v.expires_at for k, v in current.items()},
         uploaders=uploaders, human_size=human_size, version_label=version_label, fresh_link=fresh,
-        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
+        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS, groups=groups,
+        settings_error=request.query_params.get("settings_error"),
     )  # fmt: skip
 
 
@@ -120,7 +123,7 @@ async def create_install_link(
     access = await application_of(
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
     )
-    build = await _build_reads(request, db).get(access.application.id, build_id)
+    build = await _build_reads(request, db).get(access.application.id, build_id, tester_of(access))
     await _links(request, db).share(build, visitor.principal.user, DEFAULT_HOURS)
     return see_other(f"{_build_path(project_id, app_id)}?link={build.id}#build-{build.id}")
 

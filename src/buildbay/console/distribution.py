@@ -8,6 +8,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.applications.schemas import ApplicationUpdate
+from buildbay.applications.service import ApplicationService
 from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import version_label
 from buildbay.builds.service import human_size
@@ -30,6 +32,7 @@ from buildbay.distribution.installs import installs_of
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.distribution.service import Distributor
 from buildbay.errors import BuildbayError
+from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 
@@ -109,3 +112,28 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
         f"{'' if result.testers_reached == 1 else 's'} reached, {result.notified} mailed."
     )
     return see_other(_build_path(project_id, app_id, build_id) + f"?notice={quote(notice)}")
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/distribution")
+async def distribution_settings(request: Request, project_id: str, app_id: str) -> Response:
+    """The application's autoDistributeGroups and installLinkDays (admin+, as the API)."""
+    visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
+    )
+    form = await posted_form(request)
+    app_path = f"/projects/{project_id}/apps/{app_id}"
+    try:
+        body = parse_form(
+            ApplicationUpdate,
+            {"autoDistributeGroups": [str(g) for g in form.getlist("groups")],
+             "installLinkDays": whole_number(str(form.get("installLinkDays") or ""))},
+        )  # fmt: skip
+    except FormError:
+        error = quote("Enter a number of days from 1 to 90.")
+        return see_other(f"{app_path}?settings_error={error}#distribution")
+    changes = body.model_dump(exclude_unset=True)
+    await ApplicationService(db, get_context(request).clock.now()).update(
+        access.application, changes
+    )
+    return see_other(f"{app_path}#distribution")

@@ -14,6 +14,7 @@ from buildbay.console.pages import (
     FormError,
     can,
     form_fields,
+    now,
     page,
     parse_form,
     see_other,
@@ -22,7 +23,7 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.groups import groups_page, testers_of
+from buildbay.distribution.groups import groups_page, invited_to_groups, testers_of
 from buildbay.distribution.routes import make_group_service
 from buildbay.distribution.schemas import GroupCreate, TestersAdd
 from buildbay.errors import BuildbayError
@@ -59,10 +60,11 @@ async def _render(
     access = await project_of(reads, visitor.principal, project_id, ProjectRole.TESTER)
     found, _ = await groups_page(reads, access.project, 100, None)
     testers = {g.id: await testers_of(reads, access.project, g.id) for g in found}
+    invited = await invited_to_groups(reads, access.project, now(request))
     return page(
         "console/groups.html", visitor, status_code, project=access.project, role=access.role,
-        can=can(access.role), groups=found, testers=testers, failed=failed, errors=errors or {},
-        values=values or {}, notice=request.query_params.get("notice"),
+        can=can(access.role), groups=found, testers=testers, invited=invited, failed=failed,
+        errors=errors or {}, values=values or {}, notice=request.query_params.get("notice"),
     )  # fmt: skip
 
 

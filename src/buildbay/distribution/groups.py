@@ -168,6 +168,29 @@ async def testers_of(reads: Reads, project: ProjectRecord, group_id: str) -> lis
     ]
 
 
+_INVITED = (
+    select(InvitationGroup.group_id, Invitation.email)
+    .join(Invitation, Invitation.id == InvitationGroup.invitation_id)
+    .where(
+        Invitation.project_id == bindparam("project_id"),
+        Invitation.accepted_at.is_(None),
+        Invitation.revoked_at.is_(None),
+        Invitation.expires_at > bindparam("now"),
+    )
+    .order_by(Invitation.email)
+)
+
+
+async def invited_to_groups(
+    reads: Reads, project: ProjectRecord, now: datetime
+) -> dict[str, list[str]]:
+    """Per group, the e-mails whose pending invitation will add them to it."""
+    invited: dict[str, list[str]] = {}
+    for row in await reads.all(_INVITED, {"project_id": project.id, "now": now}):
+        invited.setdefault(row["group_id"], []).append(row["email"])
+    return invited
+
+
 async def check_group_ids(reads: Reads, project_id: str, group_ids: Sequence[str]) -> None:
     """422 unless every id is `everyone` or a group of the project."""
     wanted = set(group_ids) - {EVERYONE}
