@@ -9,6 +9,7 @@ from datetime import date
 from markupsafe import Markup, escape
 
 WIDTH, HEIGHT, AXIS = 600, 120, 18
+TOP = 16  # room for the label above the tallest bar
 
 
 def downloads_chart(days: Sequence[tuple[date, int]]) -> Markup:
@@ -25,7 +26,7 @@ def downloads_chart(days: Sequence[tuple[date, int]]) -> Markup:
         f'<line x1="0" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}" stroke="#8c959f" />',
     ]
     for n, (day, count) in enumerate(days):
-        height = round(HEIGHT * count / top, 1)
+        height = round((HEIGHT - TOP) * count / top, 1)
         x = round(n * step + 1, 1)
         parts.append(
             f'<rect x="{x}" y="{HEIGHT - height}" width="{round(bar, 1)}" height="{height}" '
