@@ -183,3 +183,17 @@ async def test_an_unknown_group_in_auto_distribute_groups_is_422(team: Team) -> 
     r = await team.client.delete(f"{team.groups}/{group_id}", headers=team.owner.headers)
     r = await team.client.get(path, headers=team.owner.headers)
     assert r.json()["autoDistributeGroups"] == []
+
+
+async def test_a_member_who_leaves_the_project_leaves_its_groups(team: Team) -> None:
+    tess = await team.member("tess@example.com")
+    group_id = await team.group("QA", tess.email)
+    r = await team.client.delete(
+        f"/api/projects/{team.project['id']}/members/{tess.user['id']}", headers=team.owner.headers
+    )
+    assert r.status_code == 204, r.text
+
+    await team.api.add_member(team.owner, team.project["id"], tess, "tester")
+
+    r = await team.client.get(f"{team.groups}/{group_id}/testers", headers=team.owner.headers)
+    assert r.json()["testers"] == []

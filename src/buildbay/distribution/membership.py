@@ -1,4 +1,5 @@
-"""What joining a project through an invitation adds: the tester groups it was for."""
+"""Tester groups as membership changes: an accepted invitation joins the groups it was for; a
+member who leaves the project leaves its groups."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, String, literal, select
+from sqlalchemy import DateTime, String, delete, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
 
 from buildbay.db.base import Base
-from buildbay.distribution.models import GroupTester, InvitationGroup
+from buildbay.distribution.models import GroupTester, InvitationGroup, TesterGroup
 
 
 def insert_of(db: AsyncSession, model: type[Base]) -> Insert:
@@ -43,3 +44,16 @@ async def join_invited_groups(
     ).where(InvitationGroup.invitation_id == invitation_id)
     statement = insert_of(db, GroupTester).from_select(["group_id", "user_id", "added_at"], joined)
     await db.execute(statement.on_conflict_do_nothing())  # type: ignore[attr-defined]
+
+
+async def leave_groups(db: AsyncSession, project_id: str, user_id: str) -> None:
+    """The user's place in the project's groups, gone with their membership (were they added
+    again, they would not be back in the old groups)."""
+    await db.execute(
+        delete(GroupTester).where(
+            GroupTester.user_id == user_id,
+            GroupTester.group_id.in_(
+                select(TesterGroup.id).where(TesterGroup.project_id == project_id)
+            ),
+        )
+    )
