@@ -77,7 +77,10 @@ CASES: dict[str, Op[Any]] = {
     "download": ops.download(P, A, B),
     "delete_build": ops.delete_build(P, A, B),
     "upload_link": ops.upload_link(P, A, "app.apk", 10, SHA),
-    "verify": ops.verify(P, A, B, "notes", 24),
+    "verify": ops.verify(
+        P, A, B, "notes", 24, {"groups": ["everyone"], "emails": ["t@example.com"], "notify": True}
+    ),
+    "list_groups": ops.list_groups(P, 10, "cursor"),
     "create_install_link": ops.create_install_link(P, A, B, 24),
     "list_install_links": ops.list_install_links(P, A, B),
     "revoke_install_link": ops.revoke_install_link(P, A, B, "lnk_01"),

@@ -25,7 +25,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -278,6 +278,7 @@ class _Core:
         notes: str | None,
         install_link_hours: int | None,
         progress: Progress | None,
+        distribute: dict[str, Any] | None = None,
     ) -> Flow[Build]:
         _check_notes(notes)
         file = Path(path)
@@ -302,7 +303,9 @@ class _Core:
                     continue
             yield _Sleep(float(outcome))
             attempt += 1
-        verify = ops.verify(project_id, app_id, link.build_id, notes, install_link_hours)
+        verify = ops.verify(
+            project_id, app_id, link.build_id, notes, install_link_hours, distribute
+        )
         return (yield from self._run_flow(verify))
 
     def _download_flow(
@@ -375,6 +378,13 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
 
 def _unreachable(exc: httpx.TransportError) -> NetworkError:
     return NetworkError(f"cannot reach the server: {exc.__class__.__name__}: {exc}")
+
+
+def _distribution(groups: Sequence[str], emails: Sequence[str]) -> dict[str, Any] | None:
+    """Verify's `distribute` object, or None when there is nothing to distribute to."""
+    if not groups and not emails:
+        return None
+    return {"groups": list(groups), "emails": list(emails)}
 
 
 def _check_notes(notes: str | None) -> None:
@@ -513,6 +523,7 @@ class Buildbay(_Core):
     set_member_role = _sync(ops.set_member_role)
     remove_member = _sync(ops.remove_member)
     list_applications = _sync(ops.list_applications)
+    list_groups = _sync(ops.list_groups)
     create_application = _sync(ops.create_application)
     get_application = _sync(ops.get_application)
     update_application = _sync(ops.update_application)
@@ -534,15 +545,22 @@ class Buildbay(_Core):
         notes: str | None = None,
         install_link_hours: int | None = None,
         progress: Progress | None = None,
+        distribute_to: Sequence[str] = (),
+        distribute_emails: Sequence[str] = (),
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
+        `distribute_to` (tester group ids, `everyone` included) and `distribute_emails`:
+        distribute it too, at verify (besides the application's autoDistributeGroups).
 
         The SHA-256 is computed in a first pass and declared at step 1, so the storage checks
         the bytes as they arrive (S3 verifies the signed checksum) and verify needs no second
         read of the stored object.
         """
+        distribute = _distribution(distribute_to, distribute_emails)
         return self._drive(
-            self._upload_flow(project_id, app_id, path, notes, install_link_hours, progress)
+            self._upload_flow(
+                project_id, app_id, path, notes, install_link_hours, progress, distribute
+            )
         )
 
     def download_build(
@@ -707,6 +725,7 @@ class AsyncBuildbay(_Core):
     set_member_role = _async(ops.set_member_role)
     remove_member = _async(ops.remove_member)
     list_applications = _async(ops.list_applications)
+    list_groups = _async(ops.list_groups)
     create_application = _async(ops.create_application)
     get_application = _async(ops.get_application)
     update_application = _async(ops.update_application)
@@ -728,10 +747,15 @@ class AsyncBuildbay(_Core):
         notes: str | None = None,
         install_link_hours: int | None = None,
         progress: Progress | None = None,
+        distribute_to: Sequence[str] = (),
+        distribute_emails: Sequence[str] = (),
     ) -> Build:
         """As `Buildbay.upload_build`."""
+        distribute = _distribution(distribute_to, distribute_emails)
         return await self._drive(
-            self._upload_flow(project_id, app_id, path, notes, install_link_hours, progress)
+            self._upload_flow(
+                project_id, app_id, path, notes, install_link_hours, progress, distribute
+            )
         )
 
     async def download_build(

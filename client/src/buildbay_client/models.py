@@ -209,6 +209,22 @@ class ApplicationList(Model):
     next_cursor: str | None
 
 
+@dataclass(frozen=True)
+class Group(Model):
+    """A tester group of a project (`everyone`: all its members)."""
+
+    id: str
+    name: str
+    testers_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class GroupList(Model):
+    groups: list[Group]
+    next_cursor: str | None
+
+
 # -- builds -------------------------------------------------------------------------------------
 
 
