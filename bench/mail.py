@@ -6,8 +6,8 @@ argon2, not distribution), two tester groups: `one` (1 tester) and `all` (1,000)
 uploads two builds and distributes one to `one` and the other to `all`, and times the
 `POST .../distribute` answers; then waits for the round's mails and checks each tester got
 exactly one (1,000 distinct recipients, 1,000 distinct Message-IDs, and nothing more arriving
-for QUIET seconds after). Prints the median answer times, their ratio (the target: under 2),
-and how long the 1,000 mails took to reach the SMTP server.
+for QUIET seconds after). Prints the median answer times, their ratio (the target: under 2) and the
+ratio of the fastest answers, and how long the 1,000 mails took to reach the SMTP server.
 
 Rate limiting is off for the run (one client sends everything).
 
@@ -232,15 +232,18 @@ def main() -> int:
     for o in outcomes:
         one, many = statistics.median(o.one), statistics.median(o.all)
         mails = statistics.median(o.mails)
+        # The fastest answers too: on a shared machine the median carries other work's noise.
+        best = min(o.all) / min(o.one)
         ok &= o.exact and many < 2 * one
         rows.append([
             o.name, f"{one * 1000:.1f}", f"{many * 1000:.1f}", f"{many / one:.2f}",
-            f"{mails:.2f}", f"{args.testers / mails:.0f}", "yes" if o.exact else "NO",
+            f"{best:.2f}", f"{mails:.2f}", f"{args.testers / mails:.0f}",
+            "yes" if o.exact else "NO",
         ])  # fmt: skip
     print()
     print(table(
         ["configuration", "distribute to 1 (ms)", f"to {args.testers} (ms)", "ratio",
-         f"{args.testers} mails (s)", "mails/s", "exactly once"],
+         "ratio of fastest", f"{args.testers} mails (s)", "mails/s", "exactly once"],
         rows,
     ))  # fmt: skip
     print("\nmedians of", args.rounds, "rounds; target: ratio under 2, every mail exactly once")
