@@ -187,6 +187,21 @@ class World:
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
 
+    async def new_group(self) -> str:
+        """A tester group of the world's project, with the member in it."""
+        groups = f"/api/projects/{self.ids['id']}/groups"
+        headers = self.accounts.owner.headers
+        r = await self.client.post(groups, json={"name": f"group-{next(self._n)}"}, headers=headers)
+        assert r.status_code == 201, r.text
+        group_id = str(r.json()["id"])
+        r = await self.client.post(
+            f"{groups}/{group_id}/testers",
+            json={"emails": [self.accounts.member.email]},
+            headers=headers,
+        )
+        assert r.status_code == 200, r.text
+        return group_id
+
     @property
     def channels(self) -> str:
         return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
@@ -312,6 +327,7 @@ async def build_world(
     world.ids["invitationId"] = await world.new_invitation()
     world.update_key = app["updateKey"]
     world.ids["channelId"] = await world.new_channel()
+    world.ids["groupId"] = await world.new_group()
     world.api_token_id = await world.new_api_token(owner)
     world.token_ids.add(world.api_token_id)
     await world.limited_tokens()
@@ -401,6 +417,22 @@ async def _accept(w: World, subject: Account) -> dict[str, Any]:
     return {"token": await w.invitation_token(subject)}
 
 
+@body("POST", "/api/projects/{id}/groups")
+@body("PUT", "/api/projects/{id}/groups/{groupId}")
+async def _group(w: World, subject: Account) -> dict[str, Any]:
+    return {"name": f"group-{next(w._n)}"}
+
+
+@body("POST", "/api/projects/{id}/groups/{groupId}/testers")
+async def _testers(w: World, subject: Account) -> dict[str, Any]:
+    return {"emails": [w.accounts.member.email]}
+
+
+@body("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute")
+async def _distribute(w: World, subject: Account) -> dict[str, Any]:
+    return {"groups": ["everyone", w.ids["groupId"]], "emails": [w.accounts.member.email]}
+
+
 @body("PUT", "/api/auth/me")
 async def _me(w: World, subject: Account) -> dict[str, Any]:
     return {"notifyNewBuilds": True}
@@ -467,6 +499,12 @@ async def _build_update(w: World, subject: Account) -> dict[str, Any]:
 @target("DELETE", "/api/projects/{id}/applications/{appId}/channels/{channelId}")
 async def _doomed_channel(w: World) -> dict[str, str]:
     return {"channelId": await w.new_channel()}
+
+
+@target("DELETE", "/api/projects/{id}/groups/{groupId}")
+@target("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}")
+async def _doomed_group(w: World) -> dict[str, str]:
+    return {"groupId": await w.new_group()}
 
 
 @target("DELETE", "/api/account/api-tokens/{id}")

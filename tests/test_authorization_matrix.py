@@ -79,6 +79,15 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/projects/{id}/invitations"): "admin",
     ("DELETE", "/api/projects/{id}/invitations/{invitationId}"): "admin",
     ("POST", "/api/invitations/accept"): ANY_USER,
+    ("GET", "/api/projects/{id}/groups"): "tester",
+    ("POST", "/api/projects/{id}/groups"): "developer",
+    ("PUT", "/api/projects/{id}/groups/{groupId}"): "developer",
+    ("DELETE", "/api/projects/{id}/groups/{groupId}"): "developer",
+    ("GET", "/api/projects/{id}/groups/{groupId}/testers"): "tester",
+    ("POST", "/api/projects/{id}/groups/{groupId}/testers"): "developer",
+    ("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}"): "developer",
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute"): "developer",
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): "developer",
     ("GET", "/api/projects/{id}/applications"): "tester",
     ("POST", "/api/projects/{id}/applications"): "admin",
     ("GET", "/api/projects/{id}/applications/{appId}"): "tester",
@@ -139,6 +148,18 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("POST", "/api/projects/{id}/invitations"): UNSCOPED,
     ("GET", "/api/projects/{id}/invitations"): READ,
     ("DELETE", "/api/projects/{id}/invitations/{invitationId}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/groups"): READ,
+    ("POST", "/api/projects/{id}/groups"): UNSCOPED,
+    ("PUT", "/api/projects/{id}/groups/{groupId}"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}/groups/{groupId}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/groups/{groupId}/testers"): READ,
+    ("POST", "/api/projects/{id}/groups/{groupId}/testers"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}"): UNSCOPED,
+    (
+        "POST",
+        "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute",
+    ): BUILDS_WRITE,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): READ,
     ("GET", "/api/projects/{id}/applications"): READ,
     ("POST", "/api/projects/{id}/applications"): UNSCOPED,
     ("GET", "/api/projects/{id}/applications/{appId}"): READ,
@@ -211,6 +232,7 @@ UNKNOWN = {
     "linkId": "inl_00000000000000000000000000",
     "invitationId": "inv_00000000000000000000000000",
     "channelId": "chn_00000000000000000000000000",
+    "groupId": "grp_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
@@ -219,6 +241,7 @@ UNKNOWN_CODE = {
     "linkId": "install_link_not_found",
     "invitationId": "invitation_not_found",
     "channelId": "channel_not_found",
+    "groupId": "group_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 

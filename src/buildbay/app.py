@@ -35,6 +35,8 @@ from buildbay.console.routes import routers as console_routers
 from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine, create_sessionmaker, read_engine
+from buildbay.distribution.routes import router as distribution_router
+from buildbay.distribution.service import DISTRIBUTION_JOB, distribution_mail_handler
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
 from buildbay.jobs.queue import JOB_SIGNAL, JobSignal
@@ -165,6 +167,7 @@ def create_app(
         account_router,
         projects_router,
         invitations_router,
+        distribution_router,
         applications_router,
         channels_router,
         builds_router,
@@ -195,6 +198,7 @@ def job_handlers(ctx: AppContext) -> dict[str, Handler]:
     return {
         MAIL_JOB: mail_handler(transport_for(ctx.settings)),
         PASSWORD_RESET_JOB: password_reset_handler(ctx),
+        DISTRIBUTION_JOB: distribution_mail_handler(ctx),
     }
 
 

@@ -301,6 +301,38 @@ def test_members_by_email(cli: Cli) -> None:
     assert [m["email"] for m in cli.json("members", "list", "-p", "Acme")] == [cli.email]
 
 
+def test_upload_distributes_to_a_group_by_name_and_to_an_email(cli: Cli) -> None:
+    _login(cli)
+    project = cli.json("projects", "create", "Acme")
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme")
+    login = httpx.post(
+        f"{cli.server}/api/auth/login", json={"email": cli.email, "password": PASSWORD}
+    )
+    headers = {"Authorization": f"Bearer {login.json()['access_token']}"}
+    apps = f"{cli.server}/api/projects/{project['id']}/applications/{app['id']}"
+    r = httpx.put(apps, json={"autoDistributeGroups": []}, headers=headers)
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{cli.server}/api/projects/{project['id']}/groups", json={"name": "QA"},
+                   headers=headers)  # fmt: skip
+    assert r.status_code == 201, r.text
+    newcomer = _email("newcomer")
+
+    build = cli.json(
+        "upload", str(APK), "-p", "Acme", "-a", "Acme Android",
+        "--distribute", "QA", "--distribute-email", newcomer,
+    )  # fmt: skip
+
+    installs = httpx.get(
+        f"{cli.server}/api/app-distribution/{project['id']}/{app['id']}/builds/"
+        f"{build['buildId']}/installs",
+        headers=headers,
+    ).json()
+    assert [t["email"] for t in installs["testers"]] == [newcomer]  # invited as tester
+    missing = cli("upload", str(APK), "-p", "Acme", "-a", "Acme Android", "--distribute", "Nope")
+    assert missing.returncode == 4, missing.stderr
+    assert "no tester group named 'Nope'" in missing.stderr
+
+
 def test_each_failure_class_has_its_exit_code(cli: Cli, tmp_path: Path) -> None:
     _login(cli)
     project = cli.json("projects", "create", "Acme")

@@ -301,6 +301,7 @@ class _Core:
         progress: Progress | None,
         channels: Sequence[str] | None = None,
         mandatory: bool = False,
+        distribute: dict[str, Any] | None = None,
     ) -> Flow[Build]:
         _check_notes(notes)
         file = Path(path)
@@ -327,7 +328,14 @@ class _Core:
             yield wait
             attempt += 1
         verify = ops.verify(
-            project_id, app_id, link.build_id, notes, install_link_hours, channels, mandatory
+            project_id,
+            app_id,
+            link.build_id,
+            notes,
+            install_link_hours,
+            channels,
+            mandatory,
+            distribute,
         )
         return (yield from self._run_flow(verify))
 
@@ -422,6 +430,13 @@ def _unresolvable(exc: httpx.TransportError) -> bool:
 
 # The resolver's own trouble ("try again"), unlike an unknown name, is worth retrying.
 _RESOLVER_BUSY = frozenset({socket.EAI_AGAIN})
+
+
+def _distribution(groups: Sequence[str], emails: Sequence[str]) -> dict[str, Any] | None:
+    """Verify's `distribute` object, or None when there is nothing to distribute to."""
+    if not groups and not emails:
+        return None
+    return {"groups": list(groups), "emails": list(emails)}
 
 
 def _check_notes(notes: str | None) -> None:
@@ -562,6 +577,7 @@ class Buildbay(_Core):
     set_member_role = _sync(ops.set_member_role)
     remove_member = _sync(ops.remove_member)
     list_applications = _sync(ops.list_applications)
+    list_groups = _sync(ops.list_groups)
     create_application = _sync(ops.create_application)
     get_application = _sync(ops.get_application)
     update_application = _sync(ops.update_application)
@@ -587,18 +603,31 @@ class Buildbay(_Core):
         progress: Progress | None = None,
         channels: Sequence[str] | None = None,
         mandatory: bool = False,
+        distribute_to: Sequence[str] = (),
+        distribute_emails: Sequence[str] = (),
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
         `channels`: the release channels to publish it to (None: `default`); `mandatory`:
-        update checks that find it say the update is mandatory.
+        update checks that find it say the update is mandatory. `distribute_to` (tester group
+        ids, `everyone` included) and `distribute_emails`: distribute it too, at verify
+        (besides the application's autoDistributeGroups).
 
         The SHA-256 is computed in a first pass and declared at step 1, so the storage checks
         the bytes as they arrive (S3 verifies the signed checksum) and verify needs no second
         read of the stored object.
         """
+        distribute = _distribution(distribute_to, distribute_emails)
         return self._drive(
             self._upload_flow(
-                project_id, app_id, path, notes, install_link_hours, progress, channels, mandatory
+                project_id,
+                app_id,
+                path,
+                notes,
+                install_link_hours,
+                progress,
+                channels,
+                mandatory,
+                distribute,
             )
         )
 
@@ -766,6 +795,7 @@ class AsyncBuildbay(_Core):
     set_member_role = _async(ops.set_member_role)
     remove_member = _async(ops.remove_member)
     list_applications = _async(ops.list_applications)
+    list_groups = _async(ops.list_groups)
     create_application = _async(ops.create_application)
     get_application = _async(ops.get_application)
     update_application = _async(ops.update_application)
@@ -791,11 +821,22 @@ class AsyncBuildbay(_Core):
         progress: Progress | None = None,
         channels: Sequence[str] | None = None,
         mandatory: bool = False,
+        distribute_to: Sequence[str] = (),
+        distribute_emails: Sequence[str] = (),
     ) -> Build:
         """As `Buildbay.upload_build`."""
+        distribute = _distribution(distribute_to, distribute_emails)
         return await self._drive(
             self._upload_flow(
-                project_id, app_id, path, notes, install_link_hours, progress, channels, mandatory
+                project_id,
+                app_id,
+                path,
+                notes,
+                install_link_hours,
+                progress,
+                channels,
+                mandatory,
+                distribute,
             )
         )
 

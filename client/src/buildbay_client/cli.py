@@ -235,6 +235,7 @@ def version_label(metadata: dict[str, Any] | None) -> str | None:
 
 
 _ID = re.compile(r"^(prj|app)_[0-9A-HJKMNP-TV-Z]{26}$")
+_GROUP_ID = re.compile(r"^grp_[0-9A-HJKMNP-TV-Z]{26}$")
 
 
 def project_id(client: Buildbay, ref: str) -> str:
@@ -253,6 +254,14 @@ def app_id(client: Buildbay, project: str, ref: str) -> str:
         lambda cursor: client.list_applications(project, limit=100, cursor=cursor), "applications"
     )
     return _named({a.id: a.name for a in found}, ref, "application named")
+
+
+def group_id(client: Buildbay, project: str, ref: str) -> str:
+    """A tester group given by id (`everyone` too), or by its name in the project."""
+    if ref == "everyone" or _GROUP_ID.match(ref):
+        return ref
+    found = _all(lambda cursor: client.list_groups(project, limit=100, cursor=cursor), "groups")
+    return _named({g.id: g.name for g in found}, ref, "tester group named")
 
 
 def _named(names: dict[str, str], ref: str, what: str) -> str:
@@ -872,19 +881,33 @@ def upload(
     mandatory: Annotated[
         bool, typer.Option(help="Update checks that find this build say the update is mandatory")
     ] = False,
+    distribute: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--distribute",
+            help="Distribute it to this tester group (name or id; `everyone`); repeatable",
+        ),
+    ] = None,
+    distribute_email: Annotated[
+        list[str] | None,
+        typer.Option("--distribute-email", help="Distribute it to this e-mail; repeatable"),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Upload a build and verify it. Exits 0 only once the build is ready."""
+    """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
+    mailed (once each) when it is distributed to them."""
     if notes is not None and notes_file is not None:
         _fail("give --notes or --notes-file, not both", 2)
     with connect(ctx) as client:
         text = notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
         pid = project_id(client, project)
         aid = app_id(client, pid, app)
+        groups = [group_id(client, pid, g) for g in distribute or []]
         with _progress("Uploading") as progress:
             build = client.upload_build(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
                 progress=progress, channels=channel or None, mandatory=mandatory,
+                distribute_to=groups, distribute_emails=distribute_email or [],
             )  # fmt: skip
     if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
         _fail(f"build {build.build_id} is {build.status.value}, not ready", 1)

@@ -197,6 +197,10 @@ class Application(Model):
     # For the update check (public; shown to developers and above). Defaults: a server before
     # in-app updates does not send them.
     update_key: str | None = None
+    # Tester groups each ready build is distributed to, and the life of the install link in
+    # each tester's mail (a server before groups does not send them).
+    auto_distribute_groups: list[str] = dataclasses.field(default_factory=lambda: ["everyone"])
+    install_link_days: int = 14
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,22 @@ class Channel(Model):
 @dataclass(frozen=True)
 class ChannelList(Model):
     channels: list[Channel]
+
+
+@dataclass(frozen=True)
+class Group(Model):
+    """A tester group of a project (`everyone`: all its members)."""
+
+    id: str
+    name: str
+    testers_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class GroupList(Model):
+    groups: list[Group]
+    next_cursor: str | None
 
 
 # -- builds -------------------------------------------------------------------------------------
@@ -252,6 +272,7 @@ class Build(Model):
     icon_url: str | None
     channels: list[str] = dataclasses.field(default_factory=list)  # release channels
     mandatory: bool = False  # update checks that find it say the update is mandatory
+    downloads_count: int = 0  # through install links and the API
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,13 @@ def list_applications(
     return Op("GET", _apps(project_id), models.ApplicationList, params=_page(limit, cursor))
 
 
+def list_groups(
+    project_id: str, limit: int | None = None, cursor: str | None = None
+) -> Op[models.GroupList]:
+    path = f"/api/projects/{_q(project_id)}/groups"
+    return Op("GET", path, models.GroupList, params=_page(limit, cursor))
+
+
 def create_application(
     project_id: str, name: str, platform: str | None = None, bundle_id: str | None = None
 ) -> Op[models.Application]:
@@ -253,9 +260,11 @@ def verify(
     install_link_hours: int | None = None,
     channels: Sequence[str] | None = None,
     mandatory: bool = False,
+    distribute: dict[str, Any] | None = None,
 ) -> Op[models.Build]:
     """`channels`: the release channels to publish the build to (None: the server's default,
-    `default`); `mandatory`: update checks that find it say so."""
+    `default`); `mandatory`: update checks that find it say so; `distribute`: `{groups?,
+    emails?, notify?}`, to distribute the build too."""
     body: dict[str, Any] = _fields(buildId=build_id, notes=notes)
     if install_link_hours is not None:
         body["installLink"] = {"expiresInHours": install_link_hours}
@@ -263,6 +272,8 @@ def verify(
         body["channels"] = list(channels)
     if mandatory:
         body["mandatory"] = True
+    if distribute is not None:
+        body["distribute"] = distribute
     # Verify is safe to repeat: a ready build answers itself.
     return Op("POST", f"{_builds(project_id, app_id)}/verify", models.Build, body)
 

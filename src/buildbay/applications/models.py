@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ForeignKey, Index, Integer, String
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -33,6 +33,12 @@ class Application(Base):
     retention_keep_days: Mapped[int | None] = mapped_column(Integer)
     # The application's current update key (`bbu_...`, see UpdateKey), shown to developers.
     update_key: Mapped[str | None] = mapped_column(String(64))
+    # The tester groups each build is distributed to once it is ready (distribution/), and how
+    # long the install link in each tester's mail works.
+    # (["everyone"] by default: an application made outside ApplicationService, as by a test's
+    # fixture, behaves as one made through it.)
+    auto_distribute_groups: Mapped[list[str]] = mapped_column(JSON, default=lambda: ["everyone"])
+    install_link_days: Mapped[int] = mapped_column(Integer, server_default=text("14"))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

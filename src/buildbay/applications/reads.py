@@ -24,6 +24,8 @@ class ApplicationRecord:
     retention_keep_last: int | None
     retention_keep_days: int | None
     update_key: str | None
+    auto_distribute_groups: list[str]
+    install_link_days: int
     created_at: datetime
     updated_at: datetime
 

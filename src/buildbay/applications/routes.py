@@ -62,6 +62,8 @@ def _application(view: ApplicationView, role: ProjectRole) -> schemas.Applicatio
         ),
         builds_count=view.builds_count,
         update_key=a.update_key if role.includes(ProjectRole.DEVELOPER) else None,
+        auto_distribute_groups=a.auto_distribute_groups,
+        install_link_days=a.install_link_days,
         created_at=a.created_at,
         updated_at=a.updated_at,
     )

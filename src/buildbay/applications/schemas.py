@@ -40,6 +40,26 @@ class Retention(ApiModel):
     keep_days: int | None
 
 
+GroupIds = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_]+$")]],
+    Field(
+        max_length=100,
+        description="Tester group ids (`everyone`: all the project's members); each build is "
+        "distributed to them, with mails, once it is ready",
+    ),
+]
+InstallLinkDays = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=90,
+        strict=True,
+        description="How long the install link in each notified tester's mail works, in days",
+    ),
+    JsonInteger,
+]
+
+
 class ApplicationCreate(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "name": "Acme Android",
@@ -51,6 +71,8 @@ class ApplicationCreate(RequestModel):
     platform: Platform = Platform.OTHER
     bundle_id: BundleId | None = None
     retention: RetentionRule | None = None
+    auto_distribute_groups: GroupIds = Field(default_factory=lambda: ["everyone"])
+    install_link_days: InstallLinkDays = 14
 
 
 class ApplicationUpdate(RequestModel):
@@ -64,8 +86,10 @@ class ApplicationUpdate(RequestModel):
     retention: RetentionRule | None = Field(
         default=None, description="Replaces the rule; null keeps every build"
     )
+    auto_distribute_groups: GroupIds | None = NotNull
+    install_link_days: InstallLinkDays | None = NotNull
 
-    @field_validator("name", "platform")
+    @field_validator("name", "platform", "auto_distribute_groups", "install_link_days")
     @classmethod
     def _not_null(cls, value: object) -> object:
         # Only reached when the client sent the field: leaving it out keeps it, null is refused.
@@ -86,6 +110,12 @@ class Application(ApiModel):
         default=None,
         description="The key apps send to `GET /api/updates/check` (`bbu_...`; public, it "
         "grants only the update check); shown to developers and above, null for testers",
+    )
+    auto_distribute_groups: list[str] = Field(
+        description="The tester groups each build is distributed to once it is ready"
+    )
+    install_link_days: int = Field(
+        description="How long the install link in each notified tester's mail works, in days"
     )
     created_at: Timestamp
     updated_at: Timestamp

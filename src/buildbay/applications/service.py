@@ -25,6 +25,8 @@ from buildbay.channels.service import ChannelService
 from buildbay.db.concurrency import lock_row
 from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
+from buildbay.distribution.groups import check_group_ids
+from buildbay.distribution.models import EVERYONE
 from buildbay.errors import Conflict
 from buildbay.ids import new_id
 from buildbay.projects.models import Project
@@ -58,6 +60,8 @@ class ApplicationService:
 
     async def create(self, project: ProjectRecord, fields: dict[str, Any]) -> ApplicationView:
         await self._check_name(project.id, fields["name"])
+        fields = {"auto_distribute_groups": [EVERYONE], "install_link_days": 14, **fields}
+        await check_group_ids(self.reads, project.id, fields["auto_distribute_groups"])
         application_id, key = new_id("app"), new_update_key()
         application = Application(
             id=application_id,
@@ -79,6 +83,10 @@ class ApplicationService:
     ) -> ApplicationView:
         if "name" in changes:
             await self._check_name(application.project_id, changes["name"], application.id)
+        if "auto_distribute_groups" in changes:
+            await check_group_ids(
+                self.reads, application.project_id, changes["auto_distribute_groups"]
+            )
         columns = {**_columns(changes), "updated_at": self.now}
         await self.db.execute(
             update(Application).where(Application.id == application.id).values(**columns)

@@ -24,7 +24,7 @@ Password = Annotated[str, Field(min_length=8, max_length=128)]
 class RegisterRequest(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "email": "ada@example.com",
-        "password": "correct horse battery staple",
+        "password": "an example passphrase",
         "name": "Ada Lovelace",
     }
 
@@ -45,7 +45,7 @@ class RegisterRequest(RequestModel):
 class LoginRequest(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "email": "ada@example.com",
-        "password": "correct horse battery staple",
+        "password": "an example passphrase",
     }
 
     email: Annotated[str, Field(max_length=320)]
@@ -56,8 +56,8 @@ class LoginRequest(RequestModel):
 
 class ChangePasswordRequest(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
-        "currentPassword": "correct horse battery staple",
-        "newPassword": "a longer passphrase than before",
+        "currentPassword": "an example passphrase",
+        "newPassword": "another example passphrase",
     }
 
     # As long as a login takes: a password set before today's rules still works.
@@ -78,7 +78,7 @@ class PasswordResetRequest(RequestModel):
 class PasswordResetConfirm(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "token": "bbp_the-token-from-the-mailed-link",
-        "password": "a longer passphrase than before",
+        "password": "another example passphrase",
     }
 
     token: Annotated[str, Field(min_length=1, max_length=4096)]

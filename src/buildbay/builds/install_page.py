@@ -16,6 +16,7 @@ import segno
 from fastapi import APIRouter, Path, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import PublicRateLimit
 from buildbay.builds.dependencies import LinkReads
@@ -24,7 +25,9 @@ from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import version_label
 from buildbay.builds.service import human_size
 from buildbay.context import AppContext
-from buildbay.deps import Context, TransactionRoute
+from buildbay.deps import Context, SessionDep, TransactionRoute
+from buildbay.distribution.installs import record as record_install
+from buildbay.distribution.models import InstallEventKind
 from buildbay.errors import BuildbayError, NotFound
 from buildbay.problems import problem_responses
 from buildbay.templates import NO_STORE, render
@@ -63,7 +66,9 @@ def _is_ios(target: InstallTarget) -> bool:
     },
     summary="A build's public install page (a signed link; no token)",
 )
-async def install_page(token: Token, request: Request, links: LinkReads) -> Response:
+async def install_page(
+    token: Token, request: Request, links: LinkReads, db: SessionDep
+) -> Response:
     try:
         target = await links.open(token)
     except BuildbayError as exc:
@@ -71,6 +76,7 @@ async def install_page(token: Token, request: Request, links: LinkReads) -> Resp
             raise
         title = "Install link not found" if exc.status == 404 else "Install link no longer works"
         return render("install_error.html", exc.status, title=title, detail=exc.detail)
+    await _record(db, request, links, target, InstallEventKind.OPEN)
     build, application = target.build, target.application
     metadata = build.metadata_ or {}
     page_url = links.url(target.link)
@@ -113,6 +119,17 @@ async def install_page(token: Token, request: Request, links: LinkReads) -> Resp
     )
 
 
+async def _record(
+    db: AsyncSession,
+    request: Request,
+    links: InstallLinkReads,
+    target: InstallTarget,
+    kind: InstallEventKind,
+) -> None:
+    await record_install(db, target.build, kind, links.now, request.headers.get("user-agent"),
+                         link_id=target.link.id)  # fmt: skip
+
+
 def _shown(value: object) -> str | None:
     """Text for the page: a tester must read what is there, so no bidirectional control (which
     new names, file names and metadata cannot hold; this covers rows stored before that)."""
@@ -134,8 +151,11 @@ async def _file_url(ctx: AppContext, links: InstallLinkReads, target: InstallTar
     },
     summary="Download the build of an install link: 302 to a short-lived signed URL",
 )
-async def install_download(token: Token, links: LinkReads, ctx: Context) -> RedirectResponse:
+async def install_download(
+    token: Token, links: LinkReads, ctx: Context, db: SessionDep, request: Request
+) -> RedirectResponse:
     target = await links.open(token)
+    await _record(db, request, links, target, InstallEventKind.DOWNLOAD)
     return RedirectResponse(await _file_url(ctx, links, target), status_code=status.HTTP_302_FOUND)
 
 
@@ -148,10 +168,14 @@ async def install_download(token: Token, links: LinkReads, ctx: Context) -> Redi
     },
     summary="The iOS over-the-air install manifest of an .ipa's install link",
 )
-async def install_manifest(token: Token, links: LinkReads, ctx: Context) -> Response:
+async def install_manifest(
+    token: Token, links: LinkReads, ctx: Context, db: SessionDep, request: Request
+) -> Response:
     target = await links.open(token)
     if not _is_ios(target):
         raise NotFound("Only an .ipa build has an iOS manifest", code="manifest_not_found")
+    # The device fetches the file itself from the manifest's address: this is the download.
+    await _record(db, request, links, target, InstallEventKind.DOWNLOAD)
     metadata = target.build.metadata_ or {}
     assets = [{"kind": "software-package", "url": await _file_url(ctx, links, target)}]
     if target.build.has_icon:

@@ -13,6 +13,7 @@ from sqlalchemy import ColumnElement, String, and_, bindparam, cast, func, or_, 
 from buildbay.builds.models import Build, BuildIcon, BuildStatus
 from buildbay.config import Settings
 from buildbay.db.reads import Reads, RecordOf
+from buildbay.distribution.visibility import Viewer, distributed_to, require_distributed
 from buildbay.errors import Conflict, NotFound
 from buildbay.ids import split_page
 from buildbay.storage.base import Storage
@@ -134,13 +135,23 @@ class BuildReads:
         after_id: str | None,
         version: VersionFilter | None = None,
         sort: BuildOrder = BuildOrder.NEWEST,
+        viewer: Viewer | None = None,
     ) -> tuple[list[BuildRecord], str | None]:
-        """A page of builds, newest first or by version."""
+        """A page of builds, newest first or by version (of those distributed to `viewer`,
+        a tester)."""
         params: dict[str, Any] = {"application_id": application_id, "limit": limit + 1}
-        if status is None and version is None and sort is BuildOrder.NEWEST and after_id is None:
+        if (
+            status is None
+            and version is None
+            and sort is BuildOrder.NEWEST
+            and after_id is None
+            and viewer is None
+        ):
             stmt = _NEWEST_FIRST  # the first page, as clients poll it
         else:
             stmt = _BUILDS_OF_APPLICATION.where(*_version_clauses(version))
+            if viewer is not None:
+                stmt = stmt.where(distributed_to(viewer))
             if status is not None:
                 stmt = stmt.where(Build.status == status)
             if sort is BuildOrder.VERSION:
@@ -167,11 +178,14 @@ class BuildReads:
         builds = [BUILD.of(row) for row in await self.reads.all(stmt, params)]
         return split_page(builds, limit, lambda build: build.id)
 
-    async def latest(self, application_id: str, version: VersionFilter | None) -> BuildRecord:
-        """The newest ready build (of that version, if asked)."""
+    async def latest(
+        self, application_id: str, version: VersionFilter | None, viewer: Viewer | None = None
+    ) -> BuildRecord:
+        """The newest ready build (of that version, if asked; distributed to `viewer`)."""
+        seen = [distributed_to(viewer)] if viewer is not None else []
         row = await self.reads.first(
             _BUILDS_OF_APPLICATION.where(
-                Build.status == BuildStatus.READY, *_version_clauses(version)
+                Build.status == BuildStatus.READY, *_version_clauses(version), *seen
             )
             .order_by(Build.id.desc())
             .limit(1),
@@ -181,11 +195,15 @@ class BuildReads:
             raise NotFound("No ready build matches", code="build_not_found")
         return BUILD.of(row)
 
-    async def get(self, application_id: str, build_id: str) -> BuildRecord:
+    async def get(
+        self, application_id: str, build_id: str, viewer: Viewer | None = None
+    ) -> BuildRecord:
+        """The build; 403 `not_distributed` if `viewer` (a tester) was not given it."""
         params = {"build_id": build_id, "application_id": application_id}
         row = await self.reads.first(_BUILD_OF_APPLICATION, params)
         if row is None:
             raise not_in_application()
+        await require_distributed(self.reads, viewer, build_id)
         return BUILD.of(row)
 
     async def pending_upload(self, storage_key: str) -> BuildRecord:
@@ -211,8 +229,13 @@ class BuildReads:
             raise NotFound("This build's file carries no icon", code="icon_not_found")
         return bytes(png)
 
-    async def download_url(self, application_id: str, build_id: str) -> str:
-        build = await self.get(application_id, build_id)
+    async def download_url(
+        self, application_id: str, build_id: str, viewer: Viewer | None = None
+    ) -> str:
+        return await self.ready_file_url(await self.get(application_id, build_id, viewer))
+
+    async def ready_file_url(self, build: BuildRecord) -> str:
+        """`file_url` of a ready build; 409 for a pending one."""
         if build.status is not BuildStatus.READY:
             raise Conflict(
                 "This build is not verified yet; only ready builds can be downloaded",

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
 from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
@@ -11,7 +11,12 @@ from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.models import BuildStatus
 from buildbay.builds.reads import BuildOrder, BuildRecord, VersionFilter
 from buildbay.channels.reads import channel_names
-from buildbay.deps import Page, TransactionRoute
+from buildbay.deps import Context, Page, SessionDep, TransactionRoute
+from buildbay.distribution.installs import downloads_counts
+from buildbay.distribution.installs import record as record_install
+from buildbay.distribution.models import InstallEventKind
+from buildbay.distribution.service import Distributor
+from buildbay.distribution.visibility import tester_of as tester
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsReader, BuildsTester
@@ -24,6 +29,7 @@ router = APIRouter(
 )
 
 BY_ID = problem_responses(401, 403, 404, 429)
+
 _BUILDS = "/api/app-distribution/{projectId}/{appId}/builds"
 _BUILD = f"{_BUILDS}/{{buildId}}"
 
@@ -108,6 +114,7 @@ def to_schema(
     public_url: str,
     install_url: str | None = None,
     channels: list[str] | None = None,
+    downloads_count: int = 0,
 ) -> schemas.Build:
     address = (
         f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
@@ -134,20 +141,24 @@ def to_schema(
         icon_url=f"{address}/icon" if build.has_icon else None,
         channels=channels or [],
         mandatory=build.mandatory,
+        downloads_count=downloads_count,
     )
 
 
 async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[schemas.Build]:
     """The builds as the API shows them, each with its newest live install link's address and
     its channels."""
-    current = await links.current([b.id for b in builds if b.status is BuildStatus.READY])
+    ready = [b.id for b in builds if b.status is BuildStatus.READY]
+    current = await links.current(ready)
     names = await channel_names(links.reads, [b.id for b in builds])
+    downloads = await downloads_counts(links.reads, ready)
     return [
         to_schema(
             b,
             links.public_url,
             links.url(current[b.id]) if b.id in current else None,
             names.get(b.id),
+            downloads.get(b.id, 0),
         )
         for b in builds
     ]
@@ -193,7 +204,7 @@ async def list_builds(
     ] = BuildOrder.NEWEST,
 ) -> schemas.BuildList:
     found, next_cursor = await builds.page(
-        access.application.id, status, page.limit, page.after_id, version, sort
+        access.application.id, status, page.limit, page.after_id, version, sort, tester(access)
     )
     return schemas.BuildList(builds=await present(found, links), next_cursor=next_cursor)
 
@@ -231,13 +242,21 @@ async def create_upload_link(
     summary="Step 3: confirm the upload; the build becomes ready (developer+)",
 )
 async def verify_upload(
-    body: schemas.VerifyRequest, access: BuildsDeveloper, service: Service, links: Links
+    body: schemas.VerifyRequest,
+    access: BuildsDeveloper,
+    service: Service,
+    links: Links,
+    ctx: Context,
 ) -> schemas.Build:
     build = await service.verify(
         access.application, body.build_id, body.notes, body.channels, body.mandatory
     )
     if body.install_link is not None:
         await links.share(build, access.caller.user, body.install_link.expires_in_hours)
+    if (wanted := body.distribute) is not None:
+        await Distributor.of(ctx, service.db).distribute(
+            access, build, wanted.groups, [str(e) for e in wanted.emails], wanted.notify
+        )
     return (await present([build], links.reads))[0]
 
 
@@ -252,7 +271,7 @@ async def verify_upload(
 async def latest_build(
     access: BuildsReader, builds: Builds, links: LinkReads, version: Version
 ) -> schemas.Build:
-    build = await builds.latest(access.application.id, version)
+    build = await builds.latest(access.application.id, version, tester(access))
     return (await present([build], links))[0]
 
 
@@ -265,7 +284,7 @@ async def latest_build(
 async def get_build(
     build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.Build:
-    build = await builds.get(access.application.id, build_id)
+    build = await builds.get(access.application.id, build_id, tester(access))
     return (await present([build], links))[0]
 
 
@@ -318,9 +337,18 @@ async def set_build_channels(
     summary="Download a ready build (tester+): 302 to a short-lived signed URL",
 )
 async def download_build(
-    build_id: BuildId, access: BuildsReader, builds: Builds
+    build_id: BuildId,
+    access: BuildsReader,
+    builds: Builds,
+    db: SessionDep,
+    request: Request,
 ) -> RedirectResponse:
-    url = await builds.download_url(access.application.id, build_id)
+    build = await builds.get(access.application.id, build_id, tester(access))
+    url = await builds.ready_file_url(build)
+    await record_install(
+        db, build, InstallEventKind.DOWNLOAD, builds.now, request.headers.get("user-agent"),
+        user_id=access.caller.user.id,
+    )  # fmt: skip
     return RedirectResponse(url, status_code=status.HTTP_302_FOUND)
 
 
@@ -345,7 +373,7 @@ async def delete_build(build_id: BuildId, access: BuildsDeveloper, service: Serv
     summary="The app icon the build's file carries, as a PNG (tester+)",
 )
 async def build_icon(build_id: BuildId, access: BuildsReader, builds: Builds) -> Response:
-    build = await builds.get(access.application.id, build_id)
+    build = await builds.get(access.application.id, build_id, tester(access))
     png = await builds.icon(build)
     return Response(png, media_type="image/png", headers=ICON_CACHE)
 
@@ -366,7 +394,7 @@ async def create_install_link(
     links: Links,
     body: Annotated[schemas.InstallLinkRequest | None, Body()] = None,
 ) -> schemas.InstallLink:
-    build = await service.reads.get(access.application.id, build_id)
+    build = await service.reads.get(access.application.id, build_id, tester(access))
     hours = (body or schemas.InstallLinkRequest()).expires_in_hours
     link = await links.create(build, access.caller.user, hours)
     return _install_link(link, build, links.reads)
@@ -380,7 +408,7 @@ async def create_install_link(
 async def list_install_links(
     build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.InstallLinkList:
-    build = await builds.get(access.application.id, build_id)
+    build = await builds.get(access.application.id, build_id, tester(access))
     return schemas.InstallLinkList(
         install_links=[_install_link(link, build, links) for link in await links.of_build(build)]
     )

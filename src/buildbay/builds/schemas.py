@@ -6,6 +6,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from buildbay.builds.models import BuildStatus
 from buildbay.channels.schemas import ChannelNames
+from buildbay.distribution.schemas import DistributionRequest
 from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
 from buildbay.text import (
     BIDI_CLASS,
@@ -143,6 +144,11 @@ class VerifyRequest(RequestModel):
     mandatory: Annotated[bool, Field(strict=True)] = Field(
         default=False, description="Update checks that find it say the update is mandatory"
     )
+    distribute: DistributionRequest | None = Field(
+        default=None,
+        description="Also distribute the build (as `POST .../builds/{buildId}/distribute`), "
+        "besides the application's autoDistributeGroups",
+    )
 
 
 class BuildChannelsUpdate(RequestModel):
@@ -193,6 +199,10 @@ class Build(ApiModel):
     )
     mandatory: bool = Field(
         default=False, description="Update checks that find it say the update is mandatory"
+    )
+    downloads_count: int = Field(
+        default=0,
+        description="How many times the file was downloaded, through an install link or the API",
     )
 
 

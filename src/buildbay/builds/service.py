@@ -24,6 +24,7 @@ from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.engine import after_commit, hold_until_ended
 from buildbay.db.reads import Reads
+from buildbay.distribution.service import distribute_when_ready
 from buildbay.errors import PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.numbers import whole_number
@@ -188,6 +189,7 @@ class BuildService:
             if reading.icon_png is not None:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
             await channel_service.publish(application.id, build.id, channels, replace=False)
+            await distribute_when_ready(self.db, self.now, application, build)
         # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
         return await self.reads.get(application.id, build.id)
 

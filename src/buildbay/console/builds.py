@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -18,6 +20,7 @@ from buildbay.builds.schemas import (
 )
 from buildbay.builds.service import BuildService, human_size
 from buildbay.channels.reads import channel_names, channels_of
+from buildbay.console.charts import downloads_chart
 from buildbay.console.pages import (
     ConsoleRoute,
     can,
@@ -30,10 +33,16 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.distribution.groups import groups_page
+from buildbay.distribution.installs import downloads_by_day
+from buildbay.distribution.installs import record as record_install
+from buildbay.distribution.models import InstallEventKind
+from buildbay.distribution.visibility import tester_of
 from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.reads import members
 
+CHART_DAYS = 30
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 
@@ -71,20 +80,28 @@ async def render_application(
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
     builds, _ = await BuildReads.of(get_context(request), reads).page(
-        access.application.id, None, 100, None, None, BuildOrder.NEWEST
+        access.application.id, None, 100, None, None, BuildOrder.NEWEST, tester_of(access)
     )
     links = InstallLinkReads.of(get_context(request), reads)
     current = await links.current([b.id for b in builds])
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     channels = await channels_of(reads, access.application.id)
     versions = {b.id: version_label(b.metadata_) for b in builds}
+    chart = None
+    groups = (await groups_page(reads, access.project, 100, None))[0]
+    if access.role.includes(ProjectRole.DEVELOPER):
+        today = get_context(request).clock.now().astimezone(UTC).date()
+        days = await downloads_by_day(reads, access.application.id, today, CHART_DAYS)
+        chart = downloads_chart(days)
     return page(
         "console/application.html", visitor, status_code, project=access.project,
         application=access.application, role=access.role, can=can(access.role),
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
         install_expiry={k: v.expires_at for k, v in current.items()},
         uploaders=uploaders, human_size=human_size, versions=versions,
-        fresh_link=request.query_params.get("link"), max_notes=MAX_NOTES_LENGTH,
+        version_label=version_label, fresh_link=request.query_params.get("link"),
+        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS, groups=groups,
+        settings_error=request.query_params.get("settings_error"),
         channels=channels, build_channels=await channel_names(reads, [b.id for b in builds]),
         notice=NOTICES.get(request.query_params.get("notice", "")),
         failed=failed, values=values or {}, errors=errors or {},
@@ -111,7 +128,13 @@ async def download_build(request: Request, project_id: str, app_id: str, build_i
     access = await application_of(
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
     )
-    url = await _build_reads(request, db).download_url(access.application.id, build_id)
+    builds = _build_reads(request, db)
+    build = await builds.get(access.application.id, build_id, tester_of(access))
+    url = await builds.ready_file_url(build)
+    await record_install(
+        db, build, InstallEventKind.DOWNLOAD, builds.now, request.headers.get("user-agent"),
+        user_id=visitor.principal.user.id,
+    )  # fmt: skip
     return RedirectResponse(url, status_code=302)
 
 
@@ -123,7 +146,7 @@ async def create_install_link(
     access = await application_of(
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
     )
-    build = await _build_reads(request, db).get(access.application.id, build_id)
+    build = await _build_reads(request, db).get(access.application.id, build_id, tester_of(access))
     await _links(request, db).share(build, visitor.principal.user, DEFAULT_HOURS)
     return see_other(f"{application_path(project_id, app_id)}?link={build.id}#build-{build.id}")
 

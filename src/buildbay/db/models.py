@@ -11,6 +11,14 @@ from buildbay.auth.models import (
 )
 from buildbay.builds.models import Build, BuildChannel, BuildIcon, Channel, InstallLink
 from buildbay.db.base import Base
+from buildbay.distribution.models import (
+    BuildGroup,
+    BuildRecipient,
+    GroupTester,
+    InstallEvent,
+    InvitationGroup,
+    TesterGroup,
+)
 from buildbay.invitations.models import Invitation
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
@@ -22,16 +30,22 @@ __all__ = [
     "BrowserSession",
     "Build",
     "BuildChannel",
+    "BuildGroup",
     "BuildIcon",
+    "BuildRecipient",
     "Channel",
+    "GroupTester",
+    "InstallEvent",
     "InstallLink",
     "Invitation",
+    "InvitationGroup",
     "Job",
     "PasswordReset",
     "Project",
     "ProjectMember",
     "RefreshToken",
     "Session",
+    "TesterGroup",
     "UpdateKey",
     "User",
 ]

@@ -88,9 +88,15 @@ ProjectAdminReader = Annotated[ProjectAccess, _project(_ADMIN, read_only=True, s
 AppReader = Annotated[ApplicationAccess, _app(_TESTER, read_only=True, scope=_READ)]
 # The builds endpoints name the project `{projectId}` (seed: /api/app-distribution/...).
 BuildsReader = Annotated[ApplicationAccess, _app(_TESTER, "projectId", read_only=True, scope=_READ)]
+# Who installed a build: for developers and above.
+BuildsDeveloperReader = Annotated[
+    ApplicationAccess, _app(_DEVELOPER, "projectId", read_only=True, scope=_READ)
+]
 
 # Routes that change something: the objects belong to the request's unit of work.
 ProjectTester = Annotated[ProjectAccess, _project(_TESTER, read_only=False, scope=_UNSCOPED)]
+# Tester groups: developers manage who tests.
+ProjectDeveloper = Annotated[ProjectAccess, _project(_DEVELOPER, read_only=False, scope=_UNSCOPED)]
 ProjectAdmin = Annotated[ProjectAccess, _project(_ADMIN, read_only=False, scope=_UNSCOPED)]
 ProjectOwner = Annotated[ProjectAccess, _project(_OWNER, read_only=False, scope=_UNSCOPED)]
 AppAdmin = Annotated[ApplicationAccess, _app(_ADMIN, read_only=False, scope=_UNSCOPED)]

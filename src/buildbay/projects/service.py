@@ -15,6 +15,7 @@ from buildbay.builds.removal import keys_of_builds_under, remove_stored_files
 from buildbay.db.concurrency import insert_unless_present, lock_row
 from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
+from buildbay.distribution.membership import leave_groups
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.projects.authorization import ProjectAccess
@@ -135,6 +136,7 @@ class ProjectService:
                 ProjectMember.project_id == access.project.id, ProjectMember.user_id == user_id
             )
         )
+        await leave_groups(self.db, access.project.id, user_id)
 
     async def _lock_members(self, project: ProjectRecord) -> None:
         """Hold the project's member list still until the transaction ends.

@@ -1,0 +1,146 @@
+"""The console: a project's tester groups (make one, add testers by e-mail, remove them, delete
+it), through the same service as the API."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.console.pages import (
+    ConsoleRoute,
+    FormError,
+    can,
+    form_fields,
+    now,
+    page,
+    parse_form,
+    see_other,
+    visit,
+)
+from buildbay.console.session import Visitor
+from buildbay.db.reads import Reads
+from buildbay.deps import get_context
+from buildbay.distribution.groups import groups_page, invited_to_groups, testers_of
+from buildbay.distribution.routes import make_group_service
+from buildbay.distribution.schemas import GroupCreate, TestersAdd
+from buildbay.errors import BuildbayError
+from buildbay.projects.authorization import project_of
+from buildbay.projects.models import ProjectRole
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+_SEPARATORS = re.compile(r"[\s,;]+")
+
+
+def emails_of(text: str) -> list[str]:
+    """The e-mails of a text box: one a line, or separated by commas or spaces."""
+    return [e for e in _SEPARATORS.split(text) if e]
+
+
+def _groups_path(project_id: str, notice: str | None = None) -> str:
+    path = f"/projects/{project_id}/groups"
+    return f"{path}?notice={quote(notice)}" if notice else path
+
+
+@router.get("/projects/{project_id}/groups")
+async def groups(request: Request, project_id: str) -> Response:
+    visitor, db = await visit(request)
+    return await _render(request, visitor, db, project_id)
+
+
+async def _render(
+    request: Request, visitor: Visitor, db: AsyncSession, project_id: str,
+    failed: str | None = None, errors: dict[str, str] | None = None,
+    values: dict[str, str] | None = None, status_code: int = 200,
+) -> Response:  # fmt: skip
+    reads = Reads.within(db)
+    access = await project_of(reads, visitor.principal, project_id, ProjectRole.TESTER)
+    found, _ = await groups_page(reads, access.project, 100, None)
+    testers = {g.id: await testers_of(reads, access.project, g.id) for g in found}
+    invited = await invited_to_groups(reads, access.project, now(request))
+    return page(
+        "console/groups.html", visitor, status_code, project=access.project, role=access.role,
+        can=can(access.role), groups=found, testers=testers, invited=invited, failed=failed,
+        errors=errors or {}, values=values or {}, notice=request.query_params.get("notice"),
+    )  # fmt: skip
+
+
+@router.post("/projects/{project_id}/groups")
+async def create_group(request: Request, project_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(
+        Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
+    )
+    fields = await form_fields(request)
+    try:
+        body = parse_form(GroupCreate, {"name": fields.get("name", "")})
+        assert isinstance(body, GroupCreate)
+        async with db.begin_nested():
+            group = await make_group_service(get_context(request), db).create(
+                access.project, body.name
+            )
+    except FormError:
+        return await _render(request, visitor, db, project_id, "new", {"name": "Enter a name."},
+                             fields, 422)  # fmt: skip
+    except BuildbayError as exc:
+        if exc.status >= 500:
+            raise
+        return await _render(request, visitor, db, project_id, "new", {"name": exc.detail},
+                             fields, exc.status)  # fmt: skip
+    return see_other(_groups_path(project_id, f"Group {group.name} created.") + f"#{group.id}")
+
+
+@router.post("/projects/{project_id}/groups/{group_id}/testers")
+async def add_testers(request: Request, project_id: str, group_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(
+        Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
+    )
+    fields = await form_fields(request)
+    service = make_group_service(get_context(request), db)
+    try:
+        body = parse_form(TestersAdd, {"emails": emails_of(fields.get("emails", ""))})
+        assert isinstance(body, TestersAdd)
+        async with db.begin_nested():
+            added = await service.add_testers(access, group_id, [str(e) for e in body.emails])
+    except FormError:
+        error = "Enter one or more e-mail addresses, one a line or separated by commas."
+        return await _render(request, visitor, db, project_id, group_id, {"emails": error},
+                             fields, 422)  # fmt: skip
+    except BuildbayError as exc:
+        if exc.status >= 500 or exc.status == 404:
+            raise
+        return await _render(request, visitor, db, project_id, group_id,
+                             {"emails": exc.detail}, fields, exc.status)  # fmt: skip
+    parts = []
+    if added.testers:
+        parts.append(f"{len(added.testers)} tester(s) in the group")
+    if added.invited:
+        parts.append(f"invited {', '.join(added.invited)}; they join the group when they accept")
+    notice = (", ".join(parts) or "Nothing changed") + "."
+    return see_other(_groups_path(project_id, notice[0].upper() + notice[1:]) + f"#{group_id}")
+
+
+@router.post("/projects/{project_id}/groups/{group_id}/testers/{user_id}/remove")
+async def remove_tester(request: Request, project_id: str, group_id: str, user_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(
+        Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
+    )
+    await make_group_service(get_context(request), db).remove_tester(
+        access.project, group_id, user_id
+    )
+    return see_other(_groups_path(project_id) + f"#{group_id}")
+
+
+@router.post("/projects/{project_id}/groups/{group_id}/delete")
+async def delete_group(request: Request, project_id: str, group_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await project_of(
+        Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
+    )
+    await make_group_service(get_context(request), db).delete(access.project, group_id)
+    return see_other(_groups_path(project_id, "Group deleted."))

@@ -1,0 +1,114 @@
+"""Tester groups, builds distributed to groups and people, and install events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import Boolean, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from buildbay.db.base import Base, EnumString
+
+# The built-in group of every project: all its members. It has no row: its id is this word,
+# and it can be neither renamed nor deleted.
+EVERYONE = "everyone"
+
+
+class TesterGroup(Base):
+    """A named group of a project's members (testers, mostly) to distribute builds to."""
+
+    __tablename__ = "tester_groups"
+    __table_args__ = (UniqueConstraint("project_id", "name", name="uq_tester_groups_project_name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime]
+
+
+class GroupTester(Base):
+    __tablename__ = "group_testers"
+
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("tester_groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[str] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    added_at: Mapped[datetime]
+
+
+class InvitationGroup(Base):
+    """A group an invited e-mail joins when it accepts its invitation."""
+
+    __tablename__ = "invitation_groups"
+
+    invitation_id: Mapped[str] = mapped_column(
+        ForeignKey("invitations.id", ondelete="CASCADE"), primary_key=True
+    )
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("tester_groups.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class BuildGroup(Base):
+    """A build distributed to a group: its members see it, those who join later too. (No foreign
+    key on the group: `everyone` has no row; deleting a group deletes its rows here.)"""
+
+    __tablename__ = "build_groups"
+
+    build_id: Mapped[str] = mapped_column(
+        ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True
+    )
+    group_id: Mapped[str] = mapped_column(String(32), primary_key=True, index=True)
+
+
+class BuildRecipient(Base):
+    """A person a build reached (through a group or by e-mail): one row per build and e-mail,
+    so that distributing again mails nobody twice. `user_id` is null for an e-mail invited
+    into the project that has not accepted yet."""
+
+    __tablename__ = "build_recipients"
+
+    build_id: Mapped[str] = mapped_column(
+        ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True
+    )
+    email: Mapped[str] = mapped_column(String(320), primary_key=True, index=True)
+    user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    reached_at: Mapped[datetime]
+    # To be mailed (a notified distribution, to someone who takes new-build mails).
+    notify: Mapped[bool] = mapped_column(Boolean)
+    notified_at: Mapped[datetime | None]
+    # Their own install link, made with the mail: what they open is attributed to them.
+    install_link_id: Mapped[str | None] = mapped_column(
+        ForeignKey("install_links.id", ondelete="SET NULL"), index=True
+    )
+
+
+class InstallEventKind(StrEnum):
+    OPEN = "open"  # an install page was opened
+    DOWNLOAD = "download"  # the file was downloaded (install page or API)
+
+
+class InstallEvent(Base):
+    __tablename__ = "install_events"
+    __table_args__ = (
+        Index("ix_install_events_build_id_at", "build_id", "at"),
+        Index("ix_install_events_application_id_at", "application_id", "at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    build_id: Mapped[str] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"))
+    application_id: Mapped[str] = mapped_column(ForeignKey("applications.id", ondelete="CASCADE"))
+    kind: Mapped[InstallEventKind] = mapped_column(EnumString(InstallEventKind))
+    # Who: a signed-in caller, or the recipient of a personal install link; else null, and the
+    # link says which one.
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    install_link_id: Mapped[str | None] = mapped_column(
+        ForeignKey("install_links.id", ondelete="SET NULL")
+    )
+    platform: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime]

@@ -1,0 +1,203 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.builds.dependencies import Builds
+from buildbay.builds.dependencies import Service as BuildService
+from buildbay.context import AppContext
+from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
+from buildbay.distribution import schemas
+from buildbay.distribution.groups import (
+    GroupRecord,
+    GroupService,
+    TesterRecord,
+    groups_page,
+    testers_of,
+)
+from buildbay.distribution.installs import installs_of
+from buildbay.distribution.service import Distributor
+from buildbay.problems import problem_responses
+from buildbay.projects.access import (
+    BuildsDeveloper,
+    BuildsDeveloperReader,
+    ProjectDeveloper,
+    ProjectReader,
+)
+from buildbay.schemas import PAGE_QUERY
+
+router = APIRouter(tags=["tester groups"], route_class=TransactionRoute)
+
+_GROUPS = "/api/projects/{id}/groups"
+_GROUP = f"{_GROUPS}/{{groupId}}"
+BY_ID = problem_responses(401, 403, 404, 429)
+WRITE = problem_responses(400, 401, 403, 404, 409, 413, 422, 429)
+
+
+def make_group_service(ctx: AppContext, db: AsyncSession) -> GroupService:
+    return GroupService(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
+
+
+async def group_service(ctx: Context, db: SessionDep) -> GroupService:
+    return make_group_service(ctx, db)
+
+
+Service = Annotated[GroupService, Depends(group_service)]
+GroupId = Annotated[str, Path(alias="groupId", max_length=64)]
+BuildId = Annotated[str, Path(alias="buildId")]
+
+
+def group_schema(group: GroupRecord) -> schemas.Group:
+    return schemas.Group(
+        id=group.id, name=group.name, testers_count=group.testers_count, created_at=group.created_at
+    )
+
+
+def tester_schema(tester: TesterRecord) -> schemas.Tester:
+    return schemas.Tester(
+        user_id=tester.user_id,
+        email=tester.email,
+        name=tester.name,
+        role=tester.role,
+        added_at=tester.added_at,
+    )
+
+
+@router.get(
+    _GROUPS,
+    responses=problem_responses(401, 403, 404, 422, 429),
+    summary="List the project's tester groups, `everyone` first (tester+)",
+    openapi_extra=PAGE_QUERY,
+)
+async def list_groups(access: ProjectReader, reads: ReadsDep, page: Page) -> schemas.GroupList:
+    groups, next_cursor = await groups_page(reads, access.project, page.limit, page.after_id)
+    return schemas.GroupList(groups=[group_schema(g) for g in groups], next_cursor=next_cursor)
+
+
+@router.post(
+    _GROUPS,
+    status_code=status.HTTP_201_CREATED,
+    responses=WRITE,
+    summary="Create a tester group (developer+)",
+)
+async def create_group(
+    body: schemas.GroupCreate, access: ProjectDeveloper, service: Service
+) -> schemas.Group:
+    return group_schema(await service.create(access.project, body.name))
+
+
+@router.put(_GROUP, responses=WRITE, summary="Rename a tester group (developer+)")
+async def rename_group(
+    group_id: GroupId, body: schemas.GroupCreate, access: ProjectDeveloper, service: Service
+) -> schemas.Group:
+    return group_schema(await service.rename(access.project, group_id, body.name))
+
+
+@router.delete(
+    _GROUP,
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(401, 403, 404, 409, 429),
+    summary="Delete a tester group; builds it reached stay with their testers (developer+)",
+)
+async def delete_group(group_id: GroupId, access: ProjectDeveloper, service: Service) -> Response:
+    await service.delete(access.project, group_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(_GROUP + "/testers", responses=BY_ID, summary="The group's testers (tester+)")
+async def list_testers(
+    group_id: GroupId, access: ProjectReader, reads: ReadsDep
+) -> schemas.TesterList:
+    testers = await testers_of(reads, access.project, group_id)
+    return schemas.TesterList(testers=[tester_schema(t) for t in testers])
+
+
+@router.post(
+    _GROUP + "/testers",
+    responses=WRITE,
+    summary="Add testers by e-mail: members join the group, others are invited into the "
+    "project as testers and join it when they accept (developer+)",
+)
+async def add_testers(
+    group_id: GroupId, body: schemas.TestersAdd, access: ProjectDeveloper, service: Service
+) -> schemas.TestersAdded:
+    added = await service.add_testers(access, group_id, [str(e) for e in body.emails])
+    return schemas.TestersAdded(
+        testers=[tester_schema(t) for t in added.testers], invited=added.invited
+    )
+
+
+@router.delete(
+    _GROUP + "/testers/{userId}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(401, 403, 404, 409, 429),
+    summary="Remove a tester from the group (developer+)",
+)
+async def remove_tester(
+    group_id: GroupId,
+    user_id: Annotated[str, Path(alias="userId", max_length=64)],
+    access: ProjectDeveloper,
+    service: Service,
+) -> Response:
+    await service.remove_tester(access.project, group_id, user_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute",
+    responses=problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    summary="Distribute a ready build to tester groups and e-mails; each newly reached tester "
+    "is mailed their own install link (developer+)",
+)
+async def distribute_build(
+    build_id: BuildId,
+    body: schemas.DistributionRequest,
+    access: BuildsDeveloper,
+    builds: BuildService,
+    ctx: Context,
+) -> schemas.Distribution:
+    build = await builds.reads.get(access.application.id, build_id)
+    result = await Distributor.of(ctx, builds.db).distribute(
+        access, build, body.groups, [str(e) for e in body.emails], body.notify
+    )
+    return schemas.Distribution(
+        build_id=result.build_id,
+        groups=result.groups,
+        testers_reached=result.testers_reached,
+        notified=result.notified,
+    )
+
+
+@router.get(
+    "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs",
+    responses=BY_ID,
+    summary="Who the build reached, was mailed, opened its install page and downloaded it "
+    "(developer+)",
+)
+async def build_installs(
+    build_id: BuildId, access: BuildsDeveloperReader, builds: Builds
+) -> schemas.Installs:
+    build = await builds.get(access.application.id, build_id)
+    report = await installs_of(builds.reads, build)
+    return schemas.Installs(
+        build_id=report.build_id,
+        testers=[
+            schemas.TesterInstalls(
+                user_id=t.user_id,
+                email=t.email,
+                name=t.name,
+                reached_at=t.reached_at,
+                notified_at=t.notified_at,
+                first_opened_at=t.first_opened_at,
+                last_downloaded_at=t.last_downloaded_at,
+                downloads=t.downloads,
+                platforms=t.platforms,
+            )
+            for t in report.testers
+        ],
+        anonymous_opens=report.anonymous_opens,
+        anonymous_downloads=report.anonymous_downloads,
+        downloads_count=report.downloads_count,
+    )

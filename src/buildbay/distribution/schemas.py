@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
+
+from buildbay.projects.models import ProjectRole
+from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
+
+GroupId = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_]+$")]
+Emails = Annotated[list[Email], Field(max_length=1000)]
+
+
+class GroupCreate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"name": "QA team"}
+
+    name: Name
+
+
+class Group(ApiModel):
+    id: str = Field(description="`everyone` for the built-in group of all the project's members")
+    name: str
+    testers_count: int
+    created_at: Timestamp
+
+
+class GroupList(ApiModel):
+    groups: list[Group]
+    next_cursor: str | None
+
+
+class TestersAdd(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "emails": ["tester@example.com", "new.tester@example.com"]
+    }
+
+    emails: Annotated[Emails, Field(min_length=1)]
+
+
+class Tester(ApiModel):
+    user_id: str
+    email: str
+    name: str
+    role: ProjectRole
+    added_at: Timestamp
+
+
+class TesterList(ApiModel):
+    testers: list[Tester]
+
+
+class TestersAdded(ApiModel):
+    testers: list[Tester] = Field(description="The members named, now in the group")
+    invited: list[str] = Field(
+        description="E-mails of people who are not members: invited into the project as "
+        "testers (a pending invitation keeps its role), they join the group when they accept"
+    )
+
+
+class DistributionRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "groups": ["everyone"],
+        "emails": ["tester@example.com"],
+        "notify": True,
+    }
+
+    groups: list[GroupId] = Field(default_factory=list, max_length=100)
+    emails: Emails = Field(default_factory=list)
+    notify: Annotated[bool, Field(strict=True)] = Field(
+        default=True,
+        description="Mail each newly reached tester (who takes new-build mails) their own "
+        "install link",
+    )
+
+
+class Distribution(ApiModel):
+    build_id: str
+    groups: list[str] = Field(description="Every group the build is distributed to")
+    testers_reached: int = Field(
+        description="People this call reached who had not been reached before (members, and "
+        "e-mails invited into the project as testers)"
+    )
+    notified: int = Field(description="Of them, how many are being mailed")
+
+
+class TesterInstalls(ApiModel):
+    user_id: str | None = Field(description="Null for an e-mail invited that has not joined yet")
+    email: str | None
+    name: str | None
+    reached_at: Timestamp | None = Field(
+        description="When the build was distributed to them; null if it never was (a developer "
+        "who downloaded it)"
+    )
+    notified_at: Timestamp | None = Field(description="When their mail was sent, if it was")
+    first_opened_at: Timestamp | None = Field(description="Their first open of an install page")
+    last_downloaded_at: Timestamp | None
+    downloads: int
+    platforms: list[str] = Field(
+        description="The platforms they opened or downloaded it from (`ios`, `android`, "
+        "`windows`, `macos`, `chromeos`, `linux`, `other`)"
+    )
+
+
+class Installs(ApiModel):
+    build_id: str
+    testers: list[TesterInstalls] = Field(description="By e-mail; then people never reached")
+    anonymous_opens: int = Field(description="Opens of install links that are nobody's own")
+    anonymous_downloads: int
+    downloads_count: int = Field(description="Every download of the build")

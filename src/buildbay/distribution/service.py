@@ -1,0 +1,352 @@
+"""Distributing a build: to groups (their members, and whoever joins them later) and to
+e-mails (members, or people invited into the project as testers).
+
+Each person a build reaches has one row in `build_recipients` (per build and e-mail), written
+with ON CONFLICT DO NOTHING: distributing again, or twice at once, reaches nobody twice and so
+mails nobody twice. The request records the groups (testers see the build through them from its
+commit on), counts the people they newly reach, and writes one job (`DISTRIBUTION_JOB`). The job,
+in its own unit of work, writes the groups' people as recipients (one INSERT ... SELECT however
+many they are), claims the rows still to be mailed, makes each person's own install link and
+writes their mail to the outbox. So a group of 1,000 costs the request about what a group of one
+does (bench/mail.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    DateTime,
+    String,
+    and_,
+    case,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.applications.models import Application
+from buildbay.applications.reads import ApplicationRecord
+from buildbay.auth.models import User
+from buildbay.builds.models import Build, BuildStatus, InstallLink
+from buildbay.builds.reads import BuildRecord
+from buildbay.builds.schemas import version_label
+from buildbay.db.reads import Reads
+from buildbay.distribution.groups import check_group_ids, invite_tester
+from buildbay.distribution.membership import insert_ignoring_duplicates, insert_of
+from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
+from buildbay.errors import Conflict
+from buildbay.ids import new_id
+from buildbay.jobs.queue import enqueue
+from buildbay.mail.message import notification
+from buildbay.mail.outbox import MailOutbox
+from buildbay.projects.authorization import ApplicationAccess, ProjectAccess
+from buildbay.projects.models import Project, ProjectMember
+from buildbay.text import normal_email_text
+
+if TYPE_CHECKING:
+    from buildbay.context import AppContext
+    from buildbay.jobs.worker import Handler, JobRun
+
+DISTRIBUTION_JOB = "distribution"
+
+
+@dataclass(frozen=True, slots=True)
+class DistributionResult:
+    build_id: str
+    groups: list[str]
+    testers_reached: int
+    notified: int
+
+
+_GROUPS_OF_BUILD = select(BuildGroup.group_id).order_by(BuildGroup.group_id)
+
+
+class Distributor:
+    @classmethod
+    def of(cls, ctx: AppContext, db: AsyncSession) -> Distributor:
+        return cls(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
+
+    def __init__(self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str) -> None:
+        self.db = db
+        self.now = now
+        self.mail = mail
+        self.public_url = public_url
+        self.reads = Reads.within(db)
+
+    async def distribute(
+        self,
+        access: ProjectAccess | ApplicationAccess,
+        build: BuildRecord,
+        group_ids: Sequence[str],
+        emails: Sequence[str],
+        notify: bool,
+    ) -> DistributionResult:
+        """What a developer asks: the build (ready) to these groups and e-mails."""
+        if build.status is not BuildStatus.READY:
+            raise Conflict(
+                "Only a ready build can be distributed; verify the upload first",
+                code="build_not_ready",
+            )
+        await check_group_ids(self.reads, access.project.id, group_ids)
+        reached, notified = await reach_groups(
+            self.db, self.now, build, group_ids, notify, access.caller.user.id
+        )
+        project_access = ProjectAccess(access.project, access.role, access.caller)
+        more, more_notified = await self._to_emails(project_access, build, emails, notify)
+        if more_notified:
+            enqueue(self.db, DISTRIBUTION_JOB, {"buildId": build.id}, self.now)
+        groups = await self.reads.all(_GROUPS_OF_BUILD.where(BuildGroup.build_id == build.id))
+        return DistributionResult(
+            build.id, [row["group_id"] for row in groups], reached + more, notified + more_notified
+        )
+
+    async def _to_emails(
+        self, access: ProjectAccess, build: BuildRecord, emails: Sequence[str], notify: bool
+    ) -> tuple[int, int]:
+        wanted = list(dict.fromkeys(normal_email_text(e) for e in emails))
+        if not wanted:
+            return 0, 0
+        # A member in a group the build is distributed to is the group job's to reach.
+        through_group = or_(
+            exists().where(BuildGroup.build_id == build.id, BuildGroup.group_id == EVERYONE),
+            exists().where(
+                BuildGroup.build_id == build.id,
+                GroupTester.group_id == BuildGroup.group_id,
+                GroupTester.user_id == User.id,
+            ),
+        )
+        members = {
+            row.email: row
+            for row in (
+                await self.db.execute(
+                    select(
+                        User.email,
+                        User.id,
+                        User.notify_new_builds,
+                        through_group.label("through_group"),
+                    )
+                    .join(ProjectMember, ProjectMember.user_id == User.id)
+                    .where(ProjectMember.project_id == access.project.id, User.email.in_(wanted))
+                )
+            ).all()
+        }
+        rows = []
+        for email in wanted:
+            member = members.get(email)
+            if member is None:
+                # Not a member: invited as tester, they see the build once they accept.
+                await invite_tester(self.db, access, email, self.now, self.mail, self.public_url)
+            elif member.through_group:
+                continue
+            rows.append(
+                {
+                    "build_id": build.id,
+                    "email": email,
+                    "user_id": member.id if member else None,
+                    "reached_at": self.now,
+                    "notify": bool(notify and member and member.notify_new_builds),
+                }
+            )
+        if not rows:
+            return 0, 0
+        statement = (
+            insert_of(self.db, BuildRecipient)
+            .values(rows)
+            .on_conflict_do_nothing()  # type: ignore[attr-defined]
+            .returning(BuildRecipient.notify)
+        )
+        flags = (await self.db.execute(statement)).scalars().all()
+        return len(flags), sum(1 for flag in flags if flag)
+
+
+async def reach_groups(
+    db: AsyncSession,
+    now: datetime,
+    build: BuildRecord,
+    group_ids: Sequence[str],
+    notify: bool,
+    sender: str | None,
+) -> tuple[int, int]:
+    """Distribute the build to the groups: recorded at once (their testers see it from this
+    commit on), their people written as recipients and mailed by the job. How many people the
+    new groups reach for the first time, and how many of them are to be mailed (not `sender`,
+    nor anyone who turned new-build mails off)."""
+    prior = set(
+        (await db.execute(select(BuildGroup.group_id).where(BuildGroup.build_id == build.id)))
+        .scalars()
+        .all()
+    )
+    new = [g for g in dict.fromkeys(group_ids) if g not in prior]
+    if not new:
+        return 0, 0
+    await insert_ignoring_duplicates(
+        db, BuildGroup, [{"build_id": build.id, "group_id": g} for g in new]
+    )
+    # Counted, not written: writing a row per tester is the job's, so that a group of 1,000
+    # costs the request about what a group of one does.
+    covered: ColumnElement[bool] = exists().where(
+        BuildRecipient.build_id == build.id, BuildRecipient.email == User.email
+    )
+    if prior:
+        covered = or_(covered, _in_groups(prior))
+    counted = (
+        await db.execute(
+            select(func.count(), func.count(case((_wants_mail(notify, sender), 1))))
+            .select_from(User)
+            .join(ProjectMember, ProjectMember.user_id == User.id)
+            .where(ProjectMember.project_id == build.project_id, _in_groups(new), ~covered)
+        )
+    ).one()
+    enqueue(
+        db,
+        DISTRIBUTION_JOB,
+        {"buildId": build.id, "groups": new, "notify": notify, "sender": sender},
+        now,
+    )
+    return int(counted[0]), int(counted[1])
+
+
+def _in_groups(group_ids: Collection[str]) -> ColumnElement[bool]:
+    """True for a user (a row of `users` in the query, a member) in one of the groups."""
+    if EVERYONE in group_ids:
+        return true()
+    return exists().where(GroupTester.user_id == User.id, GroupTester.group_id.in_(list(group_ids)))
+
+
+def _wants_mail(notify: bool, sender: str | None) -> ColumnElement[bool]:
+    if not notify:
+        return literal(False, Boolean())
+    wants: ColumnElement[bool] = User.notify_new_builds.is_(True)
+    return and_(wants, User.id != sender) if sender is not None else wants
+
+
+async def _write_recipients(
+    db: AsyncSession,
+    now: datetime,
+    build_id: str,
+    project_id: str,
+    group_ids: Sequence[str],
+    notify: bool,
+    sender: str | None,
+) -> None:
+    """The groups' people as the build's recipients (those it reached already are left as they
+    are): one INSERT ... SELECT, however many they are."""
+    members = (
+        select(
+            literal(build_id, String()),
+            User.email,
+            User.id,
+            literal(now, DateTime(timezone=True)),
+            _wants_mail(notify, sender),
+        )
+        .join(ProjectMember, ProjectMember.user_id == User.id)
+        .where(ProjectMember.project_id == project_id, _in_groups(group_ids))
+    )
+    statement = insert_of(db, BuildRecipient).from_select(
+        ["build_id", "email", "user_id", "reached_at", "notify"], members
+    )
+    await db.execute(statement.on_conflict_do_nothing())  # type: ignore[attr-defined]
+
+
+async def distribute_when_ready(
+    db: AsyncSession, now: datetime, application: ApplicationRecord, build: BuildRecord
+) -> None:
+    """A build just became ready: distributed to its application's `autoDistributeGroups`,
+    with mails (called by verify, in its unit of work)."""
+    groups = await db.scalar(
+        select(Application.auto_distribute_groups).where(Application.id == application.id)
+    )
+    if not groups:
+        return
+    await reach_groups(db, now, build, groups, True, build.uploaded_by)
+
+
+# -- the job: each newly reached tester's link and mail ----------------------------------------
+
+
+def distribution_mail_handler(ctx: AppContext) -> Handler:
+    async def handle(run: JobRun) -> None:
+        db, now = run.db, ctx.clock.now()
+        row = (
+            await db.execute(
+                select(Build, Application.name, Application.install_link_days, Project.name)
+                .join(Application, Application.id == Build.application_id)
+                .join(Project, Project.id == Build.project_id)
+                .where(Build.id == run.payload["buildId"])
+            )
+        ).first()
+        if row is None:
+            return  # deleted meanwhile: nobody to tell
+        build, application, link_days, project = row
+        payload = run.payload
+        if payload.get("groups"):
+            await _write_recipients(db, now, build.id, build.project_id, payload["groups"],
+                                    payload["notify"], payload["sender"])  # fmt: skip
+        # Claimed: of two jobs for one build (two distributions), each mails its own people.
+        claimed = (
+            await db.execute(
+                update(BuildRecipient)
+                .where(
+                    BuildRecipient.build_id == build.id,
+                    BuildRecipient.notify == true(),
+                    BuildRecipient.notified_at.is_(None),
+                )
+                .values(notified_at=now)
+                .returning(BuildRecipient.email, BuildRecipient.user_id)
+                .execution_options(synchronize_session=False)
+            )
+        ).all()
+        if not claimed:
+            return
+        expires_at = now + timedelta(days=link_days)
+        links = {email: new_id("inl") for email, _ in claimed}
+        await db.execute(
+            insert_of(db, InstallLink),
+            [
+                {
+                    "id": link_id,
+                    "build_id": build.id,
+                    "created_by": None,
+                    "created_at": now,
+                    "expires_at": expires_at,
+                    "revoked_at": None,
+                }
+                for link_id in links.values()
+            ],
+        )
+        await db.execute(
+            update(BuildRecipient),
+            [
+                {"build_id": build.id, "email": email, "install_link_id": link_id}
+                for email, link_id in links.items()
+            ],
+        )
+        version = version_label(build.metadata_) or ""
+        subject = f"{application} {version} is ready to test".replace("  ", " ")
+        base = f"{ctx.settings.resolved_public_url}/install/"
+        for email, user_id in claimed:
+            mail = notification(
+                "new_build",
+                email,
+                subject,
+                ctx.unsubscribe.url(user_id or ""),  # set: only members are mailed
+                application=application,
+                version=version,
+                project=project,
+                notes=build.notes,
+                link=base + ctx.install_tokens.token(links[email]),
+            )
+            ctx.mail.send(db, mail, now)
+
+    return handle

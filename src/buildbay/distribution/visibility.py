@@ -1,0 +1,71 @@
+"""Which builds a tester sees: those distributed to them, directly (by e-mail or as a member
+reached) or through a group they are in, `everyone` included. Developers and above see all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, and_, exists, or_, select
+
+from buildbay.builds.models import Build
+from buildbay.db.reads import Reads
+from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
+from buildbay.errors import Forbidden
+from buildbay.projects.authorization import ApplicationAccess
+from buildbay.projects.models import ProjectRole
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """A tester, whose builds are those distributed to them."""
+
+    user_id: str
+    email: str
+
+
+def viewer_of(role: ProjectRole, user_id: str, email: str) -> Viewer | None:
+    """None for a role that sees every build (developer and above)."""
+    return None if role.includes(ProjectRole.DEVELOPER) else Viewer(user_id, email)
+
+
+def tester_of(access: ApplicationAccess) -> Viewer | None:
+    """The caller of `access`, if they see only the builds distributed to them (a tester)."""
+    user = access.caller.user
+    return viewer_of(access.role, user.id, user.email)
+
+
+def distributed_to(viewer: Viewer) -> ColumnElement[bool]:
+    """True for a build (a row of `builds` in the query) distributed to the viewer."""
+    return or_(
+        exists().where(
+            BuildGroup.build_id == Build.id,
+            or_(
+                BuildGroup.group_id == EVERYONE,
+                BuildGroup.group_id.in_(
+                    select(GroupTester.group_id).where(GroupTester.user_id == viewer.user_id)
+                ),
+            ),
+        ),
+        exists().where(
+            BuildRecipient.build_id == Build.id,
+            or_(BuildRecipient.user_id == viewer.user_id, BuildRecipient.email == viewer.email),
+        ),
+    )
+
+
+def not_distributed() -> Forbidden:
+    return Forbidden(
+        "This build was not distributed to you; ask a developer of the project for it",
+        code="not_distributed",
+    )
+
+
+async def require_distributed(reads: Reads, viewer: Viewer | None, build_id: str) -> None:
+    """403 `not_distributed` unless the viewer sees the build."""
+    if viewer is None:
+        return
+    found = await reads.scalar(
+        select(Build.id).where(and_(Build.id == build_id, distributed_to(viewer)))
+    )
+    if found is None:
+        raise not_distributed()
