@@ -120,6 +120,7 @@ async def start_upload(request: Request, project_id: str, app_id: str) -> Respon
     build, target = await _build_service(request, db).create_upload_link(
         access.application, visitor.principal.user, body.file_name, body.file_size, None
     )
+    assert target is not None  # not asked for in parts
     return JSONResponse(
         {"buildId": build.id, "uploadUrl": target.url, "uploadHeaders": target.headers},
         status_code=201,

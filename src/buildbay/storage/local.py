@@ -7,6 +7,14 @@ object's inode and size, so verify does not read the bytes again.
 
 An upload holds an flock on its temporary file while it streams. A process killed in the middle
 leaves the file behind, unlocked: the sweeper removes such files once they are old.
+
+A multipart upload (a large build, in parts) lives in `multipart/<key>/`: one file of the build's
+size (`data`, sparse until the parts fill it), into which each part is written at its offset, and
+a marker per part that has fully arrived and is on disk (`parts/<n>`). Verify renames `data` into
+place: the bytes are never copied a second time. Writers of parts hold a shared flock on the
+upload's `lock` while they write, verify an exclusive one while it renames; two copies of one
+part are serialized by that part's own lock (`locks/<n>`), and a copy removes the part's marker
+before its first byte, so a part is listed only once a whole copy of it is on disk.
 """
 
 from __future__ import annotations
@@ -17,26 +25,35 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from stat import S_ISREG
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode
 
 from buildbay.storage.base import (
     LIST_PAGE,
     BodyTooLarge,
     BodyTooShort,
+    MultipartUpload,
     ObjectInfo,
     ObjectNotFound,
+    PartInfo,
+    PartsMissing,
     StorageFull,
     StorageUnavailable,
+    UploadGone,
+    UploadInProgress,
     UploadTarget,
+    missing_parts,
+    part_bounds,
     sha256_of,
 )
 from buildbay.storage.signing import UrlSigner
@@ -45,6 +62,7 @@ WRITE_BLOCK = 1024 * 1024  # bytes handed to the writer thread at a time
 WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts flushing them
 UPLOAD_PATH = "/storage/uploads/"
 DOWNLOAD_PATH = "/storage/files/"
+PART_PATH = "/storage/parts/"
 LOCK_STRIPES = 64
 
 
@@ -59,6 +77,8 @@ class LocalStorage:
         self._incoming.mkdir(parents=True, exist_ok=True)
         self._locks = self.root / "locks"
         self._locks.mkdir(parents=True, exist_ok=True)
+        self._multipart = self.root / "multipart"
+        self._multipart.mkdir(parents=True, exist_ok=True)
 
     # -- URLs --------------------------------------------------------------------------------------
 
@@ -138,6 +158,8 @@ class LocalStorage:
     async def delete_prefix(self, prefix: str) -> None:
         path = self.path_of(prefix.rstrip("/"))
         await asyncio.to_thread(shutil.rmtree, path, True)
+        uploads = self._upload_dir(prefix.rstrip("/"))
+        await asyncio.to_thread(shutil.rmtree, uploads, True)
 
     async def stored_keys(self, modified_before: datetime) -> AsyncIterator[list[str]]:
         # A project's directory at a time, listed in a worker thread.
@@ -247,6 +269,251 @@ class LocalStorage:
                 raise _os_error(exc) from exc
             raise
         return info
+
+    # -- multipart uploads -------------------------------------------------------------------------
+
+    def _upload_dir(self, key: str) -> Path:
+        path = (self._multipart / key).resolve()
+        if not path.is_relative_to(self._multipart) or path == self._multipart:
+            raise UploadGone("No upload under this key")
+        return path
+
+    async def start_multipart(self, key: str, size: int, part_size: int) -> str:
+        upload_id = uuid.uuid4().hex
+        directory = self._upload_dir(key)
+
+        def _start() -> None:
+            if directory.exists():  # a key is a build's: only a crashed start leaves one behind
+                shutil.rmtree(directory)
+            (directory / "parts").mkdir(parents=True)
+            (directory / "locks").mkdir()
+            (directory / "lock").touch()
+            with (directory / "data").open("wb") as data:
+                data.truncate(size)  # sparse: no block is taken before its part arrives
+            meta = {"uploadId": upload_id, "size": size, "partSize": part_size}
+            (directory / "meta.json").write_text(json.dumps(meta))
+
+        try:
+            await asyncio.to_thread(_start)
+        except OSError as exc:
+            raise _os_error(exc) from exc
+        return upload_id
+
+    async def part_target(
+        self, key: str, upload_id: str, number: int, size: int, expires_at: datetime
+    ) -> UploadTarget:
+        expires = int(expires_at.timestamp())
+        query = urlencode(
+            {
+                "part": number,
+                "size": size,
+                "expires": expires,
+                "signature": self._signer.sign("PUT", part_resource(key, number), expires, size),
+            }
+        )
+        return UploadTarget(url=f"{self._public_url}{PART_PATH}{quote(key)}?{query}")
+
+    async def list_parts(self, key: str, upload_id: str) -> list[PartInfo]:
+        directory = self._upload_dir(key)
+        return await asyncio.to_thread(_read_parts, directory, upload_id)
+
+    async def complete_multipart(self, key: str, upload_id: str, size: int, part_size: int) -> None:
+        directory = self._upload_dir(key)
+        target = self.path_of(key)
+        try:
+            await asyncio.to_thread(_complete, directory, upload_id, size, part_size, target)
+        except OSError as exc:
+            raise _os_error(exc) from exc
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None:
+        directory = self._upload_dir(key)
+
+        def _abort() -> None:
+            try:
+                meta = _meta(directory)
+            except UploadGone:
+                return
+            if meta["uploadId"] == upload_id:
+                shutil.rmtree(directory, ignore_errors=True)
+
+        await asyncio.to_thread(_abort)
+
+    async def multipart_uploads(
+        self, started_before: datetime
+    ) -> AsyncIterator[list[MultipartUpload]]:
+        found = await asyncio.to_thread(_uploads_under, self._multipart, started_before.timestamp())
+        for start in range(0, len(found), LIST_PAGE):
+            yield found[start : start + LIST_PAGE]
+
+    async def receive_part(
+        self, key: str, number: int, size: int, body: AsyncIterator[bytes]
+    ) -> PartInfo:
+        """Write part `number` (exactly `size` bytes from `body`) at its offset in the upload's
+        file. Until the whole copy is on disk the part is not listed; on any failure it is
+        left out (a copy that was there before is overwritten in part, so it goes too)."""
+        directory = self._upload_dir(key)
+        meta = await asyncio.to_thread(_meta, directory)
+        offset, length = part_bounds(number, meta["partSize"], meta["size"])
+        if length != size or length == 0:
+            raise UploadGone("This part does not belong to the upload")
+        upload_lock = await asyncio.to_thread(_open_lock, directory / "lock")
+        part_lock = -1
+        data = -1
+        try:
+            await _flock(upload_lock, fcntl.LOCK_SH)  # verify's rename waits for us
+            part_lock = await asyncio.to_thread(_open_lock, directory / "locks" / str(number), True)
+            await _flock(part_lock, fcntl.LOCK_EX)  # another copy of this part finishes first
+            data = await asyncio.to_thread(_open_part, directory, number)
+            received = await _write_at(data, offset, size, body)
+            if received < size:
+                raise BodyTooShort(f"The body ended after {received} of the part's {size} bytes")
+            await asyncio.to_thread(os.fdatasync, data)
+            return await asyncio.to_thread(_mark_part, directory, number, size)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise UploadGone("The upload was completed or given up meanwhile") from exc
+            raise _os_error(exc) from exc
+        finally:
+            for fd in (data, part_lock, upload_lock):
+                if fd >= 0:
+                    os.close(fd)
+
+
+def part_resource(key: str, number: int) -> str:
+    """What a part's signed URL is bound to: the object and the part's number."""
+    return f"{key}\npart {number}"
+
+
+def _meta(directory: Path) -> dict[str, Any]:
+    try:
+        meta: dict[str, Any] = json.loads((directory / "meta.json").read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        raise UploadGone("This upload was completed or given up") from None
+    return meta
+
+
+def _open_lock(path: Path, create: bool = False) -> int:
+    try:
+        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+    except FileNotFoundError:
+        raise UploadGone("This upload was completed or given up") from None
+
+
+async def _flock(fd: int, operation: int) -> None:
+    """Take an flock without blocking the event loop (try, sleep, try again)."""
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _open_part(directory: Path, number: int) -> int:
+    """The upload's file, for writing one part: its marker goes first (the copy on disk is about
+    to change). Under the upload's shared lock: `data` is gone once verify has renamed it."""
+    fd = os.open(directory / "data", os.O_WRONLY)
+    with contextlib.suppress(FileNotFoundError):
+        (directory / "parts" / str(number)).unlink()
+    return fd
+
+
+async def _write_at(fd: int, offset: int, size: int, body: AsyncIterator[bytes]) -> int:
+    """Write `body` at `offset`, a block at a time in a worker thread; refuse past `size`."""
+    blocks: list[bytes] = []
+    gathered = received = 0
+    position = offset
+    async for chunk in body:
+        received += len(chunk)
+        if received > size:
+            raise BodyTooLarge(f"The body is longer than the part's {size} bytes")
+        blocks.append(chunk)
+        gathered += len(chunk)
+        if gathered >= WRITE_BLOCK:
+            data = b"".join(blocks)
+            blocks.clear()
+            gathered = 0
+            await asyncio.to_thread(_pwrite_all, fd, data, position)
+            position += len(data)
+    if blocks:
+        await asyncio.to_thread(_pwrite_all, fd, b"".join(blocks), position)
+    return received
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _mark_part(directory: Path, number: int, size: int) -> PartInfo:
+    marker = directory / "parts" / str(number)
+    tmp = directory / "parts" / f".{number}.{uuid.uuid4().hex}"
+    tmp.write_text(str(size))
+    tmp.replace(marker)
+    return PartInfo(number, size, datetime.fromtimestamp(marker.stat().st_mtime, UTC))
+
+
+def _read_parts(directory: Path, upload_id: str) -> list[PartInfo]:
+    if _meta(directory)["uploadId"] != upload_id:
+        raise UploadGone("This upload was completed or given up")
+    parts = []
+    for path in (directory / "parts").iterdir():
+        if not path.name.isdigit():
+            continue  # a marker being written
+        try:
+            size = int(path.read_text())
+            received = path.stat().st_mtime
+        except (FileNotFoundError, ValueError):
+            continue  # a new copy of the part has begun
+        parts.append(PartInfo(int(path.name), size, datetime.fromtimestamp(received, UTC)))
+    return sorted(parts, key=lambda p: p.number)
+
+
+def _complete(directory: Path, upload_id: str, size: int, part_size: int, target: Path) -> None:
+    fd = _open_lock(directory / "lock")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # A part is being written: it is not listed until it is whole.
+            missing = missing_parts(_read_parts(directory, upload_id), size, part_size)
+            if missing:
+                raise PartsMissing(missing) from None
+            raise UploadInProgress(
+                "A part is being sent again right now; verify once it has arrived"
+            ) from None
+        missing = missing_parts(_read_parts(directory, upload_id), size, part_size)
+        if missing:
+            raise PartsMissing(missing)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            _sidecar(target).unlink()
+        (directory / "data").replace(target)  # the bytes stay where the parts put them
+        _fsync_dir(target.parent)
+        shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
+def _uploads_under(root: Path, started_before: float) -> list[MultipartUpload]:
+    found = []
+    for folder, _, names in os.walk(root):
+        if "meta.json" not in names:
+            continue
+        meta = Path(folder, "meta.json")
+        try:
+            if meta.stat().st_mtime >= started_before:
+                continue
+            upload_id = json.loads(meta.read_text())["uploadId"]
+        except (FileNotFoundError, ValueError, KeyError):
+            continue
+        found.append(MultipartUpload(Path(folder).relative_to(root).as_posix(), upload_id))
+    return found
 
 
 # Hashing and writing release the GIL: each block's two run side by side, while the event loop
