@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -331,3 +332,106 @@ async def test_a_model_writes_back_the_json_the_server_sent(
     assert build.to_json() == raw
     assert Build.from_json({**raw, "addedLater": 1}).to_json() == raw
     await sdk.aclose()
+
+
+# -- uploads in parts -------------------------------------------------------------------------
+
+MiB = 1024 * 1024
+
+
+class CountingTransport(httpx.ASGITransport):
+    """The app, noting the number of every part PUT to its storage address."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app=app)
+        self.parts: list[int] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/storage/parts/"):
+            self.parts.append(int(request.url.params["part"]))
+        return await super().handle_async_request(request)
+
+
+class Crash(Exception):
+    """Stands for the process dying in the middle of an upload."""
+
+
+def big_file(tmp_path: Path, size: int) -> Path:
+    file = tmp_path / "big.bin"
+    block = hashlib.sha256(b"big").digest() * (MiB // 32)
+    with file.open("wb") as out:
+        for i in range(size // MiB):
+            out.write(i.to_bytes(4, "big") + block[4:])
+        out.write(block[: size % MiB])
+    return file
+
+
+async def test_a_large_file_goes_in_parts_and_resumes_with_only_the_missing_ones(
+    app: FastAPI, owner: Account, tmp_path: Path
+) -> None:
+    transport = CountingTransport(app)
+    sdk = AsyncBuildbay(BASE_URL, owner.access_token, transport=transport, retry=FAST)
+    project = await sdk.create_project("Acme")
+    application = await sdk.create_application(project.id, "Desktop")
+    file = big_file(tmp_path, 20 * MiB + 123)  # parts of 8 MiB: 1, 2 and 3
+    state = tmp_path / "state"
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    with pytest.raises(Crash):
+        await sdk.upload_build(
+            project.id, application.id, file, progress=crash_in_part_2,
+            multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+        )  # fmt: skip
+    assert len(list(state.iterdir())) == 1
+    transport.parts.clear()
+    seen: list[tuple[int, int]] = []
+
+    build = await sdk.upload_build(
+        project.id, application.id, file, progress=lambda d, t: seen.append((d, t)),
+        multipart_threshold=0, parts_in_flight=4, resume_dir=state,
+    )  # fmt: skip
+
+    assert sorted(transport.parts) == [2, 3]  # part 1 had arrived
+    assert seen[0] == (8 * MiB, file.stat().st_size)  # the progress starts from it
+    assert seen[-1] == (file.stat().st_size, file.stat().st_size)
+    assert build.status.value == "ready"
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
+    assert list(state.iterdir()) == []  # nothing left to resume
+    builds = await sdk.list_builds(project.id, application.id)
+    assert [b.build_id for b in builds.builds] == [build.build_id]  # one upload, resumed
+    await sdk.aclose()
+
+
+def test_the_sync_client_resumes_only_the_same_file(server: str, tmp_path: Path) -> None:
+    """Against a real server process (the blocking client's threads send the parts): an upload
+    cut off, then the file changed under the same name, starts a new upload."""
+    file = big_file(tmp_path, 12 * MiB)
+    state = tmp_path / "state"
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    with Buildbay(server, retry=FAST) as client:
+        client.register("parts@example.com", "a long password", "Parts")
+        project = client.create_project("Acme")
+        application = client.create_application(project.id, "Desktop")
+        with pytest.raises(Crash):
+            client.upload_build(
+                project.id, application.id, file, progress=crash_in_part_2,
+                multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+            )  # fmt: skip
+        (kept,) = state.iterdir()
+        cut_off = json.loads(kept.read_text())["build_id"]
+        file.write_bytes(file.read_bytes()[::-1])  # another file under the same name
+
+        build = client.upload_build(
+            project.id, application.id, file, multipart_threshold=0, resume_dir=state
+        )
+
+    assert build.status.value == "ready"
+    assert build.build_id != cut_off
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
