@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -487,3 +488,48 @@ async def test_the_sweeper_aborts_uploads_no_build_owns(
 
     assert swept.orphan_uploads == 1
     assert not orphan.exists()
+
+
+async def test_parts_hashed_as_they_arrive_spare_verify_a_second_read(
+    app: FastAPI, parts: Parts, builds: Builds
+) -> None:
+    data = file_of(20 * MiB + 1)
+    link = await parts.link(data)
+    await parts.send_all(link["buildId"], data, [1, 2, 3])
+    storage = ctx_of(app).storage
+    assert isinstance(storage, LocalStorage)
+    key = builds.key_of(link)
+
+    await storage.complete_multipart(key, _upload_id(app, key), len(data), PART)
+
+    info = await storage.stat(key)
+    assert info is not None
+    assert info.sha256 == hashlib.sha256(data).hexdigest()  # known without reading the file
+
+
+async def test_a_part_sent_again_after_it_was_hashed_is_hashed_as_it_now_is(
+    app: FastAPI, parts: Parts, builds: Builds
+) -> None:
+    data = file_of(20 * MiB + 1)
+    link = await parts.link(data)
+    await parts.send_all(link["buildId"], data, [1, 2, 3])
+    assert (await parts.put(link["buildId"], 2, file_of(PART, seed=7))).status_code == 200
+
+    r = await builds.verify(link["buildId"])
+
+    changed = part_of(data, 1) + file_of(PART, seed=7) + part_of(data, 3)
+    assert r.status_code == 202, r.text
+    jobs = ctx_of(app).jobs
+    assert jobs is not None
+    await jobs.run_until_idle()
+    assert (await builds.get(link["buildId"])).json()["sha256"] == (
+        hashlib.sha256(changed).hexdigest()
+    )
+
+
+def _upload_id(app: FastAPI, key: str) -> str:
+    storage = ctx_of(app).storage
+    assert isinstance(storage, LocalStorage)
+    meta = storage.root / "multipart" / key / "meta.json"
+    upload_id: str = json.loads(meta.read_text())["uploadId"]
+    return upload_id

@@ -15,6 +15,12 @@ place: the bytes are never copied a second time. Writers of parts hold a shared 
 upload's `lock` while they write, verify an exclusive one while it renames; two copies of one
 part are serialized by that part's own lock (`locks/<n>`), and a copy removes the part's marker
 before its first byte, so a part is listed only once a whole copy of it is on disk.
+
+While parts arrive, a hasher of this process reads each part once the parts before it are in
+(from the page cache, just written) and hashes it, so that verify need not read the whole file
+again. It notes each part's marker as it was when hashed; at verify, if every marker is still
+that one (no copy of a part was sent again since, by any process), its digest is kept as the
+object's sidecar; otherwise verify reads the file as for any object.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,6 +47,7 @@ from urllib.parse import quote, urlencode
 
 from buildbay.storage.base import (
     LIST_PAGE,
+    READ_BLOCK,
     BodyTooLarge,
     BodyTooShort,
     MultipartUpload,
@@ -79,6 +87,7 @@ class LocalStorage:
         self._locks.mkdir(parents=True, exist_ok=True)
         self._multipart = self.root / "multipart"
         self._multipart.mkdir(parents=True, exist_ok=True)
+        self._hashers: dict[Path, _PartHasher] = {}
 
     # -- URLs --------------------------------------------------------------------------------------
 
@@ -320,10 +329,16 @@ class LocalStorage:
     async def complete_multipart(self, key: str, upload_id: str, size: int, part_size: int) -> None:
         directory = self._upload_dir(key)
         target = self.path_of(key)
+        hasher = self._hashers.get(directory)
+        if hasher is not None:
+            await asyncio.wrap_future(_HASHING.submit(hasher.advance))  # the last parts, if due
         try:
-            await asyncio.to_thread(_complete, directory, upload_id, size, part_size, target)
+            await asyncio.to_thread(
+                _complete, directory, upload_id, size, part_size, target, hasher
+            )
         except OSError as exc:
             raise _os_error(exc) from exc
+        self._hashers.pop(directory, None)
 
     async def abort_multipart(self, key: str, upload_id: str) -> None:
         directory = self._upload_dir(key)
@@ -337,6 +352,7 @@ class LocalStorage:
                 shutil.rmtree(directory, ignore_errors=True)
 
         await asyncio.to_thread(_abort)
+        self._hashers.pop(directory, None)
 
     async def multipart_uploads(
         self, started_before: datetime
@@ -368,7 +384,14 @@ class LocalStorage:
             if received < size:
                 raise BodyTooShort(f"The body ended after {received} of the part's {size} bytes")
             await asyncio.to_thread(os.fdatasync, data)
-            return await asyncio.to_thread(_mark_part, directory, number, size)
+            part = await asyncio.to_thread(_mark_part, directory, number, size)
+            hasher = self._hashers.get(directory)
+            if hasher is None:
+                hasher = self._hashers[directory] = _PartHasher(
+                    directory, meta["size"], meta["partSize"]
+                )
+            _HASHING.submit(hasher.advance)  # not waited for: the part has arrived
+            return part
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):
                 raise UploadGone("The upload was completed or given up meanwhile") from exc
@@ -377,6 +400,85 @@ class LocalStorage:
             for fd in (data, part_lock, upload_lock):
                 if fd >= 0:
                     os.close(fd)
+
+
+# Hashing parts in order while more arrive: one thread per upload at most, a few uploads at once.
+_HASHING = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="part-hash")
+
+
+class _PartHasher:
+    """The SHA-256 of an upload's parts from the first, advanced as they arrive (blocking: a
+    thread's). `seen` holds each hashed part's marker identity, which says the bytes are still
+    those that were hashed."""
+
+    def __init__(self, directory: Path, size: int, part_size: int) -> None:
+        self.directory, self.size, self.part_size = directory, size, part_size
+        self.count = -(-size // part_size)
+        self._lock = threading.Lock()
+        self._again = False
+        self._restart()
+
+    def _restart(self) -> None:
+        self.digest = hashlib.sha256()
+        self.seen: dict[int, tuple[int, int]] = {}
+
+    def advance(self) -> None:
+        """Hash every part that is next in line and has arrived. Another call while one runs
+        has that one look again once it is done."""
+        if not self._lock.acquire(blocking=False):
+            self._again = True
+            return
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                with contextlib.suppress(OSError):
+                    self._hash_next_parts()
+        finally:
+            self._lock.release()
+
+    def _hash_next_parts(self) -> None:
+        while (number := len(self.seen) + 1) <= self.count:
+            marker = self.directory / "parts" / str(number)
+            before = _identity(marker)
+            if before is None:
+                return  # not arrived yet
+            offset, length = part_bounds(number, self.part_size, self.size)
+            fd = os.open(self.directory / "data", os.O_RDONLY)
+            try:
+                digest = self.digest.copy()
+                done = 0
+                while done < length:
+                    block = os.pread(fd, min(READ_BLOCK, length - done), offset + done)
+                    if not block:
+                        return
+                    digest.update(block)
+                    done += len(block)
+            finally:
+                os.close(fd)
+            if _identity(marker) != before:
+                return  # a new copy began meanwhile: hashed once it has arrived
+            self.digest = digest
+            self.seen[number] = before
+
+    def sha256_if_current(self) -> str | None:
+        """The whole file's digest, if every part was hashed and none changed since."""
+        with self._lock:
+            if len(self.seen) != self.count:
+                return None
+            for number, identity in self.seen.items():
+                if _identity(self.directory / "parts" / str(number)) != identity:
+                    return None
+            return self.digest.hexdigest()
+
+
+def _identity(marker: Path) -> tuple[int, int] | None:
+    """A part marker's inode and change time: every copy of a part writes a new marker."""
+    try:
+        st = marker.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def part_resource(key: str, number: int) -> str:
@@ -474,7 +576,14 @@ def _read_parts(directory: Path, upload_id: str) -> list[PartInfo]:
     return sorted(parts, key=lambda p: p.number)
 
 
-def _complete(directory: Path, upload_id: str, size: int, part_size: int, target: Path) -> None:
+def _complete(
+    directory: Path,
+    upload_id: str,
+    size: int,
+    part_size: int,
+    target: Path,
+    hasher: _PartHasher | None,
+) -> None:
     fd = _open_lock(directory / "lock")
     try:
         try:
@@ -490,11 +599,17 @@ def _complete(directory: Path, upload_id: str, size: int, part_size: int, target
         missing = missing_parts(_read_parts(directory, upload_id), size, part_size)
         if missing:
             raise PartsMissing(missing)
+        # Under the exclusive lock no part changes: the hash, if current, is the file's.
+        sha256 = hasher.sha256_if_current() if hasher is not None else None
         target.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             _sidecar(target).unlink()
-        (directory / "data").replace(target)  # the bytes stay where the parts put them
+        data = directory / "data"
+        inode = data.stat().st_ino
+        data.replace(target)  # the bytes stay where the parts put them
         _fsync_dir(target.parent)
+        if sha256 is not None:
+            _sidecar(target).write_text(f"{sha256} {size} {inode}\n")
         shutil.rmtree(directory, ignore_errors=True)
     finally:
         os.close(fd)
