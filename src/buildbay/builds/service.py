@@ -52,14 +52,18 @@ VERIFY_JOB = "builds.verify"  # checks a large multipart build's bytes in the ba
 MiB = 1024 * 1024
 SINGLE_PUT_MAX = 5 * 1024 * MiB  # one S3 PUT takes at most 5 GiB: above it, parts
 MIN_PART = 8 * MiB
+MAX_PART = 64 * MiB  # unless the file needs larger parts to fit in MAX_PARTS
+TARGET_PARTS = 64
 PARTS_PER_REQUEST = 100  # part addresses handed out by one request
 
 
 def part_size_for(file_size: int) -> int:
-    """The part size the server picks: at least MIN_PART, in whole MiB, so that the file fits
-    in MAX_PARTS parts."""
+    """The part size the server picks, in whole MiB: about TARGET_PARTS parts, so that each
+    part's request costs little next to its bytes, but between MIN_PART and MAX_PART, so that
+    a part sent again costs little too; larger only where MAX_PARTS parts need it."""
+    wanted = min(max(-(-file_size // TARGET_PARTS), MIN_PART), MAX_PART)
     least = -(-file_size // MAX_PARTS)
-    return max(MIN_PART, -(-least // MiB) * MiB)
+    return -(-max(wanted, least) // MiB) * MiB
 
 
 @dataclass(frozen=True, slots=True)

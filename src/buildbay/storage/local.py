@@ -523,24 +523,33 @@ def _open_part(directory: Path, number: int) -> int:
 
 
 async def _write_at(fd: int, offset: int, size: int, body: AsyncIterator[bytes]) -> int:
-    """Write `body` at `offset`, a block at a time in a worker thread; refuse past `size`."""
+    """Write `body` at `offset`, a block at a time in a worker thread, one block behind the
+    network (as `receive` does); refuse past `size`. Every write is done when it returns or
+    raises, so the caller may close `fd`."""
     blocks: list[bytes] = []
     gathered = received = 0
     position = offset
-    async for chunk in body:
-        received += len(chunk)
-        if received > size:
-            raise BodyTooLarge(f"The body is longer than the part's {size} bytes")
-        blocks.append(chunk)
-        gathered += len(chunk)
-        if gathered >= WRITE_BLOCK:
-            data = b"".join(blocks)
-            blocks.clear()
-            gathered = 0
-            await asyncio.to_thread(_pwrite_all, fd, data, position)
-            position += len(data)
-    if blocks:
-        await asyncio.to_thread(_pwrite_all, fd, b"".join(blocks), position)
+    inflight: list[concurrent.futures.Future[None]] = []
+    try:
+        async for chunk in body:
+            received += len(chunk)
+            if received > size:
+                raise BodyTooLarge(f"The body is longer than the part's {size} bytes")
+            blocks.append(chunk)
+            gathered += len(chunk)
+            if gathered >= WRITE_BLOCK:
+                data = b"".join(blocks)
+                blocks.clear()
+                gathered = 0
+                await _settled(inflight)
+                inflight = [_WORKERS.submit(_pwrite_all, fd, data, position)]
+                position += len(data)
+        await _settled(inflight)
+        if blocks:
+            await asyncio.to_thread(_pwrite_all, fd, b"".join(blocks), position)
+    except BaseException:
+        await asyncio.shield(asyncio.to_thread(concurrent.futures.wait, inflight))
+        raise
     return received
 
 
