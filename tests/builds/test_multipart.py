@@ -533,3 +533,23 @@ def _upload_id(app: FastAPI, key: str) -> str:
     meta = storage.root / "multipart" / key / "meta.json"
     upload_id: str = json.loads(meta.read_text())["uploadId"]
     return upload_id
+
+
+async def test_a_build_whose_background_check_never_finished_is_swept_after_its_link(
+    app: FastAPI, parts: Parts, builds: Builds, clock: FrozenClock
+) -> None:
+    data = file_of(20 * MiB)
+    link = await parts.link(data)
+    await parts.send_all(link["buildId"], data, [1, 2, 3])
+    assert (await builds.verify(link["buildId"])).status_code == 202  # its job never runs
+    ctx = ctx_of(app)
+
+    clock.advance(seconds=ctx.settings.multipart_upload_ttl_seconds)
+    swept_early = await sweep(ctx.sessions, ctx.storage, clock.now())
+    clock.advance(seconds=GRACE.total_seconds() + 1)
+    swept = await sweep(ctx.sessions, ctx.storage, clock.now())
+
+    assert (swept_early.expired_uploads, swept.expired_uploads) == (0, 1)
+    storage = ctx.storage
+    assert isinstance(storage, LocalStorage)
+    assert not storage.path_of(builds.key_of(link)).exists()  # its joined bytes went too

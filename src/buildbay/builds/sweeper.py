@@ -26,9 +26,10 @@ log = logging.getLogger("buildbay.sweeper")
 # An upload that started just before its link expired may still be streaming: give it time.
 GRACE = timedelta(hours=1)
 BATCH = 100
-# Builds that never became ready: swept once their upload link has expired (a `failed` one
-# too; a `processing` one is its job's).
-_UNFINISHED = (BuildStatus.PENDING, BuildStatus.FAILED)
+# Builds that never became ready: swept once their upload link has expired. A `failed` one
+# too, and a `processing` one whose job never finished (it ran out of attempts): checking
+# takes minutes, the link lives a day.
+_UNFINISHED = (BuildStatus.PENDING, BuildStatus.FAILED, BuildStatus.PROCESSING)
 
 
 async def sweep_expired_uploads(
