@@ -88,6 +88,10 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # version the caller sent that is not one (tests/updates).
         "unknown_channel",
         "version_required",
+        # Uploads in parts: `multipart` against `fileSize` (from 5 MiB; above 5 GiB required),
+        # a rule between two fields that the field descriptions state.
+        "multipart_too_small",
+        "multipart_required",
     },
 }
 
