@@ -16,6 +16,7 @@ from tests.conftest import Account, assert_problem
 BUILD_FIELDS = {
     "channels",
     "mandatory",
+    "failureCode",
     "buildId",
     "projectId",
     "applicationId",
