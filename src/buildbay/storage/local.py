@@ -290,6 +290,9 @@ class LocalStorage:
     async def start_multipart(self, key: str, size: int, part_size: int) -> str:
         upload_id = uuid.uuid4().hex
         directory = self._upload_dir(key)
+        # Hashers of uploads another process joined or gave up: their directory is gone.
+        for gone in [d for d in self._hashers if not d.exists()]:
+            self._hashers.pop(gone, None)
 
         def _start() -> None:
             if directory.exists():  # a key is a build's: only a crashed start leaves one behind
