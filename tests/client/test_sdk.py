@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from buildbay_client import (
 )
 from buildbay_client.models import Build
 from tests.builds.android_files import APK
-from tests.conftest import BASE_URL, Account
+from tests.conftest import BASE_URL, Account, S3Server
+from tests.processes import free_port, running
 
 FAST = RetryPolicy(attempts=4, base_delay=0.0, max_delay=0.0)
 
@@ -434,4 +436,57 @@ def test_the_sync_client_resumes_only_the_same_file(server: str, tmp_path: Path)
 
     assert build.status.value == "ready"
     assert build.build_id != cut_off
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def test_a_resumed_upload_in_parts_to_a_bucket_sends_only_the_missing_parts(
+    server_env: dict[str, str], s3_server: S3Server, tmp_path: Path
+) -> None:
+    """A server on S3 storage (moto): the part addresses are the bucket's presigned UploadPart
+    URLs, the bytes go there and never through Buildbay; cut off, the upload resumes, and the
+    bucket's parts list is what the second run trusts."""
+    env = {
+        **server_env,
+        **s3_server.env,
+        "BUILDBAY_STORAGE": "s3",
+        "BUILDBAY_S3_BUCKET": s3_server.new_bucket(),
+        "BUILDBAY_S3_ENDPOINT_URL": s3_server.endpoint_url,
+    }
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    file = big_file(tmp_path, 20 * MiB + 5)
+    state = tmp_path / "state"
+    sent: list[str] = []
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    class Noting(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if "partNumber" in request.url.params:
+                assert str(request.url).startswith(s3_server.endpoint_url)  # the bucket, not us
+                sent.append(request.url.params["partNumber"])
+            return super().handle_request(request)
+
+    argv = [sys.executable, "-m", "buildbay", "serve", "--port", str(port)]
+    with (
+        running(argv, env=env, log_path=tmp_path / "server.log", ready_url=f"{base}/readyz"),
+        Buildbay(base, retry=FAST, transport=Noting()) as client,
+    ):
+        client.register("bucket@example.com", "a long password", "Bucket")
+        project = client.create_project("Acme")
+        application = client.create_application(project.id, "Desktop")
+        with pytest.raises(Crash):
+            client.upload_build(
+                project.id, application.id, file, progress=crash_in_part_2,
+                multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+            )  # fmt: skip
+        sent.clear()
+        build = client.upload_build(
+            project.id, application.id, file, multipart_threshold=0, resume_dir=state
+        )
+
+    assert sorted(sent) == ["2", "3"]
+    assert build.status.value == "ready"
     assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
