@@ -407,6 +407,41 @@ async def test_a_large_file_goes_in_parts_and_resumes_with_only_the_missing_ones
     await sdk.aclose()
 
 
+async def test_an_upload_kept_past_its_link_starts_again(
+    app: FastAPI, owner: Account, clock: FrozenClock, tmp_path: Path
+) -> None:
+    sdk = AsyncBuildbay(
+        BASE_URL, owner.access_token, refresh_token=owner.refresh_token,
+        transport=httpx.ASGITransport(app=app), retry=FAST,
+    )  # fmt: skip
+    project = await sdk.create_project("Acme")
+    application = await sdk.create_application(project.id, "Desktop")
+    file = big_file(tmp_path, 12 * MiB)
+    state = tmp_path / "state"
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    with pytest.raises(Crash):
+        await sdk.upload_build(
+            project.id, application.id, file, progress=crash_in_part_2,
+            multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+        )  # fmt: skip
+    (kept,) = state.iterdir()
+    cut_off = json.loads(kept.read_text())["build_id"]
+    clock.advance(days=2)  # past the upload's day
+
+    build = await sdk.upload_build(
+        project.id, application.id, file, multipart_threshold=0, resume_dir=state
+    )
+
+    assert build.status.value == "ready"
+    assert build.build_id != cut_off
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
+    await sdk.aclose()
+
+
 def test_the_sync_client_resumes_only_the_same_file(server: str, tmp_path: Path) -> None:
     """Against a real server process (the blocking client's threads send the parts): an upload
     cut off, then the file changed under the same name, starts a new upload."""

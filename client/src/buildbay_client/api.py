@@ -396,6 +396,7 @@ class _Core:
         if state is not None and (state.size, state.mtime_ns) != (size, mtime_ns):
             state = None  # the file changed: its parts are other bytes
         received = None
+        resumed = state is not None
         if state is not None:
             received = yield from self._received_flow(project_id, app_id, state.build_id)
         if state is None or received is None:
@@ -422,9 +423,18 @@ class _Core:
         attempt = 0
         while missing:
             batch = missing[:_PARTS_PER_REQUEST]
-            targets = yield from self._run_flow(
-                ops.part_targets(project_id, app_id, state.build_id, batch)
-            )
+            targets_op = ops.part_targets(project_id, app_id, state.build_id, batch)
+            response = yield from self._send_flow(targets_op)
+            if resumed and _problem(response).get("code") == "upload_expired":
+                # The kept upload outlived its link: start the file again, once.
+                if kept_at is not None:
+                    yield _Local(resume.forget, (kept_at,))
+                return (
+                    yield from self._parts_flow(
+                        project_id, app_id, file, notes, install_link_hours, progress, options
+                    )
+                )
+            targets = self._result(targets_op, response)
             answers = yield _PutParts(
                 [
                     _Part(
