@@ -490,12 +490,17 @@ async def test_the_sweeper_aborts_uploads_no_build_owns(
     assert not orphan.exists()
 
 
+@pytest.mark.parametrize(
+    "order",
+    [[1, 2, 3], [3, 2, 1], [2, 1, 3]],
+    ids=["in order: each hashed on the way in", "reversed: read back", "mixed"],
+)
 async def test_parts_hashed_as_they_arrive_spare_verify_a_second_read(
-    app: FastAPI, parts: Parts, builds: Builds
+    app: FastAPI, parts: Parts, builds: Builds, order: list[int]
 ) -> None:
     data = file_of(20 * MiB + 1)
     link = await parts.link(data)
-    await parts.send_all(link["buildId"], data, [1, 2, 3])
+    await parts.send_all(link["buildId"], data, order)
     storage = ctx_of(app).storage
     assert isinstance(storage, LocalStorage)
     key = builds.key_of(link)

@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from stat import S_ISREG
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote, urlencode
 
 from buildbay.storage.base import (
@@ -383,16 +383,19 @@ class LocalStorage:
             part_lock = await asyncio.to_thread(_open_lock, directory / "locks" / str(number), True)
             await _flock(part_lock, fcntl.LOCK_EX)  # another copy of this part finishes first
             data = await asyncio.to_thread(_open_part, directory, number)
-            received = await _write_at(data, offset, size, body)
-            if received < size:
-                raise BodyTooShort(f"The body ended after {received} of the part's {size} bytes")
-            await asyncio.to_thread(os.fdatasync, data)
-            part = await asyncio.to_thread(_mark_part, directory, number, size)
             hasher = self._hashers.get(directory)
             if hasher is None:
                 hasher = self._hashers[directory] = _PartHasher(
                     directory, meta["size"], meta["partSize"]
                 )
+            inline = hasher.begin_inline(number)  # after the old copy's marker went
+            received = await _write_at(data, offset, size, body, inline)
+            if received < size:
+                raise BodyTooShort(f"The body ended after {received} of the part's {size} bytes")
+            await asyncio.to_thread(os.fdatasync, data)
+            part, marker = await asyncio.to_thread(_mark_part, directory, number, size)
+            if inline is not None:
+                hasher.finish_inline(number, inline, marker)
             _HASHING.submit(hasher.advance)  # not waited for: the part has arrived
             return part
         except OSError as exc:
@@ -409,26 +412,50 @@ class LocalStorage:
 _HASHING = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="part-hash")
 
 
+class _Digest(Protocol):
+    """What a hashlib hash object offers that the hasher uses."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def copy(self) -> _Digest: ...
+
+    def hexdigest(self) -> str: ...
+
+
 class _PartHasher:
-    """The SHA-256 of an upload's parts from the first, advanced as they arrive (blocking: a
-    thread's). `seen` holds each hashed part's marker identity, which says the bytes are still
-    those that were hashed."""
+    """The SHA-256 of an upload's parts from the first, advanced as they arrive. `seen` holds
+    each hashed part's marker identity, which says the bytes are still those that were hashed.
+
+    A part that is next in line when its copy begins is hashed on the way in, as one PUT is
+    (`begin_inline`, `finish_inline`); the others are read back by `advance` (blocking: a
+    thread's) once the parts before them are in. `_state` guards `digest` and `seen` and is only
+    held for moments; `_running` lets one `advance` run at a time."""
 
     def __init__(self, directory: Path, size: int, part_size: int) -> None:
         self.directory, self.size, self.part_size = directory, size, part_size
         self.count = -(-size // part_size)
-        self._lock = threading.Lock()
+        self._state = threading.Lock()
+        self._running = threading.Lock()
         self._again = False
-        self._restart()
-
-    def _restart(self) -> None:
-        self.digest = hashlib.sha256()
+        self.digest: _Digest = hashlib.sha256()
         self.seen: dict[int, tuple[int, int]] = {}
+
+    def begin_inline(self, number: int) -> _Digest | None:
+        """A digest to hash part `number` into as it arrives, if it is next in line."""
+        with self._state:
+            return self.digest.copy() if len(self.seen) + 1 == number else None
+
+    def finish_inline(self, number: int, digest: _Digest, marker: tuple[int, int]) -> None:
+        """Part `number` arrived whole, hashed into `digest`; `marker` is its marker's identity."""
+        with self._state:
+            if len(self.seen) + 1 == number:  # else `advance` read it back first
+                self.digest = digest
+                self.seen[number] = marker
 
     def advance(self) -> None:
         """Hash every part that is next in line and has arrived. Another call while one runs
         has that one look again once it is done."""
-        if not self._lock.acquire(blocking=False):
+        if not self._running.acquire(blocking=False):
             self._again = True
             return
         try:
@@ -438,10 +465,15 @@ class _PartHasher:
                 with contextlib.suppress(OSError):
                     self._hash_next_parts()
         finally:
-            self._lock.release()
+            self._running.release()
 
     def _hash_next_parts(self) -> None:
-        while (number := len(self.seen) + 1) <= self.count:
+        while True:
+            with self._state:
+                number = len(self.seen) + 1
+                digest = self.digest.copy()
+            if number > self.count:
+                return
             marker = self.directory / "parts" / str(number)
             before = _identity(marker)
             if before is None:
@@ -449,7 +481,6 @@ class _PartHasher:
             offset, length = part_bounds(number, self.part_size, self.size)
             fd = os.open(self.directory / "data", os.O_RDONLY)
             try:
-                digest = self.digest.copy()
                 done = 0
                 while done < length:
                     block = os.pread(fd, min(READ_BLOCK, length - done), offset + done)
@@ -461,12 +492,15 @@ class _PartHasher:
                 os.close(fd)
             if _identity(marker) != before:
                 return  # a new copy began meanwhile: hashed once it has arrived
-            self.digest = digest
-            self.seen[number] = before
+            with self._state:
+                if len(self.seen) + 1 == number:  # else hashed on the way in meanwhile
+                    self.digest = digest
+                    self.seen[number] = before
 
     def sha256_if_current(self) -> str | None:
-        """The whole file's digest, if every part was hashed and none changed since."""
-        with self._lock:
+        """The whole file's digest, if every part was hashed and none changed since (waits for
+        an `advance` that is running)."""
+        with self._running, self._state:
             if len(self.seen) != self.count:
                 return None
             for number, identity in self.seen.items():
@@ -525,10 +559,16 @@ def _open_part(directory: Path, number: int) -> int:
     return fd
 
 
-async def _write_at(fd: int, offset: int, size: int, body: AsyncIterator[bytes]) -> int:
-    """Write `body` at `offset`, a block at a time in a worker thread, one block behind the
-    network (as `receive` does); refuse past `size`. Every write is done when it returns or
-    raises, so the caller may close `fd`."""
+async def _write_at(
+    fd: int,
+    offset: int,
+    size: int,
+    body: AsyncIterator[bytes],
+    digest: _Digest | None = None,
+) -> int:
+    """Write `body` at `offset` (and hash it into `digest`, if given), a block at a time in
+    worker threads, one block behind the network (as `receive` does); refuse past `size`.
+    Every write is done when it returns or raises, so the caller may close `fd`."""
     blocks: list[bytes] = []
     gathered = received = 0
     position = offset
@@ -546,10 +586,15 @@ async def _write_at(fd: int, offset: int, size: int, body: AsyncIterator[bytes])
                 gathered = 0
                 await _settled(inflight)
                 inflight = [_WORKERS.submit(_pwrite_all, fd, data, position)]
+                if digest is not None:
+                    inflight.append(_WORKERS.submit(digest.update, data))
                 position += len(data)
         await _settled(inflight)
         if blocks:
-            await asyncio.to_thread(_pwrite_all, fd, b"".join(blocks), position)
+            tail = b"".join(blocks)
+            await asyncio.to_thread(_pwrite_all, fd, tail, position)
+            if digest is not None:
+                digest.update(tail)
     except BaseException:
         await asyncio.shield(asyncio.to_thread(concurrent.futures.wait, inflight))
         raise
@@ -564,12 +609,15 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         offset += written
 
 
-def _mark_part(directory: Path, number: int, size: int) -> PartInfo:
+def _mark_part(directory: Path, number: int, size: int) -> tuple[PartInfo, tuple[int, int]]:
+    """The part's marker, written whole under its name; the part and the marker's identity."""
     marker = directory / "parts" / str(number)
     tmp = directory / "parts" / f".{number}.{uuid.uuid4().hex}"
     tmp.write_text(str(size))
+    st = tmp.stat()
     tmp.replace(marker)
-    return PartInfo(number, size, datetime.fromtimestamp(marker.stat().st_mtime, UTC))
+    received = datetime.fromtimestamp(st.st_mtime, UTC)
+    return PartInfo(number, size, received), (st.st_ino, st.st_mtime_ns)
 
 
 def _read_parts(directory: Path, upload_id: str) -> list[PartInfo]:
