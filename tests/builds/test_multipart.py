@@ -558,3 +558,16 @@ async def test_a_build_whose_background_check_never_finished_is_swept_after_its_
     storage = ctx.storage
     assert isinstance(storage, LocalStorage)
     assert not storage.path_of(builds.key_of(link)).exists()  # its joined bytes went too
+
+
+async def test_two_verifies_at_once_both_answer_the_ready_build(
+    parts: Parts, builds: Builds
+) -> None:
+    data = file_of(12 * MiB)
+    link = await parts.link(data, sha256=hashlib.sha256(data).hexdigest())
+    await parts.send_all(link["buildId"], data, [1, 2])
+
+    answers = await asyncio.gather(builds.verify(link["buildId"]), builds.verify(link["buildId"]))
+
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert {a.json()["sha256"] for a in answers} == {hashlib.sha256(data).hexdigest()}

@@ -39,6 +39,7 @@ from buildbay.storage.base import (
     MAX_PARTS,
     MIN_PART_SIZE,
     Storage,
+    UploadGone,
     UploadTarget,
     part_bounds,
     parts_count,
@@ -279,9 +280,15 @@ class BuildService:
         info = await self.storage.stat(build.storage_key)
         if info is not None and info.size == build.file_size:
             return
-        await self.storage.complete_multipart(
-            build.storage_key, build.upload_id, build.file_size, build.part_size
-        )
+        try:
+            await self.storage.complete_multipart(
+                build.storage_key, build.upload_id, build.file_size, build.part_size
+            )
+        except UploadGone:
+            # A concurrent verify joined them first; or the upload was given up meanwhile.
+            info = await self.storage.stat(build.storage_key)
+            if info is None or info.size != build.file_size:
+                raise
 
     async def _verify_later(
         self, build: BuildRecord, notes: str | None, channels: list[str] | None, mandatory: bool

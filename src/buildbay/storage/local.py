@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -71,6 +72,9 @@ WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts
 UPLOAD_PATH = "/storage/uploads/"
 DOWNLOAD_PATH = "/storage/files/"
 PART_PATH = "/storage/parts/"
+# Verify waits this long for the upload's lock: another verify holds it for a rename only; a
+# part being written holds it (shared) for as long as its bytes take, and is not waited for.
+JOIN_WAIT_SECONDS = 1.0
 LOCK_STRIPES = 64
 
 
@@ -647,7 +651,7 @@ def _complete(
     fd = _open_lock(directory / "lock")
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_within(fd, fcntl.LOCK_EX, JOIN_WAIT_SECONDS)
         except BlockingIOError:
             # A part is being written: it is not listed until it is whole.
             missing = missing_parts(_read_parts(directory, upload_id), size, part_size)
@@ -673,6 +677,20 @@ def _complete(
         shutil.rmtree(directory, ignore_errors=True)
     finally:
         os.close(fd)
+
+
+def _flock_within(fd: int, operation: int, seconds: float) -> None:
+    """Take an flock, trying again for up to `seconds` (blocking: a thread's); BlockingIOError
+    if it stayed taken."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _uploads_under(root: Path, started_before: float) -> list[MultipartUpload]:
