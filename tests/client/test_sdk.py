@@ -388,6 +388,9 @@ async def test_a_large_file_goes_in_parts_and_resumes_with_only_the_missing_ones
             multipart_threshold=0, parts_in_flight=1, resume_dir=state,
         )  # fmt: skip
     assert len(list(state.iterdir())) == 1
+    at_crash = list(transport.parts)
+    await asyncio.sleep(0.2)
+    assert transport.parts == at_crash  # nothing goes on sending behind the caller's back
     transport.parts.clear()
     seen: list[tuple[int, int]] = []
 

@@ -961,12 +961,21 @@ class AsyncBuildbay(_Core):
                     )
                 case _PutParts(parts, file, in_flight, tally):
                     slots = asyncio.Semaphore(in_flight)
+                    answers: dict[int, Any] = {}
 
-                    async def one(part: _Part) -> tuple[int, Any]:
+                    async def one(part: _Part) -> None:
                         async with slots:
-                            return part.number, await self._put_part(part, file, tally)
+                            answers[part.number] = await self._put_part(part, file, tally)
 
-                    return dict(await asyncio.gather(*(one(part) for part in parts)))
+                    # A task group: if one part raises, the others are cancelled, not left
+                    # sending in the background.
+                    try:
+                        async with asyncio.TaskGroup() as group:
+                            for part in parts:
+                                group.create_task(one(part))
+                    except BaseExceptionGroup as failed:
+                        raise failed.exceptions[0] from None
+                    return answers
                 case _Fetch(url, target, total, progress):
                     async with self._http.stream("GET", url) as stream:
                         if stream.is_error:
