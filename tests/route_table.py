@@ -170,6 +170,16 @@ class World:
         assert r.status_code == 201, r.text
         return str(r.json()["buildId"])
 
+    async def new_multipart_build(self) -> str:
+        """A pending build uploaded in parts (10 MiB: two parts)."""
+        r = await self.client.post(
+            f"{self.builds}/upload-link",
+            json={"fileName": "big.apk", "fileSize": 10 * 1024 * 1024, "multipart": True},
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["buildId"])
+
     async def new_install_link(self) -> str:
         r = await self.client.post(
             f"{self.builds}/{self.ids['buildId']}/install-link",
@@ -538,6 +548,17 @@ async def _doomed_application(w: World) -> dict[str, str]:
 @target("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}")
 async def _doomed_build(w: World) -> dict[str, str]:
     return {"buildId": await w.new_pending_build()}
+
+
+@body("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts")
+async def _parts(w: World, subject: Account) -> dict[str, Any]:
+    return {"partNumbers": [1, 2]}
+
+
+@target("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts")
+@target("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts")
+async def _multipart_build(w: World) -> dict[str, str]:
+    return {"buildId": await w.new_multipart_build()}
 
 
 @target(

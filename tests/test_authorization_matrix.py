@@ -108,6 +108,8 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): "developer",
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): "tester",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link"): "tester",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): "tester",
@@ -178,6 +180,8 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): BUILDS_WRITE,
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): READ,
     (
         "POST",

@@ -23,6 +23,7 @@ from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.routes import account_router
 from buildbay.auth.routes import router as auth_router
 from buildbay.auth.tokens import AccessTokenCodec
+from buildbay.builds.background import VERIFY_JOB, verify_handler
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.install_page import router as install_page_router
 from buildbay.builds.routes import router as builds_router
@@ -199,6 +200,7 @@ def job_handlers(ctx: AppContext) -> dict[str, Handler]:
         MAIL_JOB: mail_handler(transport_for(ctx.settings)),
         PASSWORD_RESET_JOB: password_reset_handler(ctx),
         DISTRIBUTION_JOB: distribution_mail_handler(ctx),
+        VERIFY_JOB: verify_handler(ctx),
     }
 
 

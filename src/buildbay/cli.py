@@ -324,8 +324,9 @@ def sweep() -> None:
     typer.echo(
         f"swept {swept.expired_uploads} expired pending builds, "
         f"{swept.retention} builds beyond their retention rule, "
-        f"{swept.abandoned_uploads} partial files of interrupted uploads "
-        f"and {swept.orphan_objects} stored files no build owned"
+        f"{swept.abandoned_uploads} partial files of interrupted uploads, "
+        f"{swept.orphan_objects} stored files no build owned "
+        f"and {swept.orphan_uploads} multipart uploads no build owned"
     )
 
 

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GiB = 1024**3
+MiB = 1024**2
 MIN_SECRET_KEY_LENGTH = 32
 SECRET_KEY_FILE = "secret_key"
 
@@ -65,6 +66,12 @@ class Settings(BaseSettings):
     port: int = 8000
 
     upload_link_ttl_seconds: PositiveInt = 3600
+    # A multipart upload (a large build, in parts): how long it may take from its upload link to
+    # verify; each part's address still lives upload_link_ttl_seconds at most.
+    multipart_upload_ttl_seconds: PositiveInt = 24 * 3600
+    # A multipart build larger than this is checked (sha256, metadata) in the background: verify
+    # answers 202 and the build is `processing` until it is `ready` or `failed`.
+    verify_inline_max_bytes: PositiveInt = 512 * MiB
     download_link_ttl_seconds: PositiveInt = 300
     access_token_ttl_seconds: PositiveInt = 24 * 3600
     refresh_token_ttl_days: PositiveInt = 30

@@ -35,6 +35,7 @@ class BuildbayError(Exception):
         headers: Mapping[str, str] | None = None,
         errors: Sequence[FieldError] | None = None,
         keeps_writes: bool = False,
+        extensions: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         # The request fails, but what its unit of work wrote before stands (e.g. revoking a
@@ -45,6 +46,8 @@ class BuildbayError(Exception):
             self.code = code
         self.headers = dict(headers or {})
         self.errors = list(errors) if errors is not None else None
+        # Members of the problem+json beside the standard ones (e.g. `missingParts`).
+        self.extensions = dict(extensions or {})
 
 
 class BadRequest(BuildbayError):

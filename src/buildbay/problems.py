@@ -48,6 +48,11 @@ class Problem(BaseModel):
     code: str = Field(examples=["validation_error"])
     request_id: str | None = Field(default=None, alias="requestId")
     errors: list[FieldProblem] | None = None
+    missing_parts: list[int] | None = Field(
+        default=None,
+        alias="missingParts",
+        description="`upload_incomplete` of a multipart upload: the part numbers not yet received",
+    )
 
 
 def request_id_of(request: Request) -> str | None:
@@ -63,8 +68,10 @@ def problem_response(
     title: str | None = None,
     headers: Mapping[str, str] | None = None,
     errors: Sequence[FieldError] | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
     body = problem_body(status, code, detail, request_id_of(request), title=title, errors=errors)
+    body.update(extensions or {})
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_CONTENT_TYPE)
 
 
@@ -148,6 +155,7 @@ def install_error_handlers(app: FastAPI, security_headers: SecurityHeaders) -> N
             title=exc.title,
             headers=exc.headers,
             errors=exc.errors,
+            extensions=exc.extensions,
         )
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -91,6 +91,10 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # Tester groups: a group id (in `distribute` or `autoDistributeGroups`) that is not
         # one of the project's.
         "group_not_found",
+        # Uploads in parts: `multipart` against `fileSize` (from 5 MiB; above 5 GiB required),
+        # a rule between two fields that the field descriptions state.
+        "multipart_too_small",
+        "multipart_required",
     },
 }
 

@@ -17,6 +17,7 @@ BUILD_FIELDS = {
     "channels",
     "mandatory",
     "downloadsCount",
+    "failureCode",
     "buildId",
     "projectId",
     "applicationId",

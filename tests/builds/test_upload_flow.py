@@ -191,7 +191,15 @@ async def test_upload_link_answers_the_upload_instructions(
 
     assert r.status_code == 201, r.text
     body = r.json()
-    assert set(body) == {"uploadUrl", "buildId", "expiresAt", "uploadMethod", "uploadHeaders"}
+    assert set(body) == {
+        "uploadUrl",
+        "buildId",
+        "expiresAt",
+        "uploadMethod",
+        "uploadHeaders",
+        "multipart",
+    }
+    assert body["multipart"] is None  # one PUT
     assert body["uploadUrl"].startswith(f"http://testserver{UPLOAD_PATH}")
     assert body["buildId"].startswith("bld_")
     assert body["expiresAt"] == iso_z(clock.now() + timedelta(hours=1))

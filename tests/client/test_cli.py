@@ -382,8 +382,9 @@ def test_each_failure_class_has_its_exit_code(cli: Cli, tmp_path: Path) -> None:
 def test_an_upload_survives_the_server_being_killed_and_restarted(
     server_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """400 MiB through the CLI; the server gets SIGKILL once part of it has arrived, and comes
-    back on the same port and data: the CLI's retry finishes the upload, and exits 0."""
+    """400 MiB through the CLI (in parts); the server gets SIGKILL once part of it has arrived,
+    and comes back on the same port and data: the CLI's retry finishes the upload, and exits
+    0."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "buildbay", "serve", "--port", str(port)]
@@ -398,7 +399,7 @@ def test_an_upload_survives_the_server_being_killed_and_restarted(
             file.write(i.to_bytes(4, "big") + block[4:])
     with big.open("rb") as file:
         digest = hashlib.file_digest(file, "sha256").hexdigest()
-    incoming = Path(server_env["BUILDBAY_DATA_DIR"]).glob("**/incoming/upload-*")
+    data = Path(server_env["BUILDBAY_DATA_DIR"])
 
     with serve("server-1.log") as first:
         cli = Cli(base, tmp_path / "config", "ci@example.com")
@@ -418,13 +419,12 @@ def test_an_upload_survives_the_server_being_killed_and_restarted(
             stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
-        # The server dies once 40 MiB of the body are on its disk: in the middle of the PUT.
+        # The server dies once 5 parts (40 MiB) are on its disk: in the middle of the upload.
         deadline = time.monotonic() + 60
-        while not any(f.stat().st_size >= 40 * 1024 * 1024 for f in _existing(incoming)):
+        while len(list(_existing(data.glob("**/multipart/**/parts/[0-9]*")))) < 5:
             assert upload.poll() is None, upload.communicate()
             assert time.monotonic() < deadline, "no upload arrived at the server"
             time.sleep(0.005)
-            incoming = Path(server_env["BUILDBAY_DATA_DIR"]).glob("**/incoming/upload-*")
         first.send_signal(signal.SIGKILL)
         first.wait()
     with serve("server-2.log"):
@@ -435,6 +435,59 @@ def test_an_upload_survives_the_server_being_killed_and_restarted(
     assert build["sha256"] == digest
     assert build["fileSize"] == big.stat().st_size
     assert "Uploading: starting again after a failure" in errors  # the kill was felt
+
+
+def test_a_killed_upload_resumes_and_sends_only_the_missing_parts(
+    server: str, server_env: dict[str, str], tmp_path: Path
+) -> None:
+    """200 MiB (25 parts): the CLI gets SIGKILL once 8 parts have arrived; the same command run
+    again asks what arrived, sends only the rest, and the build verifies with the right sha256.
+    --json and the exit code are as for any upload."""
+    big = tmp_path / "big.bin"
+    block = os.urandom(1024 * 1024)
+    with big.open("wb") as file:
+        for i in range(200):
+            file.write(i.to_bytes(4, "big") + block[4:])
+    with big.open("rb") as file:
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
+    data = Path(server_env["BUILDBAY_DATA_DIR"])
+    cli = Cli(server, tmp_path / "config", _email("resume"))
+    r = httpx.post(f"{server}/api/auth/register", json={"email": cli.email, "password": PASSWORD})
+    assert r.status_code == 201, r.text
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Desktop", "-p", "Acme")
+    argv = [sys.executable, "-m", "buildbay_client", "upload", str(big), "-p", "Acme", "-a",
+            "Desktop", "--json", "--parts-in-flight", "2"]  # fmt: skip
+
+    with subprocess.Popen(argv, env=cli.process_env(), stderr=subprocess.PIPE, text=True) as first:
+        deadline = time.monotonic() + 60
+        while len(list(_existing(data.glob("**/multipart/**/parts/[0-9]*")))) < 8:
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "no part arrived at the server"
+            time.sleep(0.005)
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+    kept = list((tmp_path / "config" / "uploads").glob("*.json"))
+    assert len(kept) == 1  # the upload's state, for the next run
+    build_id = json.loads(kept[0].read_text())["build_id"]
+    arrived = len(list(_existing(data.glob("**/multipart/**/parts/[0-9]*"))))
+
+    second = subprocess.run(
+        argv, env=cli.process_env(), capture_output=True, text=True, check=False
+    )
+
+    assert second.returncode == 0, second.stderr
+    build = json.loads(second.stdout)
+    assert build["status"] == "ready"
+    assert build["sha256"] == digest
+    assert build["fileSize"] == big.stat().st_size
+    assert build["buildId"] == build_id  # the same upload, resumed
+    # Its first progress line starts from what had arrived: at least the 8 parts seen.
+    first_line = next(line for line in second.stderr.splitlines() if "Uploading:" in line)
+    resumed_mib = float(first_line.split("%")[1].split()[0])
+    assert resumed_mib >= arrived * 8, first_line
+    assert not kept[0].exists()  # done: nothing left to resume
 
 
 def _existing(paths: Iterator[Path]) -> Iterator[Path]:

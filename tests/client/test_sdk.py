@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +31,8 @@ from buildbay_client import (
 )
 from buildbay_client.models import Build
 from tests.builds.android_files import APK
-from tests.conftest import BASE_URL, Account
+from tests.conftest import BASE_URL, Account, S3Server
+from tests.processes import free_port, running
 
 FAST = RetryPolicy(attempts=4, base_delay=0.0, max_delay=0.0)
 
@@ -331,3 +334,197 @@ async def test_a_model_writes_back_the_json_the_server_sent(
     assert build.to_json() == raw
     assert Build.from_json({**raw, "addedLater": 1}).to_json() == raw
     await sdk.aclose()
+
+
+# -- uploads in parts -------------------------------------------------------------------------
+
+MiB = 1024 * 1024
+
+
+class CountingTransport(httpx.ASGITransport):
+    """The app, noting the number of every part PUT to its storage address."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app=app)
+        self.parts: list[int] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/storage/parts/"):
+            self.parts.append(int(request.url.params["part"]))
+        return await super().handle_async_request(request)
+
+
+class Crash(Exception):
+    """Stands for the process dying in the middle of an upload."""
+
+
+def big_file(tmp_path: Path, size: int) -> Path:
+    file = tmp_path / "big.bin"
+    block = hashlib.sha256(b"big").digest() * (MiB // 32)
+    with file.open("wb") as out:
+        for i in range(size // MiB):
+            out.write(i.to_bytes(4, "big") + block[4:])
+        out.write(block[: size % MiB])
+    return file
+
+
+async def test_a_large_file_goes_in_parts_and_resumes_with_only_the_missing_ones(
+    app: FastAPI, owner: Account, tmp_path: Path
+) -> None:
+    transport = CountingTransport(app)
+    sdk = AsyncBuildbay(BASE_URL, owner.access_token, transport=transport, retry=FAST)
+    project = await sdk.create_project("Acme")
+    application = await sdk.create_application(project.id, "Desktop")
+    file = big_file(tmp_path, 20 * MiB + 123)  # parts of 8 MiB: 1, 2 and 3
+    state = tmp_path / "state"
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    with pytest.raises(Crash):
+        await sdk.upload_build(
+            project.id, application.id, file, progress=crash_in_part_2,
+            multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+        )  # fmt: skip
+    assert len(list(state.iterdir())) == 1
+    at_crash = list(transport.parts)
+    await asyncio.sleep(0.2)
+    assert transport.parts == at_crash  # nothing goes on sending behind the caller's back
+    transport.parts.clear()
+    seen: list[tuple[int, int]] = []
+
+    build = await sdk.upload_build(
+        project.id, application.id, file, progress=lambda d, t: seen.append((d, t)),
+        multipart_threshold=0, parts_in_flight=4, resume_dir=state,
+    )  # fmt: skip
+
+    assert sorted(transport.parts) == [2, 3]  # part 1 had arrived
+    assert seen[0] == (8 * MiB, file.stat().st_size)  # the progress starts from it
+    assert seen[-1] == (file.stat().st_size, file.stat().st_size)
+    assert build.status.value == "ready"
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
+    assert list(state.iterdir()) == []  # nothing left to resume
+    builds = await sdk.list_builds(project.id, application.id)
+    assert [b.build_id for b in builds.builds] == [build.build_id]  # one upload, resumed
+    await sdk.aclose()
+
+
+async def test_an_upload_kept_past_its_link_starts_again(
+    app: FastAPI, owner: Account, clock: FrozenClock, tmp_path: Path
+) -> None:
+    sdk = AsyncBuildbay(
+        BASE_URL, owner.access_token, refresh_token=owner.refresh_token,
+        transport=httpx.ASGITransport(app=app), retry=FAST,
+    )  # fmt: skip
+    project = await sdk.create_project("Acme")
+    application = await sdk.create_application(project.id, "Desktop")
+    file = big_file(tmp_path, 12 * MiB)
+    state = tmp_path / "state"
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    with pytest.raises(Crash):
+        await sdk.upload_build(
+            project.id, application.id, file, progress=crash_in_part_2,
+            multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+        )  # fmt: skip
+    (kept,) = state.iterdir()
+    cut_off = json.loads(kept.read_text())["build_id"]
+    clock.advance(days=2)  # past the upload's day
+
+    build = await sdk.upload_build(
+        project.id, application.id, file, multipart_threshold=0, resume_dir=state
+    )
+
+    assert build.status.value == "ready"
+    assert build.build_id != cut_off
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
+    await sdk.aclose()
+
+
+def test_the_sync_client_resumes_only_the_same_file(server: str, tmp_path: Path) -> None:
+    """Against a real server process (the blocking client's threads send the parts): an upload
+    cut off, then the file changed under the same name, starts a new upload."""
+    file = big_file(tmp_path, 12 * MiB)
+    state = tmp_path / "state"
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    with Buildbay(server, retry=FAST) as client:
+        client.register("parts@example.com", "a long password", "Parts")
+        project = client.create_project("Acme")
+        application = client.create_application(project.id, "Desktop")
+        with pytest.raises(Crash):
+            client.upload_build(
+                project.id, application.id, file, progress=crash_in_part_2,
+                multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+            )  # fmt: skip
+        (kept,) = state.iterdir()
+        cut_off = json.loads(kept.read_text())["build_id"]
+        file.write_bytes(file.read_bytes()[::-1])  # another file under the same name
+
+        build = client.upload_build(
+            project.id, application.id, file, multipart_threshold=0, resume_dir=state
+        )
+
+    assert build.status.value == "ready"
+    assert build.build_id != cut_off
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def test_a_resumed_upload_in_parts_to_a_bucket_sends_only_the_missing_parts(
+    server_env: dict[str, str], s3_server: S3Server, tmp_path: Path
+) -> None:
+    """A server on S3 storage (moto): the part addresses are the bucket's presigned UploadPart
+    URLs, the bytes go there and never through Buildbay; cut off, the upload resumes, and the
+    bucket's parts list is what the second run trusts."""
+    env = {
+        **server_env,
+        **s3_server.env,
+        "BUILDBAY_STORAGE": "s3",
+        "BUILDBAY_S3_BUCKET": s3_server.new_bucket(),
+        "BUILDBAY_S3_ENDPOINT_URL": s3_server.endpoint_url,
+    }
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    file = big_file(tmp_path, 20 * MiB + 5)
+    state = tmp_path / "state"
+    sent: list[str] = []
+
+    def crash_in_part_2(done: int, total: int) -> None:
+        if done > 9 * MiB:
+            raise Crash
+
+    class Noting(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if "partNumber" in request.url.params:
+                assert str(request.url).startswith(s3_server.endpoint_url)  # the bucket, not us
+                sent.append(request.url.params["partNumber"])
+            return super().handle_request(request)
+
+    argv = [sys.executable, "-m", "buildbay", "serve", "--port", str(port)]
+    with (
+        running(argv, env=env, log_path=tmp_path / "server.log", ready_url=f"{base}/readyz"),
+        Buildbay(base, retry=FAST, transport=Noting()) as client,
+    ):
+        client.register("bucket@example.com", "a long password", "Bucket")
+        project = client.create_project("Acme")
+        application = client.create_application(project.id, "Desktop")
+        with pytest.raises(Crash):
+            client.upload_build(
+                project.id, application.id, file, progress=crash_in_part_2,
+                multipart_threshold=0, parts_in_flight=1, resume_dir=state,
+            )  # fmt: skip
+        sent.clear()
+        build = client.upload_build(
+            project.id, application.id, file, multipart_threshold=0, resume_dir=state
+        )
+
+    assert sorted(sent) == ["2", "3"]
+    assert build.status.value == "ready"
+    assert build.sha256 == hashlib.sha256(file.read_bytes()).hexdigest()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.builds.android_files import APK
 
@@ -49,6 +49,40 @@ def create_project_and_app(page: Page) -> str:
     page.get_by_role("button", name="Add application").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Acme Android")
     return page.url
+
+
+def test_a_large_file_goes_in_parts_and_a_broken_part_is_sent_again(
+    server: str, new_page: NewPage, tmp_path: Path
+) -> None:
+    page = new_page(server)
+    sign_up(page, "grace@example.com", "Grace")
+    create_project_and_app(page)
+    # In parts from 5 MiB (the page says 64 MiB), so that a 20 MiB file has three parts.
+    page.locator("#upload-form").evaluate("form => { form.dataset.partsFrom = 5242880; }")
+    big = tmp_path / "desktop.bin"
+    big.write_bytes(bytes(range(256)) * (20 * 4096))
+    sent: list[str] = []
+    broken: list[str] = []
+
+    def break_part_2_once(route: Route) -> None:
+        part = re.search(r"[?&]part=(\d+)", route.request.url)
+        assert part, route.request.url
+        if part.group(1) == "2" and not broken:
+            broken.append(part.group(1))
+            route.abort("connectionreset")
+            return
+        sent.append(part.group(1))
+        route.continue_()
+
+    page.route("**/storage/parts/**", break_part_2_once)
+    page.get_by_label("Build file").set_input_files(str(big))
+    page.get_by_role("button", name="Upload").click()
+
+    row = page.locator("table.builds tbody tr").first
+    expect(row).to_contain_text("ready", timeout=30_000)  # a retry waits before it resends
+    expect(row).to_contain_text("desktop.bin")
+    assert broken == ["2"]
+    assert sorted(sent) == ["1", "2", "3"]  # each part once through, part 2 again
 
 
 def test_a_new_user_uploads_a_build_and_makes_a_token_for_ci(

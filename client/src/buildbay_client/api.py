@@ -13,12 +13,15 @@ client carries those actions out its own way, blocking or awaited. The policy:
   `on_tokens` (the CLI saves it);
 - `upload_build` runs the three steps, streams the file from disk (memory stays flat whatever
   its size), declares its SHA-256, retries the PUT when the connection breaks or the server is
-  restarting, and answers the ready build.
+  restarting, and answers the ready build. A file above `multipart_threshold` goes in parts,
+  several at once; the upload's state is kept under `resume_dir`, so that uploading the same
+  file again after a kill or a broken network sends only the parts the server lacks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import os
 import random
@@ -35,7 +38,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import httpx
 
-from buildbay_client import __version__, ops
+from buildbay_client import __version__, ops, resume
 from buildbay_client.errors import (
     ApiError,
     BuildbayClientError,
@@ -43,7 +46,15 @@ from buildbay_client.errors import (
     UnexpectedAnswer,
     error_for,
 )
-from buildbay_client.models import MAX_NOTES_LENGTH, AnswerError, Build, TokenResponse, UploadLink
+from buildbay_client.models import (
+    MAX_NOTES_LENGTH,
+    AnswerError,
+    Build,
+    BuildStatus,
+    ReceivedParts,
+    TokenResponse,
+    UploadLink,
+)
 from buildbay_client.ops import Op
 
 P = ParamSpec("P")
@@ -51,6 +62,18 @@ T = TypeVar("T")
 
 CHUNK = 1024 * 1024
 Progress = Callable[[int, int], None]  # (bytes sent, total bytes)
+MULTIPART_THRESHOLD = 64 * 1024 * 1024  # above it, a file goes in parts
+PARTS_IN_FLIGHT = 4
+_PARTS_PER_REQUEST = 100  # part addresses the server hands out at a time
+_SMALLEST_IN_PARTS = 5 * 1024 * 1024  # the server takes parts from 5 MiB
+_POLL_SECONDS = 2.0  # between two looks at a build being checked in the background
+
+
+def default_resume_dir() -> Path:
+    """Where upload state is kept unless told: `uploads/` in the CLI's config directory."""
+    from buildbay_client.config import config_dir
+
+    return config_dir() / "uploads"
 
 
 @dataclass
@@ -102,6 +125,44 @@ class _Put:
 
 
 @dataclass(frozen=True)
+class _Part:
+    number: int
+    url: str
+    headers: dict[str, str]
+    offset: int
+    size: int
+
+
+class _Tally:
+    """Bytes sent by parts in flight at once, reported as one progress (thread-safe)."""
+
+    def __init__(self, total: int, done: int, progress: Progress | None) -> None:
+        self.total, self.done, self._progress = total, done, progress
+        self._lock = threading.Lock()
+        self.report()
+
+    def add(self, count: int) -> None:
+        with self._lock:
+            self.done += count
+            self.report()
+
+    def report(self) -> None:
+        if self._progress is not None:
+            self._progress(self.done, self.total)
+
+
+@dataclass(frozen=True)
+class _PutParts:
+    """PUT these parts of `file`, `in_flight` at a time; back comes each part's response or
+    transport error, by part number."""
+
+    parts: list[_Part]
+    file: Path
+    in_flight: int
+    tally: _Tally
+
+
+@dataclass(frozen=True)
 class _Fetch:
     """A GET of a signed address into `target`; None, or the transport error (an error answer
     raises)."""
@@ -114,11 +175,12 @@ class _Fetch:
 
 @dataclass(frozen=True)
 class _Sleep:
-    """Wait before trying again: `why` (a sentence), before try number `attempt` + 1."""
+    """Wait: before trying again, `why` (a sentence) before try number `attempt` + 1; or,
+    without a why, for the server (a build checked in the background)."""
 
     seconds: float
-    why: str
-    attempt: int
+    why: str = ""
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +198,7 @@ class _Local:
     args: tuple[Any, ...]
 
 
-_Action = _Send | _Put | _Fetch | _Sleep | _Refresh | _Local
+_Action = _Send | _Put | _PutParts | _Fetch | _Sleep | _Refresh | _Local
 Flow = Generator[_Action, Any, T]
 
 
@@ -299,18 +361,25 @@ class _Core:
         notes: str | None,
         install_link_hours: int | None,
         progress: Progress | None,
-        channels: Sequence[str] | None = None,
-        mandatory: bool = False,
-        distribute: dict[str, Any] | None = None,
+        release: _Release,
+        parts: _PartsOptions | None = None,
     ) -> Flow[Build]:
         _check_notes(notes)
         file = Path(path)
         size = yield _Local(_size_of, (file,))
+        if parts is not None and size > max(parts.threshold, _SMALLEST_IN_PARTS):
+            return (
+                yield from self._parts_flow(
+                    project_id, app_id, file, notes, install_link_hours, progress, parts, release
+                )
+            )
         sha256 = yield _Local(file_sha256, (file,))
         new_link = ops.upload_link(project_id, app_id, file.name, size, sha256)
         link = yield from self._run_flow(new_link)
         attempt = 0
         while True:
+            if link.upload_url is None:
+                raise UnexpectedAnswer("the upload link has no uploadUrl")
             answer = yield _Put(
                 link.upload_url, self._upload_headers(link, size), file, size, progress
             )
@@ -327,17 +396,146 @@ class _Core:
                 wait = self._answered(answer, float(outcome), attempt)
             yield wait
             attempt += 1
-        verify = ops.verify(
-            project_id,
-            app_id,
-            link.build_id,
-            notes,
-            install_link_hours,
-            channels,
-            mandatory,
-            distribute,
-        )
+        verify = release.verify(project_id, app_id, link.build_id, notes, install_link_hours)
         return (yield from self._run_flow(verify))
+
+    def _parts_flow(
+        self,
+        project_id: str,
+        app_id: str,
+        file: Path,
+        notes: str | None,
+        install_link_hours: int | None,
+        progress: Progress | None,
+        options: _PartsOptions,
+        release: _Release,
+    ) -> Flow[Build]:
+        """An upload in parts: resumed from its kept state if there is one, else a new link;
+        then only the parts the server lacks, `in_flight` at a time; then verify (and, for a
+        build checked in the background, wait until it is ready)."""
+        size, mtime_ns = yield _Local(resume.file_identity, (file,))
+        kept_at = None
+        if options.resume_dir is not None:
+            kept_at = resume.state_file(options.resume_dir, self.base_url, project_id, app_id, file)
+        state = (yield _Local(resume.load, (kept_at,))) if kept_at is not None else None
+        if state is not None and (state.size, state.mtime_ns) != (size, mtime_ns):
+            state = None  # the file changed: its parts are other bytes
+        received = None
+        resumed = state is not None
+        if state is not None:
+            received = yield from self._received_flow(project_id, app_id, state.build_id)
+        if state is None or received is None:
+            sha256 = yield _Local(file_sha256, (file,))
+            link = yield from self._run_flow(
+                ops.upload_link(project_id, app_id, file.name, size, sha256, multipart=True)
+            )
+            state = resume.UploadState(
+                self.base_url, project_id, app_id, str(file), size, mtime_ns, sha256, link.build_id
+            )
+            if kept_at is not None:
+                yield _Local(resume.save, (kept_at, state))
+            received = yield from self._received_flow(project_id, app_id, link.build_id)
+            if received is None:
+                raise UnexpectedAnswer("the new upload in parts has no parts list")
+        part_size, count = received.part_size, received.parts_count
+        done = {
+            p.part_number: p.size
+            for p in received.parts
+            if p.size == _part_bounds(p.part_number, part_size, size)[1]
+        }
+        tally = _Tally(size, sum(done.values()), progress)
+        missing = [n for n in range(1, count + 1) if n not in done]
+        attempt = 0
+        while missing:
+            batch = missing[:_PARTS_PER_REQUEST]
+            targets_op = ops.part_targets(project_id, app_id, state.build_id, batch)
+            response = yield from self._send_flow(targets_op)
+            if resumed and _problem(response).get("code") == "upload_expired":
+                # The kept upload outlived its link: start the file again, once.
+                if kept_at is not None:
+                    yield _Local(resume.forget, (kept_at,))
+                return (
+                    yield from self._parts_flow(
+                        project_id, app_id, file, notes, install_link_hours, progress, options,
+                        release,
+                    )
+                )  # fmt: skip
+            targets = self._result(targets_op, response)
+            answers = yield _PutParts(
+                [
+                    _Part(
+                        t.part_number,
+                        t.url,
+                        t.headers,
+                        *_part_bounds(t.part_number, part_size, size),
+                    )
+                    for t in targets.parts
+                ],
+                file,
+                options.in_flight,
+                tally,
+            )
+            arrived = [n for n, answer in answers.items() if self._part_arrived(answer)]
+            missing = [n for n in missing if n not in arrived]
+            if arrived:
+                attempt = 0
+            elif missing:
+                # Nothing went through this round: wait, then ask for fresh addresses.
+                delay = self._delay(attempt, None, None)
+                why = f"{len(missing)} parts could not be sent to {self.base_url}"
+                if delay < 0:
+                    raise NetworkError(f"{why}; run the same upload again to resume it")
+                yield _Sleep(delay, why, attempt + 1)
+                attempt += 1
+        verify = release.verify(project_id, app_id, state.build_id, notes, install_link_hours)
+        build = yield from self._run_flow(verify)
+        while build.status is BuildStatus.PROCESSING:
+            yield _Sleep(_POLL_SECONDS)
+            build = yield from self._run_flow(ops.get_build(project_id, app_id, state.build_id))
+        if kept_at is not None:
+            yield _Local(resume.forget, (kept_at,))
+        if build.status is BuildStatus.FAILED:
+            raise error_for(
+                422,
+                {
+                    "status": 422,
+                    "code": build.failure_code or "upload_refused",
+                    "detail": build.metadata_error or "the server refused the uploaded file",
+                },
+            )
+        if install_link_hours is not None and build.install_url is None:
+            # Checked in the background, the build was not ready when verify could make a link.
+            link_op = ops.create_install_link(
+                project_id, app_id, build.build_id, install_link_hours
+            )
+            yield from self._run_flow(link_op)
+            build = yield from self._run_flow(ops.get_build(project_id, app_id, build.build_id))
+        return build
+
+    def _received_flow(
+        self, project_id: str, app_id: str, build_id: str
+    ) -> Flow[ReceivedParts | None]:
+        """The parts of `build_id` that arrived, or None if its upload can no longer resume
+        (deleted, expired, already verified)."""
+        op = ops.received_parts(project_id, app_id, build_id)
+        response = yield from self._send_flow(op)
+        if response.status_code in (404, 409):
+            return None
+        return self._result(op, response)
+
+    def _part_arrived(self, answer: httpx.Response | httpx.TransportError) -> bool:
+        """Whether a part's PUT went through; False for what a later round may fix (a broken
+        connection, an expired address, a busy server), an error for the rest."""
+        if isinstance(answer, httpx.TransportError):
+            if not isinstance(answer, _PASSING):
+                raise NetworkError(f"cannot send a part to {self.base_url}: {answer}") from answer
+            return False
+        if answer.is_success:
+            return True
+        problem = _problem(answer)
+        if problem.get("code") == "url_expired" or answer.status_code in (429, 502, 503, 504):
+            return False
+        raise error_for(answer.status_code, problem)
 
     def _download_flow(
         self,
@@ -367,6 +565,62 @@ class _Core:
         finally:
             partial.unlink(missing_ok=True)
         return target
+
+
+@dataclass(frozen=True)
+class _PartsOptions:
+    threshold: int
+    in_flight: int
+    resume_dir: Path | None
+
+
+def _parts_options(
+    threshold: int | None, in_flight: int, resume_dir: Path | object | None
+) -> _PartsOptions | None:
+    """None: never in parts. `resume_dir` left as DEFAULT: the config directory's."""
+    if threshold is None:
+        return None
+    if in_flight < 1:
+        raise ValueError("parts_in_flight must be at least 1")
+    directory = default_resume_dir() if resume_dir is DEFAULT else resume_dir
+    return _PartsOptions(threshold, in_flight, cast("Path | None", directory))
+
+
+DEFAULT: Any = object()  # `resume_dir`'s default: the config directory's `uploads/`
+
+
+def _part_bounds(number: int, part_size: int, size: int) -> tuple[int, int]:
+    offset = (number - 1) * part_size
+    return offset, max(0, min(part_size, size - offset))
+
+
+class _Counted:
+    """One part's share of a _Tally, taken back if the part does not arrive."""
+
+    def __init__(self, tally: _Tally) -> None:
+        self.tally, self.sent = tally, 0
+
+    def add(self, count: int) -> None:
+        self.sent += count
+        self.tally.add(count)
+
+    def take_back(self) -> None:
+        self.tally.add(-self.sent)
+        self.sent = 0
+
+
+def _read_part(file: Path, part: _Part, tally: _Counted) -> Generator[bytes, None, None]:
+    """One part of the file, in blocks, counted as they go."""
+    with file.open("rb") as source:
+        source.seek(part.offset)
+        left = part.size
+        while left:
+            chunk = source.read(min(CHUNK, left))
+            if not chunk:
+                raise _changed(file)
+            left -= len(chunk)
+            yield chunk
+            tally.add(len(chunk))
 
 
 # Failures that may pass: the server restarting, a dropped connection, a timeout. Others (a
@@ -430,6 +684,29 @@ def _unresolvable(exc: httpx.TransportError) -> bool:
 
 # The resolver's own trouble ("try again"), unlike an unknown name, is worth retrying.
 _RESOLVER_BUSY = frozenset({socket.EAI_AGAIN})
+
+
+@dataclass(frozen=True)
+class _Release:
+    """What verify is told besides the build: its release channels (None: `default`), whether
+    it is a mandatory update, and whom to distribute it to."""
+
+    channels: Sequence[str] | None = None
+    mandatory: bool = False
+    distribute: dict[str, Any] | None = None
+
+    def verify(
+        self,
+        project_id: str,
+        app_id: str,
+        build_id: str,
+        notes: str | None,
+        install_link_hours: int | None,
+    ) -> Op[Build]:
+        return ops.verify(
+            project_id, app_id, build_id, notes, install_link_hours, self.channels,
+            self.mandatory, self.distribute,
+        )  # fmt: skip
 
 
 def _distribution(groups: Sequence[str], emails: Sequence[str]) -> dict[str, Any] | None:
@@ -526,6 +803,17 @@ class Buildbay(_Core):
                     return self._http.put(
                         url, content=_read_chunks(file, size, progress), headers=headers
                     )
+                case _PutParts(parts, file, in_flight, tally):
+                    pool = concurrent.futures.ThreadPoolExecutor(in_flight)
+                    try:
+                        sent = {
+                            pool.submit(self._put_part, part, file, tally): part.number
+                            for part in parts
+                        }
+                        return {sent[f]: f.result() for f in concurrent.futures.as_completed(sent)}
+                    finally:
+                        # Interrupted (Ctrl-C, an error): the parts not begun are not sent.
+                        pool.shutdown(wait=True, cancel_futures=True)
                 case _Fetch(url, target, total, progress):
                     with self._http.stream("GET", url) as stream:
                         if stream.is_error:
@@ -538,7 +826,7 @@ class Buildbay(_Core):
                                     progress(out.tell(), total)
                     return None
                 case _Sleep(seconds, why, attempt):
-                    if self.retry.on_retry is not None:
+                    if why and self.retry.on_retry is not None:
                         self.retry.on_retry(why, seconds, attempt)
                     time.sleep(seconds)
                 case _Refresh(sent_with):
@@ -550,6 +838,23 @@ class Buildbay(_Core):
         except httpx.TransportError as exc:
             return exc
         return None
+
+    def _put_part(
+        self, part: _Part, file: Path, tally: _Tally
+    ) -> httpx.Response | httpx.TransportError:
+        counted = _Counted(tally)
+        try:
+            response = self._http.put(
+                part.url,
+                content=_read_part(file, part, counted),
+                headers={**part.headers, "Content-Length": str(part.size)},
+            )
+        except httpx.TransportError as exc:
+            counted.take_back()
+            return exc
+        if not response.is_success:
+            counted.take_back()
+        return response
 
     def login(self, email: str, password: str) -> TokenResponse:
         tokens = self.run(ops.login(email, password))
@@ -605,6 +910,9 @@ class Buildbay(_Core):
         mandatory: bool = False,
         distribute_to: Sequence[str] = (),
         distribute_emails: Sequence[str] = (),
+        multipart_threshold: int | None = MULTIPART_THRESHOLD,
+        parts_in_flight: int = PARTS_IN_FLIGHT,
+        resume_dir: Path | None = DEFAULT,
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
         `channels`: the release channels to publish it to (None: `default`); `mandatory`:
@@ -615,19 +923,17 @@ class Buildbay(_Core):
         The SHA-256 is computed in a first pass and declared at step 1, so the storage checks
         the bytes as they arrive (S3 verifies the signed checksum) and verify needs no second
         read of the stored object.
+
+        A file larger than `multipart_threshold` bytes (None: never) goes in parts,
+        `parts_in_flight` at a time. Its state is kept under `resume_dir` (by default the
+        config directory's `uploads/`; None: not kept): uploading the same unchanged file to
+        the same application again resumes it, sending only the parts the server lacks.
         """
-        distribute = _distribution(distribute_to, distribute_emails)
+        release = _Release(channels, mandatory, _distribution(distribute_to, distribute_emails))
+        parts = _parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return self._drive(
             self._upload_flow(
-                project_id,
-                app_id,
-                path,
-                notes,
-                install_link_hours,
-                progress,
-                channels,
-                mandatory,
-                distribute,
+                project_id, app_id, path, notes, install_link_hours, progress, release, parts
             )
         )
 
@@ -744,6 +1050,23 @@ class AsyncBuildbay(_Core):
                     return await self._http.put(
                         url, content=_aread_chunks(file, size, progress), headers=headers
                     )
+                case _PutParts(parts, file, in_flight, tally):
+                    slots = asyncio.Semaphore(in_flight)
+                    answers: dict[int, Any] = {}
+
+                    async def one(part: _Part) -> None:
+                        async with slots:
+                            answers[part.number] = await self._put_part(part, file, tally)
+
+                    # A task group: if one part raises, the others are cancelled, not left
+                    # sending in the background.
+                    try:
+                        async with asyncio.TaskGroup() as group:
+                            for part in parts:
+                                group.create_task(one(part))
+                    except BaseExceptionGroup as failed:
+                        raise failed.exceptions[0] from None
+                    return answers
                 case _Fetch(url, target, total, progress):
                     async with self._http.stream("GET", url) as stream:
                         if stream.is_error:
@@ -756,7 +1079,7 @@ class AsyncBuildbay(_Core):
                                     progress(out.tell(), total)
                     return None
                 case _Sleep(seconds, why, attempt):
-                    if self.retry.on_retry is not None:
+                    if why and self.retry.on_retry is not None:
                         self.retry.on_retry(why, seconds, attempt)
                     await asyncio.sleep(seconds)
                 case _Refresh(sent_with):
@@ -769,6 +1092,32 @@ class AsyncBuildbay(_Core):
         except httpx.TransportError as exc:
             return exc
         return None
+
+    async def _put_part(
+        self, part: _Part, file: Path, tally: _Tally
+    ) -> httpx.Response | httpx.TransportError:
+        counted = _Counted(tally)
+        blocks = _read_part(file, part, counted)
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                while (chunk := await asyncio.to_thread(next, blocks, None)) is not None:
+                    yield chunk
+            finally:
+                blocks.close()
+
+        try:
+            response = await self._http.put(
+                part.url,
+                content=body(),
+                headers={**part.headers, "Content-Length": str(part.size)},
+            )
+        except httpx.TransportError as exc:
+            counted.take_back()
+            return exc
+        if not response.is_success:
+            counted.take_back()
+        return response
 
     async def login(self, email: str, password: str) -> TokenResponse:
         tokens = await self.run(ops.login(email, password))
@@ -823,20 +1172,16 @@ class AsyncBuildbay(_Core):
         mandatory: bool = False,
         distribute_to: Sequence[str] = (),
         distribute_emails: Sequence[str] = (),
+        multipart_threshold: int | None = MULTIPART_THRESHOLD,
+        parts_in_flight: int = PARTS_IN_FLIGHT,
+        resume_dir: Path | None = DEFAULT,
     ) -> Build:
         """As `Buildbay.upload_build`."""
-        distribute = _distribution(distribute_to, distribute_emails)
+        release = _Release(channels, mandatory, _distribution(distribute_to, distribute_emails))
+        parts = _parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return await self._drive(
             self._upload_flow(
-                project_id,
-                app_id,
-                path,
-                notes,
-                install_link_hours,
-                progress,
-                channels,
-                mandatory,
-                distribute,
+                project_id, app_id, path, notes, install_link_hours, progress, release, parts
             )
         )
 

@@ -838,17 +838,19 @@ def _progress(verb: str) -> Iterator[Callable[[int, int], None]]:
 
             yield show
         return
-    state = {"next": 0, "last": 0, "started": time.monotonic()}
+    state = {"next": 0, "last": 0, "started": time.monotonic(), "base": -1}
 
     def log(done: int, total: int) -> None:
-        if done < state["last"]:  # a retry sends the file again from its start
-            state.update(next=0, started=time.monotonic())
+        if state["base"] < 0:  # a resumed upload starts with what had arrived before
+            state["base"] = done
+        if done < state["last"]:  # a retry sends the file (or a part) again
+            state.update(next=0, started=time.monotonic(), base=done)
             err.print(f"{verb}: starting again after a failure")
         state["last"] = done
         if total and (done >= state["next"] or done == total):
             percent = done * 100 // total
             elapsed = max(time.monotonic() - state["started"], 1e-6)
-            rate = done / elapsed / 1024 / 1024
+            rate = (done - state["base"]) / elapsed / 1024 / 1024
             err.print(f"{verb}: {percent:3d}% {_size(done)} of {_size(total)} ({rate:.1f} MiB/s)")
             state["next"] = min(total, done + max(total // 10, 1))
 
@@ -892,10 +894,22 @@ def upload(
         list[str] | None,
         typer.Option("--distribute-email", help="Distribute it to this e-mail; repeatable"),
     ] = None,
+    parts_in_flight: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=32,
+            help="Parts sent at once, for a file above 64 MiB (sent in parts; running the "
+            "same upload again resumes it)",
+        ),
+    ] = 4,  # as the SDK's PARTS_IN_FLIGHT (api.py is imported only when a command runs)
     as_json: JsonOption = False,
 ) -> None:
     """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
-    mailed (once each) when it is distributed to them."""
+    mailed (once each) when it is distributed to them.
+
+    A file above 64 MiB goes in parts, several at once; if the upload is cut off (a kill, a
+    broken network), running the same command again sends only the parts still missing."""
     if notes is not None and notes_file is not None:
         _fail("give --notes or --notes-file, not both", 2)
     with connect(ctx) as client:
@@ -908,6 +922,7 @@ def upload(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
                 progress=progress, channels=channel or None, mandatory=mandatory,
                 distribute_to=groups, distribute_emails=distribute_email or [],
+                parts_in_flight=parts_in_flight,
             )  # fmt: skip
     if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
         _fail(f"build {build.build_id} is {build.status.value}, not ready", 1)

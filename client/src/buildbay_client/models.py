@@ -66,6 +66,8 @@ class Platform(StrEnum):
 class BuildStatus(StrEnum):
     PENDING = "pending"
     READY = "ready"
+    PROCESSING = "processing"  # a large build in parts, checked after verify answered 202
+    FAILED = "failed"  # that check refused it: see `failure_code`
 
 
 # -- accounts -----------------------------------------------------------------------------------
@@ -243,12 +245,46 @@ class GroupList(Model):
 
 
 @dataclass(frozen=True)
+class MultipartPlan(Model):
+    part_size: int  # every part but the last; part n starts at (n - 1) * part_size
+    parts_count: int
+
+
+@dataclass(frozen=True)
 class UploadLink(Model):
-    upload_url: str
+    upload_url: str | None  # None for an upload in parts
     build_id: str
     expires_at: datetime
     upload_headers: dict[str, str]  # to send with the PUT
     upload_method: str = "PUT"
+    multipart: MultipartPlan | None = None
+
+
+@dataclass(frozen=True)
+class PartTarget(Model):
+    part_number: int
+    url: str
+    headers: dict[str, str]
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class PartTargets(Model):
+    parts: list[PartTarget]
+
+
+@dataclass(frozen=True)
+class ReceivedPart(Model):
+    part_number: int
+    size: int
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class ReceivedParts(Model):
+    parts: list[ReceivedPart]
+    part_size: int
+    parts_count: int
 
 
 @dataclass(frozen=True)
@@ -273,6 +309,7 @@ class Build(Model):
     channels: list[str] = dataclasses.field(default_factory=list)  # release channels
     mandatory: bool = False  # update checks that find it say the update is mandatory
     downloads_count: int = 0  # through install links and the API
+    failure_code: str | None = None  # why a `failed` build was refused (metadata_error says it)
 
 
 @dataclass(frozen=True)

@@ -245,11 +245,31 @@ def delete_build(project_id: str, app_id: str, build_id: str) -> Op[None]:
 
 
 def upload_link(
-    project_id: str, app_id: str, file_name: str, file_size: int, sha256: str | None = None
+    project_id: str,
+    app_id: str,
+    file_name: str,
+    file_size: int,
+    sha256: str | None = None,
+    multipart: bool = False,
 ) -> Op[models.UploadLink]:
     body = _fields(fileName=file_name, fileSize=file_size, sha256=sha256)
+    if multipart:
+        body["multipart"] = True
     path = f"{_builds(project_id, app_id)}/upload-link"
     return Op("POST", path, models.UploadLink, body, idempotent=False)
+
+
+def part_targets(
+    project_id: str, app_id: str, build_id: str, part_numbers: list[int]
+) -> Op[models.PartTargets]:
+    """Signed PUT addresses for up to 100 parts of an upload in parts (safe to repeat)."""
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}/parts"
+    return Op("POST", path, models.PartTargets, {"partNumbers": part_numbers})
+
+
+def received_parts(project_id: str, app_id: str, build_id: str) -> Op[models.ReceivedParts]:
+    """The parts of an upload in parts that have fully arrived."""
+    return Op("GET", f"{_builds(project_id, app_id)}/{_q(build_id)}/parts", models.ReceivedParts)
 
 
 def verify(

@@ -24,6 +24,10 @@ from buildbay.db.base import Base, EnumString
 class BuildStatus(StrEnum):
     PENDING = "pending"  # upload link issued, not verified
     READY = "ready"  # bytes stored, checked and verified
+    # A multipart upload assembled at verify, whose bytes are being checked in the background
+    # (a file too large to hash within a request); becomes `ready` or `failed` by itself.
+    PROCESSING = "processing"
+    FAILED = "failed"  # the background check refused the bytes (`failure_code`, `metadata_error`)
 
 
 class Build(Base):
@@ -63,6 +67,12 @@ class Build(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     verified_at: Mapped[datetime | None]
+    # A multipart upload (storage's `start_multipart`): the size of each part but the last, and
+    # the storage's id of the upload. Both null for a build uploaded in one PUT.
+    part_size: Mapped[int | None] = mapped_column(BigInteger)
+    upload_id: Mapped[str | None] = mapped_column(String(1024))
+    # Why a build `failed` (the background check's problem code, e.g. `checksum_mismatch`).
+    failure_code: Mapped[str | None] = mapped_column(String(40))
 
 
 class BuildIcon(Base):

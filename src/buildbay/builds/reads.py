@@ -16,7 +16,7 @@ from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import Viewer, distributed_to, require_distributed
 from buildbay.errors import Conflict, NotFound
 from buildbay.ids import split_page
-from buildbay.storage.base import Storage
+from buildbay.storage.base import PartInfo, Storage, UploadGone, part_bounds, parts_count
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext
@@ -43,6 +43,13 @@ class BuildRecord:
     created_at: datetime
     expires_at: datetime
     verified_at: datetime | None
+    part_size: int | None
+    upload_id: str | None
+    failure_code: str | None
+
+    @property
+    def multipart(self) -> bool:
+        return self.part_size is not None
 
 
 BUILD = RecordOf(BuildRecord, Build)
@@ -108,6 +115,12 @@ _VERSION_KEY = func.coalesce(Build.version_code, -1)
 _VERSION_KEY_OF = select(_VERSION_KEY).where(
     Build.id == bindparam("build_id"), Build.application_id == bindparam("application_id")
 )
+
+
+def already_verified() -> Conflict:
+    return Conflict(
+        "This build is already verified; its bytes cannot change", code="build_already_verified"
+    )
 
 
 def not_in_application() -> NotFound:
@@ -213,12 +226,44 @@ class BuildReads:
         if row is None:
             raise NotFound("This build no longer exists", code="build_not_found")
         build = BUILD.of(row)
-        if build.status is BuildStatus.READY:
+        if build.status is not BuildStatus.PENDING:
+            raise already_verified()
+        return build
+
+    def uploading_in_parts(self, build: BuildRecord) -> BuildRecord:
+        """`build`, if its upload is a multipart one still taking parts."""
+        if build.status is not BuildStatus.PENDING:
+            raise already_verified()
+        if not build.multipart:
             raise Conflict(
-                "This build is already verified; its bytes cannot change",
-                code="build_already_verified",
+                "This build is uploaded in one PUT to its uploadUrl, not in parts",
+                code="not_multipart",
             )
         return build
+
+    async def received_parts(
+        self, application_id: str, build_id: str
+    ) -> tuple[BuildRecord, list[PartInfo]]:
+        """A multipart build's parts that have fully arrived (a client that stopped sends the
+        rest)."""
+        build = self.uploading_in_parts(await self.get(application_id, build_id))
+        assert build.upload_id is not None
+        try:
+            parts = await self.storage.list_parts(build.storage_key, build.upload_id)
+        except UploadGone:
+            # Joined by a verify that then refused the file (or whose commit was lost): every
+            # part is in the object.
+            info = await self.storage.stat(build.storage_key)
+            if info is None or info.size != build.file_size or build.part_size is None:
+                raise Conflict(
+                    "This upload was given up; ask for a new upload link", code="upload_expired"
+                ) from None
+            count = parts_count(build.file_size, build.part_size)
+            parts = [
+                PartInfo(n, part_bounds(n, build.part_size, build.file_size)[1], self.now)
+                for n in range(1, count + 1)
+            ]
+        return build, parts
 
     async def icon(self, build: BuildRecord) -> bytes:
         """The PNG icon the build's file carries; 404 if it has none."""

@@ -21,6 +21,7 @@ from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsReader, BuildsTester
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
+from buildbay.storage.base import parts_count
 
 router = APIRouter(
     prefix="/api/app-distribution/{projectId}/{appId}/builds",
@@ -142,6 +143,7 @@ def to_schema(
         channels=channels or [],
         mandatory=build.mandatory,
         downloads_count=downloads_count,
+        failure_code=build.failure_code,
     )
 
 
@@ -222,14 +224,73 @@ async def create_upload_link(
     body: schemas.UploadLinkRequest, access: BuildsDeveloper, service: Service
 ) -> schemas.UploadLink:
     build, target = await service.create_upload_link(
-        access.application, access.caller.user, body.file_name, body.file_size, body.sha256
+        access.application,
+        access.caller.user,
+        body.file_name,
+        body.file_size,
+        body.sha256,
+        body.multipart,
     )
+    plan = None
+    if build.part_size is not None:
+        plan = schemas.MultipartPlan(
+            part_size=build.part_size, parts_count=parts_count(build.file_size, build.part_size)
+        )
     return schemas.UploadLink(
-        upload_url=target.url,
+        upload_url=target.url if target else None,
         build_id=build.id,
         expires_at=build.expires_at,
         upload_method="PUT",
-        upload_headers=target.headers,
+        upload_headers=target.headers if target else {},
+        multipart=plan,
+    )
+
+
+@router.post(
+    "/{buildId}/parts",
+    responses={
+        200: {"description": "A signed PUT address for each part asked for"},
+        **problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
+    },
+    summary="Step 2 of a multipart upload: addresses to PUT parts to (developer+)",
+)
+async def create_part_targets(
+    build_id: BuildId, body: schemas.PartsRequest, access: BuildsDeveloper, service: Service
+) -> schemas.PartTargets:
+    targets = await service.part_targets(access.application, build_id, body.part_numbers)
+    return schemas.PartTargets(
+        parts=[
+            schemas.PartTarget(
+                part_number=t.number,
+                url=t.target.url,
+                headers=t.target.headers,
+                expires_at=t.expires_at,
+            )
+            for t in targets
+        ]
+    )
+
+
+@router.get(
+    "/{buildId}/parts",
+    responses={
+        200: {"description": "The parts that have arrived"},
+        **problem_responses(401, 403, 404, 409, 429),
+    },
+    summary="The parts of a multipart upload that have fully arrived (developer+)",
+)
+async def list_received_parts(
+    build_id: BuildId, access: BuildsDeveloper, builds: Builds
+) -> schemas.ReceivedParts:
+    build, parts = await builds.received_parts(access.application.id, build_id)
+    assert build.part_size is not None
+    return schemas.ReceivedParts(
+        parts=[
+            schemas.ReceivedPart(part_number=p.number, size=p.size, received_at=p.received_at)
+            for p in parts
+        ],
+        part_size=build.part_size,
+        parts_count=parts_count(build.file_size, build.part_size),
     )
 
 
@@ -237,7 +298,12 @@ async def create_upload_link(
     "/verify",
     responses={
         **linked(200, "The ready build", _build_links("$response.body#")),
-        **problem_responses(400, 401, 403, 404, 413, 422, 429),
+        202: {
+            "description": "A large multipart build, joined: its bytes are being checked, and "
+            "it becomes `ready` (or `failed`) by itself; GET it to follow",
+            "model": schemas.Build,
+        },
+        **problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
     },
     summary="Step 3: confirm the upload; the build becomes ready (developer+)",
 )
@@ -247,10 +313,14 @@ async def verify_upload(
     service: Service,
     links: Links,
     ctx: Context,
+    response: Response,
 ) -> schemas.Build:
     build = await service.verify(
         access.application, body.build_id, body.notes, body.channels, body.mandatory
     )
+    if build.status is BuildStatus.PROCESSING:
+        response.status_code = status.HTTP_202_ACCEPTED
+        return (await present([build], links.reads))[0]
     if body.install_link is not None:
         await links.share(build, access.caller.user, body.install_link.expires_in_hours)
     if (wanted := body.distribute) is not None:

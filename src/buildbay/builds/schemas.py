@@ -91,14 +91,30 @@ class UploadLinkRequest(RequestModel):
         ),
     ] = None
 
+    multipart: Annotated[bool, Field(strict=True)] = Field(
+        default=False,
+        description="Upload in parts (resumable, several at once): allowed from 5 MiB, required "
+        "above 5 GiB. The answer then has `multipart` and no `uploadUrl`",
+    )
+
     @field_validator("sha256")
     @classmethod
     def _lower(cls, value: str | None) -> str | None:
         return value.lower() if value else value
 
 
+class MultipartPlan(ApiModel):
+    part_size: int = Field(
+        description="Bytes in each part but the last (at least 8 MiB); part n starts at "
+        "(n - 1) * partSize"
+    )
+    parts_count: int = Field(description="Parts numbered 1 to partsCount (at most 10,000)")
+
+
 class UploadLink(ApiModel):
-    upload_url: str
+    upload_url: str | None = Field(
+        description="Where to PUT the file; null for a multipart upload (ask for part addresses)"
+    )
     build_id: str
     expires_at: Timestamp
     upload_method: Literal["PUT"] = "PUT"
@@ -106,6 +122,48 @@ class UploadLink(ApiModel):
         examples=[{"Content-Type": "application/octet-stream"}],
         description="Headers to send with the PUT",
     )
+    multipart: MultipartPlan | None = Field(
+        default=None, description="For a multipart upload: how the file is cut into parts"
+    )
+
+
+class PartsRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"partNumbers": [1, 2, 3, 4]}
+
+    part_numbers: list[Annotated[int, Field(ge=1, le=10_000, strict=True), JsonInteger]] = Field(
+        min_length=1, max_length=100, description="The parts to get addresses for"
+    )
+
+
+class PartTarget(ApiModel):
+    part_number: int
+    url: str = Field(description="PUT exactly this part's bytes here")
+    headers: dict[str, str] = Field(description="Headers to send with the PUT")
+    expires_at: Timestamp
+
+
+class PartTargets(ApiModel):
+    parts: list[PartTarget]
+
+
+class ReceivedPart(ApiModel):
+    part_number: int
+    size: int
+    received_at: Timestamp
+
+
+class ReceivedParts(ApiModel):
+    parts: list[ReceivedPart] = Field(description="The parts that have fully arrived, by number")
+    part_size: int
+    parts_count: int
+
+
+class StoredPart(ApiModel):
+    """The storage address's answer to a successful PUT of a part."""
+
+    build_id: str
+    part_number: int
+    size: int
 
 
 class InstallLinkRequest(RequestModel):
@@ -203,6 +261,11 @@ class Build(ApiModel):
     downloads_count: int = Field(
         default=0,
         description="How many times the file was downloaded, through an install link or the API",
+    )
+    failure_code: str | None = Field(
+        default=None,
+        description="Why a `failed` build was refused (e.g. `checksum_mismatch`); "
+        "`metadataError` says it in words",
     )
 
 

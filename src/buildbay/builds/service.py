@@ -3,11 +3,18 @@
 A build is `pending` from its upload link until verify has checked the stored bytes, and only
 then `ready`. A crash at any point leaves a pending build (swept once its link has expired) or a
 ready one whose bytes were checked; never a ready build without its bytes.
+
+A large build is uploaded in parts (`multipart`): step 2 is then one PUT per part, to addresses
+asked for a batch at a time, in any order and as often as needed; verify joins the parts. A
+file too large to hash within a request is checked by a job (`VERIFY_JOB`): the build is
+`processing` meanwhile, then `ready` or `failed`. Either way a build becomes ready in one place,
+`mark_ready`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
 
@@ -25,15 +32,47 @@ from buildbay.config import Settings
 from buildbay.db.engine import after_commit, hold_until_ended
 from buildbay.db.reads import Reads
 from buildbay.distribution.service import distribute_when_ready
-from buildbay.errors import PayloadTooLarge, ValidationFailed
+from buildbay.errors import BuildbayError, Conflict, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id
+from buildbay.jobs.queue import enqueue
 from buildbay.numbers import whole_number
-from buildbay.storage.base import Storage, UploadTarget
+from buildbay.storage.base import (
+    MAX_PARTS,
+    MIN_PART_SIZE,
+    Storage,
+    UploadGone,
+    UploadTarget,
+    part_bounds,
+    parts_count,
+)
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext
 
 METADATA_SECONDS = 30  # to read what a build says about itself; past it, no metadata
+VERIFY_JOB = "builds.verify"  # checks a large multipart build's bytes in the background
+MiB = 1024 * 1024
+SINGLE_PUT_MAX = 5 * 1024 * MiB  # one S3 PUT takes at most 5 GiB: above it, parts
+MIN_PART = 8 * MiB
+MAX_PART = 64 * MiB  # unless the file needs larger parts to fit in MAX_PARTS
+TARGET_PARTS = 64
+PARTS_PER_REQUEST = 100  # part addresses handed out by one request
+
+
+def part_size_for(file_size: int) -> int:
+    """The part size the server picks, in whole MiB: about TARGET_PARTS parts, so that each
+    part's request costs little next to its bytes, but between MIN_PART and MAX_PART, so that
+    a part sent again costs little too; larger only where MAX_PARTS parts need it."""
+    wanted = min(max(-(-file_size // TARGET_PARTS), MIN_PART), MAX_PART)
+    least = -(-file_size // MAX_PARTS)
+    return -(-max(wanted, least) // MiB) * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class PartTarget:
+    number: int
+    target: UploadTarget
+    expires_at: datetime
 
 
 def _version_code(metadata: dict[str, Any]) -> int | None:
@@ -82,7 +121,10 @@ class BuildService:
         file_name: str,
         file_size: int,
         sha256: str | None,
-    ) -> tuple[BuildRecord, UploadTarget]:
+        multipart: bool = False,
+    ) -> tuple[BuildRecord, UploadTarget | None]:
+        """A pending build, and where to PUT its file; for a `multipart` upload no address yet
+        (`part_targets` gives one per part)."""
         largest = self.settings.max_upload_bytes(uploader.plan)
         if file_size > largest:
             raise PayloadTooLarge(
@@ -90,7 +132,25 @@ class BuildService:
                 f"file ({largest} bytes, {human_size(largest)})",
                 code="file_too_large",
             )
+        if multipart and file_size < MIN_PART_SIZE:
+            raise ValidationFailed.for_field(
+                "multipart",
+                f"a file under {human_size(MIN_PART_SIZE)} is uploaded in one PUT",
+                code="multipart_too_small",
+            )
+        if not multipart and file_size > SINGLE_PUT_MAX:
+            raise ValidationFailed.for_field(
+                "multipart",
+                f"a file over {human_size(SINGLE_PUT_MAX)} must be uploaded in parts: ask for "
+                '"multipart": true',
+                code="multipart_required",
+            )
         await self._check_quota(uploader, file_size)
+        ttl = (
+            self.settings.multipart_upload_ttl_seconds
+            if multipart
+            else self.settings.upload_link_ttl_seconds
+        )
         build_id = new_id("bld")
         build = Build(
             id=build_id,
@@ -106,15 +166,56 @@ class BuildService:
             uploaded_by=uploader.id,
             metadata_=None,
             created_at=self.now,
-            expires_at=self.now + timedelta(seconds=self.settings.upload_link_ttl_seconds),
+            expires_at=self.now + timedelta(seconds=ttl),
             verified_at=None,
+            part_size=part_size_for(file_size) if multipart else None,
         )
         self.db.add(build)
         await self.db.flush()
+        if build.part_size is not None:
+            # After the row: an upload begun for a link that is then rolled back is one no
+            # build owns, which the sweeper aborts.
+            build.upload_id = await self.storage.start_multipart(
+                build.storage_key, file_size, build.part_size
+            )
+            await self.db.flush()
+            return BUILD.of_entity(build), None
         target = await self.storage.upload_target(
             build.storage_key, file_size, build.expires_at, sha256
         )
         return BUILD.of_entity(build), target
+
+    # -- step 2 of a multipart upload: an address per part ----------------------------------------
+
+    async def part_targets(
+        self, application: ApplicationRecord, build_id: str, numbers: list[int]
+    ) -> list[PartTarget]:
+        """A signed PUT address for each part asked for, valid for an upload link's time (and
+        no longer than the upload)."""
+        build = self.reads.uploading_in_parts(await self.reads.get(application.id, build_id))
+        assert build.part_size is not None
+        assert build.upload_id is not None
+        count = parts_count(build.file_size, build.part_size)
+        wrong = [n for n in numbers if not 1 <= n <= count]
+        if wrong:
+            raise ValidationFailed.for_field(
+                "partNumbers", f"this upload has parts 1 to {count}; not {wrong[0]}"
+            )
+        if build.expires_at <= self.now:
+            raise Conflict(
+                "This upload has expired; ask for a new upload link", code="upload_expired"
+            )
+        expires_at = min(
+            build.expires_at, self.now + timedelta(seconds=self.settings.upload_link_ttl_seconds)
+        )
+        targets = []
+        for number in dict.fromkeys(numbers):  # each once, in the order asked
+            size = part_bounds(number, build.part_size, build.file_size)[1]
+            target = await self.storage.part_target(
+                build.storage_key, build.upload_id, number, size, expires_at
+            )
+            targets.append(PartTarget(number, target, expires_at))
+        return targets
 
     async def _check_quota(self, uploader: User, file_size: int) -> None:
         quota = self.settings.storage_quota(uploader.plan)
@@ -142,16 +243,115 @@ class BuildService:
         channels: list[str] | None = None,
         mandatory: bool = False,
     ) -> BuildRecord:
-        """`channels`: the release channels to publish it to (None: `default`)."""
+        """`channels`: the release channels to publish it to (None: `default`).
+
+        A multipart build's parts are joined first; if it is larger than
+        `verify_inline_max_bytes` its check is left to a job and the build answered is
+        `processing`."""
         build = await self.reads.get(application.id, build_id)
-        if build.status is BuildStatus.READY:
+        if build.status in (BuildStatus.READY, BuildStatus.PROCESSING):
             return build  # verify is safe to retry
+        if build.status is BuildStatus.FAILED:
+            raise ValidationFailed(
+                build.metadata_error or "This build's bytes were refused",
+                code=build.failure_code or "upload_refused",
+            )
         channel_service = ChannelService(self.db, self.now)
         await channel_service.check_names(application.id, channels)  # before the file's work
+        if build.multipart:
+            await self._join_parts(build)
+            if build.file_size > self.settings.verify_inline_max_bytes:
+                return await self._verify_later(build, notes, channels, mandatory)
         # Under the object's guard, let go only once the request's unit of work has committed:
         # an upload that is still streaming either lands before the check or finds the build
         # ready and is refused.
         await hold_until_ended(self.db, self.storage.guard(build.storage_key))
+        sha256, version, reading = await self._checked_file(application, build)
+        await self.mark_ready(
+            application, build, sha256, version, reading, notes, channels, mandatory
+        )
+        # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
+        return await self.reads.get(application.id, build.id)
+
+    async def _join_parts(self, build: BuildRecord) -> None:
+        """Join a multipart upload's parts into the build's object, unless an earlier verify
+        did (it then failed later, or its commit was lost)."""
+        assert build.part_size is not None
+        assert build.upload_id is not None
+        info = await self.storage.stat(build.storage_key)
+        if info is not None and info.size == build.file_size:
+            return
+        try:
+            await self.storage.complete_multipart(
+                build.storage_key, build.upload_id, build.file_size, build.part_size
+            )
+        except UploadGone:
+            # A concurrent verify joined them first; or the upload was given up meanwhile.
+            info = await self.storage.stat(build.storage_key)
+            if info is None or info.size != build.file_size:
+                raise
+
+    async def _verify_later(
+        self, build: BuildRecord, notes: str | None, channels: list[str] | None, mandatory: bool
+    ) -> BuildRecord:
+        """The build is `processing`; a job checks its bytes and makes it ready or failed."""
+        marked = await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
+            .values(status=BuildStatus.PROCESSING)
+            .execution_options(synchronize_session=False)
+        )
+        if marked.rowcount:  # type: ignore[attr-defined]
+            payload = {
+                "buildId": build.id,
+                "applicationId": build.application_id,
+                "notes": notes,
+                "channels": channels,
+                "mandatory": mandatory,
+            }
+            enqueue(self.db, VERIFY_JOB, payload, self.now)
+        return await self.reads.get(build.application_id, build.id)
+
+    async def finish_verify(
+        self,
+        application: ApplicationRecord,
+        build_id: str,
+        notes: str | None,
+        channels: list[str] | None,
+        mandatory: bool,
+    ) -> BuildRecord | None:
+        """The job's side of a `processing` build: check its bytes, then make it ready, or
+        `failed` with the reason. None if the build is gone or no longer processing."""
+        try:
+            build = await self.reads.get(application.id, build_id)
+        except BuildbayError:
+            return None  # deleted meanwhile
+        if build.status is not BuildStatus.PROCESSING:
+            return None  # a run before this one finished it
+        try:
+            sha256, version, reading = await self._checked_file(application, build)
+        except ValidationFailed as refused:
+            await self.db.execute(
+                update(Build)
+                .where(Build.id == build.id, Build.status == BuildStatus.PROCESSING)
+                .values(
+                    status=BuildStatus.FAILED,
+                    failure_code=refused.code,
+                    metadata_error=refused.detail[:500],
+                )
+                .execution_options(synchronize_session=False)
+            )
+            return await self.reads.get(application.id, build.id)
+        await self.mark_ready(
+            application, build, sha256, version, reading, notes, channels, mandatory
+        )
+        return await self.reads.get(application.id, build.id)
+
+    async def _checked_file(
+        self, application: ApplicationRecord, build: BuildRecord
+    ) -> tuple[str, str | None, Reading]:
+        """The stored bytes' sha256 and version, and what the file says about itself, once
+        they match what was declared and the file belongs to the application."""
         sha256, version = await self._checked_bytes(build)
         reading = await self._metadata(build, version)
         if reading.refused is not None:
@@ -163,10 +363,33 @@ class BuildService:
                 f"This build is {identity}; the application is {application.bundle_id}",
                 code="bundle_id_mismatch",
             )
+        return sha256, version, reading
+
+    async def mark_ready(
+        self,
+        application: ApplicationRecord,
+        build: BuildRecord,
+        sha256: str,
+        version: str | None,
+        reading: Reading,
+        notes: str | None,
+        channels: list[str] | None,
+        mandatory: bool,
+    ) -> bool:
+        """Make a checked build `ready` (from `pending`, or `processing` in the background):
+        the one place a build becomes ready, so what follows it (a `build.ready` webhook,
+        distribution to groups) hooks in here. True if this call made the change (of two
+        concurrent verifies only one does)."""
+        metadata = reading.metadata or {}
+        identity = metadata.get("bundleId") or metadata.get("packageName")
+        channel_service = ChannelService(self.db, self.now)
         # Conditional: of two concurrent verifies one makes the change, both answer the build.
         verified = await self.db.execute(
             update(Build)
-            .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
+            .where(
+                Build.id == build.id,
+                Build.status.in_([BuildStatus.PENDING, BuildStatus.PROCESSING]),
+            )
             .values(
                 status=BuildStatus.READY,
                 sha256=sha256,
@@ -190,8 +413,7 @@ class BuildService:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
             await channel_service.publish(application.id, build.id, channels, replace=False)
             await distribute_when_ready(self.db, self.now, application, build)
-        # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
-        return await self.reads.get(application.id, build.id)
+        return bool(verified.rowcount)  # type: ignore[attr-defined]
 
     async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
         """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
@@ -294,5 +516,11 @@ class BuildService:
         # Its icon and install links go with it (ON DELETE CASCADE).
         await self.db.execute(delete(Build).where(Build.id == build.id))
         # The row first: a crash can leave orphan bytes (the sweeper's), never a broken build.
-        storage, key = self.storage, build.storage_key
-        after_commit(self.db, lambda: storage.delete(key))
+        storage, key, upload_id = self.storage, build.storage_key, build.upload_id
+
+        async def remove_bytes() -> None:
+            if upload_id is not None:  # a multipart upload not joined yet: its parts go
+                await storage.abort_multipart(key, upload_id)
+            await storage.delete(key)
+
+        after_commit(self.db, remove_bytes)

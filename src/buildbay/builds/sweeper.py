@@ -26,6 +26,10 @@ log = logging.getLogger("buildbay.sweeper")
 # An upload that started just before its link expired may still be streaming: give it time.
 GRACE = timedelta(hours=1)
 BATCH = 100
+# Builds that never became ready: swept once their upload link has expired. A `failed` one
+# too, and a `processing` one whose job never finished (it ran out of attempts): checking
+# takes minutes, the link lives a day.
+_UNFINISHED = (BuildStatus.PENDING, BuildStatus.FAILED, BuildStatus.PROCESSING)
 
 
 async def sweep_expired_uploads(
@@ -37,7 +41,7 @@ async def sweep_expired_uploads(
             rows = (
                 await db.execute(
                     select(Build.id, Build.storage_key)
-                    .where(Build.status == BuildStatus.PENDING, Build.expires_at < now - GRACE)
+                    .where(Build.status.in_(_UNFINISHED), Build.expires_at < now - GRACE)
                     .order_by(Build.expires_at)
                     .limit(BATCH)
                     .with_for_update(skip_locked=True)
@@ -45,14 +49,16 @@ async def sweep_expired_uploads(
             ).all()
             if not rows:
                 return swept
-            claimed = list(
-                await db.scalars(
+            claimed = (
+                await db.execute(
                     delete(Build)
-                    .where(Build.id.in_([r.id for r in rows]), Build.status == BuildStatus.PENDING)
-                    .returning(Build.storage_key)
+                    .where(Build.id.in_([r.id for r in rows]), Build.status.in_(_UNFINISHED))
+                    .returning(Build.storage_key, Build.upload_id)
                 )
-            )
-        for key in claimed:  # after the commit: a crash here leaves only orphan bytes
+            ).all()
+        for key, upload_id in claimed:  # after the commit: a crash here leaves only orphan bytes
+            if upload_id is not None:
+                await storage.abort_multipart(key, upload_id)
             await storage.delete(key)
         swept += len(claimed)
         log.info("swept %d expired pending builds", len(claimed))
@@ -66,6 +72,7 @@ class Swept:
     retention: int
     abandoned_uploads: int
     orphan_objects: int
+    orphan_uploads: int = 0
 
 
 async def sweep(
@@ -79,7 +86,34 @@ async def sweep(
     if abandoned:
         log.info("removed %d partial files of uploads cut off by a crash", abandoned)
     orphans = await sweep_orphan_objects(sessions, storage, now)
-    return Swept(expired, retention, abandoned, orphans)
+    orphan_uploads = await sweep_orphan_multipart_uploads(sessions, storage, now)
+    return Swept(expired, retention, abandoned, orphans, orphan_uploads)
+
+
+async def sweep_orphan_multipart_uploads(
+    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime
+) -> int:
+    """Aborts the multipart uploads (and their parts) that no pending build owns, once they
+    are GRACE old: an upload link rolled back after the upload began, a build row deleted by
+    a sweep or a delete whose abort a crash cut off, or a bucket's upload begun elsewhere
+    under our prefix."""
+    aborted = 0
+    async for uploads in storage.multipart_uploads(started_before=now - GRACE):
+        async with sessions() as db:
+            rows = await db.execute(
+                select(Build.storage_key, Build.upload_id).where(
+                    Build.storage_key.in_([u.key for u in uploads]),
+                    Build.status == BuildStatus.PENDING,
+                )
+            )
+            owned = {(key, upload_id) for key, upload_id in rows}
+        for upload in uploads:
+            if (upload.key, upload.upload_id) not in owned:
+                await storage.abort_multipart(upload.key, upload.upload_id)
+                aborted += 1
+    if aborted:
+        log.info("aborted %d multipart uploads that no pending build owns", aborted)
+    return aborted
 
 
 async def sweep_orphan_objects(

@@ -14,6 +14,7 @@ from buildbay.builds.reads import BuildOrder, BuildReads
 from buildbay.builds.schemas import (
     DEFAULT_HOURS,
     MAX_NOTES_LENGTH,
+    PartsRequest,
     UploadLinkRequest,
     VerifyRequest,
     version_label,
@@ -41,6 +42,7 @@ from buildbay.distribution.visibility import tester_of
 from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.reads import members
+from buildbay.storage.base import parts_count
 
 CHART_DAYS = 30
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -163,12 +165,47 @@ async def start_upload(request: Request, project_id: str, app_id: str) -> Respon
     )
     body = json_body(UploadLinkRequest, await read_json(request))
     build, target = await _build_service(request, db).create_upload_link(
-        access.application, visitor.principal.user, body.file_name, body.file_size, None
+        access.application,
+        visitor.principal.user,
+        body.file_name,
+        body.file_size,
+        None,
+        body.multipart,
     )
+    plan = None
+    if build.part_size is not None:
+        plan = {
+            "partSize": build.part_size,
+            "partsCount": parts_count(build.file_size, build.part_size),
+        }
     return JSONResponse(
-        {"buildId": build.id, "uploadUrl": target.url, "uploadHeaders": target.headers},
+        {
+            "buildId": build.id,
+            "uploadUrl": target.url if target else None,
+            "uploadHeaders": target.headers if target else {},
+            "multipart": plan,
+        },
         status_code=201,
     )
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/uploads/{build_id}/parts")
+async def upload_part_targets(
+    request: Request, project_id: str, app_id: str, build_id: str
+) -> Response:
+    """Addresses for parts of a large file the browser sends in parts."""
+    visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    body = json_body(PartsRequest, await read_json(request))
+    targets = await _build_service(request, db).part_targets(
+        access.application, build_id, body.part_numbers
+    )
+    return JSONResponse(
+        {"parts": [{"partNumber": t.number, "url": t.target.url, "headers": t.target.headers}
+                   for t in targets]}
+    )  # fmt: skip
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/uploads/{build_id}/verify")

@@ -24,7 +24,9 @@ document.addEventListener("submit", (event) => {
 const invalid = document.querySelector("[aria-invalid=true]");
 if (invalid) invalid.focus();
 
-// The browser upload: address from the console, bytes straight to it, then verify.
+// The browser upload: address from the console, bytes straight to it, then verify. A large
+// file goes in parts, several at once; a part whose connection broke is sent again, and a
+// second "Upload" of the same file after a failure sends only the parts still missing.
 const form = document.getElementById("upload-form");
 if (form) {
   const file = form.querySelector("#f-file");
@@ -45,21 +47,73 @@ if (form) {
     (body && body.errors && body.errors[0] && body.errors[0].message) ||
     (body && body.detail) || "The upload failed";
 
-  const put = (url, extraHeaders, blob) => new Promise((resolve, reject) => {
+  const showProgress = (done, total) => {
+    const percent = Math.floor((done / total) * 100);
+    bar.value = percent;
+    status.textContent = `Uploading: ${percent}%`;
+  };
+  const put = (url, extraHeaders, blob, onProgress) => new Promise((resolve, reject) => {
     const request = new XMLHttpRequest();
     request.open("PUT", url);
     for (const [name, value] of Object.entries(extraHeaders)) request.setRequestHeader(name, value);
     request.upload.onprogress = (e) => {
-      if (!e.lengthComputable) return;
-      const percent = Math.floor((e.loaded / e.total) * 100);
-      bar.value = percent;
-      status.textContent = `Uploading: ${percent}%`;
+      if (e.lengthComputable) onProgress(e.loaded, e.total);
     };
     request.onload = () => (request.status < 300 ? resolve() : reject(new Error(
       (() => { try { return JSON.parse(request.responseText).detail; } catch { return `Upload failed (${request.status})`; } })())));
     request.onerror = () => reject(new Error("The connection broke during the upload; try again"));
     request.send(blob);
   });
+
+  const inFlight = 4;
+  let resumable = null; // {key, link, done: Set}: the upload in parts a failure cut off
+  const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
+  const putParts = async (chosen, link) => {
+    const { partSize, partsCount } = link.multipart;
+    const done = resumable.done;
+    const loaded = new Map();
+    const report = () => {
+      let sent = 0;
+      for (const n of done) sent += Math.min(partSize, chosen.size - (n - 1) * partSize);
+      for (const bytes of loaded.values()) sent += bytes;
+      showProgress(sent, chosen.size);
+    };
+    for (let attempt = 0; ; attempt += 1) {
+      const missing = [];
+      for (let n = 1; n <= partsCount; n += 1) if (!done.has(n)) missing.push(n);
+      if (missing.length === 0) return;
+      if (attempt === 5) throw new Error("The connection keeps breaking; press Upload again to resume");
+      if (attempt > 0) await sleep(250 * 2 ** attempt);
+      for (let first = 0; first < missing.length; first += 100) {
+        const asked = await fetch(`${form.dataset.start}/${link.buildId}/parts`, {
+          method: "POST", headers, body: JSON.stringify({ partNumbers: missing.slice(first, first + 100) }),
+        });
+        const targets = await asked.json().catch(() => null);
+        if (!asked.ok) throw new Error(firstError(targets));
+        const queue = [...targets.parts];
+        const worker = async () => {
+          while (queue.length) {
+            const target = queue.shift();
+            const start = (target.partNumber - 1) * partSize;
+            const blob = chosen.slice(start, Math.min(start + partSize, chosen.size));
+            try {
+              await put(target.url, target.headers || {}, blob, (bytes) => {
+                loaded.set(target.partNumber, bytes);
+                report();
+              });
+              done.add(target.partNumber);
+            } catch {
+              // Sent again in the next round, with a fresh address.
+            }
+            loaded.delete(target.partNumber);
+            report();
+          }
+        };
+        await Promise.all(Array.from({ length: inFlight }, worker));
+      }
+    }
+  };
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -71,13 +125,21 @@ if (form) {
     button.disabled = true;
     form.querySelector("#upload-progress").hidden = false;
     status.textContent = "Starting…";
-    const started = await fetch(form.dataset.start, {
-      method: "POST", headers, body: JSON.stringify({ fileName: chosen.name, fileSize: chosen.size }),
-    });
-    const link = await started.json().catch(() => null);
-    if (!started.ok) return fail(firstError(link));
+    const key = `${chosen.name}|${chosen.size}|${chosen.lastModified}`;
+    let link = resumable && resumable.key === key ? resumable.link : null;
+    if (!link) {
+      const multipart = chosen.size > Number(form.dataset.partsFrom);
+      const started = await fetch(form.dataset.start, {
+        method: "POST", headers,
+        body: JSON.stringify({ fileName: chosen.name, fileSize: chosen.size, multipart }),
+      });
+      link = await started.json().catch(() => null);
+      if (!started.ok) return fail(firstError(link));
+      resumable = link.multipart ? { key, link, done: new Set() } : null;
+    }
     try {
-      await put(link.uploadUrl, link.uploadHeaders || {}, chosen);
+      if (link.multipart) await putParts(chosen, link);
+      else await put(link.uploadUrl, link.uploadHeaders || {}, chosen, showProgress);
     } catch (problem) {
       return fail(problem.message);
     }
@@ -90,7 +152,8 @@ if (form) {
     });
     const build = await verified.json().catch(() => null);
     if (!verified.ok) return fail(firstError(build));
-    status.textContent = "Ready";
+    resumable = null;
+    status.textContent = build.status === "processing" ? "Checking the file…" : "Ready";
     window.location.assign(`${window.location.pathname}#build-${build.buildId}`);
     window.location.reload();
   });

@@ -12,10 +12,12 @@ from typing import IO, BinaryIO, Protocol
 from buildbay.errors import (
     BadRequest,
     BuildbayError,
+    Conflict,
     InsufficientStorage,
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
+    ValidationFailed,
 )
 
 
@@ -35,6 +37,45 @@ class UploadTarget:
     headers: dict[str, str] = field(
         default_factory=lambda: {"Content-Type": "application/octet-stream"}
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PartInfo:
+    """One part of a multipart upload that has fully arrived."""
+
+    number: int
+    size: int
+    received_at: datetime
+    etag: str | None = None  # what S3's CompleteMultipartUpload needs; None locally
+
+
+@dataclass(frozen=True, slots=True)
+class MultipartUpload:
+    """A multipart upload the storage holds, for the sweeper."""
+
+    key: str
+    upload_id: str
+
+
+# S3's limits, which the local backend keeps too, so a client sees one protocol.
+MIN_PART_SIZE = 5 * 1024 * 1024  # every part but the last
+MAX_PARTS = 10_000
+
+
+def part_bounds(number: int, part_size: int, size: int) -> tuple[int, int]:
+    """Offset and length of part `number` (from 1) of a `size`-byte file cut into `part_size`."""
+    offset = (number - 1) * part_size
+    return offset, max(0, min(part_size, size - offset))
+
+
+def parts_count(size: int, part_size: int) -> int:
+    return -(-size // part_size)
+
+
+def missing_parts(parts: list[PartInfo], size: int, part_size: int) -> list[int]:
+    """The part numbers that have not arrived whole (a part of the wrong size counts as absent)."""
+    have = {p.number for p in parts if p.size == part_bounds(p.number, part_size, size)[1]}
+    return [n for n in range(1, parts_count(size, part_size) + 1) if n not in have]
 
 
 READ_BLOCK = 1024 * 1024
@@ -71,6 +112,27 @@ class BodyTooLarge(StorageError, PayloadTooLarge):
 
 class BodyTooShort(StorageError, BadRequest):
     code = "upload_too_short"
+
+
+class UploadGone(StorageError, NotFound):
+    """The multipart upload was completed or aborted: its parts can no longer change."""
+
+    code = "upload_not_found"
+
+
+class PartsMissing(StorageError, ValidationFailed):
+    code = "upload_incomplete"
+
+    def __init__(self, missing: list[int]) -> None:
+        shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
+        super().__init__(
+            f"{len(missing)} part(s) have not arrived yet ({shown}); send them, then verify again",
+            extensions={"missingParts": missing},
+        )
+
+
+class UploadInProgress(StorageError, Conflict):
+    code = "upload_in_progress"
 
 
 class Storage(Protocol):
@@ -129,4 +191,34 @@ class Storage(Protocol):
     async def remove_abandoned_uploads(self, older_than: datetime) -> int:
         """Remove the partial files of uploads that a crash cut off before `older_than`
         (a backend whose uploads are all-or-nothing has none). Returns how many."""
+        ...
+
+    # -- multipart uploads (large builds, in parts) ------------------------------------------------
+
+    async def start_multipart(self, key: str, size: int, part_size: int) -> str:
+        """Begin an upload of `size` bytes in parts of `part_size`; returns its upload id."""
+        ...
+
+    async def part_target(
+        self, key: str, upload_id: str, number: int, size: int, expires_at: datetime
+    ) -> UploadTarget:
+        """A URL the client PUTs part `number`, exactly `size` bytes, to until `expires_at`."""
+        ...
+
+    async def list_parts(self, key: str, upload_id: str) -> list[PartInfo]:
+        """The parts that have fully arrived, by number. UploadGone if the upload is over."""
+        ...
+
+    async def complete_multipart(self, key: str, upload_id: str, size: int, part_size: int) -> None:
+        """Join the parts into the object at `key` (no second copy of the bytes). PartsMissing
+        if some have not arrived; UploadInProgress if a part is being written."""
+        ...
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop the upload and its parts; an upload already gone is not an error."""
+        ...
+
+    def multipart_uploads(self, started_before: datetime) -> AsyncIterator[list[MultipartUpload]]:
+        """The multipart uploads begun before `started_before`, a page at a time (the sweeper
+        aborts those no pending build owns)."""
         ...

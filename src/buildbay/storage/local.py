@@ -7,6 +7,20 @@ object's inode and size, so verify does not read the bytes again.
 
 An upload holds an flock on its temporary file while it streams. A process killed in the middle
 leaves the file behind, unlocked: the sweeper removes such files once they are old.
+
+A multipart upload (a large build, in parts) lives in `multipart/<key>/`: one file of the build's
+size (`data`, sparse until the parts fill it), into which each part is written at its offset, and
+a marker per part that has fully arrived and is on disk (`parts/<n>`). Verify renames `data` into
+place: the bytes are never copied a second time. Writers of parts hold a shared flock on the
+upload's `lock` while they write, verify an exclusive one while it renames; two copies of one
+part are serialized by that part's own lock (`locks/<n>`), and a copy removes the part's marker
+before its first byte, so a part is listed only once a whole copy of it is on disk.
+
+While parts arrive, a hasher of this process reads each part once the parts before it are in
+(from the page cache, just written) and hashes it, so that verify need not read the whole file
+again. It notes each part's marker as it was when hashed; at verify, if every marker is still
+that one (no copy of a part was sent again since, by any process), its digest is kept as the
+object's sidecar; otherwise verify reads the file as for any object.
 """
 
 from __future__ import annotations
@@ -17,26 +31,38 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+import threading
+import time
+import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from stat import S_ISREG
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote, urlencode
 
 from buildbay.storage.base import (
     LIST_PAGE,
+    READ_BLOCK,
     BodyTooLarge,
     BodyTooShort,
+    MultipartUpload,
     ObjectInfo,
     ObjectNotFound,
+    PartInfo,
+    PartsMissing,
     StorageFull,
     StorageUnavailable,
+    UploadGone,
+    UploadInProgress,
     UploadTarget,
+    missing_parts,
+    part_bounds,
     sha256_of,
 )
 from buildbay.storage.signing import UrlSigner
@@ -45,6 +71,10 @@ WRITE_BLOCK = 1024 * 1024  # bytes handed to the writer thread at a time
 WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts flushing them
 UPLOAD_PATH = "/storage/uploads/"
 DOWNLOAD_PATH = "/storage/files/"
+PART_PATH = "/storage/parts/"
+# Verify waits this long for the upload's lock: another verify holds it for a rename only; a
+# part being written holds it (shared) for as long as its bytes take, and is not waited for.
+JOIN_WAIT_SECONDS = 1.0
 LOCK_STRIPES = 64
 
 
@@ -59,6 +89,9 @@ class LocalStorage:
         self._incoming.mkdir(parents=True, exist_ok=True)
         self._locks = self.root / "locks"
         self._locks.mkdir(parents=True, exist_ok=True)
+        self._multipart = self.root / "multipart"
+        self._multipart.mkdir(parents=True, exist_ok=True)
+        self._hashers: dict[Path, _PartHasher] = {}
 
     # -- URLs --------------------------------------------------------------------------------------
 
@@ -138,6 +171,8 @@ class LocalStorage:
     async def delete_prefix(self, prefix: str) -> None:
         path = self.path_of(prefix.rstrip("/"))
         await asyncio.to_thread(shutil.rmtree, path, True)
+        uploads = self._upload_dir(prefix.rstrip("/"))
+        await asyncio.to_thread(shutil.rmtree, uploads, True)
 
     async def stored_keys(self, modified_before: datetime) -> AsyncIterator[list[str]]:
         # A project's directory at a time, listed in a worker thread.
@@ -247,6 +282,431 @@ class LocalStorage:
                 raise _os_error(exc) from exc
             raise
         return info
+
+    # -- multipart uploads -------------------------------------------------------------------------
+
+    def _upload_dir(self, key: str) -> Path:
+        path = (self._multipart / key).resolve()
+        if not path.is_relative_to(self._multipart) or path == self._multipart:
+            raise UploadGone("No upload under this key")
+        return path
+
+    async def start_multipart(self, key: str, size: int, part_size: int) -> str:
+        upload_id = uuid.uuid4().hex
+        directory = self._upload_dir(key)
+        # Hashers of uploads another process joined or gave up: their directory is gone.
+        for gone in [d for d in self._hashers if not d.exists()]:
+            self._hashers.pop(gone, None)
+
+        def _start() -> None:
+            if directory.exists():  # a key is a build's: only a crashed start leaves one behind
+                shutil.rmtree(directory)
+            (directory / "parts").mkdir(parents=True)
+            (directory / "locks").mkdir()
+            (directory / "lock").touch()
+            with (directory / "data").open("wb") as data:
+                data.truncate(size)  # sparse: no block is taken before its part arrives
+            meta = {"uploadId": upload_id, "size": size, "partSize": part_size}
+            (directory / "meta.json").write_text(json.dumps(meta))
+
+        try:
+            await asyncio.to_thread(_start)
+        except OSError as exc:
+            raise _os_error(exc) from exc
+        return upload_id
+
+    async def part_target(
+        self, key: str, upload_id: str, number: int, size: int, expires_at: datetime
+    ) -> UploadTarget:
+        expires = int(expires_at.timestamp())
+        query = urlencode(
+            {
+                "part": number,
+                "size": size,
+                "expires": expires,
+                "signature": self._signer.sign("PUT", part_resource(key, number), expires, size),
+            }
+        )
+        return UploadTarget(url=f"{self._public_url}{PART_PATH}{quote(key)}?{query}")
+
+    async def list_parts(self, key: str, upload_id: str) -> list[PartInfo]:
+        directory = self._upload_dir(key)
+        return await asyncio.to_thread(_read_parts, directory, upload_id)
+
+    async def complete_multipart(self, key: str, upload_id: str, size: int, part_size: int) -> None:
+        directory = self._upload_dir(key)
+        target = self.path_of(key)
+        hasher = self._hashers.get(directory)
+        if hasher is not None:
+            await asyncio.wrap_future(_HASHING.submit(hasher.advance))  # the last parts, if due
+        try:
+            await asyncio.to_thread(
+                _complete, directory, upload_id, size, part_size, target, hasher
+            )
+        except OSError as exc:
+            raise _os_error(exc) from exc
+        self._hashers.pop(directory, None)
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None:
+        directory = self._upload_dir(key)
+
+        def _abort() -> None:
+            try:
+                meta = _meta(directory)
+            except UploadGone:
+                return
+            if meta["uploadId"] == upload_id:
+                shutil.rmtree(directory, ignore_errors=True)
+
+        await asyncio.to_thread(_abort)
+        self._hashers.pop(directory, None)
+
+    async def multipart_uploads(
+        self, started_before: datetime
+    ) -> AsyncIterator[list[MultipartUpload]]:
+        found = await asyncio.to_thread(_uploads_under, self._multipart, started_before.timestamp())
+        for start in range(0, len(found), LIST_PAGE):
+            yield found[start : start + LIST_PAGE]
+
+    async def receive_part(
+        self, key: str, number: int, size: int, body: AsyncIterator[bytes]
+    ) -> PartInfo:
+        """Write part `number` (exactly `size` bytes from `body`) at its offset in the upload's
+        file. Until the whole copy is on disk the part is not listed; on any failure it is
+        left out (a copy that was there before is overwritten in part, so it goes too)."""
+        directory = self._upload_dir(key)
+        meta = await asyncio.to_thread(_meta, directory)
+        offset, length = part_bounds(number, meta["partSize"], meta["size"])
+        if length != size or length == 0:
+            raise UploadGone("This part does not belong to the upload")
+        upload_lock = await asyncio.to_thread(_open_lock, directory / "lock")
+        part_lock = -1
+        data = -1
+        try:
+            await _flock(upload_lock, fcntl.LOCK_SH)  # verify's rename waits for us
+            part_lock = await asyncio.to_thread(_open_lock, directory / "locks" / str(number), True)
+            await _flock(part_lock, fcntl.LOCK_EX)  # another copy of this part finishes first
+            data = await asyncio.to_thread(_open_part, directory, number)
+            hasher = self._hashers.get(directory)
+            if hasher is None:
+                hasher = self._hashers[directory] = _PartHasher(
+                    directory, meta["size"], meta["partSize"]
+                )
+            inline = hasher.begin_inline(number)  # after the old copy's marker went
+            received = await _write_at(data, offset, size, body, inline)
+            if received < size:
+                raise BodyTooShort(f"The body ended after {received} of the part's {size} bytes")
+            await asyncio.to_thread(os.fdatasync, data)
+            part, marker = await asyncio.to_thread(_mark_part, directory, number, size)
+            if inline is not None:
+                hasher.finish_inline(number, inline, marker)
+            _HASHING.submit(hasher.advance)  # not waited for: the part has arrived
+            return part
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise UploadGone("The upload was completed or given up meanwhile") from exc
+            raise _os_error(exc) from exc
+        finally:
+            for fd in (data, part_lock, upload_lock):
+                if fd >= 0:
+                    os.close(fd)
+
+
+# Hashing parts in order while more arrive: one thread per upload at most, a few uploads at once.
+_HASHING = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="part-hash")
+
+
+class _Digest(Protocol):
+    """What a hashlib hash object offers that the hasher uses."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def copy(self) -> _Digest: ...
+
+    def hexdigest(self) -> str: ...
+
+
+class _PartHasher:
+    """The SHA-256 of an upload's parts from the first, advanced as they arrive. `seen` holds
+    each hashed part's marker identity, which says the bytes are still those that were hashed.
+
+    A part that is next in line when its copy begins is hashed on the way in, as one PUT is
+    (`begin_inline`, `finish_inline`); the others are read back by `advance` (blocking: a
+    thread's) once the parts before them are in. `_state` guards `digest` and `seen` and is only
+    held for moments; `_running` lets one `advance` run at a time."""
+
+    def __init__(self, directory: Path, size: int, part_size: int) -> None:
+        self.directory, self.size, self.part_size = directory, size, part_size
+        self.count = -(-size // part_size)
+        self._state = threading.Lock()
+        self._running = threading.Lock()
+        self._again = False
+        self.digest: _Digest = hashlib.sha256()
+        self.seen: dict[int, tuple[int, int]] = {}
+
+    def begin_inline(self, number: int) -> _Digest | None:
+        """A digest to hash part `number` into as it arrives, if it is next in line."""
+        with self._state:
+            return self.digest.copy() if len(self.seen) + 1 == number else None
+
+    def finish_inline(self, number: int, digest: _Digest, marker: tuple[int, int]) -> None:
+        """Part `number` arrived whole, hashed into `digest`; `marker` is its marker's identity."""
+        with self._state:
+            if len(self.seen) + 1 == number:  # else `advance` read it back first
+                self.digest = digest
+                self.seen[number] = marker
+
+    def advance(self) -> None:
+        """Hash every part that is next in line and has arrived. Another call while one runs
+        has that one look again once it is done."""
+        if not self._running.acquire(blocking=False):
+            self._again = True
+            return
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                with contextlib.suppress(OSError):
+                    self._hash_next_parts()
+        finally:
+            self._running.release()
+
+    def _hash_next_parts(self) -> None:
+        while True:
+            with self._state:
+                number = len(self.seen) + 1
+                digest = self.digest.copy()
+            if number > self.count:
+                return
+            marker = self.directory / "parts" / str(number)
+            before = _identity(marker)
+            if before is None:
+                return  # not arrived yet
+            offset, length = part_bounds(number, self.part_size, self.size)
+            fd = os.open(self.directory / "data", os.O_RDONLY)
+            try:
+                done = 0
+                while done < length:
+                    block = os.pread(fd, min(READ_BLOCK, length - done), offset + done)
+                    if not block:
+                        return
+                    digest.update(block)
+                    done += len(block)
+            finally:
+                os.close(fd)
+            if _identity(marker) != before:
+                return  # a new copy began meanwhile: hashed once it has arrived
+            with self._state:
+                if len(self.seen) + 1 == number:  # else hashed on the way in meanwhile
+                    self.digest = digest
+                    self.seen[number] = before
+
+    def sha256_if_current(self) -> str | None:
+        """The whole file's digest, if every part was hashed and none changed since (waits for
+        an `advance` that is running)."""
+        with self._running, self._state:
+            if len(self.seen) != self.count:
+                return None
+            for number, identity in self.seen.items():
+                if _identity(self.directory / "parts" / str(number)) != identity:
+                    return None
+            return self.digest.hexdigest()
+
+
+def _identity(marker: Path) -> tuple[int, int] | None:
+    """A part marker's inode and change time: every copy of a part writes a new marker."""
+    try:
+        st = marker.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def part_resource(key: str, number: int) -> str:
+    """What a part's signed URL is bound to: the object and the part's number."""
+    return f"{key}\npart {number}"
+
+
+def _meta(directory: Path) -> dict[str, Any]:
+    try:
+        meta: dict[str, Any] = json.loads((directory / "meta.json").read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        raise UploadGone("This upload was completed or given up") from None
+    return meta
+
+
+def _open_lock(path: Path, create: bool = False) -> int:
+    try:
+        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+    except FileNotFoundError:
+        raise UploadGone("This upload was completed or given up") from None
+
+
+async def _flock(fd: int, operation: int) -> None:
+    """Take an flock without blocking the event loop (try, sleep, try again)."""
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _open_part(directory: Path, number: int) -> int:
+    """The upload's file, for writing one part: its marker goes first (the copy on disk is about
+    to change). Under the upload's shared lock: `data` is gone once verify has renamed it."""
+    fd = os.open(directory / "data", os.O_WRONLY)
+    with contextlib.suppress(FileNotFoundError):
+        (directory / "parts" / str(number)).unlink()
+    return fd
+
+
+async def _write_at(
+    fd: int,
+    offset: int,
+    size: int,
+    body: AsyncIterator[bytes],
+    digest: _Digest | None = None,
+) -> int:
+    """Write `body` at `offset` (and hash it into `digest`, if given), a block at a time in
+    worker threads, one block behind the network (as `receive` does); refuse past `size`.
+    Every write is done when it returns or raises, so the caller may close `fd`."""
+    blocks: list[bytes] = []
+    gathered = received = 0
+    position = offset
+    inflight: list[concurrent.futures.Future[None]] = []
+    try:
+        async for chunk in body:
+            received += len(chunk)
+            if received > size:
+                raise BodyTooLarge(f"The body is longer than the part's {size} bytes")
+            blocks.append(chunk)
+            gathered += len(chunk)
+            if gathered >= WRITE_BLOCK:
+                data = b"".join(blocks)
+                blocks.clear()
+                gathered = 0
+                await _settled(inflight)
+                inflight = [_WORKERS.submit(_pwrite_all, fd, data, position)]
+                if digest is not None:
+                    inflight.append(_WORKERS.submit(digest.update, data))
+                position += len(data)
+        await _settled(inflight)
+        if blocks:
+            tail = b"".join(blocks)
+            await asyncio.to_thread(_pwrite_all, fd, tail, position)
+            if digest is not None:
+                digest.update(tail)
+    except BaseException:
+        await asyncio.shield(asyncio.to_thread(concurrent.futures.wait, inflight))
+        raise
+    return received
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _mark_part(directory: Path, number: int, size: int) -> tuple[PartInfo, tuple[int, int]]:
+    """The part's marker, written whole under its name; the part and the marker's identity."""
+    marker = directory / "parts" / str(number)
+    tmp = directory / "parts" / f".{number}.{uuid.uuid4().hex}"
+    tmp.write_text(str(size))
+    st = tmp.stat()
+    tmp.replace(marker)
+    received = datetime.fromtimestamp(st.st_mtime, UTC)
+    return PartInfo(number, size, received), (st.st_ino, st.st_mtime_ns)
+
+
+def _read_parts(directory: Path, upload_id: str) -> list[PartInfo]:
+    if _meta(directory)["uploadId"] != upload_id:
+        raise UploadGone("This upload was completed or given up")
+    parts = []
+    for path in (directory / "parts").iterdir():
+        if not path.name.isdigit():
+            continue  # a marker being written
+        try:
+            size = int(path.read_text())
+            received = path.stat().st_mtime
+        except (FileNotFoundError, ValueError):
+            continue  # a new copy of the part has begun
+        parts.append(PartInfo(int(path.name), size, datetime.fromtimestamp(received, UTC)))
+    return sorted(parts, key=lambda p: p.number)
+
+
+def _complete(
+    directory: Path,
+    upload_id: str,
+    size: int,
+    part_size: int,
+    target: Path,
+    hasher: _PartHasher | None,
+) -> None:
+    fd = _open_lock(directory / "lock")
+    try:
+        try:
+            _flock_within(fd, fcntl.LOCK_EX, JOIN_WAIT_SECONDS)
+        except BlockingIOError:
+            # A part is being written: it is not listed until it is whole.
+            missing = missing_parts(_read_parts(directory, upload_id), size, part_size)
+            if missing:
+                raise PartsMissing(missing) from None
+            raise UploadInProgress(
+                "A part is being sent again right now; verify once it has arrived"
+            ) from None
+        missing = missing_parts(_read_parts(directory, upload_id), size, part_size)
+        if missing:
+            raise PartsMissing(missing)
+        # Under the exclusive lock no part changes: the hash, if current, is the file's.
+        sha256 = hasher.sha256_if_current() if hasher is not None else None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            _sidecar(target).unlink()
+        data = directory / "data"
+        inode = data.stat().st_ino
+        data.replace(target)  # the bytes stay where the parts put them
+        _fsync_dir(target.parent)
+        if sha256 is not None:
+            _sidecar(target).write_text(f"{sha256} {size} {inode}\n")
+        shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
+def _flock_within(fd: int, operation: int, seconds: float) -> None:
+    """Take an flock, trying again for up to `seconds` (blocking: a thread's); BlockingIOError
+    if it stayed taken."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _uploads_under(root: Path, started_before: float) -> list[MultipartUpload]:
+    found = []
+    for folder, _, names in os.walk(root):
+        if "meta.json" not in names:
+            continue
+        meta = Path(folder, "meta.json")
+        try:
+            if meta.stat().st_mtime >= started_before:
+                continue
+            upload_id = json.loads(meta.read_text())["uploadId"]
+        except (FileNotFoundError, ValueError, KeyError):
+            continue
+        found.append(MultipartUpload(Path(folder).relative_to(root).as_posix(), upload_id))
+    return found
 
 
 # Hashing and writing release the GIL: each block's two run side by side, while the event loop

@@ -12,13 +12,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
 from buildbay.builds.reads import BuildReads, BuildRecord
-from buildbay.builds.schemas import StoredUpload
+from buildbay.builds.schemas import StoredPart, StoredUpload
 from buildbay.db.reads import Reads
 from buildbay.deps import Context, TransactionRoute
 from buildbay.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from buildbay.numbers import whole_number
 from buildbay.problems import problem_responses
-from buildbay.storage.local import DOWNLOAD_PATH, UPLOAD_PATH, LocalStorage
+from buildbay.storage.local import (
+    DOWNLOAD_PATH,
+    PART_PATH,
+    UPLOAD_PATH,
+    LocalStorage,
+    part_resource,
+)
 
 router = APIRouter(tags=["storage"], route_class=TransactionRoute)
 
@@ -104,6 +110,54 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
     info = await storage.receive(key, size_, request.stream(), before_publish=still_pending)
     assert info.sha256 is not None
     return StoredUpload(build_id=build.id, size=info.size, sha256=info.sha256)
+
+
+@router.put(
+    PART_PATH + "{key:path}",
+    responses=problem_responses(400, 403, 404, 409, 413, 422, 503, 507),
+    openapi_extra={
+        **_signed_query("part", "size", "expires", "signature"),
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        },
+    },
+    summary="Step 2 of a multipart upload: one part's bytes (a part's url; signed, no token)",
+)
+async def receive_part(key: str, request: Request, ctx: Context) -> StoredPart:
+    storage = _local(ctx)
+    number, size_ = _number(_part(request, "part")), _number(_part(request, "size"))
+    expires, signature = _number(_part(request, "expires")), _part(request, "signature")
+    ctx.signer.verify(
+        "PUT", part_resource(key, number), expires, signature or "", ctx.clock.now(), size_
+    )
+    reads = Reads.on(ctx.read_engine)
+    try:  # a short read: no database connection is held while the bytes stream in
+        build = await BuildReads.of(ctx, reads).pending_upload(key)
+    finally:
+        await reads.close()
+    _check_length(request, size_, "part")
+    # Verify and delete take the upload away under the storage's own locks: a part that
+    # streams meanwhile is refused, not half kept.
+    part = await storage.receive_part(key, number, size_, request.stream())
+    return StoredPart(build_id=build.id, part_number=part.number, size=part.size)
+
+
+def _check_length(request: Request, size: int, what: str) -> None:
+    """Refuse a body whose declared length is not the signed size, before reading a byte."""
+    declared = whole_number(request.headers.get("content-length", ""), max_digits=20)
+    if declared is not None and declared > size:
+        raise PayloadTooLarge(
+            f"Content-Length {declared} is above the {what}'s {size} bytes",
+            code="upload_too_large",
+        )
+    if declared is not None and declared < size:
+        raise BadRequest(
+            f"Content-Length {declared} is below the {what}'s {size} bytes",
+            code="upload_too_short",
+        )
 
 
 @router.get(

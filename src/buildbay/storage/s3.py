@@ -32,10 +32,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from buildbay.storage.base import (
     LIST_PAGE,
+    MultipartUpload,
     ObjectInfo,
     ObjectNotFound,
+    PartInfo,
+    PartsMissing,
     StorageUnavailable,
+    UploadGone,
     UploadTarget,
+    missing_parts,
     sha256_of,
 )
 
@@ -221,6 +226,86 @@ class S3Storage:
         # A presigned PUT stores the whole object or nothing: no partial upload to remove.
         return 0
 
+    # -- multipart uploads: the bucket's own, through presigned UploadPart URLs -----------------
+
+    async def start_multipart(self, key: str, size: int, part_size: int) -> str:
+        started = await self._call(
+            self._client.create_multipart_upload,
+            Bucket=self.bucket,
+            Key=self.object_key(key),
+            ContentType="application/octet-stream",
+        )
+        upload_id: str = started["UploadId"]
+        return upload_id
+
+    async def part_target(
+        self, key: str, upload_id: str, number: int, size: int, expires_at: datetime
+    ) -> UploadTarget:
+        params = {
+            "Bucket": self.bucket,
+            "Key": self.object_key(key),
+            "UploadId": upload_id,
+            "PartNumber": number,
+            "ContentLength": size,  # signed: the bucket refuses a part of another size
+        }
+        return UploadTarget(url=self._presign("upload_part", params, expires_at), headers={})
+
+    async def list_parts(self, key: str, upload_id: str) -> list[PartInfo]:
+        def _list() -> list[PartInfo]:
+            pages = self._client.get_paginator("list_parts").paginate(
+                Bucket=self.bucket, Key=self.object_key(key), UploadId=upload_id
+            )
+            return [
+                PartInfo(
+                    number=int(part["PartNumber"]),
+                    size=int(part["Size"]),
+                    received_at=part["LastModified"],
+                    etag=part["ETag"],
+                )
+                for page in pages
+                for part in page.get("Parts", [])
+            ]
+
+        return sorted(await self._run(_list), key=lambda p: p.number)
+
+    async def complete_multipart(self, key: str, upload_id: str, size: int, part_size: int) -> None:
+        parts = await self.list_parts(key, upload_id)
+        missing = missing_parts(parts, size, part_size)
+        if missing:
+            raise PartsMissing(missing)
+        await self._call(
+            self._client.complete_multipart_upload,
+            Bucket=self.bucket,
+            Key=self.object_key(key),
+            UploadId=upload_id,
+            MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag} for p in parts]},
+        )
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None:
+        with contextlib.suppress(UploadGone, ObjectNotFound):
+            await self._call(
+                self._client.abort_multipart_upload,
+                Bucket=self.bucket,
+                Key=self.object_key(key),
+                UploadId=upload_id,
+            )
+
+    async def multipart_uploads(
+        self, started_before: datetime
+    ) -> AsyncIterator[list[MultipartUpload]]:
+        pages = self._client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=self.prefix
+        )
+        iterator = iter(pages)
+        while (page := await self._run(next, iterator, None)) is not None:
+            uploads = [
+                MultipartUpload(item["Key"].removeprefix(self.prefix), item["UploadId"])
+                for item in page.get("Uploads", [])
+                if item["Initiated"] < started_before
+            ]
+            if uploads:
+                yield uploads
+
     # -- calls off the event loop, errors translated ----------------------------------------------
 
     async def _call(self, method: Callable[..., T], **kwargs: Any) -> T:
@@ -234,6 +319,8 @@ class S3Storage:
             error = exc.response.get("Error", {})
             code = str(error.get("Code", ""))
             status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code == "NoSuchUpload":
+                raise UploadGone("This upload was completed or given up") from exc
             if code in _NOT_FOUND or status == "404":
                 if code == "NoSuchBucket":
                     raise StorageUnavailable(f"The bucket {self.bucket} does not exist") from exc

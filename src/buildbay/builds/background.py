@@ -1,0 +1,39 @@
+"""The job that checks a large multipart build's bytes after verify answered 202 (the build is
+`processing` until it finishes: `ready`, or `failed` with the reason)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from buildbay.applications.models import Application
+from buildbay.applications.reads import APPLICATION
+from buildbay.builds.service import VERIFY_JOB, BuildService
+from buildbay.db.reads import Reads
+from buildbay.jobs.worker import Handler, JobRun
+
+if TYPE_CHECKING:
+    from buildbay.context import AppContext
+
+__all__ = ["VERIFY_JOB", "verify_handler"]
+
+
+def verify_handler(ctx: AppContext) -> Handler:
+    async def handle(run: JobRun) -> None:
+        payload = run.payload
+        row = await Reads.within(run.db).first(
+            select(*APPLICATION.columns).where(Application.id == payload["applicationId"])
+        )
+        if row is None:
+            return  # the application, and its builds, were deleted meanwhile
+        service = BuildService(run.db, ctx.clock.now(), ctx.settings, ctx.storage)
+        await service.finish_verify(
+            APPLICATION.of(row),
+            payload["buildId"],
+            payload.get("notes"),
+            payload.get("channels"),
+            bool(payload.get("mandatory")),
+        )
+
+    return handle
