@@ -14,6 +14,7 @@ from buildbay.db.base import Base
 from buildbay.invitations.models import Invitation
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
+from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
     "ApiToken",
@@ -34,4 +35,7 @@ __all__ = [
     "Session",
     "UpdateKey",
     "User",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookDelivery",
 ]
