@@ -28,6 +28,7 @@ from buildbay.errors import PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.numbers import whole_number
 from buildbay.storage.base import Storage, UploadTarget
+from buildbay.webhooks import events as webhook_events
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext
@@ -69,6 +70,7 @@ class BuildService:
         self.now = now
         self.settings = settings
         self.storage = storage
+        self.public_url = settings.resolved_public_url
         # What it reads, it reads as any reader does, inside its transaction.
         self.reads = BuildReads(Reads.within(db), now, settings, storage)
 
@@ -189,7 +191,10 @@ class BuildService:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
             await channel_service.publish(application.id, build.id, channels, replace=False)
         # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
-        return await self.reads.get(application.id, build.id)
+        ready = await self.reads.get(application.id, build.id)
+        if verified.rowcount:  # type: ignore[attr-defined]
+            await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
+        return ready
 
     async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
         """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
@@ -289,6 +294,7 @@ class BuildService:
 
     async def delete(self, application: ApplicationRecord, build_id: str) -> None:
         build = await self.reads.get(application.id, build_id)
+        await webhook_events.build_deleted(self.db, build, self.public_url, self.now)
         # Its icon and install links go with it (ON DELETE CASCADE).
         await self.db.execute(delete(Build).where(Build.id == build.id))
         # The row first: a crash can leave orphan bytes (the sweeper's), never a broken build.

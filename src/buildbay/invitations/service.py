@@ -32,6 +32,7 @@ from buildbay.projects.models import Project, ProjectMember, ProjectRole
 from buildbay.projects.reads import MemberRecord, ProjectRecord
 from buildbay.projects.service import require_owner_for_owner_role
 from buildbay.text import normal_email_text
+from buildbay.webhooks import events as webhook_events
 
 INVITATION_LIFETIME = timedelta(days=7)
 INVITATION_TOKEN_PREFIX = "bbi_"
@@ -171,9 +172,11 @@ class InvitationService:
                   "role": invitation.role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
             raise Conflict("You are already a member of this project", code="already_member")
-        return MemberRecord(
+        joined = MemberRecord(
             invitation.project_id, user.id, user.email, user.name, invitation.role, self.now
         )
+        await webhook_events.member_added(self.db, joined, self.now)
+        return joined
 
     # -- helpers --------------------------------------------------------------------------------
 

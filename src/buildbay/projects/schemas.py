@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from buildbay.projects.models import ProjectRole
+from buildbay.projects.reads import MemberRecord
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
 
 ProjectName = Name
@@ -42,3 +43,13 @@ class Member(ApiModel):
 
 class MemberList(ApiModel):
     members: list[Member]
+
+
+def member_schema(member: MemberRecord) -> Member:
+    return Member(
+        user_id=member.user_id,
+        email=member.email,
+        name=member.name,
+        role=member.role,
+        created_at=member.created_at,
+    )
