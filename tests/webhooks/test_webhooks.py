@@ -3,8 +3,10 @@ message with the `standardwebhooks` package."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -445,3 +447,30 @@ async def test_events_must_be_known_subscribable_types(
         headers=owner.headers,
     )
     assert_problem(r, 422)
+
+
+async def test_a_slow_receiver_holds_up_neither_the_api_nor_other_endpoints(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    # The worker's own loop, as `serve` runs it, not a round the test drives.
+    project = await api.project(owner)
+    receiver.default = Answer(200, delay=3.0)
+    with receiving() as fast:
+        await hooks.create(owner, project["id"], receiver.url, ["member.added"], receiver)
+        await hooks.create(owner, project["id"], fast.url, ["member.added"], receiver=fast)
+        jobs = hooks.ctx.jobs
+        assert jobs is not None
+        jobs.start()
+        try:
+            started = time.monotonic()
+            for n in range(3):
+                carol = await api.register(f"carol{n}@example.com")
+                await api.add_member(owner, project["id"], carol, "tester")
+            assert time.monotonic() - started < 2.0  # the API did not wait
+            # Each of the slow one's answers takes 3 s: the fast one got all three before.
+            async with asyncio.timeout(2.5):
+                while len(fast.received) < 3:  # noqa: ASYNC110 (another thread's list)
+                    await asyncio.sleep(0.02)
+        finally:
+            await jobs.stop(grace=0.1)
+        assert all(m.verified_by for m in fast.received)
