@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from buildbay.console import account, auth, builds, invitations, projects, unsubscribe
+from buildbay.console import account, auth, builds, invitations, projects, unsubscribe, webhooks
 from buildbay.console.pages import console_sessions
 
 __all__ = ["console_sessions", "routers"]
@@ -19,6 +19,7 @@ routers: tuple[APIRouter, ...] = (
     auth.router,
     projects.router,
     invitations.router,
+    webhooks.router,
     builds.router,
     account.router,
     unsubscribe.router,
