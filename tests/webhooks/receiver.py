@@ -71,8 +71,12 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def receiving(host: str = "127.0.0.1") -> Iterator[Receiver]:
-    receiver = Receiver()
+def receiving(
+    host: str = "127.0.0.1", port: int = 0, receiver: Receiver | None = None
+) -> Iterator[Receiver]:
+    """A receiver listening on `port` (any free one by default); `receiver` to bring one back
+    on its address with what it received so far."""
+    receiver = receiver or Receiver()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -96,7 +100,8 @@ def receiving(host: str = "127.0.0.1") -> Iterator[Receiver]:
         def log_message(self, message: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer((host, 0), Handler)
+    ThreadingHTTPServer.allow_reuse_address = True
+    server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -474,3 +474,34 @@ async def test_a_slow_receiver_holds_up_neither_the_api_nor_other_endpoints(
         finally:
             await jobs.stop(grace=0.1)
         assert all(m.verified_by for m in fast.received)
+
+
+async def test_a_receiver_down_for_an_hour_gets_everything_once_it_is_back(
+    hooks: Hooks, api: Api, owner: Account, clock: FrozenClock
+) -> None:
+    project = await api.project(owner)
+    with receiving() as receiver:
+        webhook = await hooks.create(owner, project["id"], receiver.url, receiver=receiver)
+    port = int(receiver.url.split(":")[2].split("/")[0])
+    sent = [await hooks.test(owner, project["id"], webhook["id"]) for _ in range(5)]
+    start = clock.now()
+    while clock.now() - start < timedelta(hours=1):  # nobody listens: refused, retried
+        await hooks.run()
+        clock.advance(minutes=1)
+    owner = await api.login(owner)
+    deliveries = await hooks.deliveries(owner, project["id"], webhook["id"])
+    assert {d["status"] for d in deliveries} == {"pending"}
+    assert all(d["attempts"] >= 4 and d["lastStatusCode"] is None for d in deliveries)
+    assert all(d["lastError"] for d in deliveries), deliveries[0]
+
+    with receiving(port=port, receiver=receiver):
+        while {d["status"] for d in deliveries} != {"delivered"}:
+            assert clock.now() - start < timedelta(hours=4)
+            clock.advance(minutes=5)
+            await hooks.run()
+            owner = await api.login(owner)
+            deliveries = await hooks.deliveries(owner, project["id"], webhook["id"])
+    assert sorted(d["id"] for d in deliveries) == sorted(sent)
+    ids = [m.id for m in receiver.received]
+    assert len(ids) == len(set(ids)) == len(sent)  # each once, once it was back
+    assert all(m.verified_by == [webhook["secret"]] for m in receiver.received)
