@@ -167,9 +167,9 @@ async def rotate_secret(
 )
 async def send_test(
     webhook_id: WebhookId, access: ProjectAdmin, service: Service
-) -> schemas.Accepted:
+) -> schemas.DeliveryAccepted:
     delivery = await service.send_test(access.project, webhook_id)
-    return schemas.Accepted(delivery_id=delivery.id)
+    return schemas.DeliveryAccepted(delivery_id=delivery.id)
 
 
 @router.get(
@@ -208,6 +208,6 @@ async def get_delivery(
 )
 async def retry_delivery(
     webhook_id: WebhookId, delivery_id: DeliveryId, access: ProjectAdmin, service: Service
-) -> schemas.Accepted:
+) -> schemas.DeliveryAccepted:
     await service.retry(access.project, webhook_id, delivery_id)
-    return schemas.Accepted(delivery_id=delivery_id)
+    return schemas.DeliveryAccepted(delivery_id=delivery_id)

@@ -79,7 +79,7 @@ class WebhookSecret(ApiModel):
     )
 
 
-class Accepted(ApiModel):
+class DeliveryAccepted(ApiModel):
     delivery_id: str | None = Field(description="The delivery that will carry it")
 
 
