@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay import __version__
@@ -265,25 +266,39 @@ async def _record(
     delivery.last_response_body = outcome.body
     delivery.job_id = None
     delivery.next_attempt_at = None
-    webhook = await db.get_one(Webhook, webhook_id, with_for_update=True)
-    webhook.last_delivery_at = now
+    # The endpoint's row is shared by all its deliveries: each change to it is a conditional
+    # UPDATE that changes something only when there is something to change (its last attempt
+    # is kept to the second), so deliveries of one endpoint do not queue for its row lock.
+    await _update(
+        db, webhook_id, or_(Webhook.last_delivery_at.is_(None), Webhook.last_delivery_at < now),
+        last_delivery_at=now,
+    )  # fmt: skip
     if outcome.delivered:
         delivery.status = DeliveryStatus.DELIVERED
         delivery.delivered_at = now
-        webhook.failing_since = None
+        await _update(db, webhook_id, Webhook.failing_since.is_not(None), failing_since=None)
         return
     if outcome.status_code == 410:
         delivery.status = DeliveryStatus.FAILED
-        if webhook.enabled:
-            webhook.enabled = False
-            webhook.disabled_reason = "the endpoint answered 410 Gone"
+        reason = "the endpoint answered 410 Gone"
+        await _update(
+            db, webhook_id, Webhook.enabled.is_(True), enabled=False, disabled_reason=reason
+        )
         return
-    webhook.failing_since = webhook.failing_since or now
+    await _update(db, webhook_id, Webhook.failing_since.is_(None), failing_since=now)
+    webhook = (
+        await db.execute(
+            select(Webhook.enabled, Webhook.failing_since).where(Webhook.id == webhook_id)
+        )
+    ).one()
     if webhook.enabled and now - webhook.failing_since >= DISABLE_AFTER:
         delivery.status = DeliveryStatus.FAILED
-        webhook.enabled = False
-        webhook.disabled_reason = "every delivery failed for 5 days"
-        await _mail_admins(db, webhook, mail, now)
+        reason = "every delivery failed for 5 days"
+        # Of the deliveries that find it so at once, the one that disables it sends the mails.
+        if await _update(
+            db, webhook_id, Webhook.enabled.is_(True), enabled=False, disabled_reason=reason
+        ):
+            await _mail_admins(db, webhook_id, webhook.failing_since, mail, now)
         return
     if not webhook.enabled or delivery.step > len(RETRY_SCHEDULE):
         delivery.status = DeliveryStatus.FAILED
@@ -293,13 +308,33 @@ async def _record(
     schedule(db, delivery, now, now + timedelta(seconds=math.ceil(wait.total_seconds())))
 
 
-async def _mail_admins(db: AsyncSession, webhook: Webhook, mail: MailOutbox, now: datetime) -> None:
-    project_name = await db.scalar(select(Project.name).where(Project.id == webhook.project_id))
+async def _update(db: AsyncSession, webhook_id: str, condition: Any, **values: Any) -> bool:
+    """Change the endpoint's row where `condition` holds; whether it did."""
+    changed = await db.execute(
+        update(Webhook)
+        .where(Webhook.id == webhook_id, condition)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(changed.rowcount)  # type: ignore[attr-defined]
+
+
+async def _mail_admins(
+    db: AsyncSession, webhook_id: str, since: datetime, mail: MailOutbox, now: datetime
+) -> None:
+    row = (
+        await db.execute(
+            select(Project.name, Webhook.project_id, Webhook.url)
+            .join(Project, Project.id == Webhook.project_id)
+            .where(Webhook.id == webhook_id)
+        )
+    ).one()
+    project_name = row.name
     admins = await db.scalars(
         select(User.email)
         .join(ProjectMember, ProjectMember.user_id == User.id)
         .where(
-            ProjectMember.project_id == webhook.project_id,
+            ProjectMember.project_id == row.project_id,
             ProjectMember.role.in_([ProjectRole.ADMIN, ProjectRole.OWNER]),
         )
         .order_by(User.email)
@@ -312,10 +347,8 @@ async def _mail_admins(db: AsyncSession, webhook: Webhook, mail: MailOutbox, now
                 email,
                 f"A webhook of {project_name} was disabled",
                 project=project_name,
-                url=webhook.url,
-                since=webhook.failing_since.strftime("%Y-%m-%d %H:%M UTC")
-                if webhook.failing_since
-                else "",
+                url=row.url,
+                since=since.strftime("%Y-%m-%d %H:%M UTC"),
             ),
             now,
         )
