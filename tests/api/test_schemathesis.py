@@ -88,6 +88,8 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # version the caller sent that is not one (tests/updates).
         "unknown_channel",
         "version_required",
+        # A webhook URL the server's settings refuse (http://, a private address).
+        "webhook_url_refused",
     },
 }
 

@@ -49,8 +49,21 @@ class EventType(StrEnum):
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
 
 
-# What an endpoint may subscribe to.
-SUBSCRIBABLE = tuple(t for t in EventType if t is not EventType.WEBHOOK_TEST)
+class SubscribableEvent(StrEnum):
+    """What an endpoint may subscribe to: every EventType but `webhook.test`."""
+
+    BUILD_READY = "build.ready"
+    BUILD_DELETED = "build.deleted"
+    BUILD_DISTRIBUTED = "build.distributed"
+    BUILD_DOWNLOADED = "build.downloaded"
+    APPLICATION_CREATED = "application.created"
+    APPLICATION_DELETED = "application.deleted"
+    MEMBER_ADDED = "member.added"
+    MEMBER_REMOVED = "member.removed"
+    MEMBER_ROLE_CHANGED = "member.role_changed"
+
+
+SUBSCRIBABLE = tuple(EventType(e.value) for e in SubscribableEvent)
 
 
 def event_body(event_type: EventType, data: dict[str, Any], now: datetime) -> str:

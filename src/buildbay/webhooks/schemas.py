@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from buildbay.schemas import ApiModel, RequestModel, Timestamp, Trimmed
-from buildbay.webhooks.events import EventType
+from buildbay.webhooks.events import SubscribableEvent
 from buildbay.webhooks.models import DeliveryStatus
 
 Url = Annotated[
@@ -20,20 +20,13 @@ Url = Annotated[
 ]
 
 
-def _subscribable(events: list[EventType]) -> list[EventType]:
-    if EventType.WEBHOOK_TEST in events:
-        raise ValueError("webhook.test is sent on request (POST .../test), not subscribed to")
-    return events
-
-
 Events = Annotated[
-    list[EventType],
+    list[SubscribableEvent],
     Field(
         min_length=1,
-        max_length=len(EventType),
+        max_length=len(SubscribableEvent),
         description="The event types to send (`webhook.test` is sent on request only)",
     ),
-    AfterValidator(_subscribable),
 ]
 Description = Annotated[str, Field(max_length=500), Trimmed(blank_ok=True)]
 

@@ -13,7 +13,13 @@ from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.projects.reads import ProjectRecord
-from buildbay.webhooks.events import EventType, event_body, queue_delivery, schedule
+from buildbay.webhooks.events import (
+    EventType,
+    SubscribableEvent,
+    event_body,
+    queue_delivery,
+    schedule,
+)
 from buildbay.webhooks.models import Webhook, WebhookDelivery
 from buildbay.webhooks.reads import (
     WEBHOOK,
@@ -47,7 +53,7 @@ class WebhookService:
             raise ValidationFailed.for_field("url", problem, code="webhook_url_refused")
 
     async def create(
-        self, project: ProjectRecord, url: str, events: list[EventType], description: str
+        self, project: ProjectRecord, url: str, events: list[SubscribableEvent], description: str
     ) -> WebhookRecord:
         """The new endpoint, its secret in the record (shown this once)."""
         self.check_url(url)
@@ -159,5 +165,5 @@ class WebhookService:
         return webhook
 
 
-def _unique(events: list[EventType]) -> list[str]:
+def _unique(events: list[SubscribableEvent]) -> list[str]:
     return [e.value for e in dict.fromkeys(events)]
