@@ -4,8 +4,10 @@ secret shown once), send a test, read the log, send again, rotate, edit, disable
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -16,6 +18,12 @@ from tests.webhooks.receiver import Receiver, receiving
 pytestmark = pytest.mark.slow
 
 NewPage = Callable[[str], Page]
+# Where to leave screenshots of the pages, to look at them (unset: none).
+SHOTS = (
+    Path(os.environ["BUILDBAY_TEST_SCREENSHOTS"])
+    if "BUILDBAY_TEST_SCREENSHOTS" in os.environ
+    else None
+)
 
 
 @pytest.fixture
@@ -78,7 +86,9 @@ def test_an_admin_adds_a_webhook_tests_it_and_reads_its_log(
     assert message.payload["type"] == "webhook.test"
 
     page.reload()
-    expect(page.locator("table.deliveries td.status")).to_have_text(["delivered"])
+    expect(page.locator("table.deliveries .status")).to_have_text(["delivered"])
+    if SHOTS:
+        page.screenshot(path=SHOTS / "webhook.png", full_page=True)
     page.get_by_role("link", name="Details").click()
     expect(page.locator("table.attempts td[data-label=Answer]")).to_have_text(["200"])
     expect(page.get_by_text(message.id)).to_be_visible()
@@ -88,6 +98,8 @@ def test_an_admin_adds_a_webhook_tests_it_and_reads_its_log(
     assert receiver.received[1].id == message.id
     page.reload()
     expect(page.locator("table.attempts td[data-label=Answer]")).to_have_text(["200", "200"])
+    if SHOTS:
+        page.screenshot(path=SHOTS / "delivery.png", full_page=True)
 
     page.goto(webhook_url)
     page.get_by_role("button", name="Rotate secret").click()

@@ -4,6 +4,7 @@ send a test, and read the delivery log: each delivery with every attempt, and a 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
 
@@ -197,8 +198,9 @@ async def delivery_page(
     reads = Reads.within(db)
     webhook = await webhook_of(reads, access.project.id, webhook_id)
     detail = await delivery_detail(reads, webhook.id, delivery_id)
+    payload = json.dumps(json.loads(detail.payload), indent=2, ensure_ascii=False)
     return page("console/webhook_delivery.html", visitor, project=access.project,
-                webhook=webhook, detail=detail,
+                webhook=webhook, detail=detail, payload=payload,
                 notice=request.query_params.get("notice"))  # fmt: skip
 
 
