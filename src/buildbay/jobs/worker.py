@@ -167,7 +167,7 @@ class JobWorker:
     async def _start_due(self, limit: int) -> int:
         """Claim up to `limit` due jobs and start them, without waiting for them."""
         claimed = await self._claim(limit)
-        for job in claimed:
+        for job in claimed:  # started in the order they were written (_claim)
             task = asyncio.create_task(self._run_and_tell(job))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -262,7 +262,12 @@ class JobWorker:
             ok = True
         finally:
             await finish(db, ok=ok)
-        return [_Claimed(row[0], row[1], row[2], row[3], row[4], claim) for row in rows]
+        # In the order they were written (ids are time-ordered), which RETURNING does not keep:
+        # jobs written together (an endpoint's webhook deliveries) start in that order.
+        return sorted(
+            (_Claimed(row[0], row[1], row[2], row[3], row[4], claim) for row in rows),
+            key=lambda job: job.id,
+        )
 
     async def _run(self, job: _Claimed) -> None:
         handler = self.handlers.get(job.kind)

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import or_, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay import __version__
@@ -40,7 +40,7 @@ from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.models import Project, ProjectMember, ProjectRole
 from buildbay.webhooks.events import schedule
 from buildbay.webhooks.models import DeliveryStatus, Webhook, WebhookAttempt, WebhookDelivery
-from buildbay.webhooks.reads import WebhookRecord, webhook_by_id
+from buildbay.webhooks.reads import WEBHOOK, WebhookRecord
 from buildbay.webhooks.signing import signature_header
 from buildbay.webhooks.transport import GuardedTransport
 
@@ -185,27 +185,31 @@ def webhook_handler(
     return deliver
 
 
+_TARGET = (
+    select(
+        WebhookDelivery.id.label("delivery_id"),
+        WebhookDelivery.event_id.label("event_id"),
+        WebhookDelivery.payload.label("payload"),
+        *WEBHOOK.columns,
+    )
+    .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+    .where(
+        WebhookDelivery.id == bindparam("delivery_id"),
+        WebhookDelivery.job_id == bindparam("job_id"),
+        WebhookDelivery.status == DeliveryStatus.PENDING,
+    )
+)
+
+
 async def _target(
     reads: Reads, delivery_id: str, job_id: str
 ) -> tuple[_Delivery, WebhookRecord] | None:
-    row = await reads.first(
-        select(
-            WebhookDelivery.id,
-            WebhookDelivery.webhook_id,
-            WebhookDelivery.event_id,
-            WebhookDelivery.payload,
-        ).where(
-            WebhookDelivery.id == delivery_id,
-            WebhookDelivery.job_id == job_id,
-            WebhookDelivery.status == DeliveryStatus.PENDING,
-        )
-    )
+    """The delivery this job carries, and its endpoint (None: deleted, done, or another job
+    carries it now)."""
+    row = await reads.first(_TARGET, {"delivery_id": delivery_id, "job_id": job_id})
     if row is None:
         return None
-    webhook = await webhook_by_id(reads, row["webhook_id"])
-    if webhook is None:
-        return None
-    return _Delivery(row["id"], row["event_id"], row["payload"]), webhook
+    return _Delivery(row["delivery_id"], row["event_id"], row["payload"]), WEBHOOK.of(row)
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,11 +102,6 @@ def delivery_not_found() -> NotFound:
     return NotFound("No delivery with this id for this webhook", code="delivery_not_found")
 
 
-async def webhook_by_id(reads: Reads, webhook_id: str) -> WebhookRecord | None:
-    row = await reads.first(_BY_ID, {"id": webhook_id})
-    return None if row is None else WEBHOOK.of(row)
-
-
 async def webhooks_of(reads: Reads, project_id: str) -> list[WebhookRecord]:
     """The project's endpoints, oldest first."""
     return [WEBHOOK.of(row) for row in await reads.all(_OF_PROJECT, {"project_id": project_id})]
