@@ -154,10 +154,13 @@ class JobWorker:
             self.signal.clear()
             try:
                 free = self.batch - len(self._running)
-                if free > 0 and await self._start_due(free) == free:
+                if free <= 0:
+                    wait = self.poll  # every place taken: the next job to end wakes the loop
+                elif await self._start_due(free) == free:
                     continue  # there may be more due
-                wait = await self._until_next_due()
-                await self._clean_up()
+                else:
+                    wait = await self._until_next_due()
+                    await self._clean_up()
             except Exception:
                 log.exception("the job worker failed a round; it tries again shortly")
                 wait = self.poll
