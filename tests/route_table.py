@@ -212,6 +212,23 @@ class World:
         assert r.status_code == 200, r.text
         return group_id
 
+    async def new_webhook(self) -> str:
+        r = await self.client.post(
+            f"/api/projects/{self.ids['id']}/webhooks",
+            json={"url": "https://hooks.example.com/buildbay", "events": ["build.ready"]},
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    async def new_delivery(self) -> str:
+        r = await self.client.post(
+            f"/api/projects/{self.ids['id']}/webhooks/{self.ids['webhookId']}/test",
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 202, r.text
+        return str(r.json()["deliveryId"])
+
     @property
     def channels(self) -> str:
         return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
@@ -338,6 +355,8 @@ async def build_world(
     world.update_key = app["updateKey"]
     world.ids["channelId"] = await world.new_channel()
     world.ids["groupId"] = await world.new_group()
+    world.ids["webhookId"] = await world.new_webhook()
+    world.ids["deliveryId"] = await world.new_delivery()
     world.api_token_id = await world.new_api_token(owner)
     world.token_ids.add(world.api_token_id)
     await world.limited_tokens()
@@ -504,6 +523,21 @@ async def _build_channels(w: World, subject: Account) -> dict[str, Any]:
 @body("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}")
 async def _build_update(w: World, subject: Account) -> dict[str, Any]:
     return {"mandatory": False}
+
+
+@body("POST", "/api/projects/{id}/webhooks")
+async def _webhook(w: World, subject: Account) -> dict[str, Any]:
+    return {"url": "https://hooks.example.com/another", "events": ["member.added"]}
+
+
+@body("PUT", "/api/projects/{id}/webhooks/{webhookId}")
+async def _webhook_update(w: World, subject: Account) -> dict[str, Any]:
+    return {"description": "Chat"}
+
+
+@target("DELETE", "/api/projects/{id}/webhooks/{webhookId}")
+async def _doomed_webhook(w: World) -> dict[str, str]:
+    return {"webhookId": await w.new_webhook()}
 
 
 @target("DELETE", "/api/projects/{id}/applications/{appId}/channels/{channelId}")

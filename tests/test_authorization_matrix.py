@@ -88,6 +88,17 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): "developer",
+    # Webhooks: their URLs and delivery logs are the admins' (tests/webhooks/).
+    ("GET", "/api/projects/{id}/webhooks"): "admin",
+    ("POST", "/api/projects/{id}/webhooks"): "admin",
+    ("GET", "/api/projects/{id}/webhooks/{webhookId}"): "admin",
+    ("PUT", "/api/projects/{id}/webhooks/{webhookId}"): "admin",
+    ("DELETE", "/api/projects/{id}/webhooks/{webhookId}"): "admin",
+    ("POST", "/api/projects/{id}/webhooks/{webhookId}/rotate-secret"): "admin",
+    ("POST", "/api/projects/{id}/webhooks/{webhookId}/test"): "admin",
+    ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries"): "admin",
+    ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): "admin",
+    ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): "admin",
     ("GET", "/api/projects/{id}/applications"): "tester",
     ("POST", "/api/projects/{id}/applications"): "admin",
     ("GET", "/api/projects/{id}/applications/{appId}"): "tester",
@@ -162,6 +173,16 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute",
     ): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): READ,
+    ("GET", "/api/projects/{id}/webhooks"): READ,
+    ("POST", "/api/projects/{id}/webhooks"): UNSCOPED,
+    ("GET", "/api/projects/{id}/webhooks/{webhookId}"): READ,
+    ("PUT", "/api/projects/{id}/webhooks/{webhookId}"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}/webhooks/{webhookId}"): UNSCOPED,
+    ("POST", "/api/projects/{id}/webhooks/{webhookId}/rotate-secret"): UNSCOPED,
+    ("POST", "/api/projects/{id}/webhooks/{webhookId}/test"): UNSCOPED,
+    ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries"): READ,
+    ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): READ,
+    ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): UNSCOPED,
     ("GET", "/api/projects/{id}/applications"): READ,
     ("POST", "/api/projects/{id}/applications"): UNSCOPED,
     ("GET", "/api/projects/{id}/applications/{appId}"): READ,
@@ -237,6 +258,8 @@ UNKNOWN = {
     "invitationId": "inv_00000000000000000000000000",
     "channelId": "chn_00000000000000000000000000",
     "groupId": "grp_00000000000000000000000000",
+    "webhookId": "whk_00000000000000000000000000",
+    "deliveryId": "whd_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
@@ -246,6 +269,8 @@ UNKNOWN_CODE = {
     "invitationId": "invitation_not_found",
     "channelId": "channel_not_found",
     "groupId": "group_not_found",
+    "webhookId": "webhook_not_found",
+    "deliveryId": "delivery_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 

@@ -36,6 +36,7 @@ from buildbay.console.routes import routers as console_routers
 from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine, create_sessionmaker, read_engine
+from buildbay.db.reads import Reads
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import DISTRIBUTION_JOB, distribution_mail_handler
 from buildbay.health import router as health_router
@@ -55,6 +56,9 @@ from buildbay.storage.factory import create_storage
 from buildbay.storage.routes import router as storage_router
 from buildbay.storage.signing import UrlSigner
 from buildbay.updates.routes import router as updates_router
+from buildbay.webhooks.delivery import WebhookSender, webhook_handler
+from buildbay.webhooks.events import WEBHOOK_JOB
+from buildbay.webhooks.routes import router as webhooks_router
 
 log = logging.getLogger("buildbay")
 
@@ -110,6 +114,7 @@ def create_app(
         revocations=revocations,
         mail=MailOutbox(settings.resolved_mail_from),
         unsubscribe=UnsubscribeLinks(settings.signing_key, settings.resolved_public_url),
+        webhook_sender=WebhookSender(allow_private=settings.webhook_allow_private),
     )
     ctx.jobs = JobWorker(
         ctx.sessions,
@@ -136,6 +141,7 @@ def create_app(
             yield
         finally:
             await ctx.jobs.stop()
+            await ctx.webhook_sender.aclose()
             if sweeper is not None:
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -171,6 +177,7 @@ def create_app(
         distribution_router,
         applications_router,
         channels_router,
+        webhooks_router,
         builds_router,
         updates_router,
         storage_router,
@@ -201,6 +208,9 @@ def job_handlers(ctx: AppContext) -> dict[str, Handler]:
         PASSWORD_RESET_JOB: password_reset_handler(ctx),
         DISTRIBUTION_JOB: distribution_mail_handler(ctx),
         VERIFY_JOB: verify_handler(ctx),
+        WEBHOOK_JOB: webhook_handler(
+            lambda: Reads.on(ctx.read_engine), ctx.webhook_sender, ctx.clock, ctx.mail
+        ),
     }
 
 

@@ -116,6 +116,11 @@ class Settings(BaseSettings):
     job_poll_seconds: Annotated[float, Field(gt=0)] = 5.0
     job_lease_seconds: Annotated[float, Field(gt=0)] = 120.0
     job_retry_base_seconds: Annotated[float, Field(gt=0)] = 10.0
+    # Webhooks (webhooks/): endpoints must be https:// unless WEBHOOK_ALLOW_HTTP, and must not
+    # reach private, loopback, link-local or metadata addresses (checked on the address
+    # connected to) unless WEBHOOK_ALLOW_PRIVATE (tests, closed networks).
+    webhook_allow_http: bool = False
+    webhook_allow_private: bool = False
 
     @model_validator(mode="after")
     def _s3_needs_a_bucket(self) -> Settings:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from buildbay.mail.unsubscribe import UnsubscribeLinks
     from buildbay.storage.base import Storage
     from buildbay.storage.signing import UrlSigner
+    from buildbay.webhooks.delivery import WebhookSender
 
 
 @dataclass
@@ -42,4 +43,5 @@ class AppContext:
     revocations: SharedRevocations | None  # with Redis: several processes (auth/revocations.py)
     mail: MailOutbox
     unsubscribe: UnsubscribeLinks
+    webhook_sender: WebhookSender  # sends the outbox's webhook deliveries (webhooks/)
     jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan

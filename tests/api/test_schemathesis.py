@@ -95,6 +95,8 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # a rule between two fields that the field descriptions state.
         "multipart_too_small",
         "multipart_required",
+        # A webhook URL the server's settings refuse (http://, a private address).
+        "webhook_url_refused",
     },
 }
 

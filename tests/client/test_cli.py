@@ -333,6 +333,32 @@ def test_upload_distributes_to_a_group_by_name_and_to_an_email(cli: Cli) -> None
     assert "no tester group named 'Nope'" in missing.stderr
 
 
+def test_webhooks_create_list_test_and_deliveries(cli: Cli) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    # localhost: resolved from the hosts file, then refused at connect (a loopback address),
+    # so the delivery goes nowhere.
+    url = "https://localhost/hooks"
+    done = cli("webhooks", "create", url, "-p", "Acme", "-e", "build.ready", "-e", "member.added")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("whsec_")
+    [webhook] = cli.json("webhooks", "list", "-p", "Acme")
+    assert webhook["url"] == url
+    assert webhook["events"] == ["build.ready", "member.added"]
+    assert "secret" not in webhook
+    done = cli("webhooks", "test", webhook["id"], "-p", "Acme")
+    assert done.returncode == 0, done.stderr
+    assert "Test event queued as delivery whd_" in done.stderr
+    [delivery] = cli.json("webhooks", "deliveries", webhook["id"], "-p", "Acme")
+    assert delivery["eventType"] == "webhook.test"
+    assert delivery["status"] == "pending"
+    done = cli("webhooks", "deliveries", webhook["id"], "-p", "Acme")
+    assert "webhook.test" in done.stdout
+    done = cli("webhooks", "create", "http://localhost/x", "-p", "Acme", "-e", "build.ready")
+    assert done.returncode == 5, done.stderr  # refused: https:// only here
+    assert "https://" in done.stderr
+
+
 def test_each_failure_class_has_its_exit_code(cli: Cli, tmp_path: Path) -> None:
     _login(cli)
     project = cli.json("projects", "create", "Acme")

@@ -437,3 +437,61 @@ def to_json(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
     return value
+
+
+# -- webhooks -----------------------------------------------------------------------------------
+
+
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Webhook(Model):
+    id: str
+    url: str
+    events: list[str]
+    description: str
+    enabled: bool
+    created_at: datetime
+    disabled_reason: str | None = None
+    failing_since: datetime | None = None
+    last_delivery_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookCreated(Webhook):
+    secret: str  # `whsec_...`, shown this once
+
+
+@dataclass(frozen=True)
+class WebhookList(Model):
+    webhooks: list[Webhook]
+
+
+@dataclass(frozen=True)
+class DeliveryAccepted(Model):
+    delivery_id: str | None
+
+
+@dataclass(frozen=True)
+class Delivery(Model):
+    id: str
+    event_id: str
+    event_type: str
+    status: DeliveryStatus
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime | None = None
+    last_status_code: int | None = None
+    last_error: str | None = None
+    last_duration_ms: int | None = None
+    delivered_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryList(Model):
+    deliveries: list[Delivery]
+    next_cursor: str | None

@@ -146,6 +146,33 @@ def remove_member(project_id: str, user_id: str) -> Op[None]:
     return Op("DELETE", f"/api/projects/{_q(project_id)}/members/{_q(user_id)}")
 
 
+# -- webhooks -----------------------------------------------------------------------------------
+
+
+def list_webhooks(project_id: str) -> Op[models.WebhookList]:
+    return Op("GET", f"/api/projects/{_q(project_id)}/webhooks", models.WebhookList)
+
+
+def create_webhook(
+    project_id: str, url: str, events: Sequence[str], description: str | None = None
+) -> Op[models.WebhookCreated]:
+    body = _fields(url=url, events=list(events), description=description)
+    path = f"/api/projects/{_q(project_id)}/webhooks"
+    return Op("POST", path, models.WebhookCreated, body, idempotent=False)
+
+
+def test_webhook(project_id: str, webhook_id: str) -> Op[models.DeliveryAccepted]:
+    path = f"/api/projects/{_q(project_id)}/webhooks/{_q(webhook_id)}/test"
+    return Op("POST", path, models.DeliveryAccepted, idempotent=False)
+
+
+def list_deliveries(
+    project_id: str, webhook_id: str, limit: int | None = None, cursor: str | None = None
+) -> Op[models.DeliveryList]:
+    path = f"/api/projects/{_q(project_id)}/webhooks/{_q(webhook_id)}/deliveries"
+    return Op("GET", path, models.DeliveryList, params=_page(limit, cursor))
+
+
 # -- applications -------------------------------------------------------------------------------
 
 

@@ -5,13 +5,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response, status
 
 from buildbay.applications import schemas
-from buildbay.applications.reads import ApplicationView, application_view, applications_page
+from buildbay.applications.reads import application_view, applications_page
+from buildbay.applications.schemas import application_schema
 from buildbay.applications.service import ApplicationService
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppAdmin, AppReader, ProjectAdmin, ProjectReader
-from buildbay.projects.models import ProjectRole
 from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(
@@ -49,26 +49,6 @@ async def application_service(ctx: Context, db: SessionDep) -> ApplicationServic
 Service = Annotated[ApplicationService, Depends(application_service)]  # the unit of work
 
 
-def _application(view: ApplicationView, role: ProjectRole) -> schemas.Application:
-    a = view.application
-    return schemas.Application(
-        id=a.id,
-        project_id=a.project_id,
-        name=a.name,
-        platform=a.platform,
-        bundle_id=a.bundle_id,
-        retention=schemas.Retention(
-            keep_last=a.retention_keep_last, keep_days=a.retention_keep_days
-        ),
-        builds_count=view.builds_count,
-        update_key=a.update_key if role.includes(ProjectRole.DEVELOPER) else None,
-        auto_distribute_groups=a.auto_distribute_groups,
-        install_link_days=a.install_link_days,
-        created_at=a.created_at,
-        updated_at=a.updated_at,
-    )
-
-
 @router.get(
     "",
     responses={
@@ -87,7 +67,7 @@ async def list_applications(
         reads, access.project.id, page.limit, page.after_id
     )
     return schemas.ApplicationList(
-        applications=[_application(v, access.role) for v in views], next_cursor=next_cursor
+        applications=[application_schema(v, access.role) for v in views], next_cursor=next_cursor
     )
 
 
@@ -103,12 +83,12 @@ async def list_applications(
 async def create_application(
     body: schemas.ApplicationCreate, access: ProjectAdmin, service: Service
 ) -> schemas.Application:
-    return _application(await service.create(access.project, body.model_dump()), access.role)
+    return application_schema(await service.create(access.project, body.model_dump()), access.role)
 
 
 @router.get("/{appId}", responses=BY_ID, summary="Get an application")
 async def get_application(access: AppReader, reads: ReadsDep) -> schemas.Application:
-    return _application(await application_view(reads, access.application), access.role)
+    return application_schema(await application_view(reads, access.application), access.role)
 
 
 @router.put(
@@ -123,7 +103,7 @@ async def update_application(
     body: schemas.ApplicationUpdate, access: AppAdmin, service: Service
 ) -> schemas.Application:
     changes = body.model_dump(exclude_unset=True)
-    return _application(await service.update(access.application, changes), access.role)
+    return application_schema(await service.update(access.application, changes), access.role)
 
 
 @router.post(
@@ -137,7 +117,7 @@ async def update_application(
     summary="Rotate the update key; the old one keeps answering for 7 days (admin+)",
 )
 async def rotate_update_key(access: AppAdmin, service: Service) -> schemas.Application:
-    return _application(await service.rotate_update_key(access.application), access.role)
+    return application_schema(await service.rotate_update_key(access.application), access.role)
 
 
 @router.delete(

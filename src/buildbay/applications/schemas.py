@@ -5,6 +5,8 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, field_validator
 
 from buildbay.applications.models import Platform
+from buildbay.applications.reads import ApplicationView
+from buildbay.projects.models import ProjectRole
 from buildbay.schemas import ApiModel, JsonInteger, Name, NotNull, RequestModel, Timestamp
 from buildbay.text import BUNDLE_ID_MAX, BUNDLE_ID_PATTERN
 
@@ -124,3 +126,21 @@ class Application(ApiModel):
 class ApplicationList(ApiModel):
     applications: list[Application]
     next_cursor: str | None
+
+
+def application_schema(view: ApplicationView, role: ProjectRole) -> Application:
+    a = view.application
+    return Application(
+        id=a.id,
+        project_id=a.project_id,
+        name=a.name,
+        platform=a.platform,
+        bundle_id=a.bundle_id,
+        retention=Retention(keep_last=a.retention_keep_last, keep_days=a.retention_keep_days),
+        builds_count=view.builds_count,
+        update_key=a.update_key if role.includes(ProjectRole.DEVELOPER) else None,
+        auto_distribute_groups=a.auto_distribute_groups,
+        install_link_days=a.install_link_days,
+        created_at=a.created_at,
+        updated_at=a.updated_at,
+    )

@@ -32,6 +32,7 @@ from buildbay.ids import new_id
 from buildbay.projects.models import Project
 from buildbay.projects.reads import ProjectRecord
 from buildbay.storage.base import Storage
+from buildbay.webhooks import events as webhook_events
 
 
 def _columns(fields: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +77,9 @@ class ApplicationService:
         add_update_key(self.db, application_id, self.now, key)
         # Every application has a `default` channel: verify publishes to it unless told not to.
         await ChannelService(self.db, self.now).create_default(application_id)
-        return ApplicationView(APPLICATION.of_entity(application), 0)
+        view = ApplicationView(APPLICATION.of_entity(application), 0)
+        await webhook_events.application_created(self.db, view, self.now)
+        return view
 
     async def update(
         self, application: ApplicationRecord, changes: dict[str, Any]
@@ -100,6 +103,7 @@ class ApplicationService:
 
     async def delete(self, application: ApplicationRecord, storage: Storage) -> None:
         """Rows first (builds cascade), the stored files once committed (see builds.removal)."""
+        await webhook_events.application_deleted(self.db, application, self.now)
         keys = await keys_of_builds_under(
             self.db, Application.id, Build.application_id, application.id
         )

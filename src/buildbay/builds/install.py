@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
@@ -26,6 +26,7 @@ from buildbay.builds.models import Build, BuildStatus, InstallLink
 from buildbay.builds.reads import BuildRecord, not_in_application
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf
+from buildbay.distribution.models import BuildRecipient
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
 from buildbay.projects.models import ProjectRole
@@ -86,12 +87,15 @@ class InstallTarget:
 
 # Built once: every build the API shows runs the first, and composing it costs more than
 # running it.
+# The links a member shares, not the personal ones distribution mails to each tester (opens
+# through those are that tester's): a build's installUrl is never someone else's link.
 _LIVE_LINKS_OF_BUILDS = (
     select(*LINK.columns)
     .where(
         InstallLink.build_id.in_(bindparam("ids", expanding=True)),
         InstallLink.revoked_at.is_(None),
         InstallLink.expires_at > bindparam("now"),
+        ~exists().where(BuildRecipient.install_link_id == InstallLink.id),
     )
     .order_by(InstallLink.id)
 )

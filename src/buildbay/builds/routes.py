@@ -10,8 +10,9 @@ from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
 from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.models import BuildStatus
 from buildbay.builds.reads import BuildOrder, BuildRecord, VersionFilter
+from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.channels.reads import channel_names
-from buildbay.deps import Context, Page, SessionDep, TransactionRoute
+from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.distribution.installs import downloads_counts
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
@@ -22,6 +23,7 @@ from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsReader, BuildsTester
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
 from buildbay.storage.base import parts_count
+from buildbay.webhooks import events as webhook_events
 
 router = APIRouter(
     prefix="/api/app-distribution/{projectId}/{appId}/builds",
@@ -108,43 +110,6 @@ async def version_filter(
 
 Version = Annotated[VersionFilter, Depends(version_filter)]
 BuildId = Annotated[str, Path(alias="buildId")]
-
-
-def to_schema(
-    build: BuildRecord,
-    public_url: str,
-    install_url: str | None = None,
-    channels: list[str] | None = None,
-    downloads_count: int = 0,
-) -> schemas.Build:
-    address = (
-        f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
-        f"/builds/{build.id}"
-    )
-    ready = build.status is BuildStatus.READY
-    return schemas.Build(
-        build_id=build.id,
-        project_id=build.project_id,
-        application_id=build.application_id,
-        file_name=build.file_name,
-        file_size=build.file_size,
-        sha256=build.sha256,
-        status=build.status,
-        notes=build.notes,
-        created_at=build.created_at,
-        verified_at=build.verified_at,
-        expires_at=build.expires_at,
-        uploaded_by=build.uploaded_by,
-        metadata=build.metadata_,
-        metadata_error=build.metadata_error,
-        download_url=f"{address}/download" if ready else None,
-        install_url=install_url if ready else None,
-        icon_url=f"{address}/icon" if build.has_icon else None,
-        channels=channels or [],
-        mandatory=build.mandatory,
-        downloads_count=downloads_count,
-        failure_code=build.failure_code,
-    )
 
 
 async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[schemas.Build]:
@@ -412,6 +377,8 @@ async def download_build(
     builds: Builds,
     db: SessionDep,
     request: Request,
+    reads: ReadsDep,
+    ctx: Context,
 ) -> RedirectResponse:
     build = await builds.get(access.application.id, build_id, tester(access))
     url = await builds.ready_file_url(build)
@@ -419,6 +386,15 @@ async def download_build(
         db, build, InstallEventKind.DOWNLOAD, builds.now, request.headers.get("user-agent"),
         user_id=access.caller.user.id,
     )  # fmt: skip
+    await webhook_events.build_downloaded(
+        db,
+        reads,
+        access.project.id,
+        lambda: builds.get(access.application.id, build_id, tester(access)),
+        access.caller.user,
+        ctx.settings.resolved_public_url,
+        ctx.clock.now(),
+    )
     return RedirectResponse(url, status_code=status.HTTP_302_FOUND)
 
 

@@ -5,6 +5,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from buildbay.builds.models import BuildStatus
+from buildbay.builds.reads import BuildRecord
 from buildbay.channels.schemas import ChannelNames
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
@@ -296,3 +297,40 @@ class StoredUpload(ApiModel):
     build_id: str
     size: int
     sha256: str
+
+
+def build_schema(
+    build: BuildRecord,
+    public_url: str,
+    install_url: str | None = None,
+    channels: list[str] | None = None,
+    downloads_count: int = 0,
+) -> Build:
+    address = (
+        f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
+        f"/builds/{build.id}"
+    )
+    ready = build.status is BuildStatus.READY
+    return Build(
+        build_id=build.id,
+        project_id=build.project_id,
+        application_id=build.application_id,
+        file_name=build.file_name,
+        file_size=build.file_size,
+        sha256=build.sha256,
+        status=build.status,
+        notes=build.notes,
+        created_at=build.created_at,
+        verified_at=build.verified_at,
+        expires_at=build.expires_at,
+        uploaded_by=build.uploaded_by,
+        metadata=build.metadata_,
+        metadata_error=build.metadata_error,
+        download_url=f"{address}/download" if ready else None,
+        install_url=install_url if ready else None,
+        icon_url=f"{address}/icon" if build.has_icon else None,
+        channels=channels or [],
+        mandatory=build.mandatory,
+        downloads_count=downloads_count,
+        failure_code=build.failure_code,
+    )

@@ -45,6 +45,7 @@ from buildbay.storage.base import (
     part_bounds,
     parts_count,
 )
+from buildbay.webhooks import events as webhook_events
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext
@@ -109,6 +110,7 @@ class BuildService:
         self.now = now
         self.settings = settings
         self.storage = storage
+        self.public_url = settings.resolved_public_url
         # What it reads, it reads as any reader does, inside its transaction.
         self.reads = BuildReads(Reads.within(db), now, settings, storage)
 
@@ -413,6 +415,8 @@ class BuildService:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
             await channel_service.publish(application.id, build.id, channels, replace=False)
             await distribute_when_ready(self.db, self.now, application, build)
+            ready = await self.reads.get(application.id, build.id)
+            await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
         return bool(verified.rowcount)  # type: ignore[attr-defined]
 
     async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
@@ -513,6 +517,7 @@ class BuildService:
 
     async def delete(self, application: ApplicationRecord, build_id: str) -> None:
         build = await self.reads.get(application.id, build_id)
+        await webhook_events.build_deleted(self.db, build, self.public_url, self.now)
         # Its icon and install links go with it (ON DELETE CASCADE).
         await self.db.execute(delete(Build).where(Build.id == build.id))
         # The row first: a crash can leave orphan bytes (the sweeper's), never a broken build.

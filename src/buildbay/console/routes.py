@@ -20,6 +20,7 @@ from buildbay.console import (
     projects,
     releases,
     unsubscribe,
+    webhooks,
 )
 from buildbay.console.pages import console_sessions
 
@@ -31,6 +32,7 @@ routers: tuple[APIRouter, ...] = (
     invitations.router,
     groups.router,
     distribution.router,
+    webhooks.router,
     builds.router,
     releases.router,
     account.router,

@@ -22,6 +22,7 @@ from buildbay.distribution.models import (
 from buildbay.invitations.models import Invitation
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
+from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
     "ApiToken",
@@ -48,4 +49,7 @@ __all__ = [
     "TesterGroup",
     "UpdateKey",
     "User",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookDelivery",
 ]

@@ -53,6 +53,7 @@ from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.authorization import ApplicationAccess, ProjectAccess
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.text import normal_email_text
+from buildbay.webhooks import events as webhook_events
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext
@@ -107,9 +108,14 @@ class Distributor:
         if more_notified:
             enqueue(self.db, DISTRIBUTION_JOB, {"buildId": build.id}, self.now)
         groups = await self.reads.all(_GROUPS_OF_BUILD.where(BuildGroup.build_id == build.id))
-        return DistributionResult(
+        result = DistributionResult(
             build.id, [row["group_id"] for row in groups], reached + more, notified + more_notified
         )
+        await webhook_events.build_distributed(
+            self.db, build, self.public_url, self.now, groups=result.groups,
+            testersReached=result.testers_reached, notified=result.notified,
+        )  # fmt: skip
+        return result
 
     async def _to_emails(
         self, access: ProjectAccess, build: BuildRecord, emails: Sequence[str], notify: bool

@@ -15,8 +15,7 @@ from buildbay.invitations.reads import InvitationRecord, invitations_of
 from buildbay.invitations.service import InvitationService
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
-from buildbay.projects.routes import member_schema
-from buildbay.projects.schemas import Member
+from buildbay.projects.schemas import Member, member_schema
 
 router = APIRouter(tags=["invitations"], route_class=TransactionRoute)
 

@@ -33,6 +33,7 @@ from buildbay.projects.models import Project, ProjectMember, ProjectRole
 from buildbay.projects.reads import MemberRecord, ProjectRecord
 from buildbay.projects.service import require_owner_for_owner_role
 from buildbay.text import normal_email_text
+from buildbay.webhooks import events as webhook_events
 
 INVITATION_LIFETIME = timedelta(days=7)
 INVITATION_TOKEN_PREFIX = "bbi_"
@@ -173,9 +174,11 @@ class InvitationService:
         if not await insert_unless_present(self.db, ProjectMember, fields):
             raise Conflict("You are already a member of this project", code="already_member")
         await join_invited_groups(self.db, invitation.id, user.id, self.now)
-        return MemberRecord(
+        joined = MemberRecord(
             invitation.project_id, user.id, user.email, user.name, invitation.role, self.now
         )
+        await webhook_events.member_added(self.db, joined, self.now)
+        return joined
 
     # -- helpers --------------------------------------------------------------------------------
 

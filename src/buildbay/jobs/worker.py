@@ -139,22 +139,51 @@ class JobWorker:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
+        # The jobs still running after the grace are cancelled (each hands its job back).
+        running = set(self._running)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     async def _run_forever(self) -> None:
+        """Keeps up to `batch` jobs running, claiming more as soon as one ends: a slow job (a
+        webhook receiver that takes its 10 s) holds its own place, not the others'."""
         while not self._stopping:
             # Cleared before looking: a commit that lands from here on sets it again, and one
-            # that landed before is seen by the look.
+            # that landed before is seen by the look. A job that ends sets it too.
             self.signal.clear()
             try:
-                if await self.run_due():
-                    continue
-                wait = await self._until_next_due()
-                await self._clean_up()
+                free = self.batch - len(self._running)
+                if free <= 0:
+                    wait = self.poll  # every place taken: the next job to end wakes the loop
+                elif await self._start_due(free) == free:
+                    continue  # there may be more due
+                else:
+                    wait = await self._until_next_due()
+                    await self._clean_up()
             except Exception:
                 log.exception("the job worker failed a round; it tries again shortly")
                 wait = self.poll
             if not self._stopping:
                 await self.signal.wait(wait)
+
+    async def _start_due(self, limit: int) -> int:
+        """Claim up to `limit` due jobs and start them, without waiting for them."""
+        claimed = await self._claim(limit)
+        for job in claimed:  # started in the order they were written (_claim)
+            task = asyncio.create_task(self._run_and_tell(job))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+        return len(claimed)
+
+    async def _run_and_tell(self, job: _Claimed) -> None:
+        try:
+            await self._run(job)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._running.discard(task)  # before the loop wakes to count the free places
+            await self.signal.notify()  # a place is free: the loop looks for more
 
     async def _until_next_due(self) -> float:
         """Seconds until the next pending job is due (at most the poll interval)."""
@@ -208,7 +237,7 @@ class JobWorker:
             total += ran
         return total
 
-    async def _claim(self) -> list[_Claimed]:
+    async def _claim(self, limit: int | None = None) -> list[_Claimed]:
         now = self.clock.now()
         claim = new_id("clm")
         # A CTE, not `id IN (subquery)`: PostgreSQL may run such a subquery more than once
@@ -218,7 +247,7 @@ class JobWorker:
             select(Job.id)
             .where(Job.status == JobStatus.PENDING, Job.run_after <= now)
             .order_by(Job.run_after)
-            .limit(self.batch)
+            .limit(limit or self.batch)
             .with_for_update(skip_locked=True)  # PostgreSQL; SQLite leaves it out
             .cte("due")
         )
@@ -236,7 +265,12 @@ class JobWorker:
             ok = True
         finally:
             await finish(db, ok=ok)
-        return [_Claimed(row[0], row[1], row[2], row[3], row[4], claim) for row in rows]
+        # In the order they were written (ids are time-ordered), which RETURNING does not keep:
+        # jobs written together (an endpoint's webhook deliveries) start in that order.
+        return sorted(
+            (_Claimed(row[0], row[1], row[2], row[3], row[4], claim) for row in rows),
+            key=lambda job: job.id,
+        )
 
     async def _run(self, job: _Claimed) -> None:
         handler = self.handlers.get(job.kind)

@@ -11,12 +11,12 @@ from buildbay.problems import problem_responses
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectReader, ProjectTester
 from buildbay.projects.reads import (
-    MemberRecord,
     ProjectView,
     members,
     project_view,
     projects_of_member,
 )
+from buildbay.projects.schemas import member_schema
 from buildbay.projects.service import ProjectService
 from buildbay.schemas import PAGE_QUERY
 
@@ -72,16 +72,6 @@ def _project(view: ProjectView) -> schemas.Project:
         applications_count=view.applications_count,
         created_at=p.created_at,
         updated_at=p.updated_at,
-    )
-
-
-def member_schema(member: MemberRecord) -> schemas.Member:
-    return schemas.Member(
-        user_id=member.user_id,
-        email=member.email,
-        name=member.name,
-        role=member.role,
-        created_at=member.created_at,
     )
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from buildbay.projects.models import ProjectRole
+from buildbay.projects.reads import MemberRecord
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
 
 ProjectName = Name
@@ -50,3 +51,13 @@ class Member(ApiModel):
 
 class MemberList(ApiModel):
     members: list[Member]
+
+
+def member_schema(member: MemberRecord) -> Member:
+    return Member(
+        user_id=member.user_id,
+        email=member.email,
+        name=member.name,
+        role=member.role,
+        created_at=member.created_at,
+    )

@@ -32,6 +32,7 @@ from buildbay.projects.reads import (
 )
 from buildbay.storage.base import Storage
 from buildbay.text import normal_email_text
+from buildbay.webhooks import events as webhook_events
 
 
 class ProjectService:
@@ -99,7 +100,9 @@ class ProjectService:
                   "role": role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
             raise Conflict("This user is already a member of the project", code="already_member")
-        return MemberRecord(access.project.id, user.id, user.email, user.name, role, self.now)
+        added = MemberRecord(access.project.id, user.id, user.email, user.name, role, self.now)
+        await webhook_events.member_added(self.db, added, self.now)
+        return added
 
     async def change_role(
         self, access: ProjectAccess, user_id: str, role: ProjectRole
@@ -115,7 +118,10 @@ class ProjectService:
             .where(ProjectMember.project_id == access.project.id, ProjectMember.user_id == user_id)
             .values(role=role)
         )
-        return replace(found, role=role)
+        changed = replace(found, role=role)
+        if role is not found.role:
+            await webhook_events.member_role_changed(self.db, changed, found.role, self.now)
+        return changed
 
     async def remove_member(self, access: ProjectAccess, user_id: str) -> None:
         await self._lock_members(access.project)
@@ -131,6 +137,7 @@ class ProjectService:
                 require_owner_for_owner_role(access, ProjectRole.OWNER)
         if found.role is ProjectRole.OWNER:
             await self._ensure_another_owner(access.project, user_id)
+        await webhook_events.member_removed(self.db, found, self.now)
         await self.db.execute(
             delete(ProjectMember).where(
                 ProjectMember.project_id == access.project.id, ProjectMember.user_id == user_id

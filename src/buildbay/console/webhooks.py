@@ -1,0 +1,216 @@
+"""The console: a project's webhooks (admins). Add one (its secret shown once, on the answer to
+the form), change its URL and events, enable or disable it, rotate its secret (shown once),
+send a test, and read the delivery log: each delivery with every attempt, and a retry."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.console.pages import (
+    ConsoleRoute,
+    FormError,
+    now,
+    page,
+    parse_form,
+    posted_form,
+    see_other,
+    visit,
+)
+from buildbay.console.session import Visitor
+from buildbay.db.reads import Reads
+from buildbay.deps import get_context
+from buildbay.errors import BuildbayError
+from buildbay.projects.authorization import ProjectAccess, project_of
+from buildbay.projects.models import ProjectRole
+from buildbay.webhooks.events import SUBSCRIBABLE
+from buildbay.webhooks.reads import deliveries_of, delivery_detail, webhook_of, webhooks_of
+from buildbay.webhooks.schemas import WebhookCreate, WebhookUpdate
+from buildbay.webhooks.service import WebhookService
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+EVENTS = [e.value for e in SUBSCRIBABLE]
+LOG_SIZE = 50
+
+
+async def _admin(request: Request, project_id: str) -> tuple[Visitor, AsyncSession, ProjectAccess]:
+    visitor, db = await visit(request)
+    access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
+    return visitor, db, access
+
+
+def _service(request: Request, db: AsyncSession) -> WebhookService:
+    return WebhookService(db, now(request), get_context(request).settings)
+
+
+async def _form(request: Request) -> dict[str, Any]:
+    """The webhook form's fields: `events` is a list (one checkbox each)."""
+    form = await posted_form(request)
+    return {
+        "url": str(form.get("url") or ""),
+        "description": str(form.get("description") or ""),
+        "events": [str(e) for e in form.getlist("events")],
+    }
+
+
+def _errors(exc: FormError) -> dict[str, str]:
+    errors = dict(exc.by_field)
+    if "events" in errors:
+        errors["events"] = "Choose at least one event."
+    if "url" in errors:
+        errors["url"] = "Enter the receiver's address (up to 2048 characters)."
+    return errors
+
+
+@router.get("/projects/{project_id}/webhooks")
+async def webhooks_page(request: Request, project_id: str) -> Response:
+    visitor, db, access = await _admin(request, project_id)
+    return await _list(request, visitor, db, access)
+
+
+async def _list(
+    request: Request, visitor: Visitor, db: AsyncSession, access: ProjectAccess,
+    values: dict[str, Any] | None = None, errors: dict[str, str] | None = None,
+    status_code: int = 200,
+) -> Response:  # fmt: skip
+    hooks = await webhooks_of(Reads.within(db), access.project.id)
+    return page("console/webhooks.html", visitor, status_code, project=access.project,
+                webhooks=hooks, events=EVENTS, values=values or {"events": []},
+                errors=errors or {})  # fmt: skip
+
+
+@router.post("/projects/{project_id}/webhooks")
+async def add_webhook(request: Request, project_id: str) -> Response:
+    visitor, db, access = await _admin(request, project_id)
+    fields = await _form(request)
+    try:
+        body = parse_form(WebhookCreate, {k: fields[k] for k in ("url", "events", "description")})
+        assert isinstance(body, WebhookCreate)
+        async with db.begin_nested():
+            created = await _service(request, db).create(
+                access.project, body.url, body.events, body.description
+            )
+    except FormError as exc:
+        return await _list(request, visitor, db, access, fields, _errors(exc), 422)
+    except BuildbayError as exc:
+        if exc.status >= 500:
+            raise
+        return await _list(request, visitor, db, access, fields, {"url": exc.detail}, exc.status)
+    # Shown on this answer only: the page a redirect would lead to cannot show it again.
+    return await _webhook(request, visitor, db, access, created.id, secret=created.secret,
+                          notice="Webhook added.")  # fmt: skip
+
+
+@router.get("/projects/{project_id}/webhooks/{webhook_id}")
+async def webhook_page(request: Request, project_id: str, webhook_id: str) -> Response:
+    visitor, db, access = await _admin(request, project_id)
+    return await _webhook(request, visitor, db, access, webhook_id)
+
+
+async def _webhook(
+    request: Request, visitor: Visitor, db: AsyncSession, access: ProjectAccess,
+    webhook_id: str, *, secret: str | None = None, notice: str | None = None,
+    values: dict[str, Any] | None = None, errors: dict[str, str] | None = None,
+    status_code: int = 200,
+) -> Response:  # fmt: skip
+    reads = Reads.within(db)
+    webhook = await webhook_of(reads, access.project.id, webhook_id)
+    deliveries, _ = await deliveries_of(reads, webhook.id, LOG_SIZE, None)
+    shown = values or {"url": webhook.url, "description": webhook.description,
+                       "events": webhook.events}  # fmt: skip
+    return page("console/webhook.html", visitor, status_code, project=access.project,
+                webhook=webhook, deliveries=deliveries, events=EVENTS, secret=secret,
+                values=shown, errors=errors or {},
+                notice=notice or request.query_params.get("notice"))  # fmt: skip
+
+
+def _back(project_id: str, webhook_id: str, notice: str, anchor: str = "") -> Response:
+    return see_other(f"/projects/{project_id}/webhooks/{webhook_id}?notice={quote(notice)}{anchor}")
+
+
+@router.post("/projects/{project_id}/webhooks/{webhook_id}")
+async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
+    visitor, db, access = await _admin(request, project_id)
+    fields = await _form(request)
+    try:
+        body = parse_form(WebhookUpdate, {k: fields[k] for k in ("url", "events", "description")})
+        assert isinstance(body, WebhookUpdate)
+        async with db.begin_nested():
+            await _service(request, db).update(
+                access.project, webhook_id, body.model_dump(exclude_none=True)
+            )
+    except FormError as exc:
+        return await _webhook(request, visitor, db, access, webhook_id, values=fields,
+                              errors=_errors(exc), status_code=422)  # fmt: skip
+    except BuildbayError as exc:
+        if exc.status >= 500 or exc.status == 404:
+            raise
+        return await _webhook(request, visitor, db, access, webhook_id, values=fields,
+                              errors={"url": exc.detail}, status_code=exc.status)  # fmt: skip
+    return _back(project_id, webhook_id, "Webhook saved.")
+
+
+@router.post("/projects/{project_id}/webhooks/{webhook_id}/enable")
+async def enable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
+    _, db, access = await _admin(request, project_id)
+    await _service(request, db).update(access.project, webhook_id, {"enabled": True})
+    return _back(project_id, webhook_id, "Webhook enabled.")
+
+
+@router.post("/projects/{project_id}/webhooks/{webhook_id}/disable")
+async def disable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
+    _, db, access = await _admin(request, project_id)
+    await _service(request, db).update(access.project, webhook_id, {"enabled": False})
+    return _back(project_id, webhook_id, "Webhook disabled: nothing is sent to it.")
+
+
+@router.post("/projects/{project_id}/webhooks/{webhook_id}/rotate")
+async def rotate_secret(request: Request, project_id: str, webhook_id: str) -> Response:
+    visitor, db, access = await _admin(request, project_id)
+    secret = await _service(request, db).rotate_secret(access.project, webhook_id)
+    notice = "New secret made: the previous one also signs for 24 hours."
+    return await _webhook(request, visitor, db, access, webhook_id, secret=secret, notice=notice)
+
+
+@router.post("/projects/{project_id}/webhooks/{webhook_id}/test")
+async def send_test(request: Request, project_id: str, webhook_id: str) -> Response:
+    _, db, access = await _admin(request, project_id)
+    await _service(request, db).send_test(access.project, webhook_id)
+    return _back(project_id, webhook_id, "Test event sent: see the delivery log.", "#deliveries")
+
+
+@router.post("/projects/{project_id}/webhooks/{webhook_id}/delete")
+async def delete_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
+    _, db, access = await _admin(request, project_id)
+    await _service(request, db).delete(access.project, webhook_id)
+    return see_other(f"/projects/{project_id}/webhooks")
+
+
+@router.get("/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}")
+async def delivery_page(
+    request: Request, project_id: str, webhook_id: str, delivery_id: str
+) -> Response:
+    visitor, db, access = await _admin(request, project_id)
+    reads = Reads.within(db)
+    webhook = await webhook_of(reads, access.project.id, webhook_id)
+    detail = await delivery_detail(reads, webhook.id, delivery_id)
+    payload = json.dumps(json.loads(detail.payload), indent=2, ensure_ascii=False)
+    return page("console/webhook_delivery.html", visitor, project=access.project,
+                webhook=webhook, detail=detail, payload=payload,
+                notice=request.query_params.get("notice"))  # fmt: skip
+
+
+@router.post("/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}/retry")
+async def retry_delivery(
+    request: Request, project_id: str, webhook_id: str, delivery_id: str
+) -> Response:
+    _, db, access = await _admin(request, project_id)
+    await _service(request, db).retry(access.project, webhook_id, delivery_id)
+    notice = quote("Sent again: reload to see the new attempt.")
+    return see_other(
+        f"/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}?notice={notice}"
+    )

@@ -1,0 +1,170 @@
+"""The events the services emit: each arrives (signed) with `data` the same JSON the API gives
+for the object, plus `projectId`, in the unit of work of the change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from buildbay.webhooks.events import SUBSCRIBABLE
+from tests.conftest import Account, Api
+from tests.webhooks.conftest import Hooks
+from tests.webhooks.receiver import Receiver
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+ALL = [e.value for e in SUBSCRIBABLE]
+
+
+async def _events(hooks: Hooks, receiver: Receiver) -> list[dict[str, Any]]:
+    await hooks.run()
+    assert all(m.verified_by for m in receiver.received)
+    payloads = [m.payload for m in receiver.received]
+    receiver.received.clear()
+    return payloads
+
+
+async def test_build_events_carry_the_build_as_the_api_shows_it(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    await hooks.create(owner, project["id"], receiver.url, ALL, receiver=receiver)
+    await _events(hooks, receiver)  # nothing before
+
+    build = await api.upload(owner, project["id"], app["id"])
+    [ready] = await _events(hooks, receiver)
+    assert ready["type"] == "build.ready"
+    assert ready["data"] == {**build, "projectId": project["id"]}
+
+    base = f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}"
+    tester = await api.register("tester@example.com")
+    await api.add_member(owner, project["id"], tester, "tester")
+    await _events(hooks, receiver)
+    r = await hooks.client.get(f"{base}/download", headers=tester.headers)
+    assert r.status_code == 302, r.text
+    [downloaded] = await _events(hooks, receiver)
+    assert downloaded["type"] == "build.downloaded"
+    shown = (await hooks.client.get(base, headers=owner.headers)).json()
+    assert downloaded["data"] == {
+        **shown,
+        "projectId": project["id"],
+        "downloadedBy": {
+            "userId": tester.user["id"],
+            "email": "tester@example.com",
+            "name": tester.user["name"],
+        },
+    }
+
+    r = await hooks.client.delete(base, headers=owner.headers)
+    assert r.status_code == 204, r.text
+    [deleted] = await _events(hooks, receiver)
+    assert deleted["type"] == "build.deleted"
+    assert deleted["data"] == {**shown, "projectId": project["id"]}
+
+
+async def test_a_download_no_webhook_listens_for_sends_nothing(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    await hooks.create(owner, project["id"], receiver.url, ["build.ready"], receiver=receiver)
+    build = await api.upload(owner, project["id"], app["id"])
+    base = f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}"
+    r = await hooks.client.get(f"{base}/download", headers=owner.headers)
+    assert r.status_code == 302
+    assert [p["type"] for p in await _events(hooks, receiver)] == ["build.ready"]
+
+
+async def test_application_events_carry_the_application_without_its_update_key(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    await hooks.create(owner, project["id"], receiver.url, ALL, receiver=receiver)
+    app = await api.application(owner, project["id"])
+    assert app["updateKey"]
+    [created] = await _events(hooks, receiver)
+    assert created["type"] == "application.created"
+    assert created["data"] == {**app, "updateKey": None, "projectId": project["id"]}
+
+    r = await hooks.client.delete(
+        f"/api/projects/{project['id']}/applications/{app['id']}", headers=owner.headers
+    )
+    assert r.status_code == 204
+    [deleted] = await _events(hooks, receiver)
+    assert deleted["type"] == "application.deleted"
+    assert deleted["data"] == {**app, "updateKey": None, "projectId": project["id"]}
+
+
+async def test_member_events_carry_the_member(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    await hooks.create(owner, project["id"], receiver.url, ALL, receiver=receiver)
+    carol = await api.register("carol@example.com")
+    member = await api.add_member(owner, project["id"], carol, "tester")
+    [added] = await _events(hooks, receiver)
+    assert added == {
+        "type": "member.added",
+        "timestamp": added["timestamp"],
+        "data": {**member, "projectId": project["id"]},
+    }
+
+    url = f"/api/projects/{project['id']}/members/{carol.user['id']}"
+    r = await hooks.client.put(url, json={"role": "developer"}, headers=owner.headers)
+    assert r.status_code == 200
+    [changed] = await _events(hooks, receiver)
+    assert changed["type"] == "member.role_changed"
+    assert changed["data"] == {**r.json(), "projectId": project["id"], "previousRole": "tester"}
+    r = await hooks.client.put(url, json={"role": "developer"}, headers=owner.headers)
+    assert r.status_code == 200
+    assert await _events(hooks, receiver) == []  # the same role: no change, no event
+
+    r = await hooks.client.delete(url, headers=carol.headers)  # carol leaves
+    assert r.status_code == 204
+    [removed] = await _events(hooks, receiver)
+    assert removed["type"] == "member.removed"
+    assert removed["data"] == {**member, "role": "developer", "projectId": project["id"]}
+
+
+async def test_a_change_that_fails_emits_nothing(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    await hooks.create(owner, project["id"], receiver.url, ALL, receiver=receiver)
+    # The last owner cannot leave: the request fails, and no member.removed goes out.
+    r = await hooks.client.delete(
+        f"/api/projects/{project['id']}/members/{owner.user['id']}", headers=owner.headers
+    )
+    assert r.status_code == 409
+    assert await _events(hooks, receiver) == []
+
+
+async def test_build_distributed_is_emitted_with_what_the_distribution_adds(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    build = await api.upload(owner, project["id"], app["id"])
+    await hooks.create(owner, project["id"], receiver.url, ["build.distributed"], receiver)
+    tester = await api.register("tester@example.com")
+    await api.add_member(owner, project["id"], tester, "tester")
+    base = f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}"
+
+    r = await hooks.client.post(
+        f"{base}/distribute", json={"emails": ["tester@example.com"]}, headers=owner.headers
+    )
+    assert r.status_code == 200, r.text
+    [distributed] = await _events(hooks, receiver)
+    assert distributed["type"] == "build.distributed"
+    shown = (await hooks.client.get(base, headers=owner.headers)).json()
+    # The tester's own link, mailed to them, is no install link of the build's to show.
+    assert shown["installUrl"] is None
+    assert distributed["data"] == {
+        **shown,
+        "groups": r.json()["groups"],
+        "testersReached": r.json()["testersReached"],
+        "notified": r.json()["notified"],
+        "projectId": project["id"],
+    }
