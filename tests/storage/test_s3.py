@@ -18,7 +18,7 @@ from buildbay.config import Settings
 from buildbay.storage.base import ObjectNotFound, StorageUnavailable
 from buildbay.storage.s3 import S3Storage, _hex_sha256
 from tests.builds.test_metadata import ipa
-from tests.conftest import BASE_URL, S3_REGION, S3Server, assert_problem
+from tests.conftest import BASE_URL, S3_CREDENTIALS, S3_REGION, S3Server, assert_problem
 from tests.processes import free_port
 from tests.storage.conftest import StorageHarness, new_key
 
@@ -119,7 +119,13 @@ async def test_the_download_url_names_the_file_even_when_it_is_not_ascii(
     )
 
 
-async def test_an_unreachable_bucket_is_storage_unavailable(clock: FrozenClock) -> None:
+async def test_an_unreachable_bucket_is_storage_unavailable(
+    clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Credentials of its own: presigning needs some, and no moto server set them when this
+    # test runs first (alone, or first of its worker).
+    for name, value in S3_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
     storage = S3Storage(
         "nowhere",
         endpoint_url=f"http://127.0.0.1:{free_port()}",  # nothing listens there
