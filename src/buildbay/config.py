@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # The public update check (docs/updates.md): per client IP, and per application (its update
     # keys together), each in a moving minute.
     update_checks_per_minute_per_ip: PositiveInt = 120
+    # Install pages, their downloads, manifests and icons: per client IP, apart from the API's
+    # anonymous budget (100 a minute: about 25 testers behind one office NAT).
+    install_pages_per_minute_per_ip: PositiveInt = 600
     update_checks_per_minute_per_key: PositiveInt = 6000
 
     sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300

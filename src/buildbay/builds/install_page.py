@@ -1,24 +1,27 @@
 """The public install page of a build, its iOS manifest, its download and its icon.
 
 No token: the signed link is the credential (builds/install.py). A browser that asks for HTML
-gets an HTML page for an unknown (404), expired or revoked (410) link; other clients get the
-usual problem+json.
+gets an HTML page for whatever is refused (an unknown (404), expired or revoked (410) link, too
+many requests (429)); other clients get the usual problem+json. The pages and their downloads
+have a per-IP budget of their own (INSTALL_PAGES_PER_MINUTE_PER_IP), well above the API's for
+anonymous callers: a team of testers behind one office NAT opens them at once.
 """
 
 from __future__ import annotations
 
 import plistlib
+from collections.abc import Callable, Coroutine
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import segno
-from fastapi import APIRouter, Path, Request, Response, status
+from fastapi import APIRouter, Depends, Path, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.auth.dependencies import PublicRateLimit
+from buildbay.auth.dependencies import client_ip
 from buildbay.builds.dependencies import LinkReads
 from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.reads import BuildReads
@@ -28,16 +31,63 @@ from buildbay.context import AppContext
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
-from buildbay.errors import BuildbayError, NotFound
+from buildbay.errors import BuildbayError, NotFound, RateLimited
 from buildbay.problems import problem_responses
 from buildbay.templates import NO_STORE, render
 from buildbay.text import without_bidi_controls
 
+
+class InstallPageRoute(TransactionRoute):
+    """What a route of the install pages refuses a browser is a page of its own."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except BuildbayError as exc:
+                if "text/html" not in request.headers.get("accept", "") or exc.status >= 500:
+                    raise
+                return _refusal_page(exc)
+
+        return route
+
+
+def _refusal_page(exc: BuildbayError) -> Response:
+    if exc.status == status.HTTP_429_TOO_MANY_REQUESTS:
+        wait = exc.headers.get("Retry-After", "60")
+        return render(
+            "install_error.html", exc.status, headers={**NO_STORE, **exc.headers},
+            title="Too many requests right now",
+            detail="Many people on your network opened install pages in the last minute.",
+            hint=f"Try again in {wait} seconds.",
+        )  # fmt: skip
+    title = "Install link not found" if exc.status == 404 else "Install link no longer works"
+    return render("install_error.html", exc.status, title=title, detail=exc.detail)
+
+
+async def limit_install_pages(ctx: Context, request: Request) -> None:
+    """Per client IP, a budget of the install pages' own (not the API's anonymous one)."""
+    state = await ctx.limiter.hit_budget(
+        f"install-ip:{client_ip(request)}", ctx.settings.install_pages_per_minute_per_ip,
+        "install-pages",
+    )  # fmt: skip
+    if state is None:
+        return
+    request.state.ratelimit = state
+    if not state.allowed:
+        raise RateLimited(
+            f"More than {state.limit} install page requests in a minute from this address",
+            headers={"Retry-After": str(state.reset_after)},
+        )
+
+
 router = APIRouter(
     prefix="/install/{token}",
     tags=["install pages"],
-    route_class=TransactionRoute,
-    dependencies=[PublicRateLimit],
+    route_class=InstallPageRoute,
+    dependencies=[Depends(limit_install_pages)],
 )
 
 # No length rule here: a token that is too long is just not one of ours (404, as HTML for a
@@ -69,13 +119,7 @@ def _is_ios(target: InstallTarget) -> bool:
 async def install_page(
     token: Token, request: Request, links: LinkReads, db: SessionDep
 ) -> Response:
-    try:
-        target = await links.open(token)
-    except BuildbayError as exc:
-        if "text/html" not in request.headers.get("accept", ""):
-            raise
-        title = "Install link not found" if exc.status == 404 else "Install link no longer works"
-        return render("install_error.html", exc.status, title=title, detail=exc.detail)
+    target = await links.open(token)  # refused: a page for a browser (InstallPageRoute)
     await _record(db, request, links, target, InstallEventKind.OPEN)
     build, application = target.build, target.application
     metadata = build.metadata_ or {}
