@@ -98,10 +98,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     minutes-long test at the end while the others sit idle."""
     if BACKEND_TESTS_ONLY:
         sources: dict[str, str] = {}
-        kept = [item for item in items if _reaches_a_backend(item, sources)]
-        dropped = [item for item in items if not _reaches_a_backend(item, sources)]
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+        reaches = {item: _reaches_a_backend(item, sources) for item in items}
+        config.hook.pytest_deselected(items=[item for item in items if not reaches[item]])
+        items[:] = [item for item in items if reaches[item]]
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -49,17 +49,23 @@ def _settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
 
 
-def _on_database(settings: Settings, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    """Run `work` on the settings' database, once it is known to have this version's schema: an
-    operator command on an empty or older database says so in one line (exit code 1) instead
-    of a traceback of SQL, and changes nothing."""
+def _on_database(
+    settings: Settings,
+    work: Callable[[AsyncEngine], Awaitable[T]],
+    engine: AsyncEngine | None = None,
+) -> T:
+    """Run `work` on the settings' database (through `engine`, an app's, if given), once it is
+    known to have this version's schema: an operator command on an empty or older database
+    says so in one line (exit code 1) instead of a traceback of SQL, and changes nothing. The
+    engine is disposed of at the end."""
     import asyncio
 
     from buildbay.db import migrate
     from buildbay.db.engine import create_engine
 
     async def run() -> T:
-        engine = create_engine(settings.resolved_database_url)
+        nonlocal engine
+        engine = engine or create_engine(settings.resolved_database_url)
         try:
             if not await migrate.is_current(engine):
                 typer.echo(
@@ -217,18 +223,15 @@ def create_user(
     with _configured():
         ctx = create_app(settings).state.ctx
 
-    async def run(_: AsyncEngine) -> tuple[str, str]:  # the app's own engine does the work
-        try:
-            async with ctx.sessions() as db, db.begin():
-                user = await make_auth_service(ctx, db).create_account(
-                    str(asked.email), password, asked.name
-                )
-                return user.email, await PasswordResets(db, ctx.clock.now()).issue(user)
-        finally:
-            await ctx.engine.dispose()
+    async def run(_: AsyncEngine) -> tuple[str, str]:
+        async with ctx.sessions() as db, db.begin():
+            user = await make_auth_service(ctx, db).create_account(
+                str(asked.email), password, asked.name
+            )
+            return user.email, await PasswordResets(db, ctx.clock.now()).issue(user)
 
     try:
-        created, token = _on_database(settings, run)
+        created, token = _on_database(settings, run, ctx.engine)
     except BuildbayError as exc:
         typer.echo(f"buildbay: {exc.detail}", err=True)
         raise typer.Exit(1) from None
@@ -314,13 +317,10 @@ def sweep() -> None:
     with _configured():
         ctx = create_app(settings).state.ctx
 
-    async def run(_: AsyncEngine) -> Swept:  # the app's own engine does the work
-        try:
-            return await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
-        finally:
-            await ctx.engine.dispose()
+    async def run(_: AsyncEngine) -> Swept:
+        return await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
 
-    swept = _on_database(settings, run)
+    swept = _on_database(settings, run, ctx.engine)
     typer.echo(
         f"swept {swept.expired_uploads} expired pending builds, "
         f"{swept.retention} builds beyond their retention rule, "

@@ -28,6 +28,7 @@ from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import Context, SessionDep, get_context
 from buildbay.errors import NotAuthenticated, RateLimited
+from buildbay.ratelimit.limiter import RateLimitState
 
 
 def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
@@ -63,6 +64,24 @@ async def count_request(ctx: AppContext, request: Request, key: str, plan: Plan)
         raise RateLimited(
             f"More than {state.limit} requests in a minute on the {state.policy} plan",
             headers={"Retry-After": str(state.reset_after)},
+        )
+
+
+async def count_budget(
+    ctx: AppContext, request: Request, key: str, per_minute: int, policy: str, refusal: str
+) -> None:
+    """Count one request against a budget of its own (not a plan's: the update check, the
+    install pages); once it is spent, 429 with `refusal` ({limit} filled in). Of a request's
+    budgets, the tightest gives the RateLimit headers."""
+    state = await ctx.limiter.hit_budget(key, per_minute, policy)
+    if state is None:
+        return
+    current: RateLimitState | None = getattr(request.state, "ratelimit", None)
+    if current is None or state.remaining < current.remaining or not state.allowed:
+        request.state.ratelimit = state
+    if not state.allowed:
+        raise RateLimited(
+            refusal.format(limit=state.limit), headers={"Retry-After": str(state.reset_after)}
         )
 
 

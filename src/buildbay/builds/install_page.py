@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.auth.dependencies import client_ip
+from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.builds.dependencies import LinkReads
 from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.reads import BuildReads
@@ -31,7 +31,7 @@ from buildbay.context import AppContext
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
-from buildbay.errors import BuildbayError, NotFound, RateLimited
+from buildbay.errors import BuildbayError, NotFound
 from buildbay.problems import problem_responses
 from buildbay.templates import NO_STORE, render
 from buildbay.text import without_bidi_controls
@@ -69,18 +69,11 @@ def _refusal_page(exc: BuildbayError) -> Response:
 
 async def limit_install_pages(ctx: Context, request: Request) -> None:
     """Per client IP, a budget of the install pages' own (not the API's anonymous one)."""
-    state = await ctx.limiter.hit_budget(
-        f"install-ip:{client_ip(request)}", ctx.settings.install_pages_per_minute_per_ip,
-        "install-pages",
+    await count_budget(
+        ctx, request, f"install-ip:{client_ip(request)}",
+        ctx.settings.install_pages_per_minute_per_ip, "install-pages",
+        "More than {limit} install page requests in a minute from this address",
     )  # fmt: skip
-    if state is None:
-        return
-    request.state.ratelimit = state
-    if not state.allowed:
-        raise RateLimited(
-            f"More than {state.limit} install page requests in a minute from this address",
-            headers={"Retry-After": str(state.reset_after)},
-        )
 
 
 router = APIRouter(

@@ -269,11 +269,9 @@ class BuildService:
         # ready and is refused.
         await hold_until_ended(self.db, self.storage.guard(build.storage_key))
         sha256, version, reading = await self._checked_file(application, build)
-        await self.mark_ready(
+        return await self.mark_ready(
             application, build, sha256, version, reading, notes, channels, mandatory
         )
-        # Read back what won (ours or a concurrent verify); 404 if deleted meanwhile.
-        return await self.reads.get(application.id, build.id)
 
     async def _join_parts(self, build: BuildRecord) -> None:
         """Join a multipart upload's parts into the build's object, unless an earlier verify
@@ -344,10 +342,9 @@ class BuildService:
                 .execution_options(synchronize_session=False)
             )
             return await self.reads.get(application.id, build.id)
-        await self.mark_ready(
+        return await self.mark_ready(
             application, build, sha256, version, reading, notes, channels, mandatory
         )
-        return await self.reads.get(application.id, build.id)
 
     async def _checked_file(
         self, application: ApplicationRecord, build: BuildRecord
@@ -377,11 +374,12 @@ class BuildService:
         notes: str | None,
         channels: list[str] | None,
         mandatory: bool,
-    ) -> bool:
+    ) -> BuildRecord:
         """Make a checked build `ready` (from `pending`, or `processing` in the background):
         the one place a build becomes ready, so what follows it (a `build.ready` webhook,
-        distribution to groups) hooks in here. True if this call made the change (of two
-        concurrent verifies only one does)."""
+        distribution to groups) hooks in here, run only by the call that made the change (of
+        two concurrent verifies only one does). Answers the build as it then is, whichever
+        verify won (404 if it was deleted meanwhile)."""
         metadata = reading.metadata or {}
         identity = metadata.get("bundleId") or metadata.get("packageName")
         channel_service = ChannelService(self.db, self.now)
@@ -415,9 +413,10 @@ class BuildService:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
             await channel_service.publish(application.id, build.id, channels, replace=False)
             await distribute_when_ready(self.db, self.now, application, build)
-            ready = await self.reads.get(application.id, build.id)
+        ready = await self.reads.get(application.id, build.id)
+        if verified.rowcount:  # type: ignore[attr-defined]
             await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
-        return bool(verified.rowcount)  # type: ignore[attr-defined]
+        return ready
 
     async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
         """What the file says about itself, read in a worker thread within METADATA_SECONDS."""

@@ -101,7 +101,7 @@ async def render_application(
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
         install_expiry={k: v.expires_at for k, v in current.items()},
         uploaders=uploaders, human_size=human_size, versions=versions,
-        version_label=version_label, fresh_link=request.query_params.get("link"),
+        fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS, groups=groups,
         settings_error=request.query_params.get("settings_error"),
         channels=channels, build_channels=await channel_names(reads, [b.id for b in builds]),

@@ -8,11 +8,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from buildbay.auth.dependencies import client_ip
+from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.deps import Context, ReadsDep, TransactionRoute
-from buildbay.errors import RateLimited
 from buildbay.problems import problem_responses
-from buildbay.ratelimit.limiter import RateLimitState
 from buildbay.schemas import NO_NUL_PATTERN
 from buildbay.updates import schemas
 from buildbay.updates.check import Answer, Caller, answer, key_owner, unknown_key
@@ -44,20 +42,6 @@ def _schema(result: Answer) -> schemas.UpdateCheck:
             download_url=offer.download_url,
         ),
     )
-
-
-async def _count(ctx: Context, request: Request, key: str, per_minute: int, policy: str) -> None:
-    state: RateLimitState | None = await ctx.limiter.hit_budget(key, per_minute, policy)
-    if state is None:
-        return
-    current: RateLimitState | None = getattr(request.state, "ratelimit", None)
-    if current is None or state.remaining < current.remaining or not state.allowed:
-        request.state.ratelimit = state  # the tighter budget's headers
-    if not state.allowed:
-        raise RateLimited(
-            f"More than {state.limit} update checks in a minute ({policy})",
-            headers={"Retry-After": str(state.reset_after)},
-        )
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:
@@ -117,16 +101,17 @@ async def check_for_update(
     ] = None,
 ) -> Response:
     settings = ctx.settings
-    await _count(
+    await count_budget(
         ctx, request, f"update-ip:{client_ip(request)}", settings.update_checks_per_minute_per_ip,
-        "updates-ip",
+        "updates-ip", "More than {limit} update checks in a minute (updates-ip)",
     )  # fmt: skip
     if not key.startswith("bbu_"):
         raise unknown_key()
     owner = await key_owner(reads, key, ctx.clock.now())
-    await _count(
+    await count_budget(
         ctx, request, f"update-app:{owner.application_id}",
         settings.update_checks_per_minute_per_key, "updates-key",
+        "More than {limit} update checks in a minute (updates-key)",
     )  # fmt: skip
     caller = Caller(channel, version_code, version_name, platform, os)
     result = await answer(ctx, reads, owner, caller, ctx.sessions)
