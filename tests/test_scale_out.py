@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.builds.android_files import apk_of_size
 from tests.conftest import PG_URL, TEST_SECRET, S3Server
 from tests.processes import free_port, running
 
@@ -103,7 +104,7 @@ async def _app_of(http: httpx.AsyncClient, base: str, auth: dict[str, str]) -> t
 async def _upload(
     http: httpx.AsyncClient, link_base: str, verify_base: str, builds: str, auth: dict[str, str]
 ) -> dict[str, Any]:
-    data = os.urandom(64 * 1024)
+    data = apk_of_size(64 * 1024)  # an Android application takes only a readable .apk
     sha256 = hashlib.sha256(data).hexdigest()
     link = await http.post(
         f"{link_base}{builds}/upload-link",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from buildbay.app import create_app
 from buildbay.config import Settings
+from tests.builds.android_files import apk_of_size
 from tests.conftest import TEST_SECRET
 from tests.processes import free_port, running
 
@@ -49,7 +49,7 @@ def test_the_whole_product_flow_over_real_http(server: str) -> None:
         ).json()
         base = f"/api/app-distribution/{project['id']}/{app['id']}/builds"
 
-        data = os.urandom(3 * 1024 * 1024 + 17)
+        data = apk_of_size(3 * 1024 * 1024 + 17)  # an Android application takes only an .apk
         r = http.post(
             f"{base}/upload-link",
             json={

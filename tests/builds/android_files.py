@@ -6,6 +6,7 @@ independent of the decoder under test)."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import zipfile
 from functools import cache
@@ -143,3 +144,23 @@ def aab(manifest: bytes | None = None) -> bytes:
         )
         archive.writestr("base/dex/classes.dex", b"dex\n035\0")
     return buffer.getvalue()
+
+
+def apk_of_size(size: int) -> bytes:
+    """A readable .apk (the demo's entries) of exactly `size` bytes: random padding in a stored
+    entry, for the tests that need a large build an Android application takes."""
+
+    def built(padding: int) -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(APK) as source, zipfile.ZipFile(out, "w") as target:
+            for entry in source.infolist():
+                target.writestr(entry, source.read(entry))
+            target.writestr("assets/padding.bin", os.urandom(padding), zipfile.ZIP_STORED)
+        return out.getvalue()
+
+    overhead = len(built(0))
+    if size < overhead:
+        raise ValueError(f"an .apk takes at least {overhead} bytes")
+    data = built(size - overhead)
+    assert len(data) == size
+    return data

@@ -313,3 +313,124 @@ async def test_a_file_whose_metadata_breaks_the_api_rules_is_422_and_stays_pendi
     application = await _application(builds)
     assert application["bundleId"] is None
     assert application["platform"] == "other"
+
+
+# -- an application of a mobile platform takes only its platform's builds ---------------------
+
+
+def zip_of(entries: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+async def _platform(builds: Builds, platform: str) -> None:
+    r = await builds.client.put(
+        f"/api/projects/{builds.project_id}/applications/{builds.app_id}",
+        json={"platform": platform},
+        headers=builds.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("platform", "file_name"),
+    [("android", "notes.txt"), ("android", "Example.ipa"), ("ios", "app-release.apk")],
+)
+async def test_a_file_of_another_platform_is_refused_by_its_name_before_a_byte(
+    builds: Builds, platform: str, file_name: str
+) -> None:
+    await _platform(builds, platform)
+
+    r = await builds.request_link({"fileName": file_name, "fileSize": 100})
+
+    problem = assert_problem(r, 422, "wrong_platform")
+    assert file_name in problem["detail"]
+    assert problem["detail"].startswith(f"This is an {'iOS' if platform == 'ios' else 'Android'}")
+    listed = await builds.client.get(builds.base, headers=builds.owner.headers)
+    assert listed.json()["builds"] == []  # no pending build was made
+
+
+async def test_an_ipa_named_apk_is_refused_by_its_content_and_stays_pending_with_why(
+    builds: Builds,
+) -> None:
+    await _platform(builds, "android")
+    link = await builds.link(IPA, fileName="renamed.apk")
+    await builds.put(link, IPA)
+
+    problem = assert_problem(await builds.verify(link["buildId"]), 422, "wrong_platform")
+
+    assert problem["detail"] == "This file is an iOS app, and this is an Android application"
+    build = (await builds.get(link["buildId"])).json()
+    assert build["status"] == "pending"
+    assert build["failureCode"] == "wrong_platform"
+    assert build["metadataError"] == problem["detail"]
+    assert (await _application(builds))["bundleId"] is None  # nothing adopted from it
+
+
+@pytest.mark.parametrize(
+    ("platform", "file_name", "data"),
+    [
+        ("android", "notes.apk", b"these are release notes, not an app"),
+        ("android", "bundle.aab", b"PK\x03\x04 a zip that is cut short"),
+        ("ios", "Example.ipa", zip_of({"readme.txt": b"a zip without Payload/"})),
+    ],
+)
+async def test_a_mobile_build_whose_metadata_cannot_be_read_is_refused_never_ready(
+    builds: Builds, platform: str, file_name: str, data: bytes
+) -> None:
+    await _platform(builds, platform)
+    link = await builds.link(data, fileName=file_name)
+    await builds.put(link, data)
+
+    problem = assert_problem(await builds.verify(link["buildId"]), 422, "unreadable_build")
+
+    suffix = file_name.rsplit(".", 1)[1]
+    assert problem["detail"].startswith(f"Not a readable .{suffix}: ")  # the parser's reason
+    build = (await builds.get(link["buildId"])).json()
+    assert build["status"] == "pending"
+    assert build["failureCode"] == "unreadable_build"
+    assert build["metadataError"] == problem["detail"]
+    latest = await builds.client.get(f"{builds.base}/latest", headers=builds.owner.headers)
+    assert_problem(latest, 404, "build_not_found")  # nothing is offered
+
+
+async def test_a_refused_build_becomes_ready_once_the_right_bytes_arrive(builds: Builds) -> None:
+    await _platform(builds, "android")
+    apk = APK.read_bytes()
+    link = await builds.link(apk, fileName="demo.apk")
+    broken = b"x" * len(apk)
+    await builds.put(link, broken)
+    assert_problem(await builds.verify(link["buildId"]), 422, "unreadable_build")
+
+    await builds.put(link, apk)  # a repeat PUT before verify replaces the bytes
+    r = await builds.verify(link["buildId"])
+
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "ready"
+    assert r.json()["failureCode"] is None
+    assert r.json()["metadataError"] is None
+    assert r.json()["expiresAt"] is None
+
+
+async def test_an_application_that_took_an_apk_refuses_other_files_from_then_on(
+    builds: Builds,
+) -> None:
+    """The platform an application of platform `other` takes from its first Android build."""
+    await _verified(builds, APK.read_bytes(), "demo.apk")
+    assert (await _application(builds))["platform"] == "android"
+
+    r = await builds.request_link({"fileName": "setup.exe", "fileSize": 100})
+
+    assert_problem(r, 422, "wrong_platform")
+
+
+async def test_an_application_of_another_platform_takes_any_file(builds: Builds) -> None:
+    await _platform(builds, "windows")
+    r = await _verified(builds, b"MZ an installer", "setup.exe")
+    assert r.status_code == 200, r.text
+    r = await _verified(builds, IPA, "Example.ipa")  # read, but no platform is forced on it
+    assert r.status_code == 200, r.text
+    assert (await _application(builds))["platform"] == "windows"

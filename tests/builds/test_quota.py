@@ -1,5 +1,6 @@
 """The per-plan storage quota: upload-link refuses a build that would pass it (413
-`quota_exceeded`), pending builds count from their link on, and /api/auth/me shows the usage."""
+`quota_exceeded`), pending builds count from their link on until it expires, and /api/auth/me
+shows the usage."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from buildbay.config import Settings
 from tests.builds.conftest import Builds
-from tests.conftest import assert_problem
+from tests.conftest import FrozenClock, assert_problem
 
 QUOTA = 100
 
@@ -45,6 +46,19 @@ async def test_a_build_that_would_pass_the_quota_is_refused(builds: Builds) -> N
         assert r.status_code == 204
     assert (await _me(builds))["usage"] == {"storageBytes": 10, "builds": 1}
     assert (await builds.request_link({"fileName": "big.apk", "fileSize": 90})).status_code == 201
+
+
+async def test_a_pending_build_whose_link_expired_no_longer_counts(
+    builds: Builds, clock: FrozenClock
+) -> None:
+    await builds.ready(b"r" * 60)
+    await builds.link(b"p" * 30)  # never sent: its link expires
+    assert (await _me(builds))["usage"]["storageBytes"] == 90
+
+    clock.advance(hours=1, seconds=1)  # past the link; the sweeper removes it later
+
+    assert (await _me(builds))["usage"] == {"storageBytes": 60, "builds": 1}
+    assert (await builds.request_link({"fileName": "fits.apk", "fileSize": 40})).status_code == 201
 
 
 async def test_zero_means_no_quota(builds: Builds, settings: Settings) -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.builds.android_files import APK
+from tests.builds.android_files import APK, apk_of_size
 
 pytestmark = pytest.mark.slow
 
@@ -59,8 +59,8 @@ def test_a_large_file_goes_in_parts_and_a_broken_part_is_sent_again(
     create_project_and_app(page)
     # In parts from 5 MiB (the page says 64 MiB), so that a 20 MiB file has three parts.
     page.locator("#upload-form").evaluate("form => { form.dataset.partsFrom = 5242880; }")
-    big = tmp_path / "desktop.bin"
-    big.write_bytes(bytes(range(256)) * (20 * 4096))
+    big = tmp_path / "big-release.apk"
+    big.write_bytes(apk_of_size(20 * 1024 * 1024))  # an Android application takes an .apk
     sent: list[str] = []
     broken: list[str] = []
 
@@ -80,7 +80,7 @@ def test_a_large_file_goes_in_parts_and_a_broken_part_is_sent_again(
 
     row = page.locator("table.builds tbody tr").first
     expect(row).to_contain_text("ready", timeout=30_000)  # a retry waits before it resends
-    expect(row).to_contain_text("desktop.bin")
+    expect(row).to_contain_text("big-release.apk")
     assert broken == ["2"]
     assert sorted(sent) == ["1", "2", "3"]  # each part once through, part 2 again
 

@@ -299,7 +299,7 @@ class Build(Model):
     notes: str | None
     created_at: datetime
     verified_at: datetime | None
-    expires_at: datetime  # when the upload link expires(d)
+    expires_at: datetime | None  # a pending build's upload link; null once it is not pending
     uploaded_by: str | None
     metadata: dict[str, Any] | None  # what the file says about itself, where the format is known
     metadata_error: str | None

@@ -172,7 +172,7 @@ async def update_me(
 
 async def _me(user: User, ctx: AppContext, db: AsyncSession) -> schemas.Me:
     settings = ctx.settings
-    usage = await storage_usage(Reads.within(db), user.id)
+    usage = await storage_usage(Reads.within(db), user.id, ctx.clock.now())
     return schemas.Me(
         id=user.id,
         email=user.email,

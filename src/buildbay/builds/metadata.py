@@ -1,17 +1,19 @@
 """What a build file says about itself: the parser for its format, within fixed bounds.
 
 `.ipa` (builds/ipa.py), `.apk` and `.aab` (builds/android.py). Other files have no metadata.
+An application of a mobile platform takes only its platform's files (`PLATFORM_FILES`).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
 from buildbay.builds.android import parse_aab, parse_apk
-from buildbay.builds.archive import MetadataError, Parsed
+from buildbay.builds.archive import MetadataError, Parsed, open_archive
 from buildbay.builds.ipa import parse_ipa
 from buildbay.text import (
     NAME_MAX,
@@ -26,6 +28,55 @@ _PARSERS: dict[str, Callable[[IO[bytes]], Parsed]] = {
     "apk": parse_apk,
     "ipa": parse_ipa,
 }
+
+
+# The files an application of a mobile platform takes, by name and then by content; an
+# application of any other platform (desktop installers, `other`) takes any file.
+PLATFORM_FILES: dict[str, tuple[str, ...]] = {"android": ("apk", "aab"), "ios": ("ipa",)}
+_PLATFORM_NAMES = {"android": "Android", "ios": "iOS"}
+
+
+def suffix_of(file_name: str) -> str:
+    """The file name's extension, lower case, without the dot ("" if it has none)."""
+    return file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
+
+
+def wrong_platform_problem(platform: str, file_name: str) -> str | None:
+    """Why an application of `platform` does not take a file of this name (a sentence), or
+    None if it does."""
+    takes = PLATFORM_FILES.get(platform)
+    if takes is None or suffix_of(file_name) in takes:
+        return None
+    kinds = " or ".join(f".{suffix}" for suffix in takes)
+    return (
+        f"This is an {_PLATFORM_NAMES[platform]} application: it takes {kinds} files, and "
+        f'"{file_name}" is not one'
+    )
+
+
+_ANDROID_MANIFESTS = {"AndroidManifest.xml", "base/manifest/AndroidManifest.xml"}  # .apk, .aab
+_IOS_INFO = re.compile(r"Payload/[^/]+\.app/Info\.plist")
+
+
+def platform_of_content(open_file: Callable[[], IO[bytes]]) -> str | None:
+    """The mobile platform an archive's entries say it is built for ("android" or "ios"), from
+    its directory alone; None for anything else. Blocking: run it in a worker thread."""
+    try:
+        with open_file() as file:
+            archive, entries = open_archive(file)
+            archive.close()
+    except (MetadataError, OSError):
+        return None
+    for name in entries:
+        if name in _ANDROID_MANIFESTS:
+            return "android"
+        if _IOS_INFO.fullmatch(name):
+            return "ios"
+    return None
+
+
+def platform_name(platform: str) -> str:
+    return _PLATFORM_NAMES.get(platform, platform)
 
 
 # Each parse is bounded (the entries it reads, and what it keeps of them); this bounds how many
@@ -95,7 +146,7 @@ class Reading:
 def read_metadata(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
     """What the file says, for a file in a known format; why not, if it does not parse as the
     format its name claims; nothing for other files. Blocking: run it in a worker thread."""
-    suffix = file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
+    suffix = suffix_of(file_name)
     parser = _PARSERS.get(suffix)
     if parser is None:
         return Reading()

@@ -93,13 +93,17 @@ class StorageUsage:
 
 _USAGE = select(
     func.coalesce(func.sum(Build.file_size), 0).label("bytes"), func.count(Build.id).label("builds")
-).where(Build.uploaded_by == bindparam("user_id"))
+).where(
+    Build.uploaded_by == bindparam("user_id"),
+    or_(Build.status != BuildStatus.PENDING, Build.expires_at > bindparam("now")),
+)
 
 
-async def storage_usage(reads: Reads, user_id: str) -> StorageUsage:
-    """What a user's builds take: every build they uploaded, pending ones included (their
-    declared size is reserved from the upload link on)."""
-    row = await reads.first(_USAGE, {"user_id": user_id})
+async def storage_usage(reads: Reads, user_id: str, now: datetime) -> StorageUsage:
+    """What a user's builds take: every build they uploaded, and the pending ones whose upload
+    link still works (their declared size is reserved from the link on; once it expires, the
+    sweeper removes them and they no longer count)."""
+    row = await reads.first(_USAGE, {"user_id": user_id, "now": now})
     assert row is not None  # an aggregate has one row
     return StorageUsage(int(row["bytes"]), int(row["builds"]))
 

@@ -235,14 +235,18 @@ class Build(ApiModel):
     notes: str | None
     created_at: Timestamp
     verified_at: Timestamp | None
-    expires_at: Timestamp = Field(description="When the upload link expires(d)")
+    expires_at: Timestamp | None = Field(
+        description="Until when a `pending` build's upload link works (it is swept soon after, "
+        "unless verified); null once the build is no longer pending: a build never expires"
+    )
     uploaded_by: str | None = Field(description="User id of the uploader")
     metadata: dict[str, Any] | None = Field(
         description="What the build file says about itself, where the format is known"
     )
     metadata_error: str | None = Field(
         description="Why `metadata` is null for a file whose name says .apk, .aab or .ipa but "
-        "does not parse as one",
+        "does not parse as one (in an application of another platform than android or ios); "
+        "or, for a `pending` or `failed` build, why its last verify was refused",
     )
     download_url: str | None = Field(
         description="The tester download endpoint (302 to the file), once the build is ready"
@@ -265,8 +269,10 @@ class Build(ApiModel):
     )
     failure_code: str | None = Field(
         default=None,
-        description="Why a `failed` build was refused (e.g. `checksum_mismatch`); "
-        "`metadataError` says it in words",
+        description="Why a `failed` build was refused, or why the last verify of a `pending` "
+        "one was (e.g. `checksum_mismatch`, `wrong_platform`, `unreadable_build`); "
+        "`metadataError` says it in words. Null for a pending build no verify has refused: it "
+        "is waiting for its bytes",
     )
 
 
@@ -322,7 +328,7 @@ def build_schema(
         notes=build.notes,
         created_at=build.created_at,
         verified_at=build.verified_at,
-        expires_at=build.expires_at,
+        expires_at=build.expires_at if build.status is BuildStatus.PENDING else None,
         uploaded_by=build.uploaded_by,
         metadata=build.metadata_,
         metadata_error=build.metadata_error,

@@ -14,6 +14,7 @@ file too large to hash within a request is checked by a job (`VERIFY_JOB`): the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
@@ -24,7 +25,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.models import Application, Platform
 from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
-from buildbay.builds.metadata import Reading, read_metadata
+from buildbay.builds.metadata import (
+    PLATFORM_FILES,
+    Reading,
+    platform_name,
+    platform_of_content,
+    read_metadata,
+    wrong_platform_problem,
+)
 from buildbay.builds.models import Build, BuildIcon, BuildStatus
 from buildbay.builds.reads import BUILD, BuildReads, BuildRecord, storage_usage
 from buildbay.channels.service import ChannelService
@@ -127,6 +135,8 @@ class BuildService:
     ) -> tuple[BuildRecord, UploadTarget | None]:
         """A pending build, and where to PUT its file; for a `multipart` upload no address yet
         (`part_targets` gives one per part)."""
+        if problem := wrong_platform_problem(application.platform, file_name):
+            raise ValidationFailed(problem, code="wrong_platform")
         largest = self.settings.max_upload_bytes(uploader.plan)
         if file_size > largest:
             raise PayloadTooLarge(
@@ -226,7 +236,7 @@ class BuildService:
         # On PostgreSQL the uploader's row is locked until the link is committed, so two
         # concurrent links cannot both fit in the last free bytes (SQLite ignores FOR UPDATE).
         await self.db.execute(select(User.id).where(User.id == uploader.id).with_for_update())
-        used = (await storage_usage(self.reads.reads, uploader.id)).bytes
+        used = (await storage_usage(self.reads.reads, uploader.id, self.now)).bytes
         if used + file_size > quota:
             raise PayloadTooLarge(
                 f"This build ({file_size} bytes) would take your storage to {used + file_size} "
@@ -260,18 +270,33 @@ class BuildService:
             )
         channel_service = ChannelService(self.db, self.now)
         await channel_service.check_names(application.id, channels)  # before the file's work
-        if build.multipart:
-            await self._join_parts(build)
-            if build.file_size > self.settings.verify_inline_max_bytes:
-                return await self._verify_later(build, notes, channels, mandatory)
-        # Under the object's guard, let go only once the request's unit of work has committed:
-        # an upload that is still streaming either lands before the check or finds the build
-        # ready and is refused.
-        await hold_until_ended(self.db, self.storage.guard(build.storage_key))
-        sha256, version, reading = await self._checked_file(application, build)
+        try:
+            if build.multipart:
+                await self._join_parts(build)
+                if build.file_size > self.settings.verify_inline_max_bytes:
+                    return await self._verify_later(build, notes, channels, mandatory)
+            # Under the object's guard, let go only once the request's unit of work has
+            # committed: an upload that is still streaming either lands before the check or
+            # finds the build ready and is refused.
+            await hold_until_ended(self.db, self.storage.guard(build.storage_key))
+            sha256, version, reading = await self._checked_file(application, build)
+        except ValidationFailed as refused:
+            raise await self._refused(build, refused) from None
         return await self.mark_ready(
             application, build, sha256, version, reading, notes, channels, mandatory
         )
+
+    async def _refused(self, build: BuildRecord, refused: ValidationFailed) -> ValidationFailed:
+        """The refusal, kept on the pending build (its `failureCode` and `metadataError` say
+        why it is still pending, in the console too) although the request fails."""
+        await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
+            .values(failure_code=refused.code, metadata_error=refused.detail[:500])
+            .execution_options(synchronize_session=False)
+        )
+        refused.keeps_writes = True
+        return refused
 
     async def _join_parts(self, build: BuildRecord) -> None:
         """Join a multipart upload's parts into the build's object, unless an earlier verify
@@ -352,9 +377,26 @@ class BuildService:
         """The stored bytes' sha256 and version, and what the file says about itself, once
         they match what was declared and the file belongs to the application."""
         sha256, version = await self._checked_bytes(build)
+        platform = application.platform
+        if problem := wrong_platform_problem(platform, build.file_name):
+            raise ValidationFailed(problem, code="wrong_platform")  # the platform changed
         reading = await self._metadata(build, version)
         if reading.refused is not None:
             raise ValidationFailed(reading.refused, code="unreadable_build")
+        if reading.metadata is None and platform in PLATFORM_FILES:
+            # A mobile application offers its testers only builds their devices can install.
+            content = await asyncio.to_thread(platform_of_content, self._opener(build, version))
+            if content is not None and content != platform:
+                raise ValidationFailed(
+                    f"This file is an {platform_name(content)} app, and this is an "
+                    f"{platform_name(platform)} application",
+                    code="wrong_platform",
+                )
+            raise ValidationFailed(
+                f"{reading.error}; an {platform_name(platform)} application takes only builds "
+                "whose metadata can be read",
+                code="unreadable_build",
+            )
         metadata = reading.metadata or {}
         identity = metadata.get("bundleId") or metadata.get("packageName")
         if identity and application.bundle_id and identity != application.bundle_id:
@@ -396,6 +438,7 @@ class BuildService:
                 storage_version=version,
                 metadata_=reading.metadata,
                 metadata_error=reading.error,
+                failure_code=None,  # an earlier verify's refusal
                 version_code=_version_code(metadata),
                 has_icon=reading.icon_png is not None,
                 mandatory=mandatory,
@@ -418,13 +461,17 @@ class BuildService:
             await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
         return ready
 
-    async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
-        """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
+    def _opener(self, build: BuildRecord, version: str | None) -> Callable[[], IO[bytes]]:
         storage = self.storage
 
         def open_file() -> IO[bytes]:
             return storage.open_reader(build.storage_key, build.file_size, version)
 
+        return open_file
+
+    async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
+        """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
+        open_file = self._opener(build, version)
         try:
             return await asyncio.wait_for(
                 asyncio.to_thread(read_metadata, open_file, build.file_name), METADATA_SECONDS

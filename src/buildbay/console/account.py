@@ -49,7 +49,7 @@ async def _account(
     # The row as it is now (the visitor's may predate an unsubscribe in another tab).
     user = await db.get_one(User, visitor.principal.user.id)
     reads = Reads.within(db)
-    usage = await storage_usage(reads, user.id)
+    usage = await storage_usage(reads, user.id, ctx.clock.now())
     tokens = await make_auth_service(ctx, db).list_api_tokens(user)
     projects, _ = await projects_of_member(reads, user.id, MAX_TOKEN_CHOICES, None)
     settings = ctx.settings
