@@ -242,6 +242,26 @@ def test_channels_and_an_upload_released_to_one_as_mandatory(cli: Cli) -> None:
     assert (plain["channels"], plain["mandatory"]) == (["default"], False)
 
 
+def test_a_file_the_applications_platform_refuses_is_never_sent(cli: Cli, tmp_path: Path) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Acme iOS", "--project", "Acme", "--platform", "ios")
+    where = ["-p", "Acme", "-a", "Acme iOS"]
+    renamed = tmp_path / "Acme.ipa"  # an .apk by its content
+    renamed.write_bytes(APK.read_bytes())
+
+    by_name = cli("upload", str(APK), *where)
+    by_content = cli("upload", str(renamed), *where)
+
+    assert by_name.returncode == 5, by_name.stderr
+    assert by_name.stderr == (
+        "buildbay: demo.apk is not an iOS build: this iOS application takes .ipa files\n"
+    )
+    assert by_content.returncode == 5, by_content.stderr
+    assert "Acme.ipa is an Android app, and this is an iOS application" in by_content.stderr
+    assert cli.json("builds", "list", *where)["builds"] == []  # not even a pending build
+
+
 def test_names_match_in_any_case_and_a_miss_suggests_the_closest(cli: Cli) -> None:
     _login(cli)
     project = cli.json("projects", "create", "Acme Mobile")

@@ -41,6 +41,7 @@ from buildbay_client.errors import (
     ServerError,
     ValidationError,
 )
+from buildbay_client.files import platform_problem
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -916,6 +917,9 @@ def upload(
         text = notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
         pid = project_id(client, project)
         aid = app_id(client, pid, app)
+        # Before a byte is read or sent: a 2 GB file the application would refuse costs nothing.
+        if problem := platform_problem(file, client.get_application(pid, aid).platform.value):
+            _fail(problem, EXIT_REFUSED)
         groups = [group_id(client, pid, g) for g in distribute or []]
         with _progress("Uploading") as progress:
             build = client.upload_build(
