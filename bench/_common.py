@@ -122,8 +122,10 @@ def create_project(client: httpx.Client, name: str) -> str:
 
 
 def create_application(client: httpx.Client, project_id: str, name: str) -> str:
+    """An application of platform `other`: it takes any file, as the benches send generated
+    bytes (an android or ios application takes only a readable .apk, .aab or .ipa)."""
     response = client.post(
-        f"/api/projects/{project_id}/applications", json={"name": name, "platform": "android"}
+        f"/api/projects/{project_id}/applications", json={"name": name, "platform": "other"}
     )
     response.raise_for_status()
     return str(response.json()["id"])

@@ -211,7 +211,7 @@ def run_configuration(
         client.headers["Authorization"] = f"Bearer {owner}"
         project = client.post("/api/projects", json={"name": "load"}).json()["id"]
         app = client.post(
-            f"/api/projects/{project}/applications", json={"name": "load", "platform": "android"}
+            f"/api/projects/{project}/applications", json={"name": "load", "platform": "other"}
         ).json()["id"]
         readers = []
         for _ in range(READERS):
