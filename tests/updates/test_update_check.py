@@ -138,6 +138,23 @@ async def test_ios_builds_follow_minimum_os_version(
     assert body["build"]["versionName"] == "2.4.0"
 
 
+async def test_a_build_without_a_version_code_is_compared_by_name_with_a_caller_that_has_one(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    """The check reads only builds with a higher versionCode than the caller's, or none."""
+    app = await _app(api, owner)
+    lower = {**INFO, "CFBundleShortVersionString": "1.5", "CFBundleVersion": "400"}
+    await publish(client, owner, app, ipa(lower).getvalue(), "app.ipa")  # lower code: not newer
+    info = {**INFO, "CFBundleShortVersionString": "3.0", "CFBundleVersion": "3.0.1"}
+    named = await publish(client, owner, app, ipa(info).getvalue(), "app.ipa")  # no code
+
+    body = await check(client, app, versionCode=500, versionName="2.0")
+
+    assert body["build"]["buildId"] == named["buildId"]
+    assert body["build"]["versionCode"] is None
+    assert (await check(client, app, versionCode=500, versionName="3.0"))["build"] is None
+
+
 async def test_deleted_and_pending_builds_are_never_offered(
     api: Api, client: httpx.AsyncClient, owner: Account
 ) -> None:

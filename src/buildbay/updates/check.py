@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, UpdateKey
@@ -56,14 +56,19 @@ class Caller:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    build: BuildRecord
+    """A ready build of the channel, as far as choosing among them needs it (the offer reads
+    the chosen one in full)."""
+
+    build_id: str
+    file_name: str
+    metadata: dict[str, Any]
+    mandatory: bool
     version_code: int | None
     version: Version | None
 
     @property
     def version_name(self) -> str | None:
-        metadata = self.build.metadata_ or {}
-        name = metadata.get("versionName") or metadata.get("shortVersion")
+        name = self.metadata.get("versionName") or self.metadata.get("shortVersion")
         return name if isinstance(name, str) else None
 
 
@@ -88,7 +93,7 @@ _KEY = (
     .where(UpdateKey.key == bindparam("key"))
 )
 _CANDIDATES = (
-    select(*BUILD.columns, Build.version_code.label("version_code"))
+    select(Build.id, Build.file_name, Build.metadata_, Build.mandatory, Build.version_code)
     .join(BuildChannel, BuildChannel.build_id == Build.id)
     .join(Channel, Channel.id == BuildChannel.channel_id)
     .where(
@@ -99,6 +104,13 @@ _CANDIDATES = (
     .order_by(Build.id.desc())
     .limit(MAX_CANDIDATES)
 )
+# A caller that sends its versionCode is offered only builds with a higher one, or without one
+# (compared by version name): the others need not be read. Most checks find their app up to
+# date, and then read nothing.
+_CANDIDATES_NEWER_BY_CODE = _CANDIDATES.where(
+    or_(Build.version_code > bindparam("version_code"), Build.version_code.is_(None))
+)
+_BUILD = select(*BUILD.columns).where(Build.id == bindparam("build_id"))
 
 
 def unknown_key() -> NotFound:
@@ -116,8 +128,8 @@ async def key_owner(reads: Reads, key: str, now: datetime) -> KeyOwner:
     return KeyOwner(row["application_id"], row["project_id"])
 
 
-def _platform_of(build: BuildRecord) -> str | None:
-    name = build.file_name.lower()
+def _platform_of(file_name: str) -> str | None:
+    name = file_name.lower()
     if name.endswith(".ipa"):
         return "ios"
     if name.endswith((".apk", ".aab")):
@@ -125,14 +137,14 @@ def _platform_of(build: BuildRecord) -> str | None:
     return None
 
 
-def compatible(build: BuildRecord, caller: Caller) -> bool:
+def compatible(candidate: Candidate, caller: Caller) -> bool:
     """The build installs on the caller's platform and OS version, as far as either is known:
     an Android build's minSdk against the API level, an iOS build's MinimumOSVersion against
     the iOS version."""
-    platform = _platform_of(build)
+    platform = _platform_of(candidate.file_name)
     if caller.platform and platform and caller.platform.lower() != platform:
         return False
-    metadata: dict[str, Any] = build.metadata_ or {}
+    metadata = candidate.metadata
     running = os_version(caller.os)
     if running is None:
         return True
@@ -167,12 +179,12 @@ class UpdateCheck:
         """The newest compatible build newer than the caller, and whether any newer one (that
         one, or one it skips over) is mandatory."""
         newer = [c for c in candidates if self.newer(c)]
-        offered = [c for c in newer if compatible(c.build, self.caller)]
+        offered = [c for c in newer if compatible(c, self.caller)]
         if not offered:
             return None, False
         by_code = self.caller.version_code is not None
         best = max(offered, key=functools.cmp_to_key(functools.partial(_order, by_code)))
-        return best, any(c.build.mandatory for c in newer)
+        return best, any(c.mandatory for c in newer)
 
 
 def _order(by_code: bool, a: Candidate, b: Candidate) -> int:
@@ -184,21 +196,26 @@ def _order(by_code: bool, a: Candidate, b: Candidate) -> int:
     for x, y in pairs:
         if x is not None and y is not None and x != y:
             return 1 if x > y else -1
-    return (a.build.id > b.build.id) - (a.build.id < b.build.id)
+    return (a.build_id > b.build_id) - (a.build_id < b.build_id)
 
 
-async def candidates(reads: Reads, application_id: str, channel: str) -> list[Candidate]:
-    rows = await reads.all(_CANDIDATES, {"application_id": application_id, "channel": channel})
+async def candidates(reads: Reads, application_id: str, caller: Caller) -> list[Candidate]:
+    """The channel's ready builds that may be newer than the caller, newest first."""
+    params: dict[str, Any] = {"application_id": application_id, "channel": caller.channel}
+    statement = _CANDIDATES
+    if caller.version_code is not None:
+        statement, params["version_code"] = _CANDIDATES_NEWER_BY_CODE, caller.version_code
     found = []
-    for row in rows:
-        build = BUILD.of(row)
-        metadata = build.metadata_ or {}
+    for row in await reads.all(statement, params):
+        metadata = row["metadata"] or {}
         name = metadata.get("versionName") or metadata.get("shortVersion")
+        version = app_version(name if isinstance(name, str) else None)
         found.append(
             Candidate(
-                build, row["version_code"], app_version(name if isinstance(name, str) else None)
+                row["id"], row["file_name"], metadata, row["mandatory"], row["version_code"],
+                version,
             )
-        )
+        )  # fmt: skip
     return found
 
 
@@ -217,26 +234,30 @@ async def answer(
     unit_of_work: Callable[[], Any],
 ) -> Answer:
     rule = UpdateCheck(caller)
-    best, mandatory = rule.choose(await candidates(reads, owner.application_id, caller.channel))
+    best, mandatory = rule.choose(await candidates(reads, owner.application_id, caller))
     if best is None:
         return Answer(None, False)
+    row = await reads.first(_BUILD, {"build_id": best.build_id})
+    if row is None:
+        return Answer(None, False)  # deleted since it was read
+    build = BUILD.of(row)
     now = ctx.clock.now()
     link_reads = InstallLinkReads.of(ctx, reads)
-    link = (await link_reads.current([best.build.id])).get(best.build.id)
+    link = (await link_reads.current([build.id])).get(build.id)
     if link is None or link.expires_at - now < LINK_MIN_LEFT:
         async with unit_of_work() as db, db.begin():
-            link_url = await _new_link(ctx, db, best.build, now)
+            link_url = await _new_link(ctx, db, build, now)
         if link_url is None:
             return Answer(None, False)  # deleted since it was read
     else:
         link_url = link_reads.url(link)
     download_url = await ctx.storage.download_url(
-        best.build.storage_key,
-        best.build.file_name,
+        build.storage_key,
+        build.file_name,
         url_expiry(now, ctx.settings.download_link_ttl_seconds),
-        best.build.storage_version,
+        build.storage_version,
     )
-    offer = Offer(best.build, best.version_name, best.version_code, link_url, download_url)
+    offer = Offer(build, best.version_name, best.version_code, link_url, download_url)
     return Answer(offer, mandatory)
 
 
