@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import plistlib
 import re
+from dataclasses import replace
 from datetime import datetime
 from html import unescape
 from typing import Any
@@ -114,6 +115,54 @@ async def test_a_member_creates_a_link_and_the_page_shows_the_build(
     assert download.status_code == 302
     file = await client.get(download.headers["location"])
     assert file.content == APK.read_bytes()
+
+
+IPHONE = (
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+    "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1"
+)
+ANDROID = (
+    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/126.0.0.0 Mobile Safari/537.36"
+)
+DESKTOP = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0"
+
+
+async def test_the_install_page_offers_the_button_that_works_on_the_device(
+    builds: Builds, client: httpx.AsyncClient
+) -> None:
+    android_build = await _ready(builds, APK.read_bytes(), "demo.apk")
+    android_link = (await _install_link(builds, android_build["buildId"])).json()["url"]
+    ios_app = await builds.api.application(builds.owner, builds.project_id, "Acme iOS",
+                                           platform="ios")  # fmt: skip
+    ios_builds = replace(builds, app_id=ios_app["id"])
+    ios_build = await _ready(ios_builds, ipa().getvalue(), "Example.ipa")
+    ios_link = (await _install_link(ios_builds, ios_build["buildId"])).json()["url"]
+
+    async def shown(url: str, agent: str) -> str:
+        page = await client.get(_path(url), headers=HTML | {"User-Agent": agent})
+        assert page.status_code == 200
+        assert page.headers["vary"] == "User-Agent"
+        return unescape(page.text)
+
+    on_iphone = await shown(ios_link, IPHONE)
+    assert re.search(r'<a class="install" href="itms-services://[^"]+">Install</a>', on_iphone)
+    assert "/download" not in on_iphone
+    on_android = await shown(ios_link, ANDROID)
+    assert "This is an iOS build." in on_android
+    assert "not on this Android device" in on_android
+    assert "itms-services" not in on_android
+    assert 'class="install"' not in on_android
+    on_desktop = await shown(ios_link, DESKTOP)
+    assert "itms-services" in on_desktop
+    assert "Open this page on the iPhone or iPad" in on_desktop
+
+    apk_on_android = await shown(android_link, ANDROID)
+    assert f'href="{android_link}/download"' in apk_on_android
+    assert "Download demo.apk" in apk_on_android
+    apk_on_iphone = await shown(android_link, IPHONE)
+    assert "This is an Android build." in apk_on_iphone
+    assert 'class="install"' not in apk_on_iphone
 
 
 async def test_the_default_expiry_is_a_week_and_can_be_chosen(

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.builds.dependencies import LinkReads
+from buildbay.builds.devices import device_of, is_android_build, is_ios_build
 from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import version_label
@@ -97,7 +98,7 @@ def _iso(moment: datetime) -> str:
 
 
 def _is_ios(target: InstallTarget) -> bool:
-    return target.build.file_name.lower().endswith(".ipa")
+    return is_ios_build(target.build.file_name)
 
 
 @router.get(
@@ -132,11 +133,15 @@ async def install_page(
     qr = segno.make(page_url, error="m")
     return render(
         "install.html",
+        # The buttons depend on the device: a cache must not hand an iPhone's page to Android.
+        headers={**NO_STORE, "Vary": "User-Agent"},
+        device=device_of(request.headers.get("user-agent")).value,
         name=_shown(metadata.get("appName") or application.name),
         version=_shown(version_label(metadata)),
         icon_url=f"{page_url}/icon.png" if build.has_icon else None,
         ios=ios,
-        android=build.file_name.lower().endswith(".apk"),
+        android=is_android_build(build.file_name),
+        apk=build.file_name.lower().endswith(".apk"),
         bundle=build.file_name.lower().endswith(".aab"),
         https=page_url.startswith("https://"),
         itms_url="itms-services://?action=download-manifest&url="
