@@ -9,6 +9,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
@@ -20,6 +21,22 @@ expect.set_options(timeout=20_000)
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
+
+# A phone's screen (an iPhone 12 to 15's, in CSS pixels) and the browsers testers use on one.
+PHONE: dict[str, Any] = {
+    "viewport": {"width": 390, "height": 844},
+    "is_mobile": True,
+    "has_touch": True,
+    "device_scale_factor": 3,
+}
+IPHONE = (
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+    "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1"
+)
+ANDROID = (
+    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/126.0.0.0 Mobile Safari/537.36"
+)
 
 
 # Per module, not per session: Playwright's sync API keeps an event loop running in this thread
@@ -61,8 +78,11 @@ def new_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[objec
         if "Content Security Policy" in message.text:
             violations.append(f"{message.location.get('url')}: {message.text}")
 
-    def make(base_url: str) -> Page:
-        context = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 900})
+    def make(base_url: str, **options: Any) -> Page:
+        """`options` for the context (a phone: PHONE | {"user_agent": IPHONE})."""
+        context = browser.new_context(
+            base_url=base_url, **({"viewport": {"width": 1100, "height": 900}} | options)
+        )
         context.set_default_timeout(15_000)
         contexts.append(context)
         page = context.new_page()

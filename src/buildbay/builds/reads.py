@@ -154,8 +154,8 @@ class BuildReads:
         sort: BuildOrder = BuildOrder.NEWEST,
         viewer: Viewer | None = None,
     ) -> tuple[list[BuildRecord], str | None]:
-        """A page of builds, newest first or by version (of those distributed to `viewer`,
-        a tester)."""
+        """A page of builds, newest first or by version (of the ready ones distributed to
+        `viewer`, a tester)."""
         params: dict[str, Any] = {"application_id": application_id, "limit": limit + 1}
         if (
             status is None
@@ -168,7 +168,9 @@ class BuildReads:
         else:
             stmt = _BUILDS_OF_APPLICATION.where(*_version_clauses(version))
             if viewer is not None:
-                stmt = stmt.where(distributed_to(viewer))
+                # A tester sees what they can install: ready builds given to them, never a
+                # pending upload (nor the reason it was refused).
+                stmt = stmt.where(distributed_to(viewer), Build.status == BuildStatus.READY)
             if status is not None:
                 stmt = stmt.where(Build.status == status)
             if sort is BuildOrder.VERSION:

@@ -28,7 +28,7 @@ from buildbay.errors import BuildbayError, Conflict
 from buildbay.invitations.reads import invitations_of
 from buildbay.projects.authorization import project_of
 from buildbay.projects.models import ProjectRole
-from buildbay.projects.reads import members, project_view, projects_of_member
+from buildbay.projects.reads import members, project_view, projects_of_member, roles_of_user
 from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite
 from buildbay.projects.service import ProjectService
 
@@ -46,9 +46,15 @@ async def _projects(
     errors: dict[str, str], status_code: int = 200,
 ) -> Response:  # fmt: skip
     assert visitor.user is not None
-    rows, _ = await projects_of_member(Reads.within(db), visitor.user.id, 100, None)
+    reads = Reads.within(db)
+    rows, _ = await projects_of_member(reads, visitor.user.id, 100, None)
+    roles = await roles_of_user(reads, visitor.user.id)
+    # Someone invited to test came for the builds: no "start a project" welcome; making a
+    # project of their own stays possible, folded away.
+    tester_only = bool(roles) and all(role is ProjectRole.TESTER for role in roles.values())
     return page("console/projects.html", visitor, status_code, projects=rows, values=values,
-                 errors=errors, welcome=request.query_params.get("welcome"))  # fmt: skip
+                 errors=errors, roles=roles, tester_only=tester_only,
+                 welcome=request.query_params.get("welcome") and not rows)  # fmt: skip
 
 
 @router.post("/projects")

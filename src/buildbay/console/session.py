@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.auth.models import BrowserSession, Session, User
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import derive_key, hash_token
+from buildbay.builds.devices import Device, device_of
 from buildbay.errors import Forbidden
 
 SESSION_COOKIE = "bb_session"
@@ -45,6 +46,8 @@ class Visitor:
     session_id: str | None
     csrf: str  # the token this visitor's forms carry
     cookies: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # to set: value, age
+    # What the pages offer: "Install" for an .ipa on an iPhone, "Download" for an .apk elsewhere.
+    device: Device = Device.OTHER
 
     @property
     def principal(self) -> Principal:
@@ -85,7 +88,7 @@ class ConsoleSessions:
             if row is not None:
                 user, session_id = row
         nonce = request.cookies.get(self.csrf_cookie) or ""
-        visitor = Visitor(user, session_id, "")
+        visitor = Visitor(user, session_id, "", device=device_of(request.headers.get("user-agent")))
         if len(nonce) != 32 or not nonce.isalnum():
             nonce = secrets.token_hex(16)
             visitor.cookies[self.csrf_cookie] = (nonce, None)

@@ -80,6 +80,9 @@ _MEMBERS = (
 )
 _MEMBERS_IN_ORDER = _MEMBERS.order_by(ProjectMember.created_at, User.email)
 _MEMBER = _MEMBERS.where(ProjectMember.user_id == bindparam("user_id"))
+_ROLES_OF_USER = select(ProjectMember.project_id, ProjectMember.role).where(
+    ProjectMember.user_id == bindparam("user_id")
+)
 
 
 async def projects_of_member(
@@ -98,6 +101,12 @@ async def projects_of_member(
         query = query.where(ProjectMember.project_id < after_id)
     rows = await reads.all(query, {"user_id": user_id, "limit": limit + 1})
     return split_page([dict(row) for row in rows], limit, lambda row: str(row["id"]))
+
+
+async def roles_of_user(reads: Reads, user_id: str) -> dict[str, ProjectRole]:
+    """The user's role in each project they are a member of, by project id."""
+    rows = await reads.all(_ROLES_OF_USER, {"user_id": user_id})
+    return {str(row["project_id"]): ProjectRole(row["role"]) for row in rows}
 
 
 async def project_view(reads: Reads, project: ProjectRecord) -> ProjectView:
