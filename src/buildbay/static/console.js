@@ -27,73 +27,151 @@ if (invalid) invalid.focus();
 // The browser upload: address from the console, bytes straight to it, then verify. A large
 // file goes in parts, several at once; a part whose connection broke is sent again, and a
 // second "Upload" of the same file after a failure sends only the parts still missing.
+// Whatever fails ends in a sentence beside the file and an enabled button; Cancel aborts
+// every request in flight and deletes the pending build (if that delete cannot be sent, the
+// sweeper removes the build when its upload link expires).
 const form = document.getElementById("upload-form");
 if (form) {
   const file = form.querySelector("#f-file");
   const error = form.querySelector("#e-file");
+  const chosenText = form.querySelector("#upload-chosen");
   const bar = form.querySelector("#upload-bar");
+  const progress = form.querySelector("#upload-progress");
   const status = form.querySelector("#upload-status");
   const button = form.querySelector("button[type=submit]");
+  const cancel = form.querySelector("#upload-cancel");
+  const done = document.getElementById("upload-done");
+  const buildsPath = form.dataset.builds;
   const headers = { "Content-Type": "application/json", "X-CSRF-Token": form.dataset.csrf };
 
-  const fail = (message) => {
-    error.textContent = message;
-    error.hidden = false;
-    file.setAttribute("aria-invalid", "true");
-    button.disabled = false;
+  // As the server writes sizes (builds/service.py human_size): "812 bytes", "8.5 KiB", "1.2 GiB".
+  const humanSize = (size) => {
+    let value = size;
+    for (const unit of ["bytes", "KiB", "MiB", "GiB"]) {
+      if (value < 1024 || unit === "GiB") {
+        if (unit === "bytes") return `${size} bytes`;
+        return `${value.toFixed(1).replace(/\.0$/, "")} ${unit}`;
+      }
+      value /= 1024;
+    }
+    return `${size} bytes`;
   };
-  // Refusals are RFC 9457 problems, as the API's: a field's message, else the detail.
-  const firstError = (body) =>
-    (body && body.errors && body.errors[0] && body.errors[0].message) ||
-    (body && body.detail) || "The upload failed";
+  const timeLeft = (seconds) => {
+    if (seconds < 60) return `about ${Math.max(1, Math.ceil(seconds))} s left`;
+    if (seconds < 3600) return `about ${Math.ceil(seconds / 60)} min left`;
+    const hours = Math.floor(seconds / 3600);
+    return `about ${hours} h ${Math.ceil((seconds - hours * 3600) / 60)} min left`;
+  };
 
-  const showProgress = (done, total) => {
-    const percent = Math.floor((done / total) * 100);
+  // A refusal that reads as a sentence: the problem's detail (RFC 9457, as the API's), a
+  // field's message, else what happened in words. Never a status code alone.
+  class Refused extends Error {}
+  class Cancelled extends Error {}
+  const sentence = (text) => {
+    const trimmed = String(text).trim();
+    const capital = trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
+    return /[.!?]$/.test(capital) ? capital : `${capital}.`;
+  };
+  const refusal = (response, body) => {
+    const said = (body && body.errors && body.errors[0] && body.errors[0].message) ||
+      (body && body.detail);
+    if (said) return new Refused(sentence(said));
+    if (response.status === 413) return new Refused("This file is too large for the server.");
+    if (response.status >= 500) {
+      return new Refused("Buildbay could not take the upload just now; press Upload again in a moment.");
+    }
+    return new Refused("Buildbay refused the upload; reload the page and try again.");
+  };
+
+  // One upload at a time: its abort signal and the requests to abort on Cancel.
+  let current = null;
+  const send = async (url, body) => {
+    let response;
+    try {
+      response = await fetch(url, {
+        method: "POST", headers, body: JSON.stringify(body), signal: current.controller.signal,
+      });
+    } catch (problem) {
+      if (current.cancelled) throw new Cancelled();
+      throw new Refused("Buildbay could not be reached; check the connection and press Upload again.");
+    }
+    const answer = await response.json().catch(() => null);
+    if (!response.ok) throw refusal(response, answer);
+    return answer;
+  };
+
+  // Speed over the last few seconds, and from it the time left.
+  let samples = [];
+  const showProgress = (sent, total) => {
+    const percent = Math.floor((sent / total) * 100);
     bar.value = percent;
-    status.textContent = `Uploading: ${percent}%`;
+    const at = performance.now();
+    samples.push([at, sent]);
+    while (samples.length > 2 && at - samples[0][0] > 5000) samples.shift();
+    const [since, before] = samples[0];
+    let text = `Uploading: ${percent}% · ${humanSize(sent)} of ${humanSize(total)}`;
+    if (at - since >= 1000 && sent > before) {
+      const speed = (sent - before) / ((at - since) / 1000);
+      text += ` · ${humanSize(Math.round(speed))}/s · ${timeLeft((total - sent) / speed)}`;
+    }
+    status.textContent = text;
   };
   const put = (url, extraHeaders, blob, onProgress) => new Promise((resolve, reject) => {
     const request = new XMLHttpRequest();
+    current.requests.add(request);
+    const settle = (outcome) => { current.requests.delete(request); outcome(); };
     request.open("PUT", url);
     for (const [name, value] of Object.entries(extraHeaders)) request.setRequestHeader(name, value);
     request.upload.onprogress = (e) => {
       if (e.lengthComputable) onProgress(e.loaded, e.total);
     };
-    request.onload = () => (request.status < 300 ? resolve() : reject(new Error(
-      (() => { try { return JSON.parse(request.responseText).detail; } catch { return `Upload failed (${request.status})`; } })())));
-    request.onerror = () => reject(new Error("The connection broke during the upload; try again"));
+    request.onload = () => settle(() => {
+      if (request.status < 300) return resolve();
+      let body = null;
+      try { body = JSON.parse(request.responseText); } catch { /* not JSON: said below */ }
+      return reject(refusal(request, body));
+    });
+    request.onerror = () => settle(() => reject(new Refused(
+      "The connection broke during the upload; press Upload again.")));
+    request.onabort = () => settle(() => reject(new Cancelled()));
     request.send(blob);
   });
 
   const inFlight = 4;
   let resumable = null; // {key, link, done: Set}: the upload in parts a failure cut off
-  const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+  const pause = (ms) => new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    current.controller.signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(new Cancelled());
+    }, { once: true });
+  });
 
   const putParts = async (chosen, link) => {
     const { partSize, partsCount } = link.multipart;
-    const done = resumable.done;
+    const sent = resumable.done;
     const loaded = new Map();
     const report = () => {
-      let sent = 0;
-      for (const n of done) sent += Math.min(partSize, chosen.size - (n - 1) * partSize);
-      for (const bytes of loaded.values()) sent += bytes;
-      showProgress(sent, chosen.size);
+      let bytes = 0;
+      for (const n of sent) bytes += Math.min(partSize, chosen.size - (n - 1) * partSize);
+      for (const partial of loaded.values()) bytes += partial;
+      showProgress(bytes, chosen.size);
     };
     for (let attempt = 0; ; attempt += 1) {
       const missing = [];
-      for (let n = 1; n <= partsCount; n += 1) if (!done.has(n)) missing.push(n);
+      for (let n = 1; n <= partsCount; n += 1) if (!sent.has(n)) missing.push(n);
       if (missing.length === 0) return;
-      if (attempt === 5) throw new Error("The connection keeps breaking; press Upload again to resume");
-      if (attempt > 0) await sleep(250 * 2 ** attempt);
+      if (attempt === 5) {
+        throw new Refused("The connection keeps breaking; press Upload again to send the rest.");
+      }
+      if (attempt > 0) await pause(250 * 2 ** attempt);
       for (let first = 0; first < missing.length; first += 100) {
-        const asked = await fetch(`${form.dataset.start}/${link.buildId}/parts`, {
-          method: "POST", headers, body: JSON.stringify({ partNumbers: missing.slice(first, first + 100) }),
-        });
-        const targets = await asked.json().catch(() => null);
-        if (!asked.ok) throw new Error(firstError(targets));
+        const targets = await send(`${form.dataset.start}/${link.buildId}/parts`,
+          { partNumbers: missing.slice(first, first + 100) });
         const queue = [...targets.parts];
         const worker = async () => {
           while (queue.length) {
+            if (current.cancelled) throw new Cancelled();
             const target = queue.shift();
             const start = (target.partNumber - 1) * partSize;
             const blob = chosen.slice(start, Math.min(start + partSize, chosen.size));
@@ -102,8 +180,9 @@ if (form) {
                 loaded.set(target.partNumber, bytes);
                 report();
               });
-              done.add(target.partNumber);
-            } catch {
+              sent.add(target.partNumber);
+            } catch (problem) {
+              if (problem instanceof Cancelled) throw problem;
               // Sent again in the next round, with a fresh address.
             }
             loaded.delete(target.partNumber);
@@ -115,46 +194,170 @@ if (form) {
     }
   };
 
-  form.addEventListener("submit", async (event) => {
+  const showChosen = () => {
+    const chosen = file.files[0];
+    chosenText.textContent = chosen ? `${chosen.name}, ${humanSize(chosen.size)}` : "";
+  };
+  file.addEventListener("change", showChosen);
+
+  // Drag and drop: a file dropped anywhere on the form is the one to upload.
+  const dropping = (on) => form.classList.toggle("dropping", on);
+  form.addEventListener("dragover", (event) => {
+    if (!event.dataTransfer || ![...event.dataTransfer.types].includes("Files")) return;
     event.preventDefault();
+    event.dataTransfer.dropEffect = "copy";
+    dropping(true);
+  });
+  form.addEventListener("dragleave", (event) => {
+    if (!form.contains(event.relatedTarget)) dropping(false);
+  });
+  form.addEventListener("drop", (event) => {
+    event.preventDefault();
+    dropping(false);
+    if (current || !event.dataTransfer || event.dataTransfer.files.length === 0) return;
+    if (event.dataTransfer.files.length > 1) {
+      error.textContent = "Drop one build file at a time.";
+      error.hidden = false;
+      return;
+    }
+    file.files = event.dataTransfer.files;
     error.hidden = true;
     file.removeAttribute("aria-invalid");
-    const chosen = file.files[0];
-    if (!chosen) return fail("Choose a build file first");
-    if (chosen.size === 0) return fail("This file is empty");
-    button.disabled = true;
-    form.querySelector("#upload-progress").hidden = false;
-    status.textContent = "Starting…";
+    showChosen();
+  });
+
+  // Leaving the page would cut the upload off: the browser asks first.
+  window.addEventListener("beforeunload", (event) => {
+    if (!current) return;
+    event.preventDefault();
+    event.returnValue = "";
+  });
+
+  cancel.addEventListener("click", () => {
+    if (!current || current.cancelled) return;
+    current.cancelled = true;
+    status.textContent = "Cancelling…";
+    current.controller.abort();
+    for (const request of [...current.requests]) request.abort();
+  });
+
+  const finish = (message) => {
+    current = null;
+    samples = [];
+    cancel.hidden = true;
+    button.disabled = false;
+    file.disabled = false;
+    if (message) {
+      progress.hidden = true;
+      status.textContent = "";
+      error.textContent = message;
+      error.hidden = false;
+      file.setAttribute("aria-invalid", "true");
+    }
+  };
+
+  // The build a cancelled upload left pending: deleted now, or swept when its link expires.
+  const forget = async (buildId) => {
+    resumable = null;
+    if (!buildId) return;
+    try {
+      await fetch(`${buildsPath}/${buildId}/delete`, {
+        method: "POST", headers, body: "{}", redirect: "manual",
+      });
+    } catch {
+      // The sweeper deletes it when its upload link expires.
+    }
+  };
+
+  const upload = async (chosen) => {
     const key = `${chosen.name}|${chosen.size}|${chosen.lastModified}`;
     let link = resumable && resumable.key === key ? resumable.link : null;
     if (!link) {
       const multipart = chosen.size > Number(form.dataset.partsFrom);
-      const started = await fetch(form.dataset.start, {
-        method: "POST", headers,
-        body: JSON.stringify({ fileName: chosen.name, fileSize: chosen.size, multipart }),
-      });
-      link = await started.json().catch(() => null);
-      if (!started.ok) return fail(firstError(link));
+      link = await send(form.dataset.start,
+        { fileName: chosen.name, fileSize: chosen.size, multipart });
       resumable = link.multipart ? { key, link, done: new Set() } : null;
     }
-    try {
-      if (link.multipart) await putParts(chosen, link);
-      else await put(link.uploadUrl, link.uploadHeaders || {}, chosen, showProgress);
-    } catch (problem) {
-      return fail(problem.message);
-    }
+    current.buildId = link.buildId;
+    current.resumable = Boolean(link.multipart);
+    if (current.cancelled) throw new Cancelled();
+    if (link.multipart) await putParts(chosen, link);
+    else await put(link.uploadUrl, link.uploadHeaders || {}, chosen, showProgress);
     status.textContent = "Checking the upload…";
+    current.verifying = true;
+    cancel.hidden = true; // the bytes are in: verify is quick, or runs on the server
     const notes = form.querySelector("#f-notes").value;
     const channels = [...form.querySelectorAll("input[name=channel]:checked")].map((box) => box.value);
     const mandatory = form.querySelector("input[name=mandatory]").checked;
-    const verified = await fetch(`${form.dataset.start}/${link.buildId}/verify`, {
-      method: "POST", headers, body: JSON.stringify({ notes, channels, mandatory }),
-    });
-    const build = await verified.json().catch(() => null);
-    if (!verified.ok) return fail(firstError(build));
+    return send(`${form.dataset.start}/${link.buildId}/verify`, { notes, channels, mandatory });
+  };
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (current) return;
+    error.hidden = true;
+    file.removeAttribute("aria-invalid");
+    if (done) done.hidden = true;
+    const chosen = file.files[0];
+    if (!chosen) return finish("Choose a build file first, or drop one here.");
+    if (chosen.size === 0) return finish("This file is empty: choose the build file itself.");
+    current = {
+      controller: new AbortController(), requests: new Set(), cancelled: false, buildId: null,
+      resumable: false, verifying: false,
+    };
+    button.disabled = true;
+    file.disabled = true;
+    cancel.hidden = false;
+    progress.hidden = false;
+    bar.value = 0;
+    status.textContent = "Starting…";
+    let build;
+    try {
+      build = await upload(chosen);
+    } catch (problem) {
+      if (problem instanceof Cancelled || current.cancelled) {
+        const buildId = current.buildId;
+        finish(null);
+        progress.hidden = true;
+        await forget(buildId);
+        error.textContent = "Upload cancelled: nothing was kept.";
+        error.hidden = false;
+        return;
+      }
+      const message = problem instanceof Refused ? problem.message
+        : "The upload stopped unexpectedly; press Upload again.";
+      // A single PUT cut off has nothing to resume: its pending build goes now. Parts already
+      // sent wait for the next "Upload"; a build verify refused stays, with its reason.
+      const { buildId, resumable: inParts, verifying } = current;
+      if (!inParts && !verifying) await forget(buildId);
+      return finish(message);
+    }
     resumable = null;
-    status.textContent = build.status === "processing" ? "Checking the file…" : "Ready";
+    current = null; // nothing in flight: leaving the page loses nothing now
+    status.textContent = "Uploaded";
+    // The list shows the new build after a reload; the confirmation is kept for it.
+    sessionStorage.setItem("buildbay-uploaded", JSON.stringify({
+      id: build.buildId, file: chosen.name, size: chosen.size, checking: build.status === "processing",
+    }));
     window.location.assign(`${window.location.pathname}#build-${build.buildId}`);
     window.location.reload();
   });
+
+  // After the reload: what was uploaded, and a link to its page.
+  const uploaded = sessionStorage.getItem("buildbay-uploaded");
+  if (uploaded && done) {
+    sessionStorage.removeItem("buildbay-uploaded");
+    try {
+      const last = JSON.parse(uploaded);
+      const link = document.createElement("a");
+      link.href = `${buildsPath}/${encodeURIComponent(last.id)}`;
+      link.textContent = "Open its page";
+      done.querySelector("span").textContent = `Uploaded ${last.file} (${humanSize(last.size)})` +
+        (last.checking ? ": its file is being checked. " : ": it is ready. ");
+      done.querySelector("span").after(link);
+      done.hidden = false;
+    } catch {
+      // A confirmation from another version of this page: nothing to show.
+    }
+  }
 }
