@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -163,6 +164,24 @@ async def test_docs_answer_200(client: httpx.AsyncClient) -> None:
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/html")
     assert "/openapi.json" in r.text
+
+
+async def test_redoc_and_its_script_name_no_other_site(client: httpx.AsyncClient) -> None:
+    page = await client.get("/redoc")
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    addresses = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert addresses, page.text
+    assert all(a.startswith("/") for a in addresses), addresses
+
+    script = await client.get("/redoc/redoc.standalone.js")
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "cdn.redoc.ly" not in script.text
+    assert '"/static/redoc-logo.svg"' in script.text
+    logo = await client.get("/static/redoc-logo.svg")
+    assert logo.status_code == 200
+    assert logo.headers["content-type"].startswith("image/svg+xml")
 
 
 async def test_every_paged_list_documents_limit_and_cursor(document: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from buildbay import __version__
+from buildbay.api_docs import add_redoc
 from buildbay.applications.routes import router as applications_router
 from buildbay.auth.cache import AccessTokenCache
 from buildbay.auth.password_reset import PASSWORD_RESET_JOB, password_reset_handler
@@ -153,6 +154,7 @@ def create_app(
 
     # Interactive docs (/docs, /redoc) served from the package itself: no CDN, works offline.
     app = FastAPIOffline(
+        redoc_url=None,  # api_docs.py: ReDoc's logo from here too
         title="Buildbay",
         version=__version__,
         description=DESCRIPTION,
@@ -192,6 +194,7 @@ def create_app(
         app.router.routes.extend(router.routes)
     # The console's stylesheet and script, from the package: no CDN, no build step.
     app.mount("/static", StaticFiles(packages=[("buildbay", "static")]), name="static")
+    add_redoc(app, app.title)
     app.add_api_route(
         "/favicon.ico",
         lambda: RedirectResponse("/static/favicon.svg", status_code=301),
