@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from html import unescape
 
 import httpx
 import pytest
@@ -124,11 +125,13 @@ async def test_the_browser_uploads_json_endpoints_answer_problems_as_the_api(
         start, json={"fileName": "a.apk", "fileSize": 1 << 40}, headers=headers
     )
     body = assert_problem(too_big, 413, "file_too_large")
+    assert body["detail"].startswith("This file (1024 GiB) is larger than the free plan's")
     assert "largest build file" in body["detail"]
 
     invalid = await browser_like.post(start, json={"fileName": "a/b.apk"}, headers=headers)
     body = assert_problem(invalid, 422, "validation_error")
     assert {e["field"] for e in body["errors"]} == {"fileName", "fileSize"}
+    assert "fileName:" not in body["detail"]  # sentences, never a field dump
 
     not_json = await browser_like.post(
         start, content=b"{", headers={**headers, "Content-Type": "application/json"}
@@ -274,3 +277,63 @@ async def test_every_page_names_the_icon_that_the_server_serves(
     assert icon.text.startswith("<svg ")
     legacy = await browser_like.get("/favicon.ico")
     assert (legacy.status_code, legacy.headers["location"]) == (301, "/static/favicon.svg")
+
+
+async def _refused(browser: httpx.AsyncClient, path: str, form: dict[str, str],
+                   page: str | None = None) -> list[str]:  # fmt: skip
+    """The error sentences of a refused form, in the page's order."""
+    csrf = await _csrf(browser, page or path)
+    r = await browser.post(path, data={"csrf": csrf, **form}, headers=ORIGIN)
+    assert r.status_code in (409, 422), r.text[:300]
+    found = re.findall(r'<p class="error[^"]*" id="e-[^"]+" role="alert">(.*?)</p>', r.text, re.S)
+    return [unescape(text).strip() for text in found]
+
+
+async def test_refused_forms_say_what_is_wrong_in_sentences(
+    browser_like: httpx.AsyncClient, api: Api
+) -> None:
+    b = browser_like
+    assert await _refused(b, "/signup", {"email": "ada", "password": "short"}) == [
+        "Enter a valid e-mail address, like name@example.com.",
+        "The password needs at least 8 characters.",
+    ]
+    assert await _refused(b, "/signup", {"email": "", "password": "x" * 200}) == [
+        "Enter an e-mail address.",
+        "The password can be at most 128 characters.",
+    ]
+    owner = await api.register("ada@example.com")
+    csrf = await _csrf(b)
+    signed_in = await b.post("/login", headers=ORIGIN, data={
+        "csrf": csrf, "email": owner.email, "password": owner.password,
+    })  # fmt: skip
+    assert signed_in.status_code == 303
+    assert await _refused(b, "/projects", {"name": ""}) == ["Enter a name."]
+    assert await _refused(b, "/projects", {"name": "x" * 101}) == [
+        "The name can be at most 100 characters."
+    ]
+    assert await _refused(b, "/projects", {"name": "   "}) == ["The name cannot be blank."]
+    tokens = "/account/tokens"
+    assert await _refused(b, tokens, {"name": "ci", "expiresInDays": "0"}, "/account") == [
+        "The number of days must be at least 1."
+    ]
+    assert await _refused(b, tokens, {"name": "ci", "expiresInDays": "soon"}, "/account") == [
+        "The number of days must be a whole number."
+    ]
+    project = f"/projects/{(await api.project(owner))['id']}"
+    valid_email = ["Enter a valid e-mail address, like name@example.com."]
+    bob = {"email": "bob", "role": "tester"}
+    assert await _refused(b, f"{project}/members", bob, project) == valid_email
+    assert await _refused(b, f"{project}/members", {"email": "b@example.com", "role": "king"},
+                          project) == ["Choose a role from the list."]  # fmt: skip
+    assert await _refused(b, f"{project}/invitations", bob, project) == valid_email
+    app = {"name": "Acme iOS", "platform": "ios", "bundleId": "not valid!"}
+    assert await _refused(b, f"{project}/applications", app, project) == [
+        "A bundle id is letters, digits, dots, dashes and underscores, like com.example.app."
+    ]
+    assert await _refused(b, f"{project}/groups", {"name": "q" * 101}) == [
+        "The name can be at most 100 characters."
+    ]
+    hook = {"url": "ftp://example.com/hook", "events": "build.ready", "description": ""}
+    assert await _refused(b, f"{project}/webhooks", hook) == [
+        "The address must be an https:// URL."
+    ]

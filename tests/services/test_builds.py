@@ -80,7 +80,9 @@ async def test_a_file_above_the_plans_largest_is_refused_before_any_row(
     with raises(PayloadTooLarge, "file_too_large") as caught:
         await builds.create_upload_link(application, owner, "big.apk", 1001, None)
 
-    assert "free plan's largest build file (1000 bytes" in caught.value.detail
+    assert caught.value.detail == (
+        "This file (1001 bytes) is larger than the free plan's largest build file (1000 bytes)"
+    )
     assert await count_builds(db) == 0
     await builds.create_upload_link(application, owner, "fits.apk", 1000, None)
 

@@ -140,8 +140,8 @@ class BuildService:
         largest = self.settings.max_upload_bytes(uploader.plan)
         if file_size > largest:
             raise PayloadTooLarge(
-                f"fileSize {file_size} is above the {uploader.plan.value} plan's largest build "
-                f"file ({largest} bytes, {human_size(largest)})",
+                f"This file ({human_size(file_size)}) is larger than the {uploader.plan.value} "
+                f"plan's largest build file ({human_size(largest)})",
                 code="file_too_large",
             )
         if multipart and file_size < MIN_PART_SIZE:
@@ -239,9 +239,9 @@ class BuildService:
         used = (await storage_usage(self.reads.reads, uploader.id, self.now)).bytes
         if used + file_size > quota:
             raise PayloadTooLarge(
-                f"This build ({file_size} bytes) would take your storage to {used + file_size} "
-                f"bytes, past the {uploader.plan.value} plan's {quota} bytes "
-                f"({human_size(quota)}); delete builds or set a retention rule",
+                f"This build ({human_size(file_size)}) would take your storage to "
+                f"{human_size(used + file_size)}, past the {uploader.plan.value} plan's "
+                f"{human_size(quota)}; delete builds or set a retention rule",
                 code="quota_exceeded",
             )
 

@@ -82,9 +82,9 @@ async def create_group(request: Request, project_id: str) -> Response:
             group = await make_group_service(get_context(request), db).create(
                 access.project, body.name
             )
-    except FormError:
-        return await _render(request, visitor, db, project_id, "new", {"name": "Enter a name."},
-                             fields, 422)  # fmt: skip
+    except FormError as exc:
+        errors = {"name": exc.by_field.get("name", "Enter a name.")}
+        return await _render(request, visitor, db, project_id, "new", errors, fields, 422)
     except BuildbayError as exc:
         if exc.status >= 500:
             raise

@@ -45,7 +45,7 @@ async def invite(request: Request, project_id: str) -> Response:
         async with db.begin_nested():  # a refusal takes back what it wrote, and only that
             invitation = await service.invite(access, str(body.email), body.role)
     except FormError as exc:
-        error = "Enter an e-mail address." if "email" in exc.by_field else "Choose a role."
+        error = exc.by_field.get("email") or exc.by_field.get("role") or "Choose a role."
         return await render_project(request, visitor, db, project_id, "invite", fields,
                                     {"email": error}, 422)  # fmt: skip
     except BuildbayError as exc:

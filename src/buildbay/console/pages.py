@@ -139,8 +139,91 @@ def _field_errors(exc: ModelError) -> dict[str, str]:
     found: dict[str, str] = {}
     for error in exc.errors():
         name = str(error["loc"][0]) if error["loc"] else "form"
-        found.setdefault(name, error["msg"].removeprefix("Value error, "))
+        found.setdefault(name, field_sentence(name, error))
     return found
+
+
+# What a field is called in a sentence: "The password needs at least 8 characters."
+_LABELS = {
+    "email": "e-mail address", "emails": "e-mail addresses", "password": "password",
+    "name": "name", "bundleId": "bundle id", "url": "address", "description": "description",
+    "expiresInDays": "number of days", "installLinkDays": "number of days", "role": "role",
+    "platform": "platform", "scope": "scope", "events": "events", "notes": "release notes",
+    "projects": "projects", "channels": "channels", "fileName": "file name",
+}  # fmt: skip
+# Fields whose shape is a rule of their own, said as the rule.
+_SHAPES = {
+    "bundleId": "A bundle id is letters, digits, dots, dashes and underscores, like "
+    "com.example.app.",
+}
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def field_sentence(field: str, error: Any) -> str:
+    """One of pydantic's errors (an ErrorDetails) as a sentence for a person: never a type
+    name, a pattern or "Input should be"."""
+    label = _LABELS.get(field, "value")
+    kind, context = error["type"], error.get("ctx") or {}
+    article = "an" if label[0] in "aeiou" else "a"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if (
+        kind in ("missing", "string_type", "none_required")
+        or error.get("input") == ""
+        or (kind == "string_too_short" and context.get("min_length") == 1)
+    ):
+        return f"Enter {article} {label}."
+    if field in ("email", "emails") or "email address" in message:
+        return "Enter a valid e-mail address, like name@example.com."
+    if kind == "string_too_short":
+        return f"The {label} needs at least {context['min_length']} characters."
+    if kind == "string_too_long":
+        return f"The {label} can be at most {context['max_length']} characters."
+    if kind in ("int_parsing", "int_type", "int_from_float", "float_parsing"):
+        return f"The {label} must be a whole number."
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = context.get("ge", context.get("gt"))
+        return (
+            f"The {label} must be at least {bound}."
+            if "ge" in context
+            else (f"The {label} must be more than {bound}.")
+        )
+    if kind in ("less_than_equal", "less_than"):
+        bound = context.get("le", context.get("lt"))
+        return (
+            f"The {label} can be at most {bound}."
+            if "le" in context
+            else (f"The {label} must be less than {bound}.")
+        )
+    if kind in ("enum", "literal_error"):
+        return f"Choose {article} {label} from the list."
+    if kind == "string_pattern_mismatch":
+        return _SHAPES.get(field, f"The {label} holds characters it cannot have.")
+    if kind.startswith("url_"):
+        return "Enter a full address, like https://example.com/hooks/buildbay."
+    if kind == "too_short":
+        return f"Choose at least {context.get('min_length', 1)} of the {label}."
+    if kind == "too_long":
+        return f"Choose at most {context.get('max_length')} {label}."
+    if message[:1].islower():  # a validator's reason, about the field: "cannot be blank"
+        return _sentence(f"The {label} {message}")
+    return _sentence(message)
+
+
+def domain_field_errors(exc: BuildbayError, fallback: str) -> dict[str, str]:
+    """A service's refusal, by field, as sentences (its field errors say what is wrong with
+    the field: "must be an https:// URL"); its detail beside `fallback` if it names none."""
+    found: dict[str, str] = {}
+    for error in exc.errors or ():
+        label = _LABELS.get(error.field, error.field)
+        text = error.message
+        found.setdefault(error.field, _sentence(f"The {label} {text}" if text[:1].islower()
+                                                else text))  # fmt: skip
+    return found or {fallback: _sentence(exc.detail)}
 
 
 async def read_json(request: Request) -> Any:
@@ -156,7 +239,7 @@ def json_body(model: type[M], data: Any) -> M:
         return model.model_validate(data)
     except ModelError as exc:
         errors = [FieldError(field, message) for field, message in _field_errors(exc).items()]
-        detail = "; ".join(f"{e.field}: {e.message}" for e in errors)
+        detail = " ".join(e.message for e in errors)  # sentences, as the page shows them
         raise ValidationFailed(detail, errors=errors) from None
 
 

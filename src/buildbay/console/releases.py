@@ -41,7 +41,9 @@ async def create_channel(request: Request, project_id: str, app_id: str) -> Resp
         assert isinstance(body, ChannelCreate)
         await ChannelService(db, now(request)).create(access.application.id, body.name)
     except (FormError, Conflict) as exc:
-        message = exc.detail if isinstance(exc, Conflict) else NAME_RULE[0].upper() + NAME_RULE[1:]
+        message = (
+            exc.detail if isinstance(exc, Conflict) else NAME_RULE[0].upper() + NAME_RULE[1:] + "."
+        )
         return await render_application(
             request, visitor, db, project_id, app_id,
             failed="channel", values=fields, errors={"name": message}, status_code=exc.status,

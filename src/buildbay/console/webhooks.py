@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
+    domain_field_errors,
     now,
     page,
     parse_form,
@@ -99,7 +100,8 @@ async def add_webhook(request: Request, project_id: str) -> Response:
     except BuildbayError as exc:
         if exc.status >= 500:
             raise
-        return await _list(request, visitor, db, access, fields, {"url": exc.detail}, exc.status)
+        errors = domain_field_errors(exc, "url")
+        return await _list(request, visitor, db, access, fields, errors, exc.status)
     # Shown on this answer only: the page a redirect would lead to cannot show it again.
     return await _webhook(request, visitor, db, access, created.id, secret=created.secret,
                           notice="Webhook added.")  # fmt: skip
@@ -150,7 +152,8 @@ async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Re
         if exc.status >= 500 or exc.status == 404:
             raise
         return await _webhook(request, visitor, db, access, webhook_id, values=fields,
-                              errors={"url": exc.detail}, status_code=exc.status)  # fmt: skip
+                              errors=domain_field_errors(exc, "url"),
+                              status_code=exc.status)  # fmt: skip
     return _back(project_id, webhook_id, "Webhook saved.")
 
 
