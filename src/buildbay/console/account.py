@@ -112,7 +112,7 @@ def _token_errors(errors: dict[str, str]) -> dict[str, str]:
     sentences = {
         "scope": "Choose one of the scopes listed.",
         "projectIds": "Choose at least one project, or all of them."
-        if errors.get("projectIds", "").startswith("List should have at least")
+        if errors.get("projectIds", "").startswith("Choose at least")
         else None,
     }
     out = dict(errors)

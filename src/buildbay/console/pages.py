@@ -149,7 +149,8 @@ _LABELS = {
     "name": "name", "bundleId": "bundle id", "url": "address", "description": "description",
     "expiresInDays": "number of days", "installLinkDays": "number of days", "role": "role",
     "platform": "platform", "scope": "scope", "events": "events", "notes": "release notes",
-    "projects": "projects", "channels": "channels", "fileName": "file name",
+    "projects": "projects", "projectIds": "projects", "channels": "channels",
+    "fileName": "file name", "fileSize": "file size", "partNumbers": "parts",
 }  # fmt: skip
 # Fields whose shape is a rule of their own, said as the rule.
 _SHAPES = {
@@ -206,7 +207,8 @@ def field_sentence(field: str, error: Any) -> str:
     if kind.startswith("url_"):
         return "Enter a full address, like https://example.com/hooks/buildbay."
     if kind == "too_short":
-        return f"Choose at least {context.get('min_length', 1)} of the {label}."
+        least = context.get("min_length", 1)
+        return f"Choose at least {'one' if least == 1 else least} of the {label}."
     if kind == "too_long":
         return f"Choose at most {context.get('max_length')} {label}."
     if message[:1].islower():  # a validator's reason, about the field: "cannot be blank"
