@@ -125,6 +125,9 @@ def test_a_tester_on_an_iphone_sees_only_their_ready_build_and_installs_it(
     expect(phone.locator(f"#build-{shelf.undistributed}")).to_have_count(0)
     expect(phone.locator(f"#build-{shelf.pending}")).to_have_count(0)
     expect(phone.get_by_role("link", name="Download")).to_have_count(0)
+    # Nor do the release channels name the others (their counts, their newest build).
+    expect(phone.locator("#channels")).not_to_contain_text("Ready builds")
+    expect(phone.locator("main")).not_to_contain_text(shelf.undistributed)
 
     phone.get_by_role("button", name="Install Example.ipa").click()
     expect(phone).to_have_url(re.compile(r"/install/"))
