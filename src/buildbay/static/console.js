@@ -339,7 +339,8 @@ if (form) {
     sessionStorage.setItem("buildbay-uploaded", JSON.stringify({
       id: build.buildId, file: chosen.name, size: chosen.size, checking: build.status === "processing",
     }));
-    window.location.assign(`${window.location.pathname}#build-${build.buildId}`);
+    // Back where the person was, where the confirmation shows (the list has the new row too).
+    window.location.assign(`${window.location.pathname}#upload`);
     window.location.reload();
   });
 
