@@ -337,3 +337,44 @@ async def test_refused_forms_say_what_is_wrong_in_sentences(
     assert await _refused(b, f"{project}/webhooks", hook) == [
         "The address must be an https:// URL."
     ]
+
+
+async def test_install_from_the_console_opens_the_install_page_of_a_build_given_to_the_tester(
+    browser_like: httpx.AsyncClient, api: Api
+) -> None:
+    owner = await api.register("olga@example.com")
+    tester = await api.register("tess@example.com")
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"], autoDistributeGroups=[])
+    await api.add_member(owner, project["id"], tester, "tester")
+    given = await api.upload(owner, project["id"], app["id"], file_name="Acme.ipa")
+    kept = await api.upload(owner, project["id"], app["id"], file_name="Acme.ipa")
+    r = await api.client.post(
+        f"/api/app-distribution/{project['id']}/{app['id']}/builds/{given['buildId']}/distribute",
+        json={"emails": [tester.email], "notify": False},
+        headers=owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    csrf = await _csrf(browser_like)
+    signed_in = await browser_like.post("/login", headers=ORIGIN, data={
+        "csrf": csrf, "email": tester.email, "password": tester.password,
+    })  # fmt: skip
+    assert signed_in.status_code == 303
+    app_path = f"/projects/{project['id']}/apps/{app['id']}"
+    csrf = await _csrf(browser_like, app_path)
+
+    installed = await browser_like.post(
+        f"{app_path}/builds/{given['buildId']}/install", data={"csrf": csrf}, headers=ORIGIN
+    )
+    assert installed.status_code == 303, installed.text
+    assert "/install/" in installed.headers["location"]
+    again = await browser_like.post(
+        f"{app_path}/builds/{given['buildId']}/install", data={"csrf": csrf}, headers=ORIGIN
+    )
+    assert again.headers["location"] == installed.headers["location"]  # one link, reused
+
+    refused = await browser_like.post(
+        f"{app_path}/builds/{kept['buildId']}/install", data={"csrf": csrf}, headers=ORIGIN
+    )
+    assert refused.status_code == 403
+    assert "This build was not distributed to you" in refused.text
