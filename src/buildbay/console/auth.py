@@ -23,6 +23,7 @@ from buildbay.console.pages import (
     parse_form,
     safe_next,
     see_other,
+    sentence,
     sessions,
     visit,
 )
@@ -97,7 +98,7 @@ async def login(request: Request) -> Response:
             status,
             next=next_page,
             values=values,
-            errors={"form": exc.detail},
+            errors={"form": sentence(exc.detail)},
         )
         refused.headers.update(exc.headers)  # Retry-After, when throttled
         return refused
@@ -144,7 +145,8 @@ async def signup(request: Request) -> Response:
         )
     except BuildbayError as exc:
         await db.rollback()  # a concurrent sign-up's failed flush: nothing of this one stays
-        errors = {"email": exc.detail} if exc.code == "email_taken" else {"form": exc.detail}
+        said = sentence(exc.detail)
+        errors = {"email": said} if exc.code == "email_taken" else {"form": said}
         return _auth_page(
             request,
             "console/signup.html",

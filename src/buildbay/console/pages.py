@@ -139,7 +139,7 @@ def _field_errors(exc: ModelError) -> dict[str, str]:
     found: dict[str, str] = {}
     for error in exc.errors():
         name = str(error["loc"][0]) if error["loc"] else "form"
-        found.setdefault(name, field_sentence(name, error))
+        found.setdefault(name, fieldsentence(name, error))
     return found
 
 
@@ -159,13 +159,14 @@ _SHAPES = {
 }
 
 
-def _sentence(text: str) -> str:
+def sentence(text: str) -> str:
+    """`text` as a sentence: a capital first, a full stop last."""
     text = text.strip()
     text = text[:1].upper() + text[1:]
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def field_sentence(field: str, error: Any) -> str:
+def fieldsentence(field: str, error: Any) -> str:
     """One of pydantic's errors (an ErrorDetails) as a sentence for a person: never a type
     name, a pattern or "Input should be"."""
     label = _LABELS.get(field, "value")
@@ -212,8 +213,8 @@ def field_sentence(field: str, error: Any) -> str:
     if kind == "too_long":
         return f"Choose at most {context.get('max_length')} {label}."
     if message[:1].islower():  # a validator's reason, about the field: "cannot be blank"
-        return _sentence(f"The {label} {message}")
-    return _sentence(message)
+        return sentence(f"The {label} {message}")
+    return sentence(message)
 
 
 def domain_field_errors(exc: BuildbayError, fallback: str) -> dict[str, str]:
@@ -223,9 +224,9 @@ def domain_field_errors(exc: BuildbayError, fallback: str) -> dict[str, str]:
     for error in exc.errors or ():
         label = _LABELS.get(error.field, error.field)
         text = error.message
-        found.setdefault(error.field, _sentence(f"The {label} {text}" if text[:1].islower()
+        found.setdefault(error.field, sentence(f"The {label} {text}" if text[:1].islower()
                                                 else text))  # fmt: skip
-    return found or {fallback: _sentence(exc.detail)}
+    return found or {fallback: sentence(exc.detail)}
 
 
 async def read_json(request: Request) -> Any:
