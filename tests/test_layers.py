@@ -24,6 +24,7 @@ WEB_MODULES = (
     "buildbay.problems",
     "buildbay.middleware",
     "buildbay.openapi",
+    "buildbay.api_docs",
     "buildbay.health",
     "buildbay.security_headers",
     "buildbay.console",
