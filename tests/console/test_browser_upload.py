@@ -15,7 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Dialog, Page, Route, expect
 
-from tests.builds.android_files import APK
+from tests.builds.android_files import APK, apk_of_size
 from tests.console.conftest import PHONE
 from tests.console.test_console import PASSWORD, create_project_and_app, sign_up
 
@@ -183,13 +183,33 @@ def test_every_failure_ends_in_a_sentence_and_an_enabled_button(
     refused_with("This file is not an Android build: it has no AndroidManifest.xml.")
     page.unroute("**/verify")
 
+    # The server's own refusals: a file of no Android kind (at the first request), and an .apk
+    # that cannot be read (at verify).
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Not a build")
+    page.get_by_label("Build file").set_input_files(str(notes))
+    _upload_button(page).click()
+    refused_with(
+        'This is an Android application: it takes .apk or .aab files, and "notes.txt" is not one.'
+    )
+    broken = tmp_path / "broken.apk"
+    broken.write_bytes(b"PK\x03\x04 not a zip after all")
+    page.get_by_label("Build file").set_input_files(str(broken))
+    _upload_button(page).click()
+    expect(error).to_contain_text(
+        "an Android application takes only builds whose metadata can be read."
+    )
+    refused_with(error.text_content() or "")
+    page.get_by_label("Build file").set_input_files(str(APK))
+
     # Nothing was stuck: the same button uploads the file now.
     _upload_button(page).click()
     expect(page.locator("#upload-done")).to_contain_text("Uploaded demo.apk", timeout=30_000)
-    # The upload whose connection broke left nothing; the one verify refused stays pending
-    # (with its reason, for a developer to read), beside the ready one.
+    # The upload whose connection broke left nothing, nor did the file refused at the first
+    # request; the two verify refused stay pending (with their reason, for a developer to
+    # read), beside the ready one.
     statuses = sorted(str(b["status"]) for b in _builds_of(server, "ada@example.com", app_url))
-    assert statuses == ["pending", "ready"]
+    assert statuses == ["pending", "pending", "ready"]
 
 
 def test_a_part_that_keeps_failing_says_so_and_upload_again_sends_the_rest(
@@ -200,8 +220,8 @@ def test_a_part_that_keeps_failing_says_so_and_upload_again_sends_the_rest(
     create_project_and_app(page)
     # In parts from 5 MiB (the page says 64 MiB), so that a 20 MiB file has three parts.
     page.locator("#upload-form").evaluate("form => { form.dataset.partsFrom = 5242880; }")
-    big = tmp_path / "desktop.bin"
-    big.write_bytes(bytes(range(256)) * (20 * 4096))
+    big = tmp_path / "big-release.apk"
+    big.write_bytes(apk_of_size(20 * 1024 * 1024))  # an Android application takes an .apk
 
     def break_part_2(route: Route) -> None:
         if re.search(r"[?&]part=2\b", route.request.url):
@@ -225,7 +245,7 @@ def test_a_part_that_keeps_failing_says_so_and_upload_again_sends_the_rest(
     )
     _upload_button(page).click()
     expect(page.locator("#upload-done")).to_contain_text(
-        "Uploaded desktop.bin (20 MiB)", timeout=30_000
+        "Uploaded big-release.apk (20 MiB)", timeout=30_000
     )
     assert len(sent) == 1
     assert re.search(r"[?&]part=2\b", sent[0])
