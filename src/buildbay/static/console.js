@@ -316,10 +316,9 @@ if (form) {
       build = await upload(chosen);
     } catch (problem) {
       if (problem instanceof Cancelled || current.cancelled) {
-        const buildId = current.buildId;
+        await forget(current.buildId); // "Cancelling…" meanwhile; Upload waits for it
         finish(null);
         progress.hidden = true;
-        await forget(buildId);
         error.textContent = "Upload cancelled: nothing was kept.";
         error.hidden = false;
         return;
