@@ -34,7 +34,6 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import downloads_by_day
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
@@ -90,7 +89,6 @@ async def render_application(
     channels = await channels_of(reads, access.application.id)
     versions = {b.id: version_label(b.metadata_) for b in builds}
     chart = None
-    groups = (await groups_page(reads, access.project, 100, None))[0]
     if access.role.includes(ProjectRole.DEVELOPER):
         today = get_context(request).clock.now().astimezone(UTC).date()
         days = await downloads_by_day(reads, access.application.id, today, CHART_DAYS)
@@ -102,8 +100,7 @@ async def render_application(
         install_expiry={k: v.expires_at for k, v in current.items()},
         uploaders=uploaders, human_size=human_size, versions=versions,
         fresh_link=request.query_params.get("link"),
-        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS, groups=groups,
-        settings_error=request.query_params.get("settings_error"),
+        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
         channels=channels, build_channels=await channel_names(reads, [b.id for b in builds]),
         notice=NOTICES.get(request.query_params.get("notice", "")),
         failed=failed, values=values or {}, errors=errors or {},

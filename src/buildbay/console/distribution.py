@@ -122,7 +122,7 @@ async def distribution_settings(request: Request, project_id: str, app_id: str) 
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
     )
     form = await posted_form(request)
-    app_path = f"/projects/{project_id}/apps/{app_id}"
+    app_path = f"/projects/{project_id}/apps/{app_id}/settings"  # the form's page
     try:
         body = parse_form(
             ApplicationUpdate,

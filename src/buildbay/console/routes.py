@@ -12,6 +12,7 @@ from fastapi import APIRouter
 
 from buildbay.console import (
     account,
+    application_settings,
     auth,
     builds,
     distribution,
@@ -29,6 +30,7 @@ __all__ = ["console_sessions", "routers"]
 routers: tuple[APIRouter, ...] = (
     auth.router,
     projects.router,
+    application_settings.router,
     invitations.router,
     groups.router,
     distribution.router,
