@@ -21,7 +21,6 @@ from buildbay.builds.schemas import (
     DEFAULT_HOURS,
     MAX_NOTES_LENGTH,
     BuildUpdate,
-    InstallLinkRequest,
     version_label,
 )
 from buildbay.builds.service import BuildService, human_size
@@ -184,17 +183,13 @@ async def create_link(request: Request, project_id: str, app_id: str, build_id: 
     )
     fields = await form_fields(request)
     hours = whole_number(fields.get("hours", "").strip())
-    try:
-        body = parse_form(InstallLinkRequest, {"expiresInHours": hours})
-    except FormError:
+    if hours not in dict(LIFETIMES):  # each within the API's bounds (InstallLinkRequest)
         errors = {"hours": "Choose one of the lifetimes listed."}
         return await render_build(request, visitor, db, project_id, app_id, build_id, "link",
                                   fields, errors, 422)  # fmt: skip
-    assert isinstance(body, InstallLinkRequest)
     ctx = get_context(request)
     build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
-    link = await InstallLinks.of(ctx, db).create(build, visitor.principal.user,
-                                                 body.expires_in_hours)  # fmt: skip
+    link = await InstallLinks.of(ctx, db).create(build, visitor.principal.user, hours)
     return see_other(f"{build_path(project_id, app_id, build_id)}?link={link.id}#install-links")
 
 
