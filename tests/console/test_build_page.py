@@ -185,7 +185,8 @@ async def test_the_list_searches_sorts_and_pages(
 
     def versions(r: httpx.Response) -> list[str]:
         assert r.status_code == 200, r.text
-        return re.findall(r"/builds/bld_\w+\">([\d.]+ \(\d+\))</a>", r.text)
+        table = r.text.split('<table class="builds', 1)[-1].split("</table>", 1)[0]
+        return re.findall(r"/builds/bld_\w+\">([\d.]+ \(\d+\))</a>", table)
 
     first = await browser.get(page)
     assert versions(first) == ["2.0 (20)", "3.0 (30)"]  # newest first
@@ -206,4 +207,6 @@ async def test_the_list_searches_sorts_and_pages(
     assert versions(await browser.get(f"{page}?q=acme-2")) == ["2.0 (20)"]  # the file name
     none = await browser.get(f"{page}?q=nothing+like+it")
     assert "No build matches “nothing like it”." in text(none)
-    assert (await browser.get(f"{page}?cursor=not-a-cursor")).status_code == 422
+    r = await browser.get(f"{page}?cursor=not-a-cursor")
+    assert r.status_code == 422
+    assert "a page of builds that the console did not give out" in text(r)

@@ -170,3 +170,23 @@ def test_an_application_is_deleted_only_with_its_name_typed_on_a_phone(
     expect(page.get_by_role("status")).to_have_text("Deleted Acme Beta and its builds.")
     expect(page.get_by_text("No applications yet.")).to_be_visible()
     assert page.request.get(app_url).status == 404
+
+
+def test_every_page_of_a_lead_fits_a_phone(server: str, new_page: NewPage) -> None:
+    page = new_page(server)
+    page.set_viewport_size(PHONE)
+    for path in ("/login", "/signup", "/forgot-password"):
+        page.goto(path)
+        fits_the_screen(page)
+    sign_up(page, "lead@example.com", "Lea")
+    fits_the_screen(page)
+    app_url = create_project_and_app(page)
+    upload_demo(page, "A build whose notes run long: " + "details " * 60)
+    project_url = app_url.rsplit("/apps/", 1)[0]
+    page.get_by_role("link", name="Details of demo.apk").click()
+    build_url = page.url
+    for path in (app_url, f"{app_url}/settings", build_url, project_url, f"{project_url}/groups",
+                 f"{project_url}/webhooks", "/projects", "/account"):  # fmt: skip
+        page.goto(path)
+        expect(page.locator("h1")).to_be_visible()
+        fits_the_screen(page)

@@ -40,6 +40,7 @@ from buildbay.distribution.installs import downloads_by_day
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.visibility import tester_of
+from buildbay.errors import ValidationFailed
 from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.reads import members
@@ -132,7 +133,14 @@ def _shown(request: Request) -> ShownBuilds:
     query = request.query_params
     sort = BuildOrder.VERSION if query.get("sort") == "version" else BuildOrder.NEWEST
     search = query.get("q", "").strip()[:MAX_SEARCH]
-    return ShownBuilds(search, sort, page_of(None, query.get("cursor")).after_id)
+    try:
+        after_id = page_of(None, query.get("cursor")).after_id
+    except ValidationFailed:
+        raise ValidationFailed(
+            "This address asks for a page of builds that the console did not give out. Start "
+            "again from the application's page."
+        ) from None
+    return ShownBuilds(search, sort, after_id)
 
 
 def _page_query(shown: ShownBuilds, cursor: str | None) -> str:
