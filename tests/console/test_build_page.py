@@ -210,3 +210,37 @@ async def test_the_list_searches_sorts_and_pages(
     r = await browser.get(f"{page}?cursor=not-a-cursor")
     assert r.status_code == 422
     assert "a page of builds that the console did not give out" in text(r)
+
+
+async def test_a_pending_build_says_why_it_is_not_ready(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    await _apk(team)  # the application is an Android one from then on
+    api, owner = team.api, team.owner
+    base = f"/api/app-distribution/{team.project['id']}/{team.application['id']}/builds"
+    junk = b"release notes, not an app"
+    links = []
+    for name in ("waiting.apk", "refused.apk"):
+        r = await api.client.post(
+            f"{base}/upload-link", json={"fileName": name, "fileSize": len(junk)},
+            headers=owner.headers,
+        )  # fmt: skip
+        assert r.status_code == 201, r.text
+        links.append(r.json())
+    r = await api.client.put(links[1]["uploadUrl"], content=junk, headers=links[1]["uploadHeaders"])
+    assert r.status_code == 200, r.text
+    r = await api.client.post(
+        f"{base}/verify", json={"buildId": links[1]["buildId"]}, headers=owner.headers
+    )
+    assert r.status_code == 422, r.text
+    await sign_in(browser, owner.email)
+
+    listed = text(
+        await browser.get(f"/projects/{team.project['id']}/apps/{team.application['id']}")
+    )
+    page = text(await browser.get(_page(team, links[1])))
+
+    assert "Waiting for its file: the upload link works until" in listed
+    refusal = "The last check refused it: Not a readable .apk: not a zip archive"
+    assert refusal in listed
+    assert refusal in page
