@@ -32,6 +32,7 @@ from buildbay.builds.sweeper import sweep
 from buildbay.channels.routes import router as channels_router
 from buildbay.clock import Clock, SystemClock
 from buildbay.config import Settings
+from buildbay.console.pages import browser_error
 from buildbay.console.routes import console_sessions
 from buildbay.console.routes import routers as console_routers
 from buildbay.context import AppContext
@@ -165,7 +166,7 @@ def create_app(
         settings.signing_key, settings.refresh_token_ttl_days, settings.resolved_public_url
     )
     security_headers = SecurityHeaders(settings)
-    install_error_handlers(app, security_headers)
+    install_error_handlers(app, security_headers, browser_error)
     app.add_middleware(
         ApiMiddleware,
         body_read_timeout=settings.body_read_timeout_seconds,

@@ -4,11 +4,11 @@ database's) into HTTP responses, and the OpenAPI entries that document them."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
@@ -142,7 +142,14 @@ def _validation_response(request: Request, exc: RequestValidationError) -> JSONR
     )
 
 
-def install_error_handlers(app: FastAPI, security_headers: SecurityHeaders) -> None:
+# What a browser is shown instead of problem+json for an error of no route (404, 405) on a page
+# address, if anything: the console's (console/pages.py, browser_error).
+BrowserError = Callable[[Request, int], Response | None]
+
+
+def install_error_handlers(
+    app: FastAPI, security_headers: SecurityHeaders, browser_error: BrowserError | None = None
+) -> None:
     async def on_buildbay_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, BuildbayError)
         if exc.status >= 500:
@@ -162,8 +169,10 @@ def install_error_handlers(app: FastAPI, security_headers: SecurityHeaders) -> N
         assert isinstance(exc, RequestValidationError)
         return _validation_response(request, exc)
 
-    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if browser_error is not None and (page := browser_error(request, exc.status_code)):
+            return page
         # 413 here is the JSON body limit hit while reading a chunked body (see ApiMiddleware).
         # 408 is a request body that did not arrive in time (see ApiMiddleware).
         codes = {

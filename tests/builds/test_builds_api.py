@@ -213,6 +213,84 @@ async def test_get_under_an_unknown_application_or_project_is_404(builds: Builds
     assert_problem(r, 404, "project_not_found")
 
 
+# -- update ---------------------------------------------------------------------------------------
+
+
+async def test_put_edits_the_notes_and_keeps_mandatory(builds: Builds) -> None:
+    build = await builds.ready(notes="RC 1")
+    developer = await member(builds, "developer")
+    path = f"{builds.base}/{build['buildId']}"
+
+    r = await builds.client.put(path, json={"notes": "  RC 1, with the fix  "},
+                                headers=developer.headers)  # fmt: skip
+
+    assert r.status_code == 200, r.text
+    assert r.json() == build | {"notes": "RC 1, with the fix"}
+    assert (await builds.get(build["buildId"])).json()["notes"] == "RC 1, with the fix"
+    r = await builds.client.put(path, json={"mandatory": True}, headers=developer.headers)
+    assert r.json() == build | {"notes": "RC 1, with the fix", "mandatory": True}
+
+
+@pytest.mark.parametrize("cleared", [None, "", "   "])
+async def test_put_clears_the_notes(builds: Builds, cleared: str | None) -> None:
+    build = await builds.ready(notes="RC 1")
+
+    r = await builds.client.put(
+        f"{builds.base}/{build['buildId']}", json={"notes": cleared}, headers=builds.owner.headers
+    )
+
+    assert r.status_code == 200, r.text
+    assert r.json()["notes"] is None
+
+
+async def test_put_edits_a_pending_builds_notes(builds: Builds) -> None:
+    link = await builds.pending()
+
+    r = await builds.client.put(
+        f"{builds.base}/{link['buildId']}", json={"notes": "Night build"},
+        headers=builds.owner.headers,
+    )  # fmt: skip
+
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["notes"]) == ("pending", "Night build")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"notes": "x" * 10_001}, "notes"),
+        ({"notes": 7}, "notes"),
+        ({"mandatory": None}, "mandatory"),
+        ({}, None),
+        ({"notes": "ok", "channels": []}, "channels"),
+    ],
+)
+async def test_put_refuses_a_bad_body(builds: Builds, body: dict[str, object],
+                                      field: str | None) -> None:  # fmt: skip
+    build = await builds.ready(notes="RC 1")
+
+    r = await builds.client.put(
+        f"{builds.base}/{build['buildId']}", json=body, headers=builds.owner.headers
+    )
+
+    problem = assert_problem(r, 422, "validation_error")
+    if field is not None:
+        assert field in problem["detail"], problem
+    assert (await builds.get(build["buildId"])).json() == build
+
+
+async def test_a_tester_cannot_edit_the_notes(builds: Builds) -> None:
+    build = await builds.ready(notes="RC 1")
+    tester = await member(builds, "tester")
+
+    r = await builds.client.put(
+        f"{builds.base}/{build['buildId']}", json={"notes": "mine"}, headers=tester.headers
+    )
+
+    assert_problem(r, 403, "insufficient_role")
+    assert (await builds.get(build["buildId"])).json()["notes"] == "RC 1"
+
+
 # -- delete ---------------------------------------------------------------------------------------
 
 

@@ -279,6 +279,49 @@ async def test_every_page_names_the_icon_that_the_server_serves(
     assert (legacy.status_code, legacy.headers["location"]) == (301, "/static/favicon.svg")
 
 
+HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+@pytest.mark.parametrize(
+    ("address", "page"),
+    [
+        ("/account/tokens", "/account"),  # reloading after creating a token
+        ("/account/tokens/tok_01/revoke", "/account"),
+        ("/projects", None),  # a page itself: no redirect
+        ("/projects/prj_01/members/usr_01/role", "/projects/prj_01"),
+        (
+            "/projects/prj_01/apps/app_01/builds/bld_01/delete",
+            "/projects/prj_01/apps/app_01/builds/bld_01",
+        ),
+    ],
+)
+async def test_a_browser_opening_a_form_address_goes_to_its_page(
+    browser_like: httpx.AsyncClient, address: str, page: str | None
+) -> None:
+    r = await browser_like.get(address, headers=HTML)
+
+    if page is None:
+        assert r.headers["location"].startswith("/login")  # the page, once signed in
+    else:
+        assert r.status_code == 303, r.text
+        assert r.headers["location"] == page
+    assert not r.headers.get("content-type", "").startswith("application/")
+
+
+async def test_an_unknown_console_address_is_a_page_and_the_api_keeps_problem_json(
+    browser_like: httpx.AsyncClient,
+) -> None:
+    page = await browser_like.get("/no/such/page", headers=HTML)
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html")
+    assert "There is no page at this address" in page.text
+
+    api = await browser_like.get("/api/no/such/endpoint", headers=HTML)
+    assert_problem(api, 404, "not_found")
+    form = await browser_like.get("/account/tokens")  # a script, not a browser: as before
+    assert_problem(form, 405, "method_not_allowed")
+
+
 async def _refused(browser: httpx.AsyncClient, path: str, form: dict[str, str],
                    page: str | None = None) -> list[str]:  # fmt: skip
     """The error sentences of a refused form, in the page's order."""

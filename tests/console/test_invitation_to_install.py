@@ -96,7 +96,7 @@ def test_an_invited_tester_installs_a_build_distributed_to_their_group(
         assert r.status_code == 200, r.text
     build_id = _ready_build(server, "dana@example.com", project_id, app_id)
     dev.goto(f"/projects/{project_id}/apps/{app_id}")
-    dev.get_by_role("link", name="Testers of demo.apk").click()
+    dev.get_by_role("link", name="Details of demo.apk").click()
     expect(dev.get_by_text("Nobody has this build yet.")).to_be_visible()
     dev.get_by_label("QA (1)").check()
     dev.get_by_role("button", name="Distribute").click()

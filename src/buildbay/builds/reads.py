@@ -85,6 +85,19 @@ def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]
     return clauses
 
 
+_VERSION_KEYS = ("versionName", "shortVersion", "versionCode", "buildNumber")
+
+
+def _search_clause(text: str | None) -> list[ColumnElement[bool]]:
+    """Builds whose file name, notes or version (name or code) hold `text`, in any case."""
+    if not text:
+        return []
+    fields = [Build.file_name, Build.notes] + [
+        cast(Build.metadata_[key].as_string(), String) for key in _VERSION_KEYS
+    ]
+    return [or_(*(field.icontains(text, autoescape=True) for field in fields))]
+
+
 @dataclass(frozen=True, slots=True)
 class StorageUsage:
     bytes: int
@@ -153,9 +166,10 @@ class BuildReads:
         version: VersionFilter | None = None,
         sort: BuildOrder = BuildOrder.NEWEST,
         viewer: Viewer | None = None,
+        search: str | None = None,
     ) -> tuple[list[BuildRecord], str | None]:
         """A page of builds, newest first or by version (of the ready ones distributed to
-        `viewer`, a tester)."""
+        `viewer`, a tester; of those whose file name, notes or version hold `search`)."""
         params: dict[str, Any] = {"application_id": application_id, "limit": limit + 1}
         if (
             status is None
@@ -163,10 +177,11 @@ class BuildReads:
             and sort is BuildOrder.NEWEST
             and after_id is None
             and viewer is None
+            and not search
         ):
             stmt = _NEWEST_FIRST  # the first page, as clients poll it
         else:
-            stmt = _BUILDS_OF_APPLICATION.where(*_version_clauses(version))
+            stmt = _BUILDS_OF_APPLICATION.where(*_version_clauses(version), *_search_clause(search))
             if viewer is not None:
                 # A tester sees what they can install: ready builds given to them, never a
                 # pending upload (nor the reason it was refused).

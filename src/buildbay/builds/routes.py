@@ -329,7 +329,7 @@ async def get_build(
         **linked(200, "The build", _build_links("$response.body#")),
         **problem_responses(400, 401, 403, 404, 413, 422, 429),
     },
-    summary="Mark a build mandatory, or not, for update checks (developer+)",
+    summary="Edit a build's notes, or mark it mandatory for update checks (developer+)",
 )
 async def update_build(
     build_id: BuildId,
@@ -338,7 +338,7 @@ async def update_build(
     service: Service,
     links: Links,
 ) -> schemas.Build:
-    build = await service.set_mandatory(access.application, build_id, body.mandatory)
+    build = await service.update(access.application, build_id, body.model_dump(exclude_unset=True))
     return (await present([build], links.reads))[0]
 
 

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from buildbay.builds.models import BuildStatus
 from buildbay.builds.reads import BuildRecord
 from buildbay.channels.schemas import ChannelNames
 from buildbay.distribution.schemas import DistributionRequest
-from buildbay.schemas import ApiModel, JsonInteger, RequestModel, Timestamp, Trimmed
+from buildbay.schemas import ApiModel, JsonInteger, NotNull, RequestModel, Timestamp, Trimmed
 from buildbay.text import (
     BIDI_CLASS,
     CONTROL_CLASS,
@@ -60,6 +60,8 @@ FileName = Annotated[
     Trimmed(),
     AfterValidator(check_file_name),
 ]
+
+Notes = Annotated[str, Field(max_length=MAX_NOTES_LENGTH), Trimmed(blank_ok=True)]
 
 
 def version_label(metadata: dict[str, Any] | None) -> str | None:
@@ -190,7 +192,7 @@ class VerifyRequest(RequestModel):
     }
 
     build_id: Annotated[str, Field(min_length=1, max_length=64)]
-    notes: Annotated[str, Field(max_length=MAX_NOTES_LENGTH), Trimmed(blank_ok=True)] | None = None
+    notes: Notes | None = None
     install_link: InstallLinkRequest | None = Field(
         default=None,
         description="Also create an install link; the answer's installUrl is then its address",
@@ -219,9 +221,31 @@ class BuildChannelsUpdate(RequestModel):
 
 
 class BuildUpdate(RequestModel):
-    EXAMPLE: ClassVar[dict[str, Any] | None] = {"mandatory": False}
+    """Fields present are changed; fields left out keep their value (at least one is sent)."""
 
-    mandatory: Annotated[bool, Field(strict=True)]
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "notes": "Fixes the crash when signing in offline. Try the new settings screen."
+    }
+
+    mandatory: Annotated[bool, Field(strict=True)] | None = NotNull
+    notes: Notes | None = Field(
+        default=None, description="The release notes (up to 10,000 characters); null or an "
+        "empty string clears them"
+    )  # fmt: skip
+
+    @field_validator("mandatory")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        # Only reached when the client sent the field: leaving it out keeps it, null is refused.
+        if value is None:
+            raise ValueError("cannot be null")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> BuildUpdate:
+        if not self.model_fields_set:
+            raise ValueError("Send mandatory, notes or both")
+        return self
 
 
 class Build(ApiModel):

@@ -547,16 +547,21 @@ class BuildService:
         )
         return build
 
-    async def set_mandatory(
-        self, application: ApplicationRecord, build_id: str, mandatory: bool
+    async def update(
+        self, application: ApplicationRecord, build_id: str, changes: dict[str, Any]
     ) -> BuildRecord:
+        """The `mandatory` flag and the `notes` that `changes` has (empty notes: none)."""
         build = await self.reads.get(application.id, build_id)
-        await self.db.execute(
-            update(Build)
-            .where(Build.id == build.id)
-            .values(mandatory=mandatory)
-            .execution_options(synchronize_session=False)
-        )
+        columns = {k: v for k, v in changes.items() if k in {"mandatory", "notes"}}
+        if "notes" in columns:
+            columns["notes"] = columns["notes"] or None
+        if columns:
+            await self.db.execute(
+                update(Build)
+                .where(Build.id == build.id)
+                .values(**columns)
+                .execution_options(synchronize_session=False)
+            )
         return await self.reads.get(application.id, build.id)
 
     # -- deleting ----------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
@@ -34,14 +36,15 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import downloads_by_day
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.visibility import tester_of
+from buildbay.errors import ValidationFailed
 from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 from buildbay.projects.reads import members
+from buildbay.schemas import page_of
 from buildbay.storage.base import parts_count
 
 CHART_DAYS = 30
@@ -81,16 +84,17 @@ async def render_application(
     show `values` and `errors`."""
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
-    builds, _ = await BuildReads.of(get_context(request), reads).page(
-        access.application.id, None, 100, None, None, BuildOrder.NEWEST, tester_of(access)
-    )
+    shown = _shown(request)
+    builds, next_cursor = await BuildReads.of(get_context(request), reads).page(
+        access.application.id, None, BUILDS_PER_PAGE, shown.after_id, None, shown.sort,
+        tester_of(access), shown.search,
+    )  # fmt: skip
     links = InstallLinkReads.of(get_context(request), reads)
     current = await links.current([b.id for b in builds])
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     channels = await channels_of(reads, access.application.id)
     versions = {b.id: version_label(b.metadata_) for b in builds}
     chart = None
-    groups = (await groups_page(reads, access.project, 100, None))[0]
     if access.role.includes(ProjectRole.DEVELOPER):
         today = get_context(request).clock.now().astimezone(UTC).date()
         days = await downloads_by_day(reads, access.application.id, today, CHART_DAYS)
@@ -102,12 +106,47 @@ async def render_application(
         install_expiry={k: v.expires_at for k, v in current.items()},
         uploaders=uploaders, human_size=human_size, versions=versions,
         fresh_link=request.query_params.get("link"),
-        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS, groups=groups,
-        settings_error=request.query_params.get("settings_error"),
+        max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
         channels=channels, build_channels=await channel_names(reads, [b.id for b in builds]),
         notice=NOTICES.get(request.query_params.get("notice", "")),
-        failed=failed, values=values or {}, errors=errors or {},
+        failed=failed, values=values or {}, errors=errors or {}, shown=shown,
+        next_page=_page_query(shown, next_cursor) if next_cursor else None,
+        first_page=_page_query(shown, None) if shown.after_id else None,
     )  # fmt: skip
+
+
+BUILDS_PER_PAGE = 25
+MAX_SEARCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ShownBuilds:
+    """Which builds the application page lists: `?q=` (in the file name, notes or version),
+    `?sort=newest|version` and `?cursor=` (the next page's, as the API's)."""
+
+    search: str
+    sort: BuildOrder
+    after_id: str | None
+
+
+def _shown(request: Request) -> ShownBuilds:
+    query = request.query_params
+    sort = BuildOrder.VERSION if query.get("sort") == "version" else BuildOrder.NEWEST
+    search = query.get("q", "").strip()[:MAX_SEARCH]
+    try:
+        after_id = page_of(None, query.get("cursor")).after_id
+    except ValidationFailed:
+        raise ValidationFailed(
+            "This address asks for a page of builds that the console did not give out. Start "
+            "again from the application's page."
+        ) from None
+    return ShownBuilds(search, sort, after_id)
+
+
+def _page_query(shown: ShownBuilds, cursor: str | None) -> str:
+    """The query string of a page of the same search and order."""
+    wanted = {"q": shown.search, "sort": shown.sort.value, "cursor": cursor or ""}
+    return urlencode({k: v for k, v in wanted.items() if v and (k, v) != ("sort", "newest")})
 
 
 def application_path(project_id: str, app_id: str) -> str:

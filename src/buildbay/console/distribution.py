@@ -1,34 +1,27 @@
-"""The console: a build's page for developers, where it is distributed to groups and e-mails,
-and who it reached, who was mailed, opened and downloaded it."""
+"""The console: distributing a build to groups and e-mails (from its page, console/build_page.py),
+and the application's distribution settings (from its settings page)."""
 
 from __future__ import annotations
 
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.schemas import ApplicationUpdate
 from buildbay.applications.service import ApplicationService
 from buildbay.builds.reads import BuildReads
-from buildbay.builds.schemas import version_label
-from buildbay.builds.service import human_size
+from buildbay.console.build_page import build_path, render_build
 from buildbay.console.groups import emails_of
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
-    can,
-    page,
     parse_form,
     posted_form,
     see_other,
     visit,
 )
-from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.groups import groups_page
-from buildbay.distribution.installs import installs_of
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.distribution.service import Distributor
 from buildbay.errors import BuildbayError
@@ -37,36 +30,6 @@ from buildbay.projects.authorization import application_of
 from buildbay.projects.models import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
-
-
-def _build_path(project_id: str, app_id: str, build_id: str) -> str:
-    return f"/projects/{project_id}/apps/{app_id}/builds/{build_id}"
-
-
-@router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}")
-async def build_page(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
-    return await _render(request, visitor, db, project_id, app_id, build_id)
-
-
-async def _render(
-    request: Request, visitor: Visitor, db: AsyncSession, project_id: str, app_id: str,
-    build_id: str, error: str | None = None, values: dict[str, object] | None = None,
-    status_code: int = 200,
-) -> Response:  # fmt: skip
-    reads = Reads.within(db)
-    access = await application_of(
-        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
-    build = await BuildReads.of(get_context(request), reads).get(access.application.id, build_id)
-    groups, _ = await groups_page(reads, access.project, 100, None)
-    return page(
-        "console/build.html", visitor, status_code, project=access.project,
-        application=access.application, build=build, can=can(access.role), groups=groups,
-        report=await installs_of(reads, build), version=version_label(build.metadata_),
-        size=human_size(build.file_size), error=error, values=values or {},
-        notice=request.query_params.get("notice"),
-    )  # fmt: skip
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/distribute")
@@ -100,18 +63,19 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
             )
     except FormError as exc:
         error = exc.by_field.get("groups") or "Enter e-mail addresses separated by commas."
-        return await _render(request, visitor, db, project_id, app_id, build_id, error, values,
-                             422)  # fmt: skip
+        return await render_build(request, visitor, db, project_id, app_id, build_id,
+                                  "distribute", values, {"form": error}, 422)  # fmt: skip
     except BuildbayError as exc:
         if exc.status >= 500 or exc.status == 404:
             raise
-        return await _render(request, visitor, db, project_id, app_id, build_id, exc.detail,
-                             values, exc.status)  # fmt: skip
+        errors = {"form": exc.detail}
+        return await render_build(request, visitor, db, project_id, app_id, build_id,
+                                  "distribute", values, errors, exc.status)  # fmt: skip
     notice = (
         f"Distributed: {result.testers_reached} new tester"
         f"{'' if result.testers_reached == 1 else 's'} reached, {result.notified} mailed."
     )
-    return see_other(_build_path(project_id, app_id, build_id) + f"?notice={quote(notice)}")
+    return see_other(build_path(project_id, app_id, build_id) + f"?notice={quote(notice)}")
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/distribution")
@@ -122,7 +86,7 @@ async def distribution_settings(request: Request, project_id: str, app_id: str) 
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
     )
     form = await posted_form(request)
-    app_path = f"/projects/{project_id}/apps/{app_id}"
+    app_path = f"/projects/{project_id}/apps/{app_id}/settings"  # the form's page
     try:
         body = parse_form(
             ApplicationUpdate,

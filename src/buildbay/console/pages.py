@@ -27,7 +27,7 @@ from buildbay.errors import (
     ValidationFailed,
 )
 from buildbay.numbers import whole_number
-from buildbay.problems import problem_response
+from buildbay.problems import allowed_methods, problem_response
 from buildbay.projects.models import ProjectRole
 from buildbay.templates import CONSOLE, render
 
@@ -79,6 +79,40 @@ def _refusal(request: Request, exc: BuildbayError) -> Response:
         detail=exc.detail,
         visitor=request.scope.get("buildbay.visitor"),
     )
+
+
+def browser_error(request: Request, status: int) -> Response | None:
+    """What a browser gets for a console address no route answers, instead of problem+json: a
+    GET of an address that only takes a form (reloading after a POST, a bookmark) goes to the
+    page the form is on, the nearest address above it that is a page; an address that does
+    not exist is a page that says so. None for the API, the storage and other clients."""
+    path = request.url.path
+    if (
+        request.method not in ("GET", "HEAD")
+        or "text/html" not in request.headers.get("accept", "")
+        or path.startswith(NOT_PAGES)
+        or status not in (404, 405)
+    ):
+        return None
+    if status == 405:
+        above = path.rstrip("/")
+        while above:
+            above = above.rsplit("/", 1)[0]
+            if "GET" in allowed_methods(request.app, above or "/"):
+                return RedirectResponse(above or "/", status_code=303)
+    return render(
+        "console/error.html",
+        404,
+        headers=CONSOLE,
+        title=_error_title(404),
+        detail="There is no page at this address. It may have been deleted, or the link may be "
+        "mistyped.",
+        visitor=None,
+    )
+
+
+# Addresses that answer machines: their errors stay problem+json whatever the Accept header.
+NOT_PAGES = ("/api/", "/storage/", "/openapi.json", "/healthz", "/readyz")
 
 
 def _error_title(status: int) -> str:

@@ -74,7 +74,7 @@ async def set_release(request: Request, project_id: str, app_id: str, build_id: 
     channels = [str(name) for name in form.getlist("channel")]
     builds = BuildService.of(get_context(request), db)
     await builds.set_channels(access.application, build_id, channels)
-    await builds.set_mandatory(access.application, build_id, form.get("mandatory") == "on")
+    await builds.update(access.application, build_id, {"mandatory": form.get("mandatory") == "on"})
     return see_other(f"{application_path(project_id, app_id)}#build-{build_id}")
 
 

@@ -12,7 +12,9 @@ from fastapi import APIRouter
 
 from buildbay.console import (
     account,
+    application_settings,
     auth,
+    build_page,
     builds,
     distribution,
     groups,
@@ -30,8 +32,10 @@ __all__ = ["console_sessions", "routers"]
 routers: tuple[APIRouter, ...] = (
     auth.router,
     projects.router,
+    application_settings.router,
     invitations.router,
     groups.router,
+    build_page.router,
     distribution.router,
     webhooks.router,
     builds.router,

@@ -1,0 +1,213 @@
+"""The console: a build's page for developers. What its file says about itself, its notes (to
+edit), who uploaded it, its install links (to create with a lifetime, copy and revoke) and who
+installed it; distributing it is console/distribution.py's. Also the build's icon, for every
+page that lists builds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from buildbay.builds.install import InstallLinkReads, InstallLinkRecord, InstallLinks
+from buildbay.builds.reads import BuildReads, BuildRecord
+from buildbay.builds.routes import ICON_CACHE
+from buildbay.builds.schemas import (
+    DEFAULT_HOURS,
+    MAX_NOTES_LENGTH,
+    BuildUpdate,
+    version_label,
+)
+from buildbay.builds.service import BuildService, human_size
+from buildbay.console.pages import (
+    ConsoleRoute,
+    FormError,
+    can,
+    form_fields,
+    page,
+    parse_form,
+    see_other,
+    visit,
+)
+from buildbay.console.session import Visitor
+from buildbay.db.reads import Reads
+from buildbay.deps import get_context
+from buildbay.distribution.groups import groups_page
+from buildbay.distribution.installs import installs_of
+from buildbay.distribution.visibility import tester_of
+from buildbay.numbers import whole_number
+from buildbay.projects.authorization import application_of
+from buildbay.projects.models import ProjectRole
+from buildbay.projects.reads import members
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+# The lifetimes offered for a new install link, in hours, with their words.
+LIFETIMES = [(24, "1 day"), (72, "3 days"), (DEFAULT_HOURS, "7 days"), (14 * 24, "14 days"),
+             (30 * 24, "30 days"), (90 * 24, "90 days")]  # fmt: skip
+
+
+def build_path(project_id: str, app_id: str, build_id: str) -> str:
+    return f"/projects/{project_id}/apps/{app_id}/builds/{build_id}"
+
+
+def _date(value: object) -> str | None:
+    """A provisioning profile's expiry (`2027-01-31T12:00:00Z`) as the pages show dates."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).strftime("%d %b %Y, %H:%M")
+    except ValueError:
+        return value
+
+
+def file_facts(build: BuildRecord) -> Iterator[tuple[str, str]]:
+    """What the build's file says about itself, as (label, value) for the page, in the order
+    people look for them; what the file does not say is left out."""
+    data: dict[str, Any] = build.metadata_ or {}
+    profile = data.get("provisioning") if isinstance(data.get("provisioning"), dict) else None
+    facts: list[tuple[str, object]] = [
+        ("App name", data.get("appName")),
+        ("Package name", data.get("packageName")),
+        ("Bundle id", data.get("bundleId")),
+        ("Version", data.get("versionName") or data.get("shortVersion")),
+        ("Version code", data.get("versionCode")),
+        ("Build number", data.get("buildNumber")),
+        ("Minimum Android API level", data.get("minSdk")),
+        ("Target Android API level", data.get("targetSdk")),
+        ("Minimum iOS", data.get("minOs")),
+        ("Signing certificate (SHA-256)", data.get("signingCertificateSha256")),
+        ("Provisioning profile", profile and profile.get("type")),
+        ("Profile expires", profile and _date(profile.get("expiresAt"))),
+        ("Devices in the profile", profile and profile.get("deviceCount")),
+    ]
+    for label, value in facts:
+        if value is not None and value != "":
+            yield label, str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRow:
+    link: InstallLinkRecord
+    url: str
+    state: str  # live, expired or revoked
+
+
+def _link_rows(links: InstallLinkReads, found: list[InstallLinkRecord]) -> list[LinkRow]:
+    def state(link: InstallLinkRecord) -> str:
+        if link.revoked_at is not None:
+            return "revoked"
+        return "expired" if link.expires_at <= links.now else "live"
+
+    return [LinkRow(link, links.url(link), state(link)) for link in found]
+
+
+@router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}")
+async def build_page(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
+    visitor, db = await visit(request)
+    return await render_build(request, visitor, db, project_id, app_id, build_id)
+
+
+async def render_build(
+    request: Request, visitor: Visitor, db: AsyncSession, project_id: str, app_id: str,
+    build_id: str, failed: str | None = None, values: dict[str, Any] | None = None,
+    errors: dict[str, str] | None = None, status_code: int = 200,
+) -> Response:  # fmt: skip
+    """The page; after a refused form, `failed` names it ("distribute", "notes", "link") and
+    its fields show `values` and `errors`."""
+    reads = Reads.within(db)
+    ctx = get_context(request)
+    access = await application_of(
+        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
+    groups, _ = await groups_page(reads, access.project, 100, None)
+    links = InstallLinkReads.of(ctx, reads)
+    uploader = next((m for m in await members(reads, access.project.id)
+                     if m.user_id == build.uploaded_by), None)  # fmt: skip
+    return page(
+        "console/build.html", visitor, status_code, project=access.project,
+        application=access.application, build=build, can=can(access.role), groups=groups,
+        report=await installs_of(reads, build), version=version_label(build.metadata_),
+        size=human_size(build.file_size), facts=list(file_facts(build)), uploader=uploader,
+        links=_link_rows(links, await links.of_build(build)), lifetimes=LIFETIMES,
+        default_hours=DEFAULT_HOURS, fresh_link=request.query_params.get("link"),
+        max_notes=MAX_NOTES_LENGTH, notice=request.query_params.get("notice"),
+        failed=failed, values=values or {}, errors=errors or {},
+    )  # fmt: skip
+
+
+@router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}/icon")
+async def build_icon(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
+    """The app icon the file carries (tester+, of a build given to them), as the API's."""
+    visitor, db = await visit(request)
+    reads = Reads.within(db)
+    access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
+    builds = BuildReads.of(get_context(request), reads)
+    build = await builds.get(access.application.id, build_id, tester_of(access))
+    return Response(await builds.icon(build), media_type="image/png", headers=ICON_CACHE)
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/notes")
+async def save_notes(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
+    visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    fields = await form_fields(request)
+    try:
+        body = parse_form(BuildUpdate, {"notes": fields.get("notes", "")})
+    except FormError:
+        errors = {"notes": f"Notes are at most {MAX_NOTES_LENGTH:,} characters."}
+        return await render_build(request, visitor, db, project_id, app_id, build_id, "notes",
+                                  fields, errors, 422)  # fmt: skip
+    changes = body.model_dump(exclude_unset=True)
+    await BuildService.of(get_context(request), db).update(access.application, build_id, changes)
+    notice = quote("Notes saved.")
+    return see_other(f"{build_path(project_id, app_id, build_id)}?notice={notice}#notes")
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/install-links")
+async def create_link(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
+    """A new install link of the lifetime chosen (the application page's button shares the
+    build's live link instead)."""
+    visitor, db = await visit(request)
+    reads = Reads.within(db)
+    access = await application_of(
+        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    fields = await form_fields(request)
+    hours = whole_number(fields.get("hours", "").strip())
+    if hours not in dict(LIFETIMES):  # each within the API's bounds (InstallLinkRequest)
+        errors = {"hours": "Choose one of the lifetimes listed."}
+        return await render_build(request, visitor, db, project_id, app_id, build_id, "link",
+                                  fields, errors, 422)  # fmt: skip
+    ctx = get_context(request)
+    build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
+    link = await InstallLinks.of(ctx, db).create(build, visitor.principal.user, hours)
+    return see_other(f"{build_path(project_id, app_id, build_id)}?link={link.id}#install-links")
+
+
+@router.post(
+    "/projects/{project_id}/apps/{app_id}/builds/{build_id}/install-links/{link_id}/revoke"
+)
+async def revoke_link(
+    request: Request, project_id: str, app_id: str, build_id: str, link_id: str
+) -> Response:
+    visitor, db = await visit(request)
+    reads = Reads.within(db)
+    access = await application_of(
+        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    ctx = get_context(request)
+    build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
+    links = InstallLinks.of(ctx, db)
+    link = await links.reads.find(build, link_id)
+    await links.revoke(link, visitor.principal.user, access.role)
+    notice = quote("Install link revoked: its page now says so.")
+    return see_other(f"{build_path(project_id, app_id, build_id)}?notice={notice}#install-links")

@@ -1,0 +1,109 @@
+"""An application's settings page through the app itself (no browser; the browser scenario is
+test_console_pages.py): rename, platform, bundle id cleared, retention, refusals as sentences
+beside their fields, delete only with the name typed, and who may."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.console.test_distribution_pages import browser, text
+from tests.console.test_mail_pages import post, sign_in
+from tests.distribution.conftest import Team, settings, smtp, team
+
+__all__ = ["browser", "settings", "smtp", "team"]
+
+
+def _form(**changes: str) -> dict[str, str]:
+    return {"name": "Acme Android", "platform": "android", "bundleId": "com.acme.app",
+            "keepLast": "", "keepDays": ""} | changes  # fmt: skip
+
+
+async def _application(team: Team) -> dict[str, object]:
+    r = await team.client.get(
+        f"/api/projects/{team.project['id']}/applications/{team.application['id']}",
+        headers=team.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    body: dict[str, object] = r.json()
+    return body
+
+
+async def test_an_admin_renames_sets_retention_and_clears_the_bundle_id(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    await sign_in(browser, team.owner.email)
+    page = f"/projects/{team.project['id']}/apps/{team.application['id']}/settings"
+
+    r = await post(browser, page, _form(name="Acme Beta", keepLast="5", keepDays="30"))
+
+    assert (r.status_code, r.headers["location"]) == (303, f"{page}?saved=1")
+    shown = await browser.get(r.headers["location"])
+    assert "Settings saved." in text(shown)
+    assert 'value="Acme Beta"' in shown.text
+    app = await _application(team)
+    assert (app["name"], app["platform"], app["bundleId"]) == ("Acme Beta", "android",
+                                                                "com.acme.app")  # fmt: skip
+    assert app["retention"] == {"keepLast": 5, "keepDays": 30}
+
+    r = await post(browser, page, _form(name="Acme Beta", bundleId=" ", platform="ios"))
+    assert r.status_code == 303, r.text
+    app = await _application(team)
+    assert (app["platform"], app["bundleId"]) == ("ios", None)
+    assert app["retention"] == {"keepLast": None, "keepDays": None}
+
+
+async def test_refused_fields_are_sentences_beside_them_and_nothing_changes(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    await team.api.application(team.owner, team.project["id"], "Acme iOS")
+    await sign_in(browser, team.owner.email)
+    page = f"/projects/{team.project['id']}/apps/{team.application['id']}/settings"
+    before = await _application(team)
+
+    r = await post(browser, page, _form(bundleId="com acme", keepLast="0", keepDays="soon"))
+
+    assert r.status_code == 422
+    shown = text(r)
+    assert "Enter a bundle id such as com.acme.app" in shown
+    assert "Enter a number of builds from 1 to 100,000, or leave it empty." in shown
+    assert "Enter a number of days from 1 to 36,500, or leave it empty." in shown
+    assert 'value="com acme"' in r.text  # the field keeps what was typed
+    assert 'id="e-bundleId"' in r.text
+    r = await post(browser, page, _form(name="  "))
+    assert r.status_code == 422
+    assert "The name cannot be blank." in text(r)
+    r = await post(browser, page, _form(name="acme ios"))
+    assert r.status_code == 409
+    assert "The project already has an application named acme ios." in text(r)
+    assert await _application(team) == before
+
+
+async def test_delete_needs_the_name_typed(team: Team, browser: httpx.AsyncClient) -> None:
+    await sign_in(browser, team.owner.email)
+    app = f"/projects/{team.project['id']}/apps/{team.application['id']}"
+
+    r = await post(browser, f"{app}/delete", {"confirm": "Acme"}, page=f"{app}/settings")
+
+    assert r.status_code == 422
+    assert "Type the application's name exactly to delete it." in text(r)
+    assert (await browser.get(app)).status_code == 200
+    r = await post(browser, f"{app}/delete", {"confirm": "Acme Android"}, page=f"{app}/settings")
+    assert (r.status_code, r.headers["location"]) == (
+        303, f"/projects/{team.project['id']}?notice=Deleted%20Acme%20Android%20and%20its%20builds."
+    )  # fmt: skip
+    assert "Deleted Acme Android and its builds." in text(await browser.get(r.headers["location"]))
+    assert (await browser.get(app)).status_code == 404
+
+
+async def test_a_developer_sees_no_settings(team: Team, browser: httpx.AsyncClient) -> None:
+    dev = await team.member("dev@example.com", "developer")
+    await sign_in(browser, dev.email)
+    app = f"/projects/{team.project['id']}/apps/{team.application['id']}"
+
+    assert f'href="{app}/settings"' not in (await browser.get(app)).text
+    r = await browser.get(f"{app}/settings")
+    assert r.status_code == 403
+    assert r.headers["content-type"].startswith("text/html")
+    browser.cookies.clear()
+    await sign_in(browser, team.owner.email)
+    assert f'href="{app}/settings"' in (await browser.get(app)).text

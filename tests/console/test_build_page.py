@@ -1,0 +1,246 @@
+"""A build's page and the application page's list of builds, through the app itself (no
+browser; the browser scenarios are test_console_pages.py): what the file says, notes edited,
+install links made with a lifetime and revoked, and the list searched, sorted and paged."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from buildbay.builds.service import human_size
+from buildbay.console import builds as builds_page
+from tests.builds.android_files import APK, expected
+from tests.builds.test_metadata import INFO, ipa, profile
+from tests.console.test_distribution_pages import browser, text
+from tests.console.test_mail_pages import post, sign_in
+from tests.distribution.conftest import Team, settings, smtp, team
+
+__all__ = ["browser", "settings", "smtp", "team"]
+
+
+async def _apk(team: Team, notes: str | None = None) -> dict[str, Any]:
+    return await team.api.upload(
+        team.owner, team.project["id"], team.application["id"], APK.read_bytes(), "demo.apk", notes
+    )
+
+
+async def _ios(team: Team) -> dict[str, Any]:
+    return await team.api.application(team.owner, team.project["id"], "Acme iOS",
+                                      platform="ios")  # fmt: skip
+
+
+async def _ipa(team: Team, app: dict[str, Any], short: str, number: str,
+               notes: str | None = None, **extra: bytes) -> dict[str, Any]:  # fmt: skip
+    info = INFO | {"CFBundleShortVersionString": short, "CFBundleVersion": number}
+    data = ipa(info, extra=extra or None).getvalue()
+    return await team.api.upload(
+        team.owner, team.project["id"], app["id"], data, f"acme-{short}.ipa", notes
+    )
+
+
+def _page(team: Team, build: dict[str, Any], app_id: str | None = None) -> str:
+    app = app_id or team.application["id"]
+    return f"/projects/{team.project['id']}/apps/{app}/builds/{build['buildId']}"
+
+
+async def test_the_page_says_what_the_apk_says_and_who_uploaded_it(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    build = await _apk(team, "First build")
+    await sign_in(browser, team.owner.email)
+
+    r = await browser.get(_page(team, build))
+
+    assert r.status_code == 200, r.text
+    shown = text(r)
+    facts = expected()
+    for label, value in [
+        ("Package name", facts["packageName"]),
+        ("Version", facts["versionName"]),
+        ("Version code", str(facts["versionCode"])),
+        ("Minimum Android API level", str(facts["minSdk"])),
+        ("Target Android API level", str(facts["targetSdk"])),
+        ("Signing certificate (SHA-256)", facts["certificate"]),
+        ("Size", human_size(APK.stat().st_size)),
+        ("SHA-256", build["sha256"]),
+        ("Uploaded by", f"{team.owner.user['name']} <{team.owner.email}>"),
+    ]:
+        assert f"{label} {value}" in shown, label
+    assert "First build" in r.text
+    assert "No install links yet." in shown
+    assert "Who installed it" in shown
+    assert build["iconUrl"]  # demo.apk has a launcher icon
+    icon = await browser.get(f"{_page(team, build)}/icon")
+    assert (icon.status_code, icon.headers["content-type"]) == (200, "image/png")
+    assert f'src="{_page(team, build)}/icon"' in r.text
+
+
+async def test_the_page_of_an_ipa_shows_its_provisioning_profile(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    app = await _ios(team)
+    mobileprovision = profile(
+        ProvisionedDevices=["a", "b", "c"], Entitlements={"get-task-allow": False}
+    )
+    build = await _ipa(team, app, "2.4.0", "812", **{"embedded.mobileprovision": mobileprovision})
+    await sign_in(browser, team.owner.email)
+
+    shown = text(await browser.get(_page(team, build, app["id"])))
+
+    for fact in ("Bundle id com.example.app", "Version 2.4.0", "Build number 812",
+                 "Minimum iOS 16.0", "Provisioning profile ad-hoc",
+                 "Profile expires 01 Mar 2027, 12:00", "Devices in the profile 3"):  # fmt: skip
+        assert fact in shown, fact
+
+
+async def test_notes_are_edited_and_too_long_notes_are_refused_beside_the_field(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    build = await _apk(team, "First build")
+    await sign_in(browser, team.owner.email)
+    page = _page(team, build)
+
+    r = await post(browser, f"{page}/notes", {"notes": "Fixes the login\nand the crash"}, page=page)
+
+    assert (r.status_code, r.headers["location"]) == (303, f"{page}?notice=Notes%20saved.#notes")
+    assert (await team.api.client.get(f"{team.builds}/{build['buildId']}",
+                                      headers=team.owner.headers)).json()["notes"] == (
+        "Fixes the login\nand the crash")  # fmt: skip
+    r = await post(browser, f"{page}/notes", {"notes": "x" * 10_001}, page=page)
+    assert r.status_code == 422
+    assert "Notes are at most 10,000 characters." in text(r)
+    assert 'aria-describedby="e-notes"' in r.text
+    r = await post(browser, f"{page}/notes", {"notes": ""}, page=page)
+    assert r.status_code == 303
+    after = await team.api.client.get(f"{team.builds}/{build['buildId']}",
+                                      headers=team.owner.headers)  # fmt: skip
+    assert after.json()["notes"] is None
+
+
+async def test_install_links_are_made_with_a_lifetime_copied_and_revoked(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    build = await _apk(team)
+    await sign_in(browser, team.owner.email)
+    page = _page(team, build)
+
+    r = await post(browser, f"{page}/install-links", {"hours": "72"}, page=page)
+
+    assert r.status_code == 303, r.text
+    link_id = re.search(r"\?link=(inl_\w+)#install-links$", r.headers["location"])
+    assert link_id, r.headers["location"]
+    shown = await browser.get(r.headers["location"])
+    row = re.search(rf'<tr id="link-{link_id.group(1)}" class="fresh">(.*?)</tr>', shown.text,
+                    re.S)  # fmt: skip
+    assert row, shown.text
+    url = re.search(r'data-copy="([^"]+)"', row.group(1))
+    assert url
+    assert "live" in row.group(1)
+    assert (await team.client.get(url.group(1))).status_code == 200
+    links = await team.client.get(f"{team.builds}/{build['buildId']}/install-links",
+                                  headers=team.owner.headers)  # fmt: skip
+    made = links.json()["installLinks"][0]
+    assert made["linkId"] == link_id.group(1)
+    assert made["expiresAt"] > made["createdAt"]
+
+    r = await post(browser, f"{page}/install-links", {"hours": "5"}, page=page)
+    assert r.status_code == 422
+    assert "Choose one of the lifetimes listed." in text(r)
+
+    r = await post(browser, f"{page}/install-links/{link_id.group(1)}/revoke", {}, page=page)
+    assert r.status_code == 303
+    shown = await browser.get(r.headers["location"])
+    assert "Install link revoked" in text(shown)
+    assert "revoked" in text(shown)
+    assert (await team.client.get(url.group(1))).status_code == 410
+
+
+async def test_a_tester_cannot_open_the_page_but_sees_icons(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    build = await _apk(team)
+    tess = await team.member("tess@example.com")
+    await team.distribute(build["buildId"], groups=["everyone"], notify=False)
+    await sign_in(browser, tess.email)
+
+    assert (await browser.get(_page(team, build))).status_code == 403
+    assert (await browser.get(f"{_page(team, build)}/icon")).status_code == 200
+    app = await browser.get(_page(team, build).rsplit("/builds/", 1)[0])
+    assert f'<img class="icon" src="{_page(team, build)}/icon"' in app.text
+
+
+async def test_the_list_searches_sorts_and_pages(
+    team: Team, browser: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(builds_page, "BUILDS_PER_PAGE", 2)
+    app = await _ios(team)
+    await _ipa(team, app, "1.0", "10", "Login screen")
+    await _ipa(team, app, "3.0", "30", "Dark mode\n" + "details " * 40)
+    await _ipa(team, app, "2.0", "20", "Crash fix for 100%_done")
+    await sign_in(browser, team.owner.email)
+    page = f"/projects/{team.project['id']}/apps/{app['id']}"
+
+    def versions(r: httpx.Response) -> list[str]:
+        assert r.status_code == 200, r.text
+        table = r.text.split('<table class="builds', 1)[-1].split("</table>", 1)[0]
+        return re.findall(r"/builds/bld_\w+\">([\d.]+ \(\d+\))</a>", table)
+
+    first = await browser.get(page)
+    assert versions(first) == ["2.0 (20)", "3.0 (30)"]  # newest first
+    assert '<details class="notes"><summary>Dark mode</summary>' in first.text
+    nxt = re.search(r'href="([^"]+)" rel="next"', first.text)
+    assert nxt
+    second = await browser.get(nxt.group(1).replace("&amp;", "&"))
+    assert versions(second) == ["1.0 (10)"]
+    assert 'rel="next"' not in second.text
+    assert "First page" in second.text
+
+    assert versions(await browser.get(f"{page}?sort=version")) == ["3.0 (30)", "2.0 (20)"]
+    by_version = await browser.get(f"{page}?q=1.0")
+    assert versions(by_version) == ["1.0 (10)"]
+    assert 'value="1.0"' in by_version.text
+    assert versions(await browser.get(f"{page}?q=DARK")) == ["3.0 (30)"]
+    assert versions(await browser.get(f"{page}?q=100%25_d")) == ["2.0 (20)"]  # % and _ as typed
+    assert versions(await browser.get(f"{page}?q=acme-2")) == ["2.0 (20)"]  # the file name
+    none = await browser.get(f"{page}?q=nothing+like+it")
+    assert "No build matches “nothing like it”." in text(none)
+    r = await browser.get(f"{page}?cursor=not-a-cursor")
+    assert r.status_code == 422
+    assert "a page of builds that the console did not give out" in text(r)
+
+
+async def test_a_pending_build_says_why_it_is_not_ready(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    await _apk(team)  # the application is an Android one from then on
+    api, owner = team.api, team.owner
+    base = f"/api/app-distribution/{team.project['id']}/{team.application['id']}/builds"
+    junk = b"release notes, not an app"
+    links = []
+    for name in ("waiting.apk", "refused.apk"):
+        r = await api.client.post(
+            f"{base}/upload-link", json={"fileName": name, "fileSize": len(junk)},
+            headers=owner.headers,
+        )  # fmt: skip
+        assert r.status_code == 201, r.text
+        links.append(r.json())
+    r = await api.client.put(links[1]["uploadUrl"], content=junk, headers=links[1]["uploadHeaders"])
+    assert r.status_code == 200, r.text
+    r = await api.client.post(
+        f"{base}/verify", json={"buildId": links[1]["buildId"]}, headers=owner.headers
+    )
+    assert r.status_code == 422, r.text
+    await sign_in(browser, owner.email)
+
+    listed = text(
+        await browser.get(f"/projects/{team.project['id']}/apps/{team.application['id']}")
+    )
+    page = text(await browser.get(_page(team, links[1])))
+
+    assert "Waiting for its file: the upload link works until" in listed
+    refusal = "The last check refused it: Not a readable .apk: not a zip archive"
+    assert refusal in listed
+    assert refusal in page
