@@ -163,6 +163,8 @@ def _request_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
     example = getattr(model, "EXAMPLE", None)
     if example is not None:
         schema["examples"] = [example]
+    if getattr(model, "NOT_EMPTY", False):
+        schema["minProperties"] = 1
 
 
 def _not_null_in_the_document(schema: dict[str, Any]) -> None:
@@ -183,6 +185,9 @@ class RequestModel(BaseModel):
     is: realistic, valid (tests/test_openapi.py) and harmless."""
 
     EXAMPLE: ClassVar[dict[str, Any] | None] = None
+    # A body that must name at least one field (an update of optional fields): the document
+    # says so (minProperties), and the model's own validator refuses `{}`.
+    NOT_EMPTY: ClassVar[bool] = False
 
     model_config = ConfigDict(
         alias_generator=to_camel,

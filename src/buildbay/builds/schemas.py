@@ -226,6 +226,7 @@ class BuildUpdate(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "notes": "Fixes the crash when signing in offline. Try the new settings screen."
     }
+    NOT_EMPTY: ClassVar[bool] = True
 
     mandatory: Annotated[bool, Field(strict=True)] | None = NotNull
     notes: Notes | None = Field(
