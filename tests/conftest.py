@@ -84,7 +84,13 @@ BACKEND_NAMES = ("PG_URL", "REDIS_URL", "BUILDBAY_TEST_DATABASE_URL", "BUILDBAY_
 
 
 def _reaches_a_backend(item: pytest.Item, sources: dict[str, str]) -> bool:
-    if BACKEND_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+    fixtures = getattr(item, "fixturenames", ())
+    if "browser" in fixtures:
+        # A browser scenario tests the pages (their script, forms and layout), the same on any
+        # database; the console's reads and writes on PostgreSQL are the in-process tests'.
+        # The ones marked `backends` walk whole journeys again on PostgreSQL + Redis.
+        return item.get_closest_marker("backends") is not None
+    if BACKEND_FIXTURES.intersection(fixtures):
         return True
     path = str(item.path)
     if path not in sources:
