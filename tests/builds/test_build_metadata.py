@@ -377,6 +377,7 @@ async def test_an_ipa_named_apk_is_refused_by_its_content_and_stays_pending_with
         ("android", "bundle.aab", b"PK\x03\x04 a zip that is cut short"),
         ("ios", "Example.ipa", zip_of({"readme.txt": b"a zip without Payload/"})),
     ],
+    ids=["text", "cut-zip", "zip-without-payload"],  # the zip's bytes hold the time it was made
 )
 async def test_a_mobile_build_whose_metadata_cannot_be_read_is_refused_never_ready(
     builds: Builds, platform: str, file_name: str, data: bytes

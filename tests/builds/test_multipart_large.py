@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import resource
 import shutil
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,10 +32,26 @@ pytestmark = [
 ]
 
 
+# The 10 GiB go to memory (tmpfs) where it has room: written to the disk, their writeback held
+# up every other test's fsync for the two minutes the test took. What it proves (the parts, the
+# sha256, flat memory) is the same on either.
+SHM = Path("/dev/shm")
+
+
 @pytest.fixture
-def settings(settings: Settings) -> Settings:
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    if SHM.is_dir() and shutil.disk_usage(SHM).free > SIZE + 2 * 1024**3:
+        with tempfile.TemporaryDirectory(dir=SHM, prefix="buildbay-10gib-") as directory:
+            yield Path(directory) / "data"
+    else:
+        yield tmp_path / "data"
+
+
+@pytest.fixture
+def settings(settings: Settings, data_dir: Path) -> Settings:
     return settings.model_copy(
         update={
+            "data_dir": data_dir,
             "max_upload_bytes_free": SIZE,
             "quota_bytes_free": 0,
             # Hashing 10 GiB from disk may take a minute on a busy machine: a handler gets half.
@@ -66,9 +83,9 @@ async def read_range(path: Path, offset: int, length: int) -> AsyncIterator[byte
 
 
 async def test_a_10_gib_build_from_a_sparse_file_verifies_with_flat_memory(
-    app: FastAPI, builds: Builds, tmp_path: Path
+    app: FastAPI, builds: Builds, data_dir: Path
 ) -> None:
-    source = tmp_path / "big.bin"
+    source = data_dir.parent / "big.bin"
     with source.open("wb") as f:
         f.truncate(SIZE)  # sparse: no block on disk
     ctx: AppContext = app.state.ctx
