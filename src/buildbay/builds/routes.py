@@ -7,13 +7,13 @@ from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
 from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
+from buildbay.builds.extras import NONE as NO_EXTRAS
+from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.models import BuildStatus
 from buildbay.builds.reads import BuildOrder, BuildRecord, VersionFilter
 from buildbay.builds.schemas import build_schema as to_schema
-from buildbay.channels.reads import channel_names
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
-from buildbay.distribution.installs import downloads_counts
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.service import Distributor
@@ -117,15 +117,14 @@ async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[sc
     its channels."""
     ready = [b.id for b in builds if b.status is BuildStatus.READY]
     current = await links.current(ready)
-    names = await channel_names(links.reads, [b.id for b in builds])
-    downloads = await downloads_counts(links.reads, ready)
+    extras = await build_extras(links.reads, [b.id for b in builds])
     return [
         to_schema(
             b,
             links.public_url,
             links.url(current[b.id]) if b.id in current else None,
-            names.get(b.id),
-            downloads.get(b.id, 0),
+            extras.get(b.id, NO_EXTRAS).channels,
+            extras.get(b.id, NO_EXTRAS).downloads,
         )
         for b in builds
     ]

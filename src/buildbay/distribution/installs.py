@@ -8,11 +8,10 @@ link it names the link, and a tester's own link (distribution/service.py) says w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
@@ -72,14 +71,6 @@ async def record(
 
 # -- reading --------------------------------------------------------------------------------------
 
-_DOWNLOADS_OF_BUILDS = (
-    select(InstallEvent.build_id, func.count().label("downloads"))
-    .where(
-        InstallEvent.build_id.in_(bindparam("ids", expanding=True)),
-        InstallEvent.kind == InstallEventKind.DOWNLOAD,
-    )
-    .group_by(InstallEvent.build_id)
-)
 _RECIPIENTS = (
     select(
         BuildRecipient.email,
@@ -112,14 +103,6 @@ _DOWNLOADS_SINCE = select(InstallEvent.at).where(
     InstallEvent.kind == InstallEventKind.DOWNLOAD,
     InstallEvent.at >= bindparam("since"),
 )
-
-
-async def downloads_counts(reads: Reads, build_ids: Sequence[str]) -> dict[str, int]:
-    """How many times each build was downloaded (builds never downloaded are left out)."""
-    if not build_ids:
-        return {}
-    rows = await reads.all(_DOWNLOADS_OF_BUILDS, {"ids": list(build_ids)})
-    return {row["build_id"]: int(row["downloads"]) for row in rows}
 
 
 @dataclass

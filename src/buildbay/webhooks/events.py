@@ -22,11 +22,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.reads import ApplicationRecord, ApplicationView, application_view
 from buildbay.applications.schemas import application_schema
 from buildbay.auth.models import User
+from buildbay.builds.extras import NONE as NO_EXTRAS
+from buildbay.builds.extras import build_extras
 from buildbay.builds.reads import BuildRecord
 from buildbay.builds.schemas import build_schema
-from buildbay.channels.reads import channel_names
 from buildbay.db.reads import Reads
-from buildbay.distribution.installs import downloads_counts
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue
 from buildbay.projects.models import ProjectRole
@@ -173,12 +173,8 @@ def schedule(
 
 def _build_data(db: AsyncSession, build: BuildRecord, public_url: str) -> DataSource:
     async def data() -> Data:
-        reads = Reads.within(db)
-        names = await channel_names(reads, [build.id])
-        downloads = await downloads_counts(reads, [build.id])
-        return build_schema(
-            build, public_url, None, names.get(build.id), downloads.get(build.id, 0)
-        )
+        extras = (await build_extras(Reads.within(db), [build.id])).get(build.id, NO_EXTRAS)
+        return build_schema(build, public_url, None, extras.channels, extras.downloads)
 
     return data
 
