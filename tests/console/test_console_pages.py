@@ -1,16 +1,20 @@
 """A team lead's day one in a real browser, on a desktop and on a 390x844 phone: an application's
 settings, a build's page (what the file says, notes, install links) and the builds list
-(search, order). Reloading after any form never sends it again (POST/redirect/GET)."""
+(search, order), then a tester on her phone installing the build the lead gave her. Reloading
+after any form never sends it again (POST/redirect/GET)."""
 
 from __future__ import annotations
 
 import re
 
+import httpx
 import pytest
 from playwright.sync_api import Page, Request, expect
 
 from tests.builds.android_files import APK, expected
-from tests.console.test_console import NewPage, create_project_and_app, sign_up
+from tests.console.conftest import ANDROID
+from tests.console.conftest import PHONE as PHONE_CONTEXT
+from tests.console.test_console import PASSWORD, NewPage, create_project_and_app, sign_in, sign_up
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +72,17 @@ def test_a_lead_sets_retention_edits_notes_and_shares_then_revokes_a_link(
     posts = posts_of(page)
     sign_up(page, "lead@example.com", "Lea")
     app_url = create_project_and_app(page)
+    tester = httpx.post(
+        f"{server}/api/auth/register",
+        json={"email": "tess@example.com", "password": PASSWORD, "name": "Tess"},
+    )
+    assert tester.status_code == 201, tester.text
+    page.goto(app_url.split("/apps/")[0])
+    page.get_by_label("Add by e-mail").fill("tess@example.com")
+    page.get_by_role("button", name="Add member").click()
+    expect(page.locator("#members")).to_contain_text("tess@example.com")
+    reload_sends_nothing(page, posts)
+    page.goto(app_url)
     upload_demo(page, "First build")
     row = page.locator("table.builds tbody tr").first
     version = f"{expected()['versionName']} ({expected()['versionCode']})"
@@ -95,6 +110,7 @@ def test_a_lead_sets_retention_edits_notes_and_shares_then_revokes_a_link(
     page.goto(app_url)
     page.locator("table.builds").get_by_role("link", name=version).click()
     expect(page.get_by_role("heading", level=1)).to_contain_text(version)
+    build_url = page.url
     facts = page.locator("dl.facts")
     expect(facts).to_contain_text(expected()["packageName"])
     expect(facts).to_contain_text(expected()["certificate"])
@@ -136,6 +152,18 @@ def test_a_lead_sets_retention_edits_notes_and_shares_then_revokes_a_link(
     expect(page).to_have_url(re.compile(r"sort=version"))
     expect(page.locator("table.builds tbody tr")).to_have_count(1)
     fits_the_screen(page)
+
+    # The tester the lead added before uploading got the build (the application distributes
+    # to everyone); on her Android phone she finds it and downloads the .apk to install.
+    page.goto(build_url)
+    expect(page.locator("main")).to_contain_text("tess@example.com")  # among who got it
+    phone = new_page(server, **PHONE_CONTEXT, user_agent=ANDROID)
+    sign_in(phone, "tess@example.com")
+    phone.get_by_role("link", name="Acme", exact=True).click()
+    phone.get_by_role("link", name="Acme Android").click()
+    href = phone.get_by_role("link", name="Download").get_attribute("href")
+    assert href
+    assert phone.request.get(href).body() == APK.read_bytes()  # as her phone installs it
 
 
 def test_an_application_is_deleted_only_with_its_name_typed_on_a_phone(
