@@ -24,6 +24,7 @@ from tests.builds.android_files import APK, aab, expected
 from tests.builds.conftest import Builds
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
 from tests.conftest import Account, assert_problem
+from tests.devices import ANDROID, DESKTOP, IPHONE
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 
@@ -115,17 +116,6 @@ async def test_a_member_creates_a_link_and_the_page_shows_the_build(
     assert download.status_code == 302
     file = await client.get(download.headers["location"])
     assert file.content == APK.read_bytes()
-
-
-IPHONE = (
-    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
-    "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1"
-)
-ANDROID = (
-    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/126.0.0.0 Mobile Safari/537.36"
-)
-DESKTOP = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0"
 
 
 async def test_the_install_page_offers_the_button_that_works_on_the_device(

@@ -29,14 +29,6 @@ PHONE: dict[str, Any] = {
     "has_touch": True,
     "device_scale_factor": 3,
 }
-IPHONE = (
-    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
-    "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1"
-)
-ANDROID = (
-    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/126.0.0.0 Mobile Safari/537.36"
-)
 
 
 # Per module, not per session: Playwright's sync API keeps an event loop running in this thread

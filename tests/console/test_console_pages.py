@@ -12,9 +12,9 @@ import pytest
 from playwright.sync_api import Page, Request, expect
 
 from tests.builds.android_files import APK, expected
-from tests.console.conftest import ANDROID
 from tests.console.conftest import PHONE as PHONE_CONTEXT
 from tests.console.test_console import PASSWORD, NewPage, create_project_and_app, sign_in, sign_up
+from tests.devices import ANDROID
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.builds.test_metadata import ipa
-from tests.console.conftest import ANDROID, IPHONE, PHONE
+from tests.console.conftest import PHONE
 from tests.console.test_console import PASSWORD, sign_in
+from tests.devices import ANDROID, IPHONE
 
 pytestmark = pytest.mark.slow
 
