@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+from buildbay.builds.metadata import platform_of_name
+
 
 class Device(StrEnum):
     IOS = "ios"
@@ -32,8 +34,8 @@ def device_of(user_agent: str | None) -> Device:
 
 
 def is_ios_build(file_name: str) -> bool:
-    return file_name.lower().endswith(".ipa")
+    return platform_of_name(file_name) == "ios"
 
 
 def is_android_build(file_name: str) -> bool:
-    return file_name.lower().endswith((".apk", ".aab"))
+    return platform_of_name(file_name) == "android"

@@ -41,6 +41,12 @@ def suffix_of(file_name: str) -> str:
     return file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
 
 
+def platform_of_name(file_name: str) -> str | None:
+    """The mobile platform a file is built for by its name ("android", "ios"), or None."""
+    suffix = suffix_of(file_name)
+    return next((p for p, takes in PLATFORM_FILES.items() if suffix in takes), None)
+
+
 def wrong_platform_problem(platform: str, file_name: str) -> str | None:
     """Why an application of `platform` does not take a file of this name (a sentence), or
     None if it does."""

@@ -7,6 +7,7 @@ from fastapi.responses import RedirectResponse
 
 from buildbay.builds import schemas
 from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
+from buildbay.builds.devices import is_ios_build
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
@@ -137,7 +138,7 @@ def _install_link(
     return schemas.InstallLink(
         link_id=link.id,
         url=url,
-        manifest_url=f"{url}/manifest.plist" if build.file_name.lower().endswith(".ipa") else None,
+        manifest_url=f"{url}/manifest.plist" if is_ios_build(build.file_name) else None,
         created_by=link.created_by,
         created_at=link.created_at,
         expires_at=link.expires_at,

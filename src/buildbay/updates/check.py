@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, UpdateKey
 from buildbay.builds.install import InstallLinkReads, InstallLinks
+from buildbay.builds.metadata import platform_of_name
 from buildbay.builds.models import Build, BuildChannel, BuildStatus, Channel
 from buildbay.builds.reads import BUILD, BuildRecord
 from buildbay.db.concurrency import lock_row
@@ -128,20 +129,11 @@ async def key_owner(reads: Reads, key: str, now: datetime) -> KeyOwner:
     return KeyOwner(row["application_id"], row["project_id"])
 
 
-def _platform_of(file_name: str) -> str | None:
-    name = file_name.lower()
-    if name.endswith(".ipa"):
-        return "ios"
-    if name.endswith((".apk", ".aab")):
-        return "android"
-    return None
-
-
 def compatible(candidate: Candidate, caller: Caller) -> bool:
     """The build installs on the caller's platform and OS version, as far as either is known:
     an Android build's minSdk against the API level, an iOS build's MinimumOSVersion against
     the iOS version."""
-    platform = _platform_of(candidate.file_name)
+    platform = platform_of_name(candidate.file_name)
     if caller.platform and platform and caller.platform.lower() != platform:
         return False
     metadata = candidate.metadata
