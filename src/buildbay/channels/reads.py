@@ -3,7 +3,6 @@ build is published to."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -61,12 +60,6 @@ _CHANNELS_BY_NAME = select(*CHANNEL.columns).where(
     Channel.application_id == bindparam("application_id"),
     Channel.name.in_(bindparam("names", expanding=True)),
 )
-_NAMES_OF_BUILDS = (
-    select(BuildChannel.build_id, Channel.name)
-    .join(Channel, Channel.id == BuildChannel.channel_id)
-    .where(BuildChannel.build_id.in_(bindparam("ids", expanding=True)))
-    .order_by(Channel.name)
-)
 
 
 def _view(row: Any) -> ChannelView:
@@ -98,12 +91,3 @@ async def channels_named(
         return {}
     rows = await reads.all(_CHANNELS_BY_NAME, {"application_id": application_id, "names": names})
     return {row["name"]: CHANNEL.of(row) for row in rows}
-
-
-async def channel_names(reads: Reads, build_ids: list[str]) -> dict[str, list[str]]:
-    """The names of the channels each build is published to, by build id (sorted)."""
-    names: dict[str, list[str]] = defaultdict(list)
-    if build_ids:
-        for row in await reads.all(_NAMES_OF_BUILDS, {"ids": build_ids}):
-            names[row["build_id"]].append(row["name"])
-    return names

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.reads import BuildOrder, BuildReads
 from buildbay.builds.schemas import (
@@ -22,7 +23,7 @@ from buildbay.builds.schemas import (
     version_label,
 )
 from buildbay.builds.service import BuildService, human_size
-from buildbay.channels.reads import channel_names, channels_of
+from buildbay.channels.reads import channels_of
 from buildbay.console.charts import downloads_chart
 from buildbay.console.pages import (
     ConsoleRoute,
@@ -107,7 +108,10 @@ async def render_application(
         uploaders=uploaders, human_size=human_size, versions=versions,
         fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
-        channels=channels, build_channels=await channel_names(reads, [b.id for b in builds]),
+        channels=channels, build_channels={
+            build_id: extra.channels
+            for build_id, extra in (await build_extras(reads, [b.id for b in builds])).items()
+        },
         notice=NOTICES.get(request.query_params.get("notice", "")),
         failed=failed, values=values or {}, errors=errors or {}, shown=shown,
         next_page=_page_query(shown, next_cursor) if next_cursor else None,
