@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from stat import S_ISREG
@@ -251,25 +251,15 @@ class LocalStorage:
         sink = _HashingFile(fd)
         # The block before the one being gathered: its hash and its write, in two threads.
         inflight: list[concurrent.futures.Future[None]] = []
-        blocks: list[bytes] = []
-        gathered = received = 0
         try:
-            async for chunk in body:
-                received += len(chunk)
-                if received > size:
-                    raise BodyTooLarge(f"The body is longer than the declared {size} bytes")
-                blocks.append(chunk)
-                gathered += len(chunk)
-                if gathered >= WRITE_BLOCK:
-                    data = b"".join(blocks)
-                    blocks.clear()
-                    gathered = 0
+            async with contextlib.aclosing(_blocks(body, size, f"the declared {size}")) as blocks:
+                async for data in blocks:
                     await _settled(inflight)
                     inflight = [_WORKERS.submit(sink.hash, data), _WORKERS.submit(sink.write, data)]
             await _settled(inflight)
-            if received < size:
-                raise BodyTooShort(f"The body ended after {received} of the declared {size} bytes")
-            inode = await asyncio.to_thread(_finish, sink, b"".join(blocks))
+            if sink.size < size:
+                raise BodyTooShort(f"The body ended after {sink.size} of the declared {size} bytes")
+            inode = await asyncio.to_thread(_finish, sink)
             async with self.guard(key):
                 if before_publish is not None:
                     await before_publish()
@@ -572,37 +562,45 @@ async def _write_at(
 ) -> int:
     """Write `body` at `offset` (and hash it into `digest`, if given), a block at a time in
     worker threads, one block behind the network (as `receive` does); refuse past `size`.
-    Every write is done when it returns or raises, so the caller may close `fd`."""
-    blocks: list[bytes] = []
-    gathered = received = 0
+    Every write is done when it returns or raises, so the caller may close `fd`. Returns how
+    many bytes were written."""
     position = offset
     inflight: list[concurrent.futures.Future[None]] = []
     try:
-        async for chunk in body:
-            received += len(chunk)
-            if received > size:
-                raise BodyTooLarge(f"The body is longer than the part's {size} bytes")
-            blocks.append(chunk)
-            gathered += len(chunk)
-            if gathered >= WRITE_BLOCK:
-                data = b"".join(blocks)
-                blocks.clear()
-                gathered = 0
+        async with contextlib.aclosing(_blocks(body, size, f"the part's {size}")) as blocks:
+            async for data in blocks:
                 await _settled(inflight)
                 inflight = [_WORKERS.submit(_pwrite_all, fd, data, position)]
                 if digest is not None:
                     inflight.append(_WORKERS.submit(digest.update, data))
                 position += len(data)
         await _settled(inflight)
-        if blocks:
-            tail = b"".join(blocks)
-            await asyncio.to_thread(_pwrite_all, fd, tail, position)
-            if digest is not None:
-                digest.update(tail)
     except BaseException:
         await asyncio.shield(asyncio.to_thread(concurrent.futures.wait, inflight))
         raise
-    return received
+    return position - offset
+
+
+async def _blocks(
+    body: AsyncIterator[bytes], size: int, declared: str
+) -> AsyncGenerator[bytes, None]:
+    """`body` joined into blocks of WRITE_BLOCK bytes or more (the last one what is left), so
+    that the threads that hash and write get few, large pieces; BodyTooLarge as soon as it
+    passes `size` bytes (`declared` names that size: "the declared 10")."""
+    blocks: list[bytes] = []
+    gathered = received = 0
+    async for chunk in body:
+        received += len(chunk)
+        if received > size:
+            raise BodyTooLarge(f"The body is longer than {declared} bytes")
+        blocks.append(chunk)
+        gathered += len(chunk)
+        if gathered >= WRITE_BLOCK:
+            yield b"".join(blocks)
+            blocks.clear()
+            gathered = 0
+    if blocks:
+        yield b"".join(blocks)
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
@@ -765,10 +763,8 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
             os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
-def _finish(sink: _HashingFile, tail: bytes) -> int:
-    """Write the last bytes and fsync: they are on disk before any name points at them."""
-    sink.hash(tail)
-    sink.write(tail)
+def _finish(sink: _HashingFile) -> int:
+    """fsync: the bytes are on disk before any name points at them."""
     sink.finish()
     inode = os.fstat(sink.fd).st_ino
     sink.close()
