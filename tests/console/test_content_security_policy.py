@@ -113,7 +113,7 @@ def test_redoc_works_and_reaches_no_cdn(server: str, new_page: NewPage) -> None:
         "request",
         lambda r: None if r.url.startswith((server, "data:", "blob:")) else elsewhere.append(r.url),
     )
-    with page.expect_response(f"{server}/static/redoc-logo.svg") as logo:
+    with page.expect_response(f"{server}/static/redoc-logo.svg", timeout=30_000) as logo:
         page.goto("/redoc")
         # ReDoc renders the whole OpenAPI document in the page's one thread: on two cores
         # shared with the other test workers that took more than the default 5 s.
