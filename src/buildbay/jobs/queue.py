@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy import Table, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.db.engine import after_commit
@@ -39,6 +40,29 @@ class JobSignal:
             pass
 
 
+# Over the table, not the entity: the rows need none of the ORM's bulk-insert bookkeeping.
+_INSERT_JOBS = insert(cast("Table", Job.__table__))
+
+
+def new_job(
+    kind: str, payload: dict[str, Any], now: datetime, *, run_after: datetime | None = None
+) -> dict[str, Any]:
+    """The columns of a pending job of `kind` (a name in the worker's handlers); `payload` must
+    be JSON."""
+    return {
+        "id": new_id("job"),
+        "kind": kind,
+        "payload": payload,
+        "status": JobStatus.PENDING,
+        "attempts": 0,
+        "run_after": run_after or now,
+        "claim": None,
+        "last_error": None,
+        "created_at": now,
+        "finished_at": None,
+    }
+
+
 def enqueue(
     db: AsyncSession,
     kind: str,
@@ -47,22 +71,23 @@ def enqueue(
     *,
     run_after: datetime | None = None,
 ) -> Job:
-    """Add a job of `kind` (a name in the worker's handlers) to `db`'s unit of work. It runs
-    once that commits, never if it rolls back. `payload` must be JSON."""
-    job = Job(
-        id=new_id("job"),
-        kind=kind,
-        payload=payload,
-        status=JobStatus.PENDING,
-        attempts=0,
-        run_after=run_after or now,
-        claim=None,
-        last_error=None,
-        created_at=now,
-        finished_at=None,
-    )
+    """Add a job to `db`'s unit of work. It runs once that commits, never if it rolls back."""
+    job = Job(**new_job(kind, payload, now, run_after=run_after))
     db.add(job)
+    _wake_on_commit(db)
+    return job
+
+
+async def enqueue_all(db: AsyncSession, jobs: list[dict[str, Any]]) -> None:
+    """Write jobs made by `new_job` in `db`'s transaction, in one statement, as `enqueue` does
+    one: for a request that writes them on its way (a webhook event's deliveries), without the
+    unit of work's bookkeeping of an object per row."""
+    if jobs:
+        await db.execute(_INSERT_JOBS, jobs)
+        _wake_on_commit(db)
+
+
+def _wake_on_commit(db: AsyncSession) -> None:
     signal: JobSignal | None = db.info.get(JOB_SIGNAL)
     if signal is not None:
         after_commit(db, signal.notify)
-    return job
