@@ -1,16 +1,20 @@
-"""What the API shows of each build beside its own row: the release channels it is published to
-and how many times it was downloaded, for a page of builds in one statement (two statements
-cost a round trip and SQLAlchemy's per-statement work each, on every read of a build)."""
+"""What the API shows of each build beside its own row: the release channels it is published to,
+how many times it was downloaded and its live install link, for a page of builds in one
+statement (each statement more cost a round trip and SQLAlchemy's per-statement work, on every
+read of a build: docs/performance.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import ScalarSelect, and_, bindparam, exists, func, select
+from sqlalchemy.orm import InstrumentedAttribute
 
-from buildbay.builds.models import Build, BuildChannel, Channel
+from buildbay.builds.models import Build, BuildChannel, Channel, InstallLink
 from buildbay.db.reads import Reads
-from buildbay.distribution.models import InstallEvent, InstallEventKind
+from buildbay.distribution.models import BuildRecipient, InstallEvent, InstallEventKind
 
 _DOWNLOADS = (
     select(func.count())
@@ -25,29 +29,64 @@ _CHANNELS = (
     .where(BuildChannel.build_id == Build.id)
     .scalar_subquery()
 )
-_EXTRAS = select(Build.id, _DOWNLOADS.label("downloads"), _CHANNELS.label("channels")).where(
-    Build.id.in_(bindparam("ids", expanding=True))
+
+# A link a member shares and that still opens, at the time bound as `now`: never one of the
+# personal links distribution mails to each tester (opens through those are that tester's), so
+# that a build's installUrl is never someone else's link.
+SHARED_AND_LIVE = and_(
+    InstallLink.revoked_at.is_(None),
+    InstallLink.expires_at > bindparam("now"),
+    ~exists().where(BuildRecipient.install_link_id == InstallLink.id),
 )
+
+
+def _live_link(column: InstrumentedAttribute[Any]) -> ScalarSelect[Any]:
+    """A column of the build's newest shared live link."""
+    return (
+        select(column)
+        .where(InstallLink.build_id == Build.id, SHARED_AND_LIVE)
+        .order_by(InstallLink.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+_EXTRAS = select(
+    Build.id,
+    _DOWNLOADS.label("downloads"),
+    _CHANNELS.label("channels"),
+    _live_link(InstallLink.id).label("link_id"),
+    _live_link(InstallLink.expires_at).label("link_expires_at"),
+).where(Build.id.in_(bindparam("ids", expanding=True)))
+
+
+@dataclass(frozen=True, slots=True)
+class LiveLink:
+    id: str
+    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
 class BuildExtras:
     channels: list[str]  # sorted
     downloads: int
+    link: LiveLink | None  # the newest live shared install link, if any
 
 
-NONE = BuildExtras([], 0)
+NONE = BuildExtras([], 0, None)
 
 
-async def build_extras(reads: Reads, build_ids: list[str]) -> dict[str, BuildExtras]:
-    """Each build's channels and download count, by id (a build gone meanwhile is left out)."""
+async def build_extras(reads: Reads, build_ids: list[str], now: datetime) -> dict[str, BuildExtras]:
+    """Each build's channels, download count and live link, by id (a build gone meanwhile is
+    left out)."""
     if not build_ids:
         return {}
-    rows = await reads.all(_EXTRAS, {"ids": build_ids})
+    rows = await reads.all(_EXTRAS, {"ids": build_ids, "now": now})
     return {
         row["id"]: BuildExtras(
             sorted(row["channels"].split(",")) if row["channels"] else [],
             int(row["downloads"] or 0),
+            LiveLink(row["link_id"], row["link_expires_at"]) if row["link_id"] else None,
         )
         for row in rows
     }

@@ -15,18 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, exists, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.tokens import derive_key
+from buildbay.builds.extras import SHARED_AND_LIVE, LiveLink
 from buildbay.builds.models import Build, BuildStatus, InstallLink
 from buildbay.builds.reads import BuildRecord, not_in_application
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf
-from buildbay.distribution.models import BuildRecipient
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
 from buildbay.projects.models import ProjectRole
@@ -85,18 +85,10 @@ class InstallTarget:
     application: ApplicationRecord
 
 
-# Built once: every build the API shows runs the first, and composing it costs more than
-# running it.
-# The links a member shares, not the personal ones distribution mails to each tester (opens
-# through those are that tester's): a build's installUrl is never someone else's link.
+# Built once: share and the update check run it, and composing it costs more than running it.
 _LIVE_LINKS_OF_BUILDS = (
     select(*LINK.columns)
-    .where(
-        InstallLink.build_id.in_(bindparam("ids", expanding=True)),
-        InstallLink.revoked_at.is_(None),
-        InstallLink.expires_at > bindparam("now"),
-        ~exists().where(BuildRecipient.install_link_id == InstallLink.id),
-    )
+    .where(InstallLink.build_id.in_(bindparam("ids", expanding=True)), SHARED_AND_LIVE)
     .order_by(InstallLink.id)
 )
 _LINKS_OF_BUILD = (
@@ -128,7 +120,7 @@ class InstallLinkReads:
         self.tokens = tokens
         self.public_url = public_url
 
-    def url(self, link: InstallLinkRecord) -> str:
+    def url(self, link: InstallLinkRecord | LiveLink) -> str:
         return f"{self.public_url}/install/{self.tokens.token(link.id)}"
 
     async def of_build(self, build: BuildRecord) -> list[InstallLinkRecord]:

@@ -13,7 +13,7 @@ from sqlalchemy import ColumnElement, String, and_, bindparam, cast, func, or_, 
 from buildbay.builds.models import Build, BuildIcon, BuildStatus
 from buildbay.config import Settings
 from buildbay.db.reads import Reads, RecordOf
-from buildbay.distribution.visibility import Viewer, distributed_to, require_distributed
+from buildbay.distribution.visibility import Viewer, distributed_to, not_distributed
 from buildbay.errors import Conflict, NotFound
 from buildbay.ids import split_page
 from buildbay.storage.base import PartInfo, Storage, UploadGone, part_bounds, parts_count
@@ -234,10 +234,15 @@ class BuildReads:
     ) -> BuildRecord:
         """The build; 403 `not_distributed` if `viewer` (a tester) was not given it."""
         params = {"build_id": build_id, "application_id": application_id}
-        row = await self.reads.first(_BUILD_OF_APPLICATION, params)
+        if viewer is None:
+            row = await self.reads.first(_BUILD_OF_APPLICATION, params)
+        else:  # whether the tester was given it, in the same statement
+            seen = distributed_to(viewer).label("distributed")
+            row = await self.reads.first(_BUILD_OF_APPLICATION.add_columns(seen), params)
         if row is None:
             raise not_in_application()
-        await require_distributed(self.reads, viewer, build_id)
+        if viewer is not None and not row["distributed"]:
+            raise not_distributed()
         return BUILD.of(row)
 
     async def pending_upload(self, storage_key: str) -> BuildRecord:

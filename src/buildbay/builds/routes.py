@@ -114,21 +114,15 @@ BuildId = Annotated[str, Path(alias="buildId")]
 
 
 async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[schemas.Build]:
-    """The builds as the API shows them, each with its newest live install link's address and
-    its channels."""
-    ready = [b.id for b in builds if b.status is BuildStatus.READY]
-    current = await links.current(ready)
-    extras = await build_extras(links.reads, [b.id for b in builds])
-    return [
-        to_schema(
-            b,
-            links.public_url,
-            links.url(current[b.id]) if b.id in current else None,
-            extras.get(b.id, NO_EXTRAS).channels,
-            extras.get(b.id, NO_EXTRAS).downloads,
-        )
-        for b in builds
-    ]
+    """The builds as the API shows them, each with its newest live install link's address, its
+    channels and its download count (one statement for all, `build_extras`)."""
+    extras = await build_extras(links.reads, [b.id for b in builds], links.now)
+    shown = []
+    for build in builds:
+        extra = extras.get(build.id, NO_EXTRAS)
+        url = links.url(extra.link) if extra.link else None
+        shown.append(to_schema(build, links.public_url, url, extra.channels, extra.downloads))
+    return shown
 
 
 def _install_link(

@@ -91,7 +91,8 @@ async def render_application(
         tester_of(access), shown.search,
     )  # fmt: skip
     links = InstallLinkReads.of(get_context(request), reads)
-    current = await links.current([b.id for b in builds])
+    extras = await build_extras(reads, [b.id for b in builds], links.now)
+    current = {k: extra.link for k, extra in extras.items() if extra.link is not None}
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     channels = await channels_of(reads, access.application.id)
     versions = {b.id: version_label(b.metadata_) for b in builds}
@@ -108,10 +109,7 @@ async def render_application(
         uploaders=uploaders, human_size=human_size, versions=versions,
         fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
-        channels=channels, build_channels={
-            build_id: extra.channels
-            for build_id, extra in (await build_extras(reads, [b.id for b in builds])).items()
-        },
+        channels=channels, build_channels={k: extra.channels for k, extra in extras.items()},
         notice=NOTICES.get(request.query_params.get("notice", "")),
         failed=failed, values=values or {}, errors=errors or {}, shown=shown,
         next_page=_page_query(shown, next_cursor) if next_cursor else None,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, and_, exists, or_, select
+from sqlalchemy import ColumnElement, exists, or_, select
 
 from buildbay.builds.models import Build
-from buildbay.db.reads import Reads
 from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
 from buildbay.errors import Forbidden
 from buildbay.projects.authorization import ApplicationAccess
@@ -58,14 +57,3 @@ def not_distributed() -> Forbidden:
         "This build was not distributed to you; ask a developer of the project for it",
         code="not_distributed",
     )
-
-
-async def require_distributed(reads: Reads, viewer: Viewer | None, build_id: str) -> None:
-    """403 `not_distributed` unless the viewer sees the build."""
-    if viewer is None:
-        return
-    found = await reads.scalar(
-        select(Build.id).where(and_(Build.id == build_id, distributed_to(viewer)))
-    )
-    if found is None:
-        raise not_distributed()
