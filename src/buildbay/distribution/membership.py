@@ -1,19 +1,37 @@
 """Tester groups as membership changes: an accepted invitation joins the groups it was for; a
-member who leaves the project leaves its groups."""
+member who leaves the project leaves its groups.
+
+Whoever joins a group (added to it, or by accepting an invitation that was for it), or the
+project (and so `everyone`), sees the builds already distributed to it, and becomes their
+recipient (`reach_builds_of_groups`), so that a build's report of who it reached and who
+installed it lists them too. They are not mailed: joining a group must not bring a backlog of
+old builds into their inbox, the newest included; the builds are on their page (and a developer
+who wants them told distributes a build to their e-mail, which mails them once). Someone who
+joins while a group's distribution job has not run yet is, likewise, its recipient unmailed.
+Only ready builds that still exist are ever included (a deleted build's rows go with it).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, String, delete, literal, select
+from sqlalchemy import Boolean, DateTime, String, delete, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
 
+from buildbay.auth.models import User
+from buildbay.builds.models import Build, BuildStatus
 from buildbay.db.base import Base
-from buildbay.distribution.models import GroupTester, InvitationGroup, TesterGroup
+from buildbay.distribution.models import (
+    BuildGroup,
+    BuildRecipient,
+    GroupTester,
+    InvitationGroup,
+    TesterGroup,
+)
 
 
 def insert_of(db: AsyncSession, model: type[Base]) -> Insert:
@@ -35,14 +53,51 @@ async def insert_ignoring_duplicates(
 
 async def join_invited_groups(
     db: AsyncSession, invitation_id: str, user_id: str, now: datetime
-) -> None:
-    """The groups an accepted invitation was for, joined by the user who accepted it."""
+) -> list[str]:
+    """The groups an accepted invitation was for, joined by the user who accepted it: the ids
+    of those they were not in already."""
     joined = select(
         InvitationGroup.group_id,
         literal(user_id, String()),
         literal(now, DateTime(timezone=True)),
     ).where(InvitationGroup.invitation_id == invitation_id)
     statement = insert_of(db, GroupTester).from_select(["group_id", "user_id", "added_at"], joined)
+    statement = statement.on_conflict_do_nothing()  # type: ignore[attr-defined]
+    return list((await db.execute(statement.returning(GroupTester.group_id))).scalars().all())
+
+
+async def reach_builds_of_groups(
+    db: AsyncSession,
+    now: datetime,
+    project_id: str,
+    user_ids: Collection[str],
+    group_ids: Collection[str],
+) -> None:
+    """Members who just joined the groups (`everyone` for a new member): recipients of the
+    project's ready builds distributed to them, unmailed (those a build reached already are
+    left as they are). One INSERT ... SELECT, however many builds and people."""
+    if not user_ids or not group_ids:
+        return
+    reached = (
+        select(
+            Build.id,
+            User.email,
+            User.id,
+            literal(now, DateTime(timezone=True)),
+            literal(False, Boolean()),
+        )
+        .distinct()  # a build distributed to two of the groups
+        .join(BuildGroup, BuildGroup.build_id == Build.id)
+        .join(User, User.id.in_(list(user_ids)))
+        .where(
+            Build.project_id == project_id,
+            Build.status == BuildStatus.READY,
+            BuildGroup.group_id.in_(list(group_ids)),
+        )
+    )
+    statement = insert_of(db, BuildRecipient).from_select(
+        ["build_id", "email", "user_id", "reached_at", "notify"], reached
+    )
     await db.execute(statement.on_conflict_do_nothing())  # type: ignore[attr-defined]
 
 

@@ -22,7 +22,8 @@ from buildbay.auth.models import User
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
 from buildbay.db.concurrency import insert_unless_present, lock_row
-from buildbay.distribution.membership import join_invited_groups
+from buildbay.distribution.membership import join_invited_groups, reach_builds_of_groups
+from buildbay.distribution.models import EVERYONE
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.invitations.models import Invitation, InvitationStatus
@@ -173,7 +174,10 @@ class InvitationService:
                   "role": invitation.role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
             raise Conflict("You are already a member of this project", code="already_member")
-        await join_invited_groups(self.db, invitation.id, user.id, self.now)
+        groups = await join_invited_groups(self.db, invitation.id, user.id, self.now)
+        await reach_builds_of_groups(
+            self.db, self.now, invitation.project_id, [user.id], [EVERYONE, *groups]
+        )
         joined = MemberRecord(
             invitation.project_id, user.id, user.email, user.name, invitation.role, self.now
         )
