@@ -1,5 +1,6 @@
 """People who join a group (or the project, for `everyone`) after a build went to it: they
-are its recipients from then on, for the lead's reports, without a backlog of mails."""
+are its recipients from then on, for the lead's reports, without a backlog of mails; named by
+e-mail afterwards, they are mailed once; named by a group and by e-mail at once, counted once."""
 
 from __future__ import annotations
 
@@ -103,6 +104,63 @@ async def test_a_new_member_is_a_recipient_of_the_builds_of_everyone_unmailed(
     reached = await _reached(team, build["buildId"])
     assert reached[tess.email]["notifiedAt"] is None
     assert team.mails_to(tess.email) == []
+
+
+async def test_named_by_email_after_joining_the_group_late_a_member_is_mailed_once(
+    team: Team,
+) -> None:
+    qa = await team.group("QA")
+    await _distribute_automatically_to(team, qa)
+    build = await team.upload()
+    await team.run_jobs()  # the group's job has run
+    tess = await team.member("tess@example.com")
+    await team.group_add(qa, tess.email)
+
+    result = await team.distribute(build["buildId"], emails=[tess.email])
+    await team.run_jobs()
+
+    # She had the build already (she joined the group): mailed now, not newly reached.
+    assert (result["testersReached"], result["notified"]) == (0, 1)
+    assert len(team.mails_to(tess.email)) == 1
+    reached = await _reached(team, build["buildId"])
+    assert reached[tess.email]["notifiedAt"] is not None
+    again = await team.distribute(build["buildId"], emails=[tess.email])
+    await team.run_jobs()
+    assert (again["testersReached"], again["notified"]) == (0, 0)
+    assert len(team.mails_to(tess.email)) == 1
+
+
+async def test_a_group_and_a_members_email_at_once_count_and_mail_them_once(
+    team: Team,
+) -> None:
+    await _distribute_automatically_to(team)
+    tess = await team.member("tess@example.com")
+    qa = await team.group("QA", tess.email)
+    build = await team.upload()
+
+    result = await team.distribute(build["buildId"], groups=[qa], emails=[tess.email])
+    await team.run_jobs()
+
+    assert (result["testersReached"], result["notified"]) == (1, 1)
+    assert len(team.mails_to(tess.email)) == 1
+    assert (await _reached(team, build["buildId"]))[tess.email]["notifiedAt"] is not None
+
+
+async def test_named_by_email_while_the_groups_job_is_pending_a_member_counts_once(
+    team: Team,
+) -> None:
+    await _distribute_automatically_to(team)
+    tess = await team.member("tess@example.com")
+    qa = await team.group("QA", tess.email)
+    build = await team.upload()
+
+    first = await team.distribute(build["buildId"], groups=[qa])  # its job has not run
+    second = await team.distribute(build["buildId"], emails=[tess.email])
+    await team.run_jobs()
+
+    assert (first["testersReached"], first["notified"]) == (1, 1)
+    assert (second["testersReached"], second["notified"]) == (0, 0)
+    assert len(team.mails_to(tess.email)) == 1
 
 
 async def test_joining_a_group_reaches_none_of_its_deleted_builds(team: Team) -> None:
