@@ -176,3 +176,32 @@ async def test_joining_a_group_reaches_none_of_its_deleted_builds(team: Team) ->
     await team.group_add(qa, tess.email)
 
     assert await _recipient_builds(team, tess.email) == [kept["buildId"]]
+
+
+async def test_an_email_reached_before_joining_is_the_members_once_they_accept(
+    team: Team,
+) -> None:
+    await _distribute_automatically_to(team)
+    build = await team.upload()
+    await team.distribute(build["buildId"], emails=["new@example.com"])
+    await team.run_jobs()
+    [invitation] = team.mails_to("new@example.com")
+    token = invitation.link("http").rsplit("/", 1)[1]
+    newcomer = await team.api.register("new@example.com")
+    r = await team.client.post(
+        "/api/invitations/accept", json={"token": token}, headers=newcomer.headers
+    )
+    assert r.status_code == 200, r.text
+
+    r = await team.client.get(
+        f"{team.builds}/{build['buildId']}/download", headers=newcomer.headers
+    )
+    assert r.status_code == 302, r.text
+
+    r = await team.client.get(
+        f"{team.builds}/{build['buildId']}/installs", headers=team.owner.headers
+    )
+    [theirs] = [t for t in r.json()["testers"] if t["email"] == "new@example.com"]
+    assert theirs["userId"] == newcomer.user["id"]
+    assert theirs["reachedAt"] is not None
+    assert theirs["downloads"] == 1

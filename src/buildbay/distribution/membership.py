@@ -8,7 +8,9 @@ installed it lists them too. They are not mailed: joining a group must not bring
 old builds into their inbox, the newest included; the builds are on their page (and a developer
 who wants them told distributes a build to their e-mail, which mails them once). Someone who
 joins while a group's distribution job has not run yet is, likewise, its recipient unmailed.
-Only ready builds that still exist are ever included (a deleted build's rows go with it).
+Only ready builds that still exist are ever included (a deleted build's rows go with it). A
+new member's e-mail may have been given builds while it was only invited: those rows become
+theirs (`user_id`), so that the reports attribute their installs to them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, String, delete, literal, select
+from sqlalchemy import Boolean, DateTime, String, delete, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
@@ -26,6 +28,7 @@ from buildbay.auth.models import User
 from buildbay.builds.models import Build, BuildStatus
 from buildbay.db.base import Base
 from buildbay.distribution.models import (
+    EVERYONE,
     BuildGroup,
     BuildRecipient,
     GroupTester,
@@ -99,6 +102,30 @@ async def reach_builds_of_groups(
         ["build_id", "email", "user_id", "reached_at", "notify"], reached
     )
     await db.execute(statement.on_conflict_do_nothing())  # type: ignore[attr-defined]
+
+
+async def reach_new_member(
+    db: AsyncSession,
+    now: datetime,
+    project_id: str,
+    user_id: str,
+    email: str,
+    joined_groups: Collection[str] = (),
+) -> None:
+    """A user just made a member of the project (and of `joined_groups`): the builds their
+    e-mail was given as an invitee are theirs (the reports attribute what they do to those
+    rows), and they are recipients of the builds of `everyone` and of those groups."""
+    await db.execute(
+        update(BuildRecipient)
+        .where(
+            BuildRecipient.email == email,
+            BuildRecipient.user_id.is_(None),
+            BuildRecipient.build_id.in_(select(Build.id).where(Build.project_id == project_id)),
+        )
+        .values(user_id=user_id)
+        .execution_options(synchronize_session=False)
+    )
+    await reach_builds_of_groups(db, now, project_id, [user_id], [EVERYONE, *joined_groups])
 
 
 async def leave_groups(db: AsyncSession, project_id: str, user_id: str) -> None:
