@@ -2,7 +2,9 @@
 
 Every project has the built-in group `everyone` (all its members), which has no row. Other
 groups hold members of the project; an e-mail added to a group that is not a member's gets an
-invitation as tester, and joins the group when it is accepted (`join_invited_groups`).
+invitation as tester, and joins the group when it is accepted (`join_invited_groups`). A member
+who joins a group becomes, unmailed, a recipient of the builds already distributed to it
+(membership.py says why).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from buildbay.applications.models import Application
 from buildbay.auth.models import User
 from buildbay.db.concurrency import insert_unless_present
 from buildbay.db.reads import Reads
-from buildbay.distribution.membership import insert_ignoring_duplicates
+from buildbay.distribution.membership import insert_of, reach_builds_of_groups
 from buildbay.distribution.models import (
     EVERYONE,
     BuildGroup,
@@ -284,13 +286,21 @@ class GroupService:
             ).all()
         )
         if members and not group.builtin:
-            await insert_ignoring_duplicates(
-                self.db,
-                GroupTester,
-                [
-                    {"group_id": group.id, "user_id": user_id, "added_at": self.now}
-                    for user_id in members.values()
-                ],
+            joined = await self.db.execute(
+                insert_of(self.db, GroupTester)
+                .values(
+                    [
+                        {"group_id": group.id, "user_id": user_id, "added_at": self.now}
+                        for user_id in members.values()
+                    ]
+                )
+                .on_conflict_do_nothing()  # type: ignore[attr-defined]
+                .returning(GroupTester.user_id)
+            )
+            # Only those new to the group: one already in it may still be due a mail from a
+            # distribution whose job has not run.
+            await reach_builds_of_groups(
+                self.db, self.now, project.id, joined.scalars().all(), [group.id]
             )
         invited = [email for email in wanted if email not in members]
         for email in invited:

@@ -9,6 +9,15 @@ in its own unit of work, writes the groups' people as recipients (one INSERT ...
 many they are), claims the rows still to be mailed, makes each person's own install link and
 writes their mail to the outbox. So a group of 1,000 costs the request about what a group of one
 does (bench/mail.py).
+
+Whoever joins a group later becomes a recipient of its ready builds then, unmailed
+(membership.py). A member named by e-mail is written at once, even one in a group the build
+goes to: the row is theirs whichever comes first, the group's job leaving it as it is and
+mailing them once. The answer counts each person once: one in such a group was counted by the
+request that distributed the build to the group (this one, or one whose job is pending), so
+the e-mail does not count them again. Named by e-mail with `notify`, someone reached before
+without a mail (they joined a group later, or the distribution did not notify) is mailed now,
+once: counted in `notified`, not as newly reached.
 """
 
 from __future__ import annotations
@@ -105,8 +114,6 @@ class Distributor:
         )
         project_access = ProjectAccess(access.project, access.role, access.caller)
         more, more_notified = await self._to_emails(project_access, build, emails, notify)
-        if more_notified:
-            enqueue(self.db, DISTRIBUTION_JOB, {"buildId": build.id}, self.now)
         groups = await self.reads.all(_GROUPS_OF_BUILD.where(BuildGroup.build_id == build.id))
         result = DistributionResult(
             build.id, [row["group_id"] for row in groups], reached + more, notified + more_notified
@@ -120,10 +127,15 @@ class Distributor:
     async def _to_emails(
         self, access: ProjectAccess, build: BuildRecord, emails: Sequence[str], notify: bool
     ) -> tuple[int, int]:
+        """The e-mails as recipients: members (mailed, if `notify` and they take new-build
+        mails), and others invited into the project. How many of them this call newly
+        reaches, and how many it has mailed, that no group counted."""
         wanted = list(dict.fromkeys(normal_email_text(e) for e in emails))
         if not wanted:
             return 0, 0
-        # A member in a group the build is distributed to is the group job's to reach.
+        # In a group the build is distributed to (in this call too): counted by the request
+        # that distributed it to the group, and written by that group's job unless this
+        # call writes them first (the job then leaves their row as it is, and mails them).
         through_group = or_(
             exists().where(BuildGroup.build_id == build.id, BuildGroup.group_id == EVERYONE),
             exists().where(
@@ -131,6 +143,9 @@ class Distributor:
                 GroupTester.group_id == BuildGroup.group_id,
                 GroupTester.user_id == User.id,
             ),
+        )
+        reached_before = exists().where(
+            BuildRecipient.build_id == build.id, BuildRecipient.email == User.email
         )
         members = {
             row.email: row
@@ -141,6 +156,7 @@ class Distributor:
                         User.id,
                         User.notify_new_builds,
                         through_group.label("through_group"),
+                        reached_before.label("reached_before"),
                     )
                     .join(ProjectMember, ProjectMember.user_id == User.id)
                     .where(ProjectMember.project_id == access.project.id, User.email.in_(wanted))
@@ -153,8 +169,6 @@ class Distributor:
             if member is None:
                 # Not a member: invited as tester, they see the build once they accept.
                 await invite_tester(self.db, access, email, self.now, self.mail, self.public_url)
-            elif member.through_group:
-                continue
             rows.append(
                 {
                     "build_id": build.id,
@@ -164,16 +178,34 @@ class Distributor:
                     "notify": bool(notify and member and member.notify_new_builds),
                 }
             )
-        if not rows:
-            return 0, 0
-        statement = (
-            insert_of(self.db, BuildRecipient)
-            .values(rows)
-            .on_conflict_do_nothing()  # type: ignore[attr-defined]
-            .returning(BuildRecipient.notify)
+        statement = insert_of(self.db, BuildRecipient).values(rows)
+        # Reached before unmailed (they joined a group later, or a distribution did not
+        # notify): to be mailed now. Whoever was mailed, or is about to be, is left alone.
+        statement = statement.on_conflict_do_update(  # type: ignore[attr-defined]
+            index_elements=[BuildRecipient.build_id, BuildRecipient.email],
+            set_={"notify": true()},
+            where=and_(
+                statement.excluded.notify.is_(True),  # type: ignore[attr-defined]
+                BuildRecipient.notify.is_(False),
+                BuildRecipient.notified_at.is_(None),
+            ),
         )
-        flags = (await self.db.execute(statement)).scalars().all()
-        return len(flags), sum(1 for flag in flags if flag)
+        written = (
+            await self.db.execute(statement.returning(BuildRecipient.email, BuildRecipient.notify))
+        ).all()
+        if any(to_mail for _, to_mail in written):
+            enqueue(self.db, DISTRIBUTION_JOB, {"buildId": build.id}, self.now)
+        reached = notified = 0
+        for email, to_mail in written:
+            member = members.get(email)
+            if member is None:
+                reached += 1  # a row of its own: an invitee's is never updated
+            elif member.reached_before:
+                notified += 1  # updated: to be mailed now, reached already
+            elif not member.through_group:
+                reached += 1
+                notified += to_mail
+        return reached, notified
 
 
 async def reach_groups(

@@ -22,7 +22,7 @@ from buildbay.auth.models import User
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
 from buildbay.db.concurrency import insert_unless_present, lock_row
-from buildbay.distribution.membership import join_invited_groups
+from buildbay.distribution.membership import join_invited_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.invitations.models import Invitation, InvitationStatus
@@ -173,7 +173,10 @@ class InvitationService:
                   "role": invitation.role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
             raise Conflict("You are already a member of this project", code="already_member")
-        await join_invited_groups(self.db, invitation.id, user.id, self.now)
+        groups = await join_invited_groups(self.db, invitation.id, user.id, self.now)
+        await reach_new_member(
+            self.db, self.now, invitation.project_id, user.id, user.email, groups
+        )
         joined = MemberRecord(
             invitation.project_id, user.id, user.email, user.name, invitation.role, self.now
         )

@@ -15,7 +15,7 @@ from buildbay.builds.removal import keys_of_builds_under, remove_stored_files
 from buildbay.db.concurrency import insert_unless_present, lock_row
 from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
-from buildbay.distribution.membership import leave_groups
+from buildbay.distribution.membership import leave_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.projects.authorization import ProjectAccess
@@ -100,6 +100,7 @@ class ProjectService:
                   "role": role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
             raise Conflict("This user is already a member of the project", code="already_member")
+        await reach_new_member(self.db, self.now, access.project.id, user.id, user.email)
         added = MemberRecord(access.project.id, user.id, user.email, user.name, role, self.now)
         await webhook_events.member_added(self.db, added, self.now)
         return added
