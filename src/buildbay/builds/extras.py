@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ScalarSelect, and_, bindparam, exists, func, select
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.orm import InstrumentedAttribute
 
 from buildbay.builds.models import Build, BuildChannel, Channel, InstallLink
@@ -51,13 +52,15 @@ def _live_link(column: InstrumentedAttribute[Any]) -> ScalarSelect[Any]:
     )
 
 
-_EXTRAS = select(
-    Build.id,
-    _DOWNLOADS.label("downloads"),
-    _CHANNELS.label("channels"),
-    _live_link(InstallLink.id).label("link_id"),
-    _live_link(InstallLink.expires_at).label("link_expires_at"),
-).where(Build.id.in_(bindparam("ids", expanding=True)))
+# Beside a build's own columns, in the statement that reads it (BuildReads.shown, shown_page),
+# or alone by id (build_extras); `now` is a parameter of the statement.
+EXTRA_COLUMNS = (
+    _DOWNLOADS.label("x_downloads"),
+    _CHANNELS.label("x_channels"),
+    _live_link(InstallLink.id).label("x_link_id"),
+    _live_link(InstallLink.expires_at).label("x_link_expires_at"),
+)
+_EXTRAS = select(Build.id, *EXTRA_COLUMNS).where(Build.id.in_(bindparam("ids", expanding=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +79,20 @@ class BuildExtras:
 NONE = BuildExtras([], 0, None)
 
 
+def extras_of(row: RowMapping) -> BuildExtras:
+    """The extras of a row read with EXTRA_COLUMNS."""
+    channels, link_id = row["x_channels"], row["x_link_id"]
+    return BuildExtras(
+        sorted(channels.split(",")) if channels else [],
+        int(row["x_downloads"] or 0),
+        LiveLink(link_id, row["x_link_expires_at"]) if link_id else None,
+    )
+
+
 async def build_extras(reads: Reads, build_ids: list[str], now: datetime) -> dict[str, BuildExtras]:
     """Each build's channels, download count and live link, by id (a build gone meanwhile is
     left out)."""
     if not build_ids:
         return {}
     rows = await reads.all(_EXTRAS, {"ids": build_ids, "now": now})
-    return {
-        row["id"]: BuildExtras(
-            sorted(row["channels"].split(",")) if row["channels"] else [],
-            int(row["downloads"] or 0),
-            LiveLink(row["link_id"], row["link_expires_at"]) if row["link_id"] else None,
-        )
-        for row in rows
-    }
+    return {row["id"]: extras_of(row) for row in rows}

@@ -3,17 +3,25 @@ may do with one (its icon, a signed download address)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, String, and_, bindparam, cast, func, or_, select
+from sqlalchemy.engine import RowMapping
 
+from buildbay.builds.extras import EXTRA_COLUMNS, BuildExtras, extras_of
 from buildbay.builds.models import Build, BuildIcon, BuildStatus
 from buildbay.config import Settings
 from buildbay.db.reads import Reads, RecordOf
-from buildbay.distribution.visibility import Viewer, distributed_to, not_distributed
+from buildbay.distribution.visibility import (
+    DISTRIBUTED_TO_VIEWER,
+    Viewer,
+    not_distributed,
+    viewer_params,
+)
 from buildbay.errors import Conflict, NotFound
 from buildbay.ids import split_page
 from buildbay.storage.base import PartInfo, Storage, UploadGone, part_bounds, parts_count
@@ -55,6 +63,14 @@ class BuildRecord:
 BUILD = RecordOf(BuildRecord, Build)
 
 
+@dataclass(frozen=True, slots=True)
+class ShownBuild:
+    """A build and what the API shows beside it (extras.py)."""
+
+    build: BuildRecord
+    extras: BuildExtras
+
+
 class BuildOrder(StrEnum):
     NEWEST = "newest"
     VERSION = "version"
@@ -84,6 +100,8 @@ def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]
             )
     return clauses
 
+
+NO_VERSION = VersionFilter()  # as the API's query gives it when neither is asked
 
 _VERSION_KEYS = ("versionName", "shortVersion", "versionCode", "buildNumber")
 
@@ -126,6 +144,20 @@ _BUILDS = select(*BUILD.columns)
 _BUILDS_OF_APPLICATION = _BUILDS.where(Build.application_id == bindparam("application_id"))
 _BUILD_OF_APPLICATION = _BUILDS_OF_APPLICATION.where(Build.id == bindparam("build_id"))
 _NEWEST_FIRST = _BUILDS_OF_APPLICATION.order_by(Build.id.desc()).limit(bindparam("limit"))
+# The same with what the API shows beside each build (extras.py), read in the same statement.
+_SHOWN_OF_APPLICATION = _BUILDS_OF_APPLICATION.add_columns(*EXTRA_COLUMNS)
+_SHOWN_BUILD_OF_APPLICATION = _BUILD_OF_APPLICATION.add_columns(*EXTRA_COLUMNS)
+_SHOWN_NEWEST_FIRST = _NEWEST_FIRST.add_columns(*EXTRA_COLUMNS)
+# A tester sees what they can install: ready builds given to them, never a pending upload (nor
+# the reason it was refused). Their first page, and whether they were given a build, built once.
+_SEEN = and_(DISTRIBUTED_TO_VIEWER, Build.status == BuildStatus.READY)
+_NEWEST_SEEN_FIRST = (
+    _BUILDS_OF_APPLICATION.where(_SEEN).order_by(Build.id.desc()).limit(bindparam("limit"))
+)
+_SHOWN_NEWEST_SEEN_FIRST = _NEWEST_SEEN_FIRST.add_columns(*EXTRA_COLUMNS)
+_GIVEN = DISTRIBUTED_TO_VIEWER.label("distributed")
+_BUILD_GIVEN = _BUILD_OF_APPLICATION.add_columns(_GIVEN)
+_SHOWN_BUILD_GIVEN = _SHOWN_BUILD_OF_APPLICATION.add_columns(_GIVEN)
 _BUILD_OF_KEY = _BUILDS.where(Build.storage_key == bindparam("storage_key"))
 _ICON = select(BuildIcon.png).where(BuildIcon.build_id == bindparam("build_id"))
 _VERSION_KEY = func.coalesce(Build.version_code, -1)
@@ -170,22 +202,63 @@ class BuildReads:
     ) -> tuple[list[BuildRecord], str | None]:
         """A page of builds, newest first or by version (of the ready ones distributed to
         `viewer`, a tester; of those whose file name, notes or version hold `search`)."""
+        rows = await self._page(application_id, status, limit, after_id, version, sort, viewer,
+                                search, shown=False)  # fmt: skip
+        return split_page([BUILD.of(row) for row in rows], limit, lambda build: build.id)
+
+    async def shown_page(
+        self,
+        application_id: str,
+        status: BuildStatus | None,
+        limit: int,
+        after_id: str | None,
+        version: VersionFilter | None = None,
+        sort: BuildOrder = BuildOrder.NEWEST,
+        viewer: Viewer | None = None,
+        search: str | None = None,
+    ) -> tuple[list[ShownBuild], str | None]:
+        """`page`, each build with what the API shows beside it, in the same statement."""
+        rows = await self._page(application_id, status, limit, after_id, version, sort, viewer,
+                                search, shown=True)  # fmt: skip
+        found = [ShownBuild(BUILD.of(row), extras_of(row)) for row in rows]
+        return split_page(found, limit, lambda shown: shown.build.id)
+
+    async def _page(
+        self,
+        application_id: str,
+        status: BuildStatus | None,
+        limit: int,
+        after_id: str | None,
+        version: VersionFilter | None,
+        sort: BuildOrder,
+        viewer: Viewer | None,
+        search: str | None,
+        *,
+        shown: bool,
+    ) -> Sequence[RowMapping]:
+        """The rows of a page and one more (split_page's look-ahead)."""
         params: dict[str, Any] = {"application_id": application_id, "limit": limit + 1}
+        if shown:
+            params["now"] = self.now
+        if viewer is not None:
+            params.update(viewer_params(viewer))
         if (
             status is None
-            and version is None
+            and (version is None or version == NO_VERSION)
             and sort is BuildOrder.NEWEST
             and after_id is None
-            and viewer is None
             and not search
         ):
-            stmt = _NEWEST_FIRST  # the first page, as clients poll it
+            # The first page, as clients poll it.
+            if viewer is None:
+                stmt = _SHOWN_NEWEST_FIRST if shown else _NEWEST_FIRST
+            else:
+                stmt = _SHOWN_NEWEST_SEEN_FIRST if shown else _NEWEST_SEEN_FIRST
         else:
-            stmt = _BUILDS_OF_APPLICATION.where(*_version_clauses(version), *_search_clause(search))
+            base = _SHOWN_OF_APPLICATION if shown else _BUILDS_OF_APPLICATION
+            stmt = base.where(*_version_clauses(version), *_search_clause(search))
             if viewer is not None:
-                # A tester sees what they can install: ready builds given to them, never a
-                # pending upload (nor the reason it was refused).
-                stmt = stmt.where(distributed_to(viewer), Build.status == BuildStatus.READY)
+                stmt = stmt.where(_SEEN)
             if status is not None:
                 stmt = stmt.where(Build.status == status)
             if sort is BuildOrder.VERSION:
@@ -197,7 +270,7 @@ class BuildReads:
                         _VERSION_KEY_OF, {"build_id": after_id, "application_id": application_id}
                     )
                     if after_key is None:
-                        return [], None  # the cursor's build was deleted meanwhile
+                        return []  # the cursor's build was deleted meanwhile
                     stmt = stmt.where(
                         or_(
                             after_key > _VERSION_KEY,
@@ -209,21 +282,21 @@ class BuildReads:
                 if after_id is not None:
                     stmt = stmt.where(Build.id < after_id)
             stmt = stmt.limit(bindparam("limit"))
-        builds = [BUILD.of(row) for row in await self.reads.all(stmt, params)]
-        return split_page(builds, limit, lambda build: build.id)
+        return await self.reads.all(stmt, params)
 
     async def latest(
         self, application_id: str, version: VersionFilter | None, viewer: Viewer | None = None
     ) -> BuildRecord:
         """The newest ready build (of that version, if asked; distributed to `viewer`)."""
-        seen = [distributed_to(viewer)] if viewer is not None else []
+        seen = [DISTRIBUTED_TO_VIEWER] if viewer is not None else []
+        params = {"application_id": application_id, **(viewer_params(viewer) if viewer else {})}
         row = await self.reads.first(
             _BUILDS_OF_APPLICATION.where(
                 Build.status == BuildStatus.READY, *_version_clauses(version), *seen
             )
             .order_by(Build.id.desc())
             .limit(1),
-            {"application_id": application_id},
+            params,
         )
         if row is None:
             raise NotFound("No ready build matches", code="build_not_found")
@@ -233,17 +306,33 @@ class BuildReads:
         self, application_id: str, build_id: str, viewer: Viewer | None = None
     ) -> BuildRecord:
         """The build; 403 `not_distributed` if `viewer` (a tester) was not given it."""
-        params = {"build_id": build_id, "application_id": application_id}
+        row = await self._one(application_id, build_id, viewer, shown=False)
+        return BUILD.of(row)
+
+    async def shown(
+        self, application_id: str, build_id: str, viewer: Viewer | None = None
+    ) -> ShownBuild:
+        """`get`, with what the API shows beside the build, in the same statement."""
+        row = await self._one(application_id, build_id, viewer, shown=True)
+        return ShownBuild(BUILD.of(row), extras_of(row))
+
+    async def _one(
+        self, application_id: str, build_id: str, viewer: Viewer | None, *, shown: bool
+    ) -> RowMapping:
+        params: dict[str, Any] = {"build_id": build_id, "application_id": application_id}
+        if shown:
+            params["now"] = self.now
         if viewer is None:
-            row = await self.reads.first(_BUILD_OF_APPLICATION, params)
+            stmt = _SHOWN_BUILD_OF_APPLICATION if shown else _BUILD_OF_APPLICATION
         else:  # whether the tester was given it, in the same statement
-            seen = distributed_to(viewer).label("distributed")
-            row = await self.reads.first(_BUILD_OF_APPLICATION.add_columns(seen), params)
+            stmt = _SHOWN_BUILD_GIVEN if shown else _BUILD_GIVEN
+            params.update(viewer_params(viewer))
+        row = await self.reads.first(stmt, params)
         if row is None:
             raise not_in_application()
         if viewer is not None and not row["distributed"]:
             raise not_distributed()
-        return BUILD.of(row)
+        return row
 
     async def pending_upload(self, storage_key: str) -> BuildRecord:
         """The build whose bytes are stored at `storage_key`, while they may still arrive (step

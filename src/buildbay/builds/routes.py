@@ -12,7 +12,7 @@ from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.models import BuildStatus
-from buildbay.builds.reads import BuildOrder, BuildRecord, VersionFilter
+from buildbay.builds.reads import BuildOrder, BuildRecord, ShownBuild, VersionFilter
 from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
@@ -114,15 +114,17 @@ BuildId = Annotated[str, Path(alias="buildId")]
 
 
 async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[schemas.Build]:
-    """The builds as the API shows them, each with its newest live install link's address, its
-    channels and its download count (one statement for all, `build_extras`)."""
+    """The builds as the API shows them (after a change: one statement reads their extras)."""
     extras = await build_extras(links.reads, [b.id for b in builds], links.now)
-    shown = []
-    for build in builds:
-        extra = extras.get(build.id, NO_EXTRAS)
-        url = links.url(extra.link) if extra.link else None
-        shown.append(to_schema(build, links.public_url, url, extra.channels, extra.downloads))
-    return shown
+    return [shown_schema(ShownBuild(b, extras.get(b.id, NO_EXTRAS)), links) for b in builds]
+
+
+def shown_schema(shown: ShownBuild, links: InstallLinkReads) -> schemas.Build:
+    """A build as the API shows it, with its newest live install link's address, its channels
+    and its download count."""
+    build, extras = shown.build, shown.extras
+    url = links.url(extras.link) if extras.link else None
+    return to_schema(build, links.public_url, url, extras.channels, extras.downloads)
 
 
 def _install_link(
@@ -164,10 +166,11 @@ async def list_builds(
         ),
     ] = BuildOrder.NEWEST,
 ) -> schemas.BuildList:
-    found, next_cursor = await builds.page(
+    found, next_cursor = await builds.shown_page(
         access.application.id, status, page.limit, page.after_id, version, sort, tester(access)
     )
-    return schemas.BuildList(builds=await present(found, links), next_cursor=next_cursor)
+    shown = [shown_schema(build, links) for build in found]
+    return schemas.BuildList(builds=shown, next_cursor=next_cursor)
 
 
 @router.post(
@@ -313,8 +316,7 @@ async def latest_build(
 async def get_build(
     build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.Build:
-    build = await builds.get(access.application.id, build_id, tester(access))
-    return (await present([build], links))[0]
+    return shown_schema(await builds.shown(access.application.id, build_id, tester(access)), links)
 
 
 @router.put(

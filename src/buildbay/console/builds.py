@@ -11,7 +11,6 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.reads import BuildOrder, BuildReads
 from buildbay.builds.schemas import (
@@ -86,12 +85,13 @@ async def render_application(
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
     shown = _shown(request)
-    builds, next_cursor = await BuildReads.of(get_context(request), reads).page(
+    found, next_cursor = await BuildReads.of(get_context(request), reads).shown_page(
         access.application.id, None, BUILDS_PER_PAGE, shown.after_id, None, shown.sort,
         tester_of(access), shown.search,
     )  # fmt: skip
+    builds = [b.build for b in found]
+    extras = {b.build.id: b.extras for b in found}
     links = InstallLinkReads.of(get_context(request), reads)
-    extras = await build_extras(reads, [b.id for b in builds], links.now)
     current = {k: extra.link for k, extra in extras.items() if extra.link is not None}
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     channels = await channels_of(reads, access.application.id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, exists, or_, select
+from sqlalchemy import bindparam, exists, or_, select
 
 from buildbay.builds.models import Build
 from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
@@ -33,23 +33,33 @@ def tester_of(access: ApplicationAccess) -> Viewer | None:
     return viewer_of(access.role, user.id, user.email)
 
 
-def distributed_to(viewer: Viewer) -> ColumnElement[bool]:
-    """True for a build (a row of `builds` in the query) distributed to the viewer."""
-    return or_(
-        exists().where(
-            BuildGroup.build_id == Build.id,
-            or_(
-                BuildGroup.group_id == EVERYONE,
-                BuildGroup.group_id.in_(
-                    select(GroupTester.group_id).where(GroupTester.user_id == viewer.user_id)
-                ),
+# True for a build (a row of `builds` in the query) distributed to the viewer whose id and
+# e-mail are bound as `viewer_id` and `viewer_email` (`viewer_params`). Bound, not written in:
+# a statement built once with it is compiled, and its cache key made, once (composing it for
+# each request cost a tester's read of a build about a millisecond).
+DISTRIBUTED_TO_VIEWER = or_(
+    exists().where(
+        BuildGroup.build_id == Build.id,
+        or_(
+            BuildGroup.group_id == EVERYONE,
+            BuildGroup.group_id.in_(
+                select(GroupTester.group_id).where(GroupTester.user_id == bindparam("viewer_id"))
             ),
         ),
-        exists().where(
-            BuildRecipient.build_id == Build.id,
-            or_(BuildRecipient.user_id == viewer.user_id, BuildRecipient.email == viewer.email),
+    ),
+    exists().where(
+        BuildRecipient.build_id == Build.id,
+        or_(
+            BuildRecipient.user_id == bindparam("viewer_id"),
+            BuildRecipient.email == bindparam("viewer_email"),
         ),
-    )
+    ),
+)
+
+
+def viewer_params(viewer: Viewer) -> dict[str, str]:
+    """The parameters of DISTRIBUTED_TO_VIEWER."""
+    return {"viewer_id": viewer.user_id, "viewer_email": viewer.email}
 
 
 def not_distributed() -> Forbidden:
