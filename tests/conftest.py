@@ -15,6 +15,8 @@ import concurrent.futures
 import os
 import shutil
 import sys
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ import asyncpg
 import httpx
 import pytest
 import redis.asyncio
+import uvicorn
 from fastapi import FastAPI
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
@@ -84,13 +87,21 @@ BACKEND_FIXTURES = frozenset({"migrated_database", "database_url", "redis_url"})
 BACKEND_NAMES = ("PG_URL", "REDIS_URL", "BUILDBAY_TEST_DATABASE_URL", "BUILDBAY_TEST_REDIS_URL")
 
 
+# Tests that reach a server only through its HTTP API, whatever database is behind it: a
+# browser scenario tests the pages (their script, forms and layout; the console's reads and
+# writes on PostgreSQL are the in-process tests'), the client's tests its retries, resumes and
+# output, and schemathesis the API's contract (PostgreSQL's one difference there, NUL
+# characters, has tests/api/test_nul_characters.py). They take half of the second run's time
+# and prove nothing more on it.
+_SAME_ON_ANY_BACKEND = ("tests/client/", "tests/api/test_schemathesis.py")
+
+
 def _reaches_a_backend(item: pytest.Item, sources: dict[str, str]) -> bool:
     fixtures = getattr(item, "fixturenames", ())
     if "browser" in fixtures:
-        # A browser scenario tests the pages (their script, forms and layout), the same on any
-        # database; the console's reads and writes on PostgreSQL are the in-process tests'.
-        # The ones marked `backends` walk whole journeys again on PostgreSQL + Redis.
-        return item.get_closest_marker("backends") is not None
+        return False
+    if item.nodeid.startswith(_SAME_ON_ANY_BACKEND):
+        return False
     if BACKEND_FIXTURES.intersection(fixtures):
         return True
     path = str(item.path)
@@ -466,3 +477,34 @@ def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
         ready_url=f"{base}/readyz",
     ):
         yield base
+
+
+@pytest.fixture
+def threaded_server(server_env: dict[str, str]) -> Iterator[str]:
+    """The service as `buildbay serve` runs it (the app, uvicorn, the lifespan with its job
+    worker), from the same environment, but in a thread of this process: for tests that reach
+    it over HTTP only (browsers, the client), which a process of its own would cost seconds of
+    imports each (measured: the console's browser tests in 57 s instead of 86 s). Tests that
+    kill, restart or count processes start real ones (`server`, tests/faults/conftest.py)."""
+    port = free_port()
+    fields = {
+        name.removeprefix("BUILDBAY_").lower(): value
+        for name, value in server_env.items()
+        if name.startswith("BUILDBAY_")
+    }
+    settings = Settings(**fields, host="127.0.0.1", port=port)
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=port, http="httptools",
+        server_header=False, access_log=False, log_level="warning", timeout_keep_alive=30,
+    )  # fmt: skip
+    served = uvicorn.Server(config)
+    thread = threading.Thread(target=served.run, name=f"buildbay-{port}", daemon=True)
+    thread.start()
+    while not served.started:
+        assert thread.is_alive(), "the server stopped while starting (its log is above)"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        served.should_exit = True
+        thread.join(60)

@@ -31,6 +31,13 @@ PHONE: dict[str, Any] = {
 }
 
 
+@pytest.fixture
+def server(threaded_server: str) -> str:
+    """The service in a thread of this process (tests/conftest.py): a browser scenario tests
+    pages, which a process of its own would only start seconds later."""
+    return threaded_server
+
+
 # Per module, not per session: Playwright's sync API keeps an event loop running in this thread
 # while it is open, which the asyncio tests of other modules cannot share.
 @pytest.fixture(scope="module")

@@ -85,7 +85,6 @@ def test_a_large_file_goes_in_parts_and_a_broken_part_is_sent_again(
     assert sorted(sent) == ["1", "2", "3"]  # each part once through, part 2 again
 
 
-@pytest.mark.backends
 def test_a_new_user_uploads_a_build_and_makes_a_token_for_ci(
     server: str, new_page: NewPage, tmp_path: Path
 ) -> None:

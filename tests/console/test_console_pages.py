@@ -61,7 +61,6 @@ def upload_demo(page: Page, notes: str = "") -> None:
     expect(page.locator("table.builds tbody tr").first).to_contain_text("ready")
 
 
-@pytest.mark.backends
 @pytest.mark.parametrize("viewport", [None, PHONE], ids=["desktop", "phone"])
 def test_a_lead_sets_retention_edits_notes_and_shares_then_revokes_a_link(
     server: str, new_page: NewPage, viewport: dict[str, int] | None

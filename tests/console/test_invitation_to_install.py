@@ -46,7 +46,6 @@ def _ready_build(server: str, email: str, project_id: str, app_id: str) -> str:
         return str(link["buildId"])
 
 
-@pytest.mark.backends
 def test_an_invited_tester_installs_a_build_distributed_to_their_group(
     server: str, new_page: NewPage, smtp: SmtpSink
 ) -> None:

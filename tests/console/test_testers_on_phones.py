@@ -105,7 +105,6 @@ def shelf(server: str) -> Shelf:
         )
 
 
-@pytest.mark.backends
 def test_a_tester_on_an_iphone_sees_only_their_ready_build_and_installs_it(
     server: str, new_page: NewPage, shelf: Shelf
 ) -> None:
