@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -93,7 +94,12 @@ BACKEND_NAMES = ("PG_URL", "REDIS_URL", "BUILDBAY_TEST_DATABASE_URL", "BUILDBAY_
 # output, and schemathesis the API's contract (PostgreSQL's one difference there, NUL
 # characters, has tests/api/test_nul_characters.py). They take half of the second run's time
 # and prove nothing more on it.
-_SAME_ON_ANY_BACKEND = ("tests/client/", "tests/api/test_schemathesis.py")
+_SAME_ON_ANY_BACKEND = (
+    "tests/client/",
+    "tests/api/test_schemathesis.py",
+    "tests/faults/test_slow_clients.py",  # uvicorn's connections and the body read timeout
+    "tests/security/test_upload_connection.py",
+)
 
 
 def _reaches_a_backend(item: pytest.Item, sources: dict[str, str]) -> bool:
@@ -486,7 +492,10 @@ def threaded_server(server_env: dict[str, str]) -> Iterator[str]:
     it over HTTP only (browsers, the client), which a process of its own would cost seconds of
     imports each (measured: the console's browser tests in 57 s instead of 86 s). Tests that
     kill, restart or count processes start real ones (`server`, tests/faults/conftest.py)."""
-    port = free_port()
+    # Bound here and handed to uvicorn: a port picked free and bound later could be taken by
+    # another worker in between (uvicorn then exits its thread).
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
     fields = {
         name.removeprefix("BUILDBAY_").lower(): value
         for name, value in server_env.items()
@@ -498,7 +507,9 @@ def threaded_server(server_env: dict[str, str]) -> Iterator[str]:
         server_header=False, access_log=False, log_level="warning", timeout_keep_alive=30,
     )  # fmt: skip
     served = uvicorn.Server(config)
-    thread = threading.Thread(target=served.run, name=f"buildbay-{port}", daemon=True)
+    thread = threading.Thread(
+        target=served.run, kwargs={"sockets": [listening]}, name=f"buildbay-{port}", daemon=True
+    )
     thread.start()
     while not served.started:
         assert thread.is_alive(), "the server stopped while starting (its log is above)"
@@ -508,3 +519,4 @@ def threaded_server(server_env: dict[str, str]) -> Iterator[str]:
     finally:
         served.should_exit = True
         thread.join(60)
+        listening.close()
