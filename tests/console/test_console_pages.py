@@ -43,6 +43,9 @@ def reload_sends_nothing(page: Page, posts: list[str]) -> None:
 def fits_the_screen(page: Page) -> None:
     """Nothing wider than the viewport: no sideways scrolling on a phone. A failure names the
     elements that stick out."""
+    # Measured once the stylesheet has arrived: a layout forced before it (the DOM can be ready
+    # first, on a busy machine) is the browser's default one, a desktop table.
+    page.wait_for_load_state("load")
     wide = page.evaluate(
         """() => [...document.querySelectorAll("body *")]
             .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)

@@ -134,7 +134,8 @@ def test_a_tester_on_an_iphone_sees_only_their_ready_build_and_installs_it(
     expect(phone).to_have_url(re.compile(r"/install/"))
     install = phone.get_by_role("link", name="Install", exact=True)
     expect(install).to_have_attribute("href", re.compile(r"^itms-services://\?action=download-"))
-    # The page fits the phone: nothing wider than its screen.
+    # The page fits the phone: nothing wider than its screen (measured with its stylesheet).
+    phone.wait_for_load_state("load")
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
 
     # The API lists the same one build to the tester, and refuses the others.
