@@ -329,6 +329,7 @@ def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> in
             os.sync()
             parts_rss_before = vm_rss_kib(server.pid)
             parts_sampler = RssSampler(server.pid)
+            parts_cpu_before = cpu_seconds(server.pid)
             parts_sampler.start()
             try:
                 parts_s, parts_verify_s, parts_sha256 = upload_in_parts(
@@ -336,6 +337,7 @@ def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> in
                 )
             finally:
                 parts_sampler.stop()
+            parts_cpu = cpu_seconds(server.pid) - parts_cpu_before
             if parts_sha256 != source_sha256:
                 raise SystemExit("the build in parts has other bytes than were sent")
             one_put_total = put_s + verify_s
@@ -350,10 +352,12 @@ def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> in
                     f"{put_s:.2f}",
                     f"{verify_s:.2f}",
                     f"{size_mib / one_put_total:.0f}",
+                    f"{server_cpu:.2f}",
                     f"{parts_s:.2f}",
                     f"{parts_verify_s:.2f}",
                     f"{size_mib / parts_total:.0f}",
                     f"{parts_ratio:.2f}",
+                    f"{parts_cpu:.2f}",
                     f"{parts_growth:.1f}",
                 ]
             )
@@ -432,10 +436,12 @@ def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> in
                 "PUT s",
                 "its verify s",
                 "PUT+verify MiB/s",
+                "server CPU s",
                 "parts s",
                 "their verify s",
                 "parts+verify MiB/s",
                 "ratio",
+                "server CPU s",
                 "RSS peak growth MiB",
             ],
             parts_rows,
