@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from buildbay.builds.sweeper import GRACE, sweep
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.context import AppContext
-from buildbay.storage.local import LocalStorage
+from buildbay.storage.local import BOOT_ID, LocalStorage
 from tests.builds.conftest import Builds
 
 MiB = 1024 * 1024
@@ -294,6 +295,36 @@ async def test_verify_names_the_missing_parts(parts: Parts, builds: Builds) -> N
     assert body["code"] == "upload_incomplete"
     assert body["missingParts"] == [2, 3]
     assert (await builds.get(link["buildId"])).json()["status"] == "pending"
+
+
+@pytest.mark.skipif(BOOT_ID is None, reason="no boot id on this system")
+async def test_a_part_marked_before_the_machine_restarted_is_sent_again(
+    app: FastAPI, parts: Parts, builds: Builds
+) -> None:
+    """Parts are flushed at verify, not one by one: after a restart of the machine, a part
+    marked in the earlier boot may have lost bytes, so it is listed as missing."""
+    data = file_of(20 * MiB)
+    link = await parts.link(data)
+    await parts.send_all(link["buildId"], data, [1, 2, 3])
+    marker = upload_dir(app, builds, link["buildId"]) / "parts" / "2"
+    size, boot = marker.read_text().split(" ")
+    assert boot == BOOT_ID
+    marker.write_text(f"{size} {uuid.uuid4()}")  # as if written before a reboot
+
+    listed = [p["partNumber"] for p in (await parts.received(link["buildId"]))["parts"]]
+    r = await builds.verify(link["buildId"])
+
+    assert listed == [1, 3]
+    assert r.status_code == 422, r.text
+    assert r.json()["missingParts"] == [2]
+    await parts.send_all(link["buildId"], data, [2])
+    r = await builds.verify(link["buildId"])
+    assert r.status_code in (200, 202), r.text
+    jobs = ctx_of(app).jobs
+    assert jobs is not None
+    await jobs.run_until_idle()
+    build = (await builds.get(link["buildId"])).json()
+    assert (build["status"], build["sha256"]) == ("ready", hashlib.sha256(data).hexdigest())
 
 
 async def test_two_clients_racing_on_one_part_leave_one_whole_copy(

@@ -10,11 +10,18 @@ leaves the file behind, unlocked: the sweeper removes such files once they are o
 
 A multipart upload (a large build, in parts) lives in `multipart/<key>/`: one file of the build's
 size (`data`, sparse until the parts fill it), into which each part is written at its offset, and
-a marker per part that has fully arrived and is on disk (`parts/<n>`). Verify renames `data` into
-place: the bytes are never copied a second time. Writers of parts hold a shared flock on the
+a marker per part that has fully arrived (`parts/<n>`). Verify flushes `data` to disk and renames
+it into place: the bytes are never copied a second time. Writers of parts hold a shared flock on the
 upload's `lock` while they write, verify an exclusive one while it renames; two copies of one
 part are serialized by that part's own lock (`locks/<n>`), and a copy removes the part's marker
-before its first byte, so a part is listed only once a whole copy of it is on disk.
+before its first byte, so a part is listed only once a whole copy of it has been written.
+
+A part's bytes reach the disk as one PUT's do: the kernel is asked to start writing them while
+they arrive, and the one fsync is verify's. Until then they may be in the page cache only, which
+outlives the process (a `kill -9` loses nothing) but not the machine: a marker names the boot of
+the machine it was written in (Linux's `boot_id`), and a part marked in an earlier boot is not
+listed, so the client sends it again. Where no boot id can be read, each part is flushed before
+its marker is written, and such markers name no boot.
 
 While parts arrive, a hasher of this process reads each part once the parts before it are in
 (from the page cache, just written) and hashes it, so that verify need not read the whole file
@@ -250,7 +257,7 @@ class LocalStorage:
         tmp = Path(tmp_name)
         sink = _HashingFile(fd)
         # The block before the one being gathered: its hash and its write, in two threads.
-        inflight: list[concurrent.futures.Future[None]] = []
+        inflight: list[concurrent.futures.Future[object]] = []
         try:
             async with contextlib.aclosing(_blocks(body, size, f"the declared {size}")) as blocks:
                 async for data in blocks:
@@ -383,10 +390,11 @@ class LocalStorage:
                     directory, meta["size"], meta["partSize"]
                 )
             inline = hasher.begin_inline(number)  # after the old copy's marker went
-            received = await _write_at(data, offset, size, body, inline)
+            received = await _write_at(data, offset, size, body, hasher.writes, inline)
             if received < size:
                 raise BodyTooShort(f"The body ended after {received} of the part's {size} bytes")
-            await asyncio.to_thread(os.fdatasync, data)
+            if BOOT_ID is None:
+                await asyncio.to_thread(os.fdatasync, data)
             part, marker = await asyncio.to_thread(_mark_part, directory, number, size)
             if inline is not None:
                 hasher.finish_inline(number, inline, marker)
@@ -423,7 +431,11 @@ class _PartHasher:
     A part that is next in line when its copy begins is hashed on the way in, as one PUT is
     (`begin_inline`, `finish_inline`); the others are read back by `advance` (blocking: a
     thread's) once the parts before them are in. `_state` guards `digest` and `seen` and is only
-    held for moments; `_running` lets one `advance` run at a time."""
+    held for moments; `_running` lets one `advance` run at a time.
+
+    `writes` is held by each block's write into the upload's file: the kernel writes into one
+    file one call at a time anyway (ext4 holds the inode's lock), and threads that wait here
+    sleep, where in the kernel they would spin."""
 
     def __init__(self, directory: Path, size: int, part_size: int) -> None:
         self.directory, self.size, self.part_size = directory, size, part_size
@@ -433,6 +445,7 @@ class _PartHasher:
         self._again = False
         self.digest: _Digest = hashlib.sha256()
         self.seen: dict[int, tuple[int, int]] = {}
+        self.writes = threading.Lock()
 
     def begin_inline(self, number: int) -> _Digest | None:
         """A digest to hash part `number` into as it arrives, if it is next in line."""
@@ -558,23 +571,31 @@ async def _write_at(
     offset: int,
     size: int,
     body: AsyncIterator[bytes],
+    lock: threading.Lock,
     digest: _Digest | None = None,
 ) -> int:
     """Write `body` at `offset` (and hash it into `digest`, if given), a block at a time in
-    worker threads, one block behind the network (as `receive` does); refuse past `size`.
+    worker threads, one block behind the network (as `receive` does), each write under `lock`;
+    refuse past `size`. The kernel is asked to start writing the bytes to disk every
+    WRITEBACK_EVERY bytes and at the end, so verify's fsync has little left to wait for.
     Every write is done when it returns or raises, so the caller may close `fd`. Returns how
     many bytes were written."""
-    position = offset
-    inflight: list[concurrent.futures.Future[None]] = []
+    position = written_back = offset
+    inflight: list[concurrent.futures.Future[object]] = []
     try:
         async with contextlib.aclosing(_blocks(body, size, f"the part's {size}")) as blocks:
             async for data in blocks:
-                await _settled(inflight)
-                inflight = [_WORKERS.submit(_pwrite_all, fd, data, position)]
+                await _settled(inflight)  # every block before this one is written
+                inflight = [_WORKERS.submit(_pwrite_all, fd, data, position, lock)]
+                if position - written_back >= WRITEBACK_EVERY:
+                    start, written_back = written_back, position
+                    inflight.append(_WORKERS.submit(_start_writeback, fd, start, position - start))
                 if digest is not None:
-                    inflight.append(_WORKERS.submit(digest.update, data))
-                position += len(data)
+                    inflight.append(_WORKERS.submit(_hash_all, digest, data))
+                position += sum(map(len, data))
         await _settled(inflight)
+        if position > written_back:
+            await asyncio.to_thread(_start_writeback, fd, written_back, position - written_back)
     except BaseException:
         await asyncio.shield(asyncio.to_thread(concurrent.futures.wait, inflight))
         raise
@@ -583,39 +604,68 @@ async def _write_at(
 
 async def _blocks(
     body: AsyncIterator[bytes], size: int, declared: str
-) -> AsyncGenerator[bytes, None]:
-    """`body` joined into blocks of WRITE_BLOCK bytes or more (the last one what is left), so
-    that the threads that hash and write get few, large pieces; BodyTooLarge as soon as it
-    passes `size` bytes (`declared` names that size: "the declared 10")."""
-    blocks: list[bytes] = []
+) -> AsyncGenerator[list[bytes], None]:
+    """`body` gathered into blocks of WRITE_BLOCK bytes or more (the last one what is left),
+    each a list of the chunks as they came (not joined: that would copy every byte once more),
+    so that the threads that hash and write get few, large pieces of work; BodyTooLarge as
+    soon as it passes `size` bytes (`declared` names that size: "the declared 10")."""
+    block: list[bytes] = []
     gathered = received = 0
     async for chunk in body:
         received += len(chunk)
         if received > size:
             raise BodyTooLarge(f"The body is longer than {declared} bytes")
-        blocks.append(chunk)
+        if chunk:
+            block.append(chunk)
         gathered += len(chunk)
         if gathered >= WRITE_BLOCK:
-            yield b"".join(blocks)
-            blocks.clear()
+            yield block
+            block = []
             gathered = 0
-    if blocks:
-        yield b"".join(blocks)
+    if block:
+        yield block
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
-        offset += written
+def _hash_all(digest: _Digest, block: list[bytes]) -> None:
+    for chunk in block:
+        digest.update(chunk)
+
+
+def _pwrite_all(
+    fd: int, block: list[bytes], offset: int, lock: threading.Lock | None = None
+) -> int:
+    """Write the block's chunks at `offset` with one pwritev (the kernel gathers them), under
+    `lock` if given; a short write goes on where it stopped. Returns how many bytes."""
+    views = [memoryview(chunk) for chunk in block]
+    done = 0
+    with lock or contextlib.nullcontext():
+        while views:
+            written = os.pwritev(fd, views, offset + done)
+            done += written
+            while views and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if written:
+                views[0] = views[0][written:]
+    return done
+
+
+def _boot_id() -> str | None:
+    """This boot of the machine (Linux: a random id the kernel draws at boot), or None."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+# The boot parts are marked in; None: parts are flushed before they are marked.
+BOOT_ID = _boot_id()
 
 
 def _mark_part(directory: Path, number: int, size: int) -> tuple[PartInfo, tuple[int, int]]:
     """The part's marker, written whole under its name; the part and the marker's identity."""
     marker = directory / "parts" / str(number)
     tmp = directory / "parts" / f".{number}.{uuid.uuid4().hex}"
-    tmp.write_text(str(size))
+    tmp.write_text(f"{size} {BOOT_ID}" if BOOT_ID is not None else str(size))
     st = tmp.stat()
     tmp.replace(marker)
     received = datetime.fromtimestamp(st.st_mtime, UTC)
@@ -630,10 +680,13 @@ def _read_parts(directory: Path, upload_id: str) -> list[PartInfo]:
         if not path.name.isdigit():
             continue  # a marker being written
         try:
-            size = int(path.read_text())
+            size_text, _, boot = path.read_text().partition(" ")
+            size = int(size_text)
             received = path.stat().st_mtime
         except (FileNotFoundError, ValueError):
             continue  # a new copy of the part has begun
+        if boot and boot != BOOT_ID:
+            continue  # marked before the machine restarted: its bytes may not be on disk
         parts.append(PartInfo(int(path.name), size, datetime.fromtimestamp(received, UTC)))
     return sorted(parts, key=lambda p: p.number)
 
@@ -667,12 +720,22 @@ def _complete(
         with contextlib.suppress(FileNotFoundError):
             _sidecar(target).unlink()
         data = directory / "data"
-        inode = data.stat().st_ino
+        inode = _flush(data)
         data.replace(target)  # the bytes stay where the parts put them
         _fsync_dir(target.parent)
         if sha256 is not None:
             _sidecar(target).write_text(f"{sha256} {size} {inode}\n")
         shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
+def _flush(path: Path) -> int:
+    """fsync the file at `path` (its bytes are on disk before a name points at them); its inode."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        return os.fstat(fd).st_ino
     finally:
         os.close(fd)
 
@@ -712,7 +775,7 @@ def _uploads_under(root: Path, started_before: float) -> list[MultipartUpload]:
 _WORKERS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="upload")
 
 
-async def _settled(futures: list[concurrent.futures.Future[None]]) -> None:
+async def _settled(futures: list[concurrent.futures.Future[object]]) -> None:
     """Wait for every one of `futures`, then raise the first error among them."""
     for future in futures:
         await asyncio.wrap_future(future)
@@ -727,15 +790,11 @@ class _HashingFile:
         self.closed = False
         self._writeback_from = 0
 
-    def hash(self, data: bytes) -> None:
-        self._hash.update(data)
+    def hash(self, block: list[bytes]) -> None:
+        _hash_all(self._hash, block)
 
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
-        self.size += len(data)
+    def write(self, block: list[bytes]) -> None:
+        self.size += _pwrite_all(self.fd, block, self.size)
         if self.size - self._writeback_from >= WRITEBACK_EVERY:
             _start_writeback(self.fd, self._writeback_from, self.size - self._writeback_from)
             self._writeback_from = self.size
@@ -793,7 +852,7 @@ def _sidecar(path: Path) -> Path:
 
 
 def _discard(
-    sink: _HashingFile, tmp: Path, inflight: list[concurrent.futures.Future[None]]
+    sink: _HashingFile, tmp: Path, inflight: list[concurrent.futures.Future[object]]
 ) -> None:
     concurrent.futures.wait(inflight)
     with contextlib.suppress(OSError):
