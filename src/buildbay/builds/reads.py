@@ -3,13 +3,12 @@ may do with one (its icon, a signed download address)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, String, and_, bindparam, cast, func, or_, select
+from sqlalchemy import ColumnElement, Select, String, and_, bindparam, cast, func, or_, select
 from sqlalchemy.engine import RowMapping
 
 from buildbay.builds.extras import EXTRA_COLUMNS, BuildExtras, extras_of
@@ -85,6 +84,33 @@ class VersionFilter:
     code: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BuildQuery:
+    """A page of an application's builds: newest first or by version, from a cursor's build
+    on; of one status, version or search text, if asked; of the ready builds distributed to
+    `viewer` (a tester), if given."""
+
+    application_id: str
+    limit: int
+    after_id: str | None = None
+    status: BuildStatus | None = None
+    version: VersionFilter | None = None
+    sort: BuildOrder = BuildOrder.NEWEST
+    viewer: Viewer | None = None
+    search: str | None = None
+
+    @property
+    def is_first_page(self) -> bool:
+        """The first page, newest first, of every build (the viewer's, for a tester)."""
+        return (
+            self.after_id is None
+            and self.status is None
+            and self.version is None
+            and self.sort is BuildOrder.NEWEST
+            and not self.search
+        )
+
+
 def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]:
     if version is None:
         return []
@@ -100,8 +126,6 @@ def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]
             )
     return clauses
 
-
-NO_VERSION = VersionFilter()  # as the API's query gives it when neither is asked
 
 _VERSION_KEYS = ("versionName", "shortVersion", "versionCode", "buildNumber")
 
@@ -143,18 +167,16 @@ async def storage_usage(reads: Reads, user_id: str, now: datetime) -> StorageUsa
 _BUILDS = select(*BUILD.columns)
 _BUILDS_OF_APPLICATION = _BUILDS.where(Build.application_id == bindparam("application_id"))
 _BUILD_OF_APPLICATION = _BUILDS_OF_APPLICATION.where(Build.id == bindparam("build_id"))
-_NEWEST_FIRST = _BUILDS_OF_APPLICATION.order_by(Build.id.desc()).limit(bindparam("limit"))
 # The same with what the API shows beside each build (extras.py), read in the same statement.
 _SHOWN_OF_APPLICATION = _BUILDS_OF_APPLICATION.add_columns(*EXTRA_COLUMNS)
 _SHOWN_BUILD_OF_APPLICATION = _BUILD_OF_APPLICATION.add_columns(*EXTRA_COLUMNS)
-_SHOWN_NEWEST_FIRST = _NEWEST_FIRST.add_columns(*EXTRA_COLUMNS)
+_SHOWN_NEWEST_FIRST = _SHOWN_OF_APPLICATION.order_by(Build.id.desc()).limit(bindparam("limit"))
 # A tester sees what they can install: ready builds given to them, never a pending upload (nor
 # the reason it was refused). Their first page, and whether they were given a build, built once.
 _SEEN = and_(DISTRIBUTED_TO_VIEWER, Build.status == BuildStatus.READY)
-_NEWEST_SEEN_FIRST = (
-    _BUILDS_OF_APPLICATION.where(_SEEN).order_by(Build.id.desc()).limit(bindparam("limit"))
+_SHOWN_NEWEST_SEEN_FIRST = (
+    _SHOWN_OF_APPLICATION.where(_SEEN).order_by(Build.id.desc()).limit(bindparam("limit"))
 )
-_SHOWN_NEWEST_SEEN_FIRST = _NEWEST_SEEN_FIRST.add_columns(*EXTRA_COLUMNS)
 _GIVEN = DISTRIBUTED_TO_VIEWER.label("distributed")
 _BUILD_GIVEN = _BUILD_OF_APPLICATION.add_columns(_GIVEN)
 _SHOWN_BUILD_GIVEN = _SHOWN_BUILD_OF_APPLICATION.add_columns(_GIVEN)
@@ -189,100 +211,60 @@ class BuildReads:
         self.settings = settings
         self.storage = storage
 
-    async def page(
-        self,
-        application_id: str,
-        status: BuildStatus | None,
-        limit: int,
-        after_id: str | None,
-        version: VersionFilter | None = None,
-        sort: BuildOrder = BuildOrder.NEWEST,
-        viewer: Viewer | None = None,
-        search: str | None = None,
-    ) -> tuple[list[BuildRecord], str | None]:
-        """A page of builds, newest first or by version (of the ready ones distributed to
-        `viewer`, a tester; of those whose file name, notes or version hold `search`)."""
-        rows = await self._page(application_id, status, limit, after_id, version, sort, viewer,
-                                search, shown=False)  # fmt: skip
-        return split_page([BUILD.of(row) for row in rows], limit, lambda build: build.id)
-
-    async def shown_page(
-        self,
-        application_id: str,
-        status: BuildStatus | None,
-        limit: int,
-        after_id: str | None,
-        version: VersionFilter | None = None,
-        sort: BuildOrder = BuildOrder.NEWEST,
-        viewer: Viewer | None = None,
-        search: str | None = None,
-    ) -> tuple[list[ShownBuild], str | None]:
-        """`page`, each build with what the API shows beside it, in the same statement."""
-        rows = await self._page(application_id, status, limit, after_id, version, sort, viewer,
-                                search, shown=True)  # fmt: skip
-        found = [ShownBuild(BUILD.of(row), extras_of(row)) for row in rows]
-        return split_page(found, limit, lambda shown: shown.build.id)
-
-    async def _page(
-        self,
-        application_id: str,
-        status: BuildStatus | None,
-        limit: int,
-        after_id: str | None,
-        version: VersionFilter | None,
-        sort: BuildOrder,
-        viewer: Viewer | None,
-        search: str | None,
-        *,
-        shown: bool,
-    ) -> Sequence[RowMapping]:
-        """The rows of a page and one more (split_page's look-ahead)."""
-        params: dict[str, Any] = {"application_id": application_id, "limit": limit + 1}
-        if shown:
-            params["now"] = self.now
-        if viewer is not None:
-            params.update(viewer_params(viewer))
-        if (
-            status is None
-            and (version is None or version == NO_VERSION)
-            and sort is BuildOrder.NEWEST
-            and after_id is None
-            and not search
-        ):
-            # The first page, as clients poll it.
-            if viewer is None:
-                stmt = _SHOWN_NEWEST_FIRST if shown else _NEWEST_FIRST
-            else:
-                stmt = _SHOWN_NEWEST_SEEN_FIRST if shown else _NEWEST_SEEN_FIRST
+    async def shown_page(self, query: BuildQuery) -> tuple[list[ShownBuild], str | None]:
+        """A page of builds as `query` asks, each with what the API shows beside it (extras.py),
+        in one statement."""
+        params: dict[str, Any] = {
+            "application_id": query.application_id,
+            "limit": query.limit + 1,  # and one more: split_page's look-ahead
+            "now": self.now,
+        }
+        if query.viewer is not None:
+            params.update(viewer_params(query.viewer))
+        stmt: Select[Any] | None
+        if query.is_first_page:  # as clients poll it: built once
+            stmt = _SHOWN_NEWEST_FIRST if query.viewer is None else _SHOWN_NEWEST_SEEN_FIRST
         else:
-            base = _SHOWN_OF_APPLICATION if shown else _BUILDS_OF_APPLICATION
-            stmt = base.where(*_version_clauses(version), *_search_clause(search))
-            if viewer is not None:
-                stmt = stmt.where(_SEEN)
-            if status is not None:
-                stmt = stmt.where(Build.status == status)
-            if sort is BuildOrder.VERSION:
-                # Highest version code first, builds without one last; the newest first among
-                # equals. The cursor is still the last build's id: its version code is looked up.
-                stmt = stmt.order_by(_VERSION_KEY.desc(), Build.id.desc())
-                if after_id is not None:
-                    after_key = await self.reads.scalar(
-                        _VERSION_KEY_OF, {"build_id": after_id, "application_id": application_id}
+            stmt = await self._composed(query)
+        if stmt is None:
+            return [], None  # the cursor's build was deleted meanwhile
+        rows = await self.reads.all(stmt, params)
+        found = [ShownBuild(BUILD.of(row), extras_of(row)) for row in rows]
+        return split_page(found, query.limit, lambda shown: shown.build.id)
+
+    async def _composed(self, query: BuildQuery) -> Select[Any] | None:
+        """The statement of a page other than the plain first one; None if its cursor's build
+        is gone."""
+        stmt = _SHOWN_OF_APPLICATION.where(
+            *_version_clauses(query.version), *_search_clause(query.search)
+        )
+        if query.viewer is not None:
+            stmt = stmt.where(_SEEN)
+        if query.status is not None:
+            stmt = stmt.where(Build.status == query.status)
+        after_id = query.after_id
+        if query.sort is BuildOrder.VERSION:
+            # Highest version code first, builds without one last; the newest first among
+            # equals. The cursor is still the last build's id: its version code is looked up.
+            stmt = stmt.order_by(_VERSION_KEY.desc(), Build.id.desc())
+            if after_id is not None:
+                after_key = await self.reads.scalar(
+                    _VERSION_KEY_OF,
+                    {"build_id": after_id, "application_id": query.application_id},
+                )
+                if after_key is None:
+                    return None
+                stmt = stmt.where(
+                    or_(
+                        after_key > _VERSION_KEY,
+                        and_(after_key == _VERSION_KEY, Build.id < after_id),
                     )
-                    if after_key is None:
-                        return []  # the cursor's build was deleted meanwhile
-                    stmt = stmt.where(
-                        or_(
-                            after_key > _VERSION_KEY,
-                            and_(after_key == _VERSION_KEY, Build.id < after_id),
-                        )
-                    )
-            else:
-                stmt = stmt.order_by(Build.id.desc())
-                if after_id is not None:
-                    stmt = stmt.where(Build.id < after_id)
-            stmt = stmt.limit(bindparam("limit"))
-        return await self.reads.all(stmt, params)
+                )
+        else:
+            stmt = stmt.order_by(Build.id.desc())
+            if after_id is not None:
+                stmt = stmt.where(Build.id < after_id)
+        return stmt.limit(bindparam("limit"))
 
     async def latest(
         self, application_id: str, version: VersionFilter | None, viewer: Viewer | None = None

@@ -12,7 +12,7 @@ from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.models import BuildStatus
-from buildbay.builds.reads import BuildOrder, BuildRecord, ShownBuild, VersionFilter
+from buildbay.builds.reads import BuildOrder, BuildQuery, BuildRecord, ShownBuild, VersionFilter
 from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
@@ -105,11 +105,14 @@ async def version_filter(
             description="Only builds of this version code (APK versionCode, IPA buildNumber)",
         ),
     ] = None,
-) -> VersionFilter:
+) -> VersionFilter | None:
+    """The version asked for; None if neither was."""
+    if version_name is None and version_code is None:
+        return None
     return VersionFilter(version_name, version_code)
 
 
-Version = Annotated[VersionFilter, Depends(version_filter)]
+Version = Annotated[VersionFilter | None, Depends(version_filter)]
 BuildId = Annotated[str, Path(alias="buildId")]
 
 
@@ -166,9 +169,10 @@ async def list_builds(
         ),
     ] = BuildOrder.NEWEST,
 ) -> schemas.BuildList:
-    found, next_cursor = await builds.shown_page(
-        access.application.id, status, page.limit, page.after_id, version, sort, tester(access)
+    query = BuildQuery(
+        access.application.id, page.limit, page.after_id, status, version, sort, tester(access)
     )
+    found, next_cursor = await builds.shown_page(query)
     shown = [shown_schema(build, links) for build in found]
     return schemas.BuildList(builds=shown, next_cursor=next_cursor)
 

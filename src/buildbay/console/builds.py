@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.builds.install import InstallLinkReads, InstallLinks
-from buildbay.builds.reads import BuildOrder, BuildReads
+from buildbay.builds.reads import BuildOrder, BuildQuery, BuildReads
 from buildbay.builds.schemas import (
     DEFAULT_HOURS,
     MAX_NOTES_LENGTH,
@@ -85,10 +85,15 @@ async def render_application(
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
     shown = _shown(request)
-    found, next_cursor = await BuildReads.of(get_context(request), reads).shown_page(
-        access.application.id, None, BUILDS_PER_PAGE, shown.after_id, None, shown.sort,
-        tester_of(access), shown.search,
-    )  # fmt: skip
+    query = BuildQuery(
+        access.application.id,
+        BUILDS_PER_PAGE,
+        after_id=shown.after_id,
+        sort=shown.sort,
+        viewer=tester_of(access),
+        search=shown.search,
+    )
+    found, next_cursor = await BuildReads.of(get_context(request), reads).shown_page(query)
     builds = [b.build for b in found]
     extras = {b.build.id: b.extras for b in found}
     links = InstallLinkReads.of(get_context(request), reads)
