@@ -116,6 +116,9 @@ class JobWorker:
         self.jitter = jitter
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        # Set when a running job ends (or the worker stops): what the loop waits for while
+        # every place is taken, so that the commits of busy requests do not wake it for nothing.
+        self._freed = JobSignal()
         self._stopping = False
         self._last_cleanup: datetime | None = None
 
@@ -131,6 +134,7 @@ class JobWorker:
         self._stopping = True
         if self._task is None:
             return
+        await self._freed.notify()
         await self.signal.notify()
         running = set(self._running)
         if running:
@@ -152,15 +156,17 @@ class JobWorker:
             # Cleared before looking: a commit that lands from here on sets it again, and one
             # that landed before is seen by the look. A job that ends sets it too.
             self.signal.clear()
+            self._freed.clear()
             try:
                 free = self.batch - len(self._running)
                 if free <= 0:
-                    wait = self.poll  # every place taken: the next job to end wakes the loop
-                elif await self._start_due(free) == free:
+                    # Every place taken: the next job to end wakes the loop, not a commit.
+                    await self._freed.wait(self.poll)
+                    continue
+                if await self._start_due(free) == free:
                     continue  # there may be more due
-                else:
-                    wait = await self._until_next_due()
-                    await self._clean_up()
+                wait = await self._until_next_due()
+                await self._clean_up()
             except Exception:
                 log.exception("the job worker failed a round; it tries again shortly")
                 wait = self.poll
@@ -183,7 +189,8 @@ class JobWorker:
             task = asyncio.current_task()
             if task is not None:
                 self._running.discard(task)  # before the loop wakes to count the free places
-            await self.signal.notify()  # a place is free: the loop looks for more
+            await self._freed.notify()  # a place is free: the loop looks for more
+            await self.signal.notify()
 
     async def _until_next_due(self) -> float:
         """Seconds until the next pending job is due (at most the poll interval)."""
