@@ -48,6 +48,18 @@ async def test_receive_streams_many_chunks_and_stores_exactly_the_bytes(
     assert incoming(local) == []
 
 
+async def test_a_body_in_tiny_chunks_is_stored_exactly(local: LocalStorage) -> None:
+    """A slow client's body can come in pieces far smaller than a block: more of them than one
+    vectored write takes (IOV_MAX, 1024 on Linux) must still be stored, in order."""
+    data = os.urandom(WRITE_BLOCK + 5)
+
+    key = new_key()
+    info = await local.receive(key, len(data), chunks_of(data, 100))
+
+    assert info.sha256 == hashlib.sha256(data).hexdigest()
+    assert local.path_of(key).read_bytes() == data
+
+
 async def test_receive_of_an_empty_chunk_stream_for_zero_bytes_stores_an_empty_object(
     local: LocalStorage,
 ) -> None:

@@ -75,6 +75,9 @@ from buildbay.storage.base import (
 from buildbay.storage.signing import UrlSigner
 
 WRITE_BLOCK = 1024 * 1024  # bytes handed to the writer thread at a time
+# Chunks in one block at most: one pwritev takes them all (Linux's IOV_MAX is 1024), however
+# small the pieces a slow client's body arrives in.
+BLOCK_CHUNKS = 512
 WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts flushing them
 UPLOAD_PATH = "/storage/uploads/"
 DOWNLOAD_PATH = "/storage/files/"
@@ -605,10 +608,11 @@ async def _write_at(
 async def _blocks(
     body: AsyncIterator[bytes], size: int, declared: str
 ) -> AsyncGenerator[list[bytes], None]:
-    """`body` gathered into blocks of WRITE_BLOCK bytes or more (the last one what is left),
-    each a list of the chunks as they came (not joined: that would copy every byte once more),
-    so that the threads that hash and write get few, large pieces of work; BodyTooLarge as
-    soon as it passes `size` bytes (`declared` names that size: "the declared 10")."""
+    """`body` gathered into blocks of WRITE_BLOCK bytes or more, or of BLOCK_CHUNKS chunks (the
+    last one what is left), so that the threads that hash and write get few, large pieces of
+    work. A block is the list of the chunks as they came: joining them would copy every byte
+    once more. BodyTooLarge as soon as the body passes `size` bytes (`declared` names that
+    size: "the declared 10")."""
     block: list[bytes] = []
     gathered = received = 0
     async for chunk in body:
@@ -618,7 +622,7 @@ async def _blocks(
         if chunk:
             block.append(chunk)
         gathered += len(chunk)
-        if gathered >= WRITE_BLOCK:
+        if gathered >= WRITE_BLOCK or len(block) >= BLOCK_CHUNKS:
             yield block
             block = []
             gathered = 0
