@@ -6,6 +6,7 @@ of MiB."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
@@ -281,6 +282,42 @@ async def test_a_copy_cut_short_keeps_nothing_of_the_part_even_a_whole_earlier_o
     r = await builds.verify(link["buildId"])
     assert r.status_code == 422, r.text
     assert r.json()["missingParts"] == [1]
+
+
+async def test_a_failed_flush_at_verify_forgets_the_parts_so_no_retry_publishes_them(
+    app: FastAPI, parts: Parts, builds: Builds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linux reports a failed write-back to one fsync only: a second verify would find the file
+    flushed. The failed one forgets the parts instead, and they are sent again."""
+    data = file_of(20 * MiB)
+    link = await parts.link(data)
+    await parts.send_all(link["buildId"], data, [1, 2, 3])
+    real_fsync, failures = os.fsync, []
+
+    def fsync_failing_once(fd: int) -> None:
+        if not failures:
+            failures.append(fd)
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_failing_once)
+
+    failed = await builds.verify(link["buildId"])
+    listed = (await parts.received(link["buildId"]))["parts"]
+    again = await builds.verify(link["buildId"])
+
+    assert failed.status_code == 503, failed.text
+    assert listed == []
+    assert again.status_code == 422, again.text
+    assert again.json()["missingParts"] == [1, 2, 3]
+    await parts.send_all(link["buildId"], data, [1, 2, 3])
+    r = await builds.verify(link["buildId"])
+    assert r.status_code in (200, 202), r.text
+    jobs = ctx_of(app).jobs
+    assert jobs is not None
+    await jobs.run_until_idle()
+    build = (await builds.get(link["buildId"])).json()
+    assert (build["status"], build["sha256"]) == ("ready", hashlib.sha256(data).hexdigest())
 
 
 async def test_verify_names_the_missing_parts(parts: Parts, builds: Builds) -> None:

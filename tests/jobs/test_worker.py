@@ -217,6 +217,41 @@ async def test_a_commit_that_writes_a_job_wakes_the_worker_long_before_its_poll(
         await worker.stop()
 
 
+async def test_a_full_worker_starts_the_job_committed_meanwhile_as_soon_as_a_place_frees(
+    outbox: Outbox,
+) -> None:
+    """With every place taken, the worker waits for a job to end rather than for commits; the
+    job that ends wakes it, and the job committed meanwhile starts at once, not at the next
+    poll."""
+    held, release, noted = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def hold(run: JobRun) -> None:
+        held.set()
+        await release.wait()
+
+    async def note(run: JobRun) -> None:
+        noted.set()
+
+    outbox.handlers.update(hold=hold, note=note)
+    poll = 60.0
+    worker = outbox.worker(poll_seconds=poll, batch=1)
+    await outbox.add("hold", {})
+    worker.start()
+    try:
+        await asyncio.wait_for(held.wait(), timeout=30)
+        await outbox.add("note", {})
+        await asyncio.sleep(0.05)
+        assert not noted.is_set(), "the only place is taken"
+
+        started = time.monotonic()
+        release.set()
+        await asyncio.wait_for(noted.wait(), timeout=poll / 4)
+        assert time.monotonic() - started < poll / 4
+    finally:
+        release.set()
+        await worker.stop()
+
+
 async def test_stopping_hands_a_running_job_back_at_once(outbox: Outbox) -> None:
     started = asyncio.Event()
 

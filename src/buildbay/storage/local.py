@@ -21,7 +21,10 @@ they arrive, and the one fsync is verify's. Until then they may be in the page c
 outlives the process (a `kill -9` loses nothing) but not the machine: a marker names the boot of
 the machine it was written in (Linux's `boot_id`), and a part marked in an earlier boot is not
 listed, so the client sends it again. Where no boot id can be read, each part is flushed before
-its marker is written, and such markers name no boot.
+its marker is written, and such markers name no boot. If verify's fsync fails, every part is
+forgotten (Linux reports a failed write-back to one fsync only, so a second verify would not
+know) and the client sends them again. Boots, like flocks, are one machine's: the local store is
+not meant to be shared by several hosts over a network file system.
 
 While parts arrive, a hasher of this process reads each part once the parts before it are in
 (from the page cache, just written) and hashes it, so that verify need not read the whole file
@@ -82,7 +85,8 @@ WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts
 UPLOAD_PATH = "/storage/uploads/"
 DOWNLOAD_PATH = "/storage/files/"
 PART_PATH = "/storage/parts/"
-# Verify waits this long for the upload's lock: another verify holds it for a rename only; a
+# Verify waits this long for the upload's lock: another verify holds it while it flushes the
+# file (little is left by then: each part's write-back starts as it arrives) and renames it; a
 # part being written holds it (shared) for as long as its bytes take, and is not waited for.
 JOIN_WAIT_SECONDS = 1.0
 LOCK_STRIPES = 64
@@ -344,6 +348,7 @@ class LocalStorage:
                 _complete, directory, upload_id, size, part_size, target, hasher
             )
         except OSError as exc:
+            self._hashers.pop(directory, None)  # the parts may have been forgotten (_complete)
             raise _os_error(exc) from exc
         self._hashers.pop(directory, None)
 
@@ -372,7 +377,7 @@ class LocalStorage:
         self, key: str, number: int, size: int, body: AsyncIterator[bytes]
     ) -> PartInfo:
         """Write part `number` (exactly `size` bytes from `body`) at its offset in the upload's
-        file. Until the whole copy is on disk the part is not listed; on any failure it is
+        file. Until the whole copy has been written the part is not listed; on any failure it is
         left out (a copy that was there before is overwritten in part, so it goes too)."""
         directory = self._upload_dir(key)
         meta = await asyncio.to_thread(_meta, directory)
@@ -486,8 +491,8 @@ class _PartHasher:
                 return
             marker = self.directory / "parts" / str(number)
             before = _identity(marker)
-            if before is None:
-                return  # not arrived yet
+            if before is None or not _of_this_boot(marker):
+                return  # not arrived yet (or before the machine restarted: it is sent again)
             offset, length = part_bounds(number, self.part_size, self.size)
             fd = os.open(self.directory / "data", os.O_RDONLY)
             try:
@@ -665,6 +670,20 @@ def _boot_id() -> str | None:
 BOOT_ID = _boot_id()
 
 
+def _names_this_boot(marker_text: str) -> bool:
+    """Whether a marker was written in this boot of the machine (or names none: it was flushed
+    before it was written)."""
+    boot = marker_text.partition(" ")[2]
+    return not boot or boot == BOOT_ID
+
+
+def _of_this_boot(marker: Path) -> bool:
+    try:
+        return _names_this_boot(marker.read_text())
+    except FileNotFoundError:
+        return False
+
+
 def _mark_part(directory: Path, number: int, size: int) -> tuple[PartInfo, tuple[int, int]]:
     """The part's marker, written whole under its name; the part and the marker's identity."""
     marker = directory / "parts" / str(number)
@@ -684,12 +703,12 @@ def _read_parts(directory: Path, upload_id: str) -> list[PartInfo]:
         if not path.name.isdigit():
             continue  # a marker being written
         try:
-            size_text, _, boot = path.read_text().partition(" ")
-            size = int(size_text)
+            text = path.read_text()
+            size = int(text.partition(" ")[0])
             received = path.stat().st_mtime
         except (FileNotFoundError, ValueError):
             continue  # a new copy of the part has begun
-        if boot and boot != BOOT_ID:
+        if not _names_this_boot(text):
             continue  # marked before the machine restarted: its bytes may not be on disk
         parts.append(PartInfo(int(path.name), size, datetime.fromtimestamp(received, UTC)))
     return sorted(parts, key=lambda p: p.number)
@@ -713,7 +732,8 @@ def _complete(
             if missing:
                 raise PartsMissing(missing) from None
             raise UploadInProgress(
-                "A part is being sent again right now; verify once it has arrived"
+                "A part is being sent again, or the parts are being joined, right now; "
+                "verify again once that is done"
             ) from None
         missing = missing_parts(_read_parts(directory, upload_id), size, part_size)
         if missing:
@@ -724,7 +744,14 @@ def _complete(
         with contextlib.suppress(FileNotFoundError):
             _sidecar(target).unlink()
         data = directory / "data"
-        inode = _flush(data)
+        try:
+            inode = _flush(data)
+        except OSError:
+            # Linux reports a failed write-back to one fsync only: a verify that tried again
+            # would find the file flushed, with bytes that never reached the disk. The parts
+            # are forgotten instead, and the client sends them again.
+            _forget_parts(directory)
+            raise
         data.replace(target)  # the bytes stay where the parts put them
         _fsync_dir(target.parent)
         if sha256 is not None:
@@ -732,6 +759,12 @@ def _complete(
         shutil.rmtree(directory, ignore_errors=True)
     finally:
         os.close(fd)
+
+
+def _forget_parts(directory: Path) -> None:
+    for marker in (directory / "parts").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            marker.unlink()
 
 
 def _flush(path: Path) -> int:
