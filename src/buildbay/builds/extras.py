@@ -52,14 +52,14 @@ def _live_link(column: InstrumentedAttribute[Any]) -> ScalarSelect[Any]:
     )
 
 
-# Beside a build's own columns, in the statement that reads it (BuildReads.shown, shown_page),
-# or alone by id (build_extras); `now` is a parameter of the statement.
-EXTRA_COLUMNS = (
-    _DOWNLOADS.label("x_downloads"),
-    _CHANNELS.label("x_channels"),
+# The build's newest shared live link, beside its own columns (the update check's offer).
+LIVE_LINK_COLUMNS = (
     _live_link(InstallLink.id).label("x_link_id"),
     _live_link(InstallLink.expires_at).label("x_link_expires_at"),
 )
+# Beside a build's own columns, in the statement that reads it (BuildReads.shown, shown_page),
+# or alone by id (build_extras); `now` is a parameter of the statement.
+EXTRA_COLUMNS = (_DOWNLOADS.label("x_downloads"), _CHANNELS.label("x_channels"), *LIVE_LINK_COLUMNS)
 _EXTRAS = select(Build.id, *EXTRA_COLUMNS).where(Build.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -79,13 +79,19 @@ class BuildExtras:
 NONE = BuildExtras([], 0, None)
 
 
+def live_link_of(row: RowMapping) -> LiveLink | None:
+    """The live link of a row read with LIVE_LINK_COLUMNS (or EXTRA_COLUMNS)."""
+    link_id = row["x_link_id"]
+    return LiveLink(link_id, row["x_link_expires_at"]) if link_id else None
+
+
 def extras_of(row: RowMapping) -> BuildExtras:
     """The extras of a row read with EXTRA_COLUMNS."""
-    channels, link_id = row["x_channels"], row["x_link_id"]
+    channels = row["x_channels"]
     return BuildExtras(
         sorted(channels.split(",")) if channels else [],
         int(row["x_downloads"] or 0),
-        LiveLink(link_id, row["x_link_expires_at"]) if link_id else None,
+        live_link_of(row),
     )
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, UpdateKey
+from buildbay.builds.extras import LIVE_LINK_COLUMNS, live_link_of
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.metadata import platform_of_name
 from buildbay.builds.models import Build, BuildChannel, BuildStatus, Channel
@@ -111,7 +112,8 @@ _CANDIDATES = (
 _CANDIDATES_NEWER_BY_CODE = _CANDIDATES.where(
     or_(Build.version_code > bindparam("version_code"), Build.version_code.is_(None))
 )
-_BUILD = select(*BUILD.columns).where(Build.id == bindparam("build_id"))
+# The offered build with its live link, in one statement (`now` bound).
+_BUILD = select(*BUILD.columns, *LIVE_LINK_COLUMNS).where(Build.id == bindparam("build_id"))
 
 
 def unknown_key() -> NotFound:
@@ -229,13 +231,13 @@ async def answer(
     best, mandatory = rule.choose(await candidates(reads, owner.application_id, caller))
     if best is None:
         return Answer(None, False)
-    row = await reads.first(_BUILD, {"build_id": best.build_id})
+    now = ctx.clock.now()
+    row = await reads.first(_BUILD, {"build_id": best.build_id, "now": now})
     if row is None:
         return Answer(None, False)  # deleted since it was read
     build = BUILD.of(row)
-    now = ctx.clock.now()
     link_reads = InstallLinkReads.of(ctx, reads)
-    link = (await link_reads.current([build.id])).get(build.id)
+    link = live_link_of(row)
     if link is None or link.expires_at - now < LINK_MIN_LEFT:
         async with unit_of_work() as db, db.begin():
             link_url = await _new_link(ctx, db, build, now)
