@@ -109,6 +109,18 @@ def upload_dir(app: FastAPI, builds: Builds, build_id: str) -> Path:
     return storage.root / "multipart" / builds.project_id / builds.app_id / build_id
 
 
+async def verified_ready(app: FastAPI, builds: Builds, build_id: str, data: bytes) -> None:
+    """Verify the build, in the background if it answers 202, and check it is ready with the
+    sha256 of `data`."""
+    r = await builds.verify(build_id)
+    assert r.status_code in (200, 202), r.text
+    jobs = ctx_of(app).jobs
+    assert jobs is not None
+    await jobs.run_until_idle()
+    build = (await builds.get(build_id)).json()
+    assert (build["status"], build["sha256"]) == ("ready", hashlib.sha256(data).hexdigest())
+
+
 async def slowly(data: bytes, pause: asyncio.Event | None = None) -> AsyncIterator[bytes]:
     """`data` as a chunked body that lets other tasks run between chunks (and, given `pause`,
     waits for it halfway)."""
@@ -311,13 +323,7 @@ async def test_a_failed_flush_at_verify_forgets_the_parts_so_no_retry_publishes_
     assert again.status_code == 422, again.text
     assert again.json()["missingParts"] == [1, 2, 3]
     await parts.send_all(link["buildId"], data, [1, 2, 3])
-    r = await builds.verify(link["buildId"])
-    assert r.status_code in (200, 202), r.text
-    jobs = ctx_of(app).jobs
-    assert jobs is not None
-    await jobs.run_until_idle()
-    build = (await builds.get(link["buildId"])).json()
-    assert (build["status"], build["sha256"]) == ("ready", hashlib.sha256(data).hexdigest())
+    await verified_ready(app, builds, link["buildId"], data)
 
 
 async def test_verify_names_the_missing_parts(parts: Parts, builds: Builds) -> None:
@@ -355,13 +361,7 @@ async def test_a_part_marked_before_the_machine_restarted_is_sent_again(
     assert r.status_code == 422, r.text
     assert r.json()["missingParts"] == [2]
     await parts.send_all(link["buildId"], data, [2])
-    r = await builds.verify(link["buildId"])
-    assert r.status_code in (200, 202), r.text
-    jobs = ctx_of(app).jobs
-    assert jobs is not None
-    await jobs.run_until_idle()
-    build = (await builds.get(link["buildId"])).json()
-    assert (build["status"], build["sha256"]) == ("ready", hashlib.sha256(data).hexdigest())
+    await verified_ready(app, builds, link["buildId"], data)
 
 
 async def test_two_clients_racing_on_one_part_leave_one_whole_copy(
