@@ -584,30 +584,24 @@ async def _write_at(
 ) -> int:
     """Write `body` at `offset` (and hash it into `digest`, if given), a block at a time in
     worker threads, one block behind the network (as `receive` does), each write under `lock`;
-    refuse past `size`. The kernel is asked to start writing the bytes to disk every
-    WRITEBACK_EVERY bytes and at the end, so verify's fsync has little left to wait for.
-    Every write is done when it returns or raises, so the caller may close `fd`. Returns how
-    many bytes were written."""
-    position = written_back = offset
+    refuse past `size`. The write-back of the last bytes starts at the end too, so that
+    verify's fsync has little left to wait for. Every write is done when it returns or raises,
+    so the caller may close `fd`. Returns how many bytes were written."""
+    writer = _FileWriter(fd, offset, lock)
     inflight: list[concurrent.futures.Future[object]] = []
     try:
         async with contextlib.aclosing(_blocks(body, size, f"the part's {size}")) as blocks:
             async for data in blocks:
                 await _settled(inflight)  # every block before this one is written
-                inflight = [_WORKERS.submit(_pwrite_all, fd, data, position, lock)]
-                if position - written_back >= WRITEBACK_EVERY:
-                    start, written_back = written_back, position
-                    inflight.append(_WORKERS.submit(_start_writeback, fd, start, position - start))
+                inflight = [_WORKERS.submit(writer.write, data)]
                 if digest is not None:
                     inflight.append(_WORKERS.submit(_hash_all, digest, data))
-                position += sum(map(len, data))
         await _settled(inflight)
-        if position > written_back:
-            await asyncio.to_thread(_start_writeback, fd, written_back, position - written_back)
+        await asyncio.to_thread(writer.write_back)
     except BaseException:
         await asyncio.shield(asyncio.to_thread(concurrent.futures.wait, inflight))
         raise
-    return position - offset
+    return writer.position - offset
 
 
 async def _blocks(
@@ -818,23 +812,45 @@ async def _settled(futures: list[concurrent.futures.Future[object]]) -> None:
         await asyncio.wrap_future(future)
 
 
+class _FileWriter:
+    """Writes blocks into `fd` one after another from `offset` on (one pwritev each, under
+    `lock` if given), and has the kernel start writing them to disk every WRITEBACK_EVERY
+    bytes. Its calls must not overlap: a block is written once the one before it is."""
+
+    def __init__(self, fd: int, offset: int = 0, lock: threading.Lock | None = None) -> None:
+        self.fd = fd
+        self.position = self._written_back = offset
+        self._lock = lock
+
+    def write(self, block: list[bytes]) -> None:
+        self.position += _pwrite_all(self.fd, block, self.position, self._lock)
+        if self.position - self._written_back >= WRITEBACK_EVERY:
+            self.write_back()
+
+    def write_back(self) -> None:
+        """Start the write-back of what was written since the last one."""
+        if self.position > self._written_back:
+            _start_writeback(self.fd, self._written_back, self.position - self._written_back)
+            self._written_back = self.position
+
+
 class _HashingFile:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._hash = hashlib.sha256()
-        self.size = 0
+        self._file = _FileWriter(fd)
         self.hexdigest = ""
         self.closed = False
-        self._writeback_from = 0
+
+    @property
+    def size(self) -> int:
+        return self._file.position
 
     def hash(self, block: list[bytes]) -> None:
         _hash_all(self._hash, block)
 
     def write(self, block: list[bytes]) -> None:
-        self.size += _pwrite_all(self.fd, block, self.size)
-        if self.size - self._writeback_from >= WRITEBACK_EVERY:
-            _start_writeback(self.fd, self._writeback_from, self.size - self._writeback_from)
-            self._writeback_from = self.size
+        self._file.write(block)
 
     def finish(self) -> None:
         os.fsync(self.fd)
