@@ -315,7 +315,7 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
 async def app(settings: Settings, clock: FrozenClock) -> AsyncIterator[FastAPI]:
     application = create_app(settings, clock=clock, migrate_on_start=False)
     yield application
-    await application.state.ctx.engine.dispose()
+    await application.state.ctx.dispose()
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ async def serve(
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
         yield client
-    await app.state.ctx.engine.dispose()
+    await app.state.ctx.dispose()
 
 
 async def test_malformed_json_is_400(client: httpx.AsyncClient, owner: Account) -> None:

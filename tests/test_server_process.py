@@ -130,7 +130,7 @@ def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, 
                 "/api/auth/register", json={"email": "Pro@Example.com", "password": "12345678"}
             )
             assert r.status_code == 201
-        await app.state.ctx.engine.dispose()
+        await app.state.ctx.dispose()
 
     asyncio.run(register())
     result = _buildbay("users", "set-plan", "pro@example.com", "pro", env=env)

@@ -103,7 +103,7 @@ def create_app(
         # Units of work carry the signal that wakes this process's job worker when they
         # commit a job (jobs/queue.py).
         sessions=create_sessionmaker(engine, info={JOB_SIGNAL: job_signal}),
-        read_engine=read_engine(engine),
+        read_engine=read_engine(engine, pool_size=settings.database_pool_size),
         clock=clock,
         storage=storage,
         signer=signer,
@@ -151,7 +151,7 @@ def create_app(
             if revocations is not None:
                 await revocations.aclose()
             await ctx.limiter.aclose()
-            await engine.dispose()
+            await ctx.dispose()
 
     # Interactive docs (/docs, /redoc) served from the package itself: no CDN, works offline.
     app = FastAPIOffline(

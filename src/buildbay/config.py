@@ -57,8 +57,9 @@ class Settings(BaseSettings):
     env: Environment = Environment.DEVELOPMENT
     data_dir: Path = Path("./data")
     database_url: str | None = None
-    # PostgreSQL connections each process keeps (it opens no more).
-    database_pool_size: PositiveInt = 20
+    # PostgreSQL connections each process keeps in each of its two pools (read-only requests',
+    # units of work); it opens no more.
+    database_pool_size: PositiveInt = 10
     secret_key: SecretStr | None = None
     public_url: str | None = None
     redis_url: str | None = None

@@ -45,3 +45,10 @@ class AppContext:
     unsubscribe: UnsubscribeLinks
     webhook_sender: WebhookSender  # sends the outbox's webhook deliveries (webhooks/)
     jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan
+
+    async def dispose(self) -> None:
+        """Close the database pools: the engine's, and the read engine's where it has its own
+        (on PostgreSQL, db/engine.py `read_engine`)."""
+        await self.engine.dispose()
+        if self.read_engine is not self.engine:
+            await self.read_engine.dispose()

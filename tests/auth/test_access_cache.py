@@ -78,14 +78,17 @@ async def two_processes(
 
 
 def session_lookups(app: FastAPI) -> list[str]:
-    """The statements `app` runs from now on that look a login session up."""
+    """The statements `app` runs from now on that look a login session up (on either of its
+    engines: on PostgreSQL, reads have one of their own)."""
     seen: list[str] = []
 
-    @event.listens_for(app.state.ctx.engine.sync_engine, "before_cursor_execute")
     def note(_c: object, _cursor: object, statement: str, *_rest: object) -> None:
         if "JOIN sessions" in statement:
             seen.append(statement)
 
+    ctx = app.state.ctx
+    for engine in {ctx.engine.sync_engine, ctx.read_engine.sync_engine}:
+        event.listen(engine, "before_cursor_execute", note)
     return seen
 
 
@@ -162,7 +165,7 @@ async def test_with_redis_unreachable_every_request_looks_its_session_up(
             refused = await client.get("/api/auth/me", headers=owner.headers)
     finally:
         await app.state.ctx.revocations.aclose()
-        await app.state.ctx.engine.dispose()
+        await app.state.ctx.dispose()
 
     assert len(lookups) == 5  # every request: three reads, the logout, the refused read
     assert_problem(refused, 401, "token_revoked")

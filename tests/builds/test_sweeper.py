@@ -35,7 +35,7 @@ async def app(
         )
     application = create_app(settings, clock=clock, storage=storage, migrate_on_start=False)
     yield application
-    await application.state.ctx.engine.dispose()
+    await application.state.ctx.dispose()
 
 
 async def sweep(app: FastAPI, clock: FrozenClock) -> int:

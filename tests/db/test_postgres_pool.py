@@ -10,11 +10,14 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import literal, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from buildbay.app import create_app
+from buildbay.config import Settings
 from buildbay.db.engine import create_engine
+from buildbay.db.reads import Reads
 from tests.conftest import PG_URL
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason="pinging is PostgreSQL's (SQLite is a file)")
@@ -123,3 +126,43 @@ async def test_a_burst_past_the_pool_size_reuses_the_pools_connections(
         pids.update(await asyncio.gather(*(one_request() for _ in range(4 * POOL))))
     assert len(pids) <= POOL  # the same connections, burst after burst
     assert engine.sync_engine.pool.checkedin() == POOL  # type: ignore[attr-defined]
+
+
+async def _connections_to(url: str) -> int:
+    """Sessions open on `url`'s database, other than the one asking."""
+    admin = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        count = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(count)
+    finally:
+        await admin.close()
+
+
+async def test_read_only_requests_have_a_pool_of_their_own_which_closes_with_the_app(
+    settings: Settings,
+) -> None:
+    """Reads run on a pool of their own, opened in autocommit (db/engine.py `read_engine`;
+    tests/db/test_request_transactions.py shows what autocommit reads see), apart from the
+    units of work's; `AppContext.dispose` closes both, so no connection outlives the app."""
+    assert PG_URL is not None
+    ctx = create_app(settings, migrate_on_start=False).state.ctx
+    assert ctx.read_engine.pool is not ctx.engine.pool
+    before = await _connections_to(PG_URL)
+    reads = Reads.on(ctx.read_engine)
+    try:
+        assert await reads.scalar(select(literal(1))) == 1
+    finally:
+        await reads.close()
+    async with ctx.sessions() as db, db.begin():
+        await db.execute(text("SELECT 1"))
+    assert await _connections_to(PG_URL) == before + 2  # one in each pool, kept for reuse
+
+    await ctx.dispose()
+    for _ in range(100):  # a server process ends a moment after its client hangs up
+        if await _connections_to(PG_URL) == before:
+            break
+        await asyncio.sleep(0.05)
+    assert await _connections_to(PG_URL) == before

@@ -345,7 +345,7 @@ async def test_the_api_reads_clients_poll_open_no_unit_of_work(
         opened.append("read")
 
     ctx.sessions = counting("unit of work", real_sessions)
-    event.listen(ctx.engine.sync_engine, "checkout", checked_out)
+    event.listen(ctx.read_engine.sync_engine, "checkout", checked_out)
     try:
         for path in (
             "/api/projects",
@@ -360,7 +360,7 @@ async def test_the_api_reads_clients_poll_open_no_unit_of_work(
         ):
             r = await client.get(path, headers=owner.headers)
             assert r.status_code == 200, (path, r.text)
-        event.remove(ctx.engine.sync_engine, "checkout", checked_out)
+        event.remove(ctx.read_engine.sync_engine, "checkout", checked_out)
         r = await client.post("/api/projects", json={"name": "Written"}, headers=owner.headers)
         assert r.status_code == 201, r.text
     finally:

@@ -220,7 +220,7 @@ def sweep_later(env: dict[str, str], hours: float = 3) -> Swept:
         try:
             swept.append(await sweep(ctx.sessions, ctx.storage, ctx.clock.now()))
         finally:
-            await ctx.engine.dispose()
+            await ctx.dispose()
 
     run_apart(run())
     return swept[0]

@@ -159,7 +159,7 @@ async def test_a_server_that_asks_for_a_login_gets_the_urls_user_and_password(
         app = create_app(settings, clock=clock, migrate_on_start=False)
         await send(app, a_mail())
         await run_jobs(app)
-        await ctx_of(app).engine.dispose()
+        await ctx_of(app).dispose()
     finally:
         sink.stop()
 

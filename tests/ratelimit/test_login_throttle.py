@@ -249,8 +249,8 @@ async def test_forty_concurrent_wrong_passwords_check_at_most_ten_on_redis(
             assert_login_throttled(await login(client, account.email, account.password))
             assert checks == 10
     finally:
-        await one.state.ctx.engine.dispose()
-        await two.state.ctx.engine.dispose()
+        await one.state.ctx.dispose()
+        await two.state.ctx.dispose()
 
 
 async def test_a_right_password_gives_its_reservation_back(

@@ -30,7 +30,7 @@ async def _client(settings: Settings, clock: FrozenClock) -> AsyncIterator[httpx
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
         yield client
-    await app.state.ctx.engine.dispose()
+    await app.state.ctx.dispose()
 
 
 async def test_two_processes_share_one_request_budget(

@@ -138,7 +138,7 @@ async def s3_app(
     )
     application = create_app(s3_settings, clock=clock, migrate_on_start=False)
     yield application
-    await application.state.ctx.engine.dispose()
+    await application.state.ctx.dispose()
 
 
 async def test_a_build_in_parts_on_s3_verifies_and_the_sweeper_aborts_orphans(

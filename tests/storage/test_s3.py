@@ -162,7 +162,7 @@ async def test_readyz_fails_while_the_bucket_is_unreachable(
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
         r = await client.get("/readyz")
-    await app.state.ctx.engine.dispose()
+    await app.state.ctx.dispose()
     problem = assert_problem(r, 503, "not_ready")
     assert problem["checks"] == {"database": "ok", "storage": "failing"}
     assert r.headers["retry-after"] == "5"
@@ -217,7 +217,7 @@ async def test_in_a_versioned_bucket_a_put_after_verify_cannot_change_the_build(
         download = await api.get(f"{builds}/{link['buildId']}/download", headers=auth)
         assert download.status_code == 302
         served = await bucket.get(download.headers["location"])
-    await app.state.ctx.engine.dispose()
+    await app.state.ctx.dispose()
     assert served.content == verified
     assert r.json()["sha256"] == hashlib.sha256(verified).hexdigest()
 

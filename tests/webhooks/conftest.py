@@ -29,7 +29,7 @@ async def app(settings: Settings, clock: FrozenClock) -> AsyncIterator[FastAPI]:
     yield application
     ctx: AppContext = application.state.ctx
     await ctx.webhook_sender.aclose()
-    await ctx.engine.dispose()
+    await ctx.dispose()
 
 
 @pytest.fixture

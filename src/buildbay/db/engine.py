@@ -234,18 +234,23 @@ def create_sessionmaker(
     )
 
 
-def read_engine(engine: AsyncEngine) -> AsyncEngine:
-    """The engine of read-only requests' reads (db/reads.py): the same pool, each statement its
-    own transaction.
+def read_engine(engine: AsyncEngine, *, pool_size: int = POOL_SIZE) -> AsyncEngine:
+    """The engine of read-only requests' reads (db/reads.py), each statement its own
+    transaction.
 
-    On PostgreSQL that is autocommit, which spares each read the driver's BEGIN and the pool's
-    ROLLBACK, two round trips. SQLite's driver starts no transaction for a SELECT anyway, and
-    switching its connections to autocommit and back costs a PRAGMA at each check-in: the
-    engine is used as it is.
+    On PostgreSQL that is a pool of its own, opened in autocommit: each read is spared the
+    driver's BEGIN and the pool's ROLLBACK (two round trips), and each check-out the switch to
+    autocommit and back that a per-connection option costs (a sixth of a read's instructions,
+    docs/performance.md). SQLite's driver starts no transaction for a SELECT anyway, and its
+    file needs one pool: the engine is used as it is.
     """
     if engine.dialect.name == "sqlite":
         return engine
-    return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return create_engine(
+        engine.url.render_as_string(hide_password=False),
+        pool_size=pool_size,
+        isolation_level="AUTOCOMMIT",
+    )
 
 
 async def finish(session: AsyncSession, *, ok: bool) -> None:
