@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine, MutableMapping
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request, Response
 from fastapi.routing import APIRoute
@@ -28,6 +28,8 @@ async def _context(request: Request) -> AppContext:
     # worker thread, a thread round trip per request.
     return get_context(request)
 
+
+S = TypeVar("S")
 
 _SESSION = "buildbay.session"
 _READS = "buildbay.reads"
@@ -130,6 +132,30 @@ async def get_reads(request: Request) -> Reads:
 Context = Annotated[AppContext, Depends(_context)]
 SessionDep = Annotated[AsyncSession, Depends(get_session)]  # a unit of work: it writes
 ReadsDep = Annotated[Reads, Depends(get_reads)]  # the route only reads
+
+
+# A service as a dependency: `Annotated[ProjectService, in_unit_of_work(ProjectService.of)]`.
+# One dependency, which takes the context and the session or reads from the request itself:
+# declared as `Context` and `SessionDep` of its own, each would be a dependency more, which
+# FastAPI solves anew on every request at a cost close to a SQL statement's (docs/performance.md).
+
+
+def in_unit_of_work(make: Callable[[AppContext, AsyncSession], S]) -> Any:
+    """`Depends` on `make(context, session)`, on the request's unit of work (it writes)."""
+
+    async def service(request: Request) -> S:
+        return make(get_context(request), request_session(request))
+
+    return Depends(service)
+
+
+def on_reads(make: Callable[[AppContext, Reads], S]) -> Any:
+    """`Depends` on `make(context, reads)`, on the request's read-only reads."""
+
+    async def service(request: Request) -> S:
+        return make(get_context(request), request_reads(request))
+
+    return Depends(service)
 
 
 async def page_params(request: Request) -> PageParams:

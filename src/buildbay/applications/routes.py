@@ -2,13 +2,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications import schemas
 from buildbay.applications.reads import application_view, applications_page
 from buildbay.applications.schemas import application_schema
 from buildbay.applications.service import ApplicationService
-from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
+from buildbay.context import AppContext
+from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppAdmin, AppReader, ProjectAdmin, ProjectReader
@@ -42,11 +44,11 @@ def _application_links(app: str) -> dict[str, dict[str, Any]]:
     }
 
 
-async def application_service(ctx: Context, db: SessionDep) -> ApplicationService:
+def application_service(ctx: AppContext, db: AsyncSession) -> ApplicationService:
     return ApplicationService(db, ctx.clock.now())
 
 
-Service = Annotated[ApplicationService, Depends(application_service)]  # the unit of work
+Service = Annotated[ApplicationService, in_unit_of_work(application_service)]  # the unit of work
 
 
 @router.get(

@@ -26,7 +26,7 @@ from buildbay.auth.tokens import API_TOKEN_PREFIX
 from buildbay.config import Plan
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
-from buildbay.deps import Context, SessionDep, get_context
+from buildbay.deps import Context, get_context, in_unit_of_work
 from buildbay.errors import NotAuthenticated, RateLimited
 from buildbay.ratelimit.limiter import RateLimitState
 
@@ -43,11 +43,7 @@ def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
     )
 
 
-async def auth_service(ctx: Context, db: SessionDep) -> AuthService:
-    return make_auth_service(ctx, db)
-
-
-AuthServiceDep = Annotated[AuthService, Depends(auth_service)]
+AuthServiceDep = Annotated[AuthService, in_unit_of_work(make_auth_service)]
 
 
 def client_ip(request: Request) -> str:

@@ -5,33 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends
-
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.reads import BuildReads
 from buildbay.builds.service import BuildService
-from buildbay.deps import Context, ReadsDep, SessionDep
-
-
-async def build_service(ctx: Context, db: SessionDep) -> BuildService:
-    return BuildService.of(ctx, db)
-
-
-async def build_reads(ctx: Context, reads: ReadsDep) -> BuildReads:
-    return BuildReads.of(ctx, reads)
-
-
-async def install_links(ctx: Context, db: SessionDep) -> InstallLinks:
-    return InstallLinks.of(ctx, db)
-
-
-async def install_link_reads(ctx: Context, reads: ReadsDep) -> InstallLinkReads:
-    return InstallLinkReads.of(ctx, reads)
-
+from buildbay.deps import in_unit_of_work, on_reads
 
 # Writes: the request's unit of work.
-Service = Annotated[BuildService, Depends(build_service)]
-Links = Annotated[InstallLinks, Depends(install_links)]
+Service = Annotated[BuildService, in_unit_of_work(BuildService.of)]
+Links = Annotated[InstallLinks, in_unit_of_work(InstallLinks.of)]
 # Reads: its read-only reads.
-Builds = Annotated[BuildReads, Depends(build_reads)]
-LinkReads = Annotated[InstallLinkReads, Depends(install_link_reads)]
+Builds = Annotated[BuildReads, on_reads(BuildReads.of)]
+LinkReads = Annotated[InstallLinkReads, on_reads(InstallLinkReads.of)]

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Path, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.channels import schemas
 from buildbay.channels.reads import ChannelView, channels_of
 from buildbay.channels.service import ChannelService
-from buildbay.deps import Context, ReadsDep, SessionDep, TransactionRoute
+from buildbay.context import AppContext
+from buildbay.deps import ReadsDep, TransactionRoute, in_unit_of_work
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppDeveloper, AppReader
 
@@ -18,11 +20,11 @@ router = APIRouter(
 )
 
 
-async def channel_service(ctx: Context, db: SessionDep) -> ChannelService:
+def channel_service(ctx: AppContext, db: AsyncSession) -> ChannelService:
     return ChannelService(db, ctx.clock.now())
 
 
-Service = Annotated[ChannelService, Depends(channel_service)]
+Service = Annotated[ChannelService, in_unit_of_work(channel_service)]
 
 
 def to_schema(view: ChannelView) -> schemas.Channel:

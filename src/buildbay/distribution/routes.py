@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Path, Response, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.builds.dependencies import Builds
 from buildbay.builds.dependencies import Service as BuildService
 from buildbay.context import AppContext
-from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
+from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
 from buildbay.distribution import schemas
 from buildbay.distribution.groups import (
     GroupRecord,
@@ -40,11 +40,7 @@ def make_group_service(ctx: AppContext, db: AsyncSession) -> GroupService:
     return GroupService(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
 
 
-async def group_service(ctx: Context, db: SessionDep) -> GroupService:
-    return make_group_service(ctx, db)
-
-
-Service = Annotated[GroupService, Depends(group_service)]
+Service = Annotated[GroupService, in_unit_of_work(make_group_service)]
 GroupId = Annotated[str, Path(alias="groupId", max_length=64)]
 BuildId = Annotated[str, Path(alias="buildId")]
 

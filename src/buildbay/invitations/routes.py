@@ -3,12 +3,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Path, Response, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import InteractiveUser
 from buildbay.context import AppContext
-from buildbay.deps import Context, ReadsDep, SessionDep, TransactionRoute
+from buildbay.deps import Context, ReadsDep, TransactionRoute, in_unit_of_work
 from buildbay.invitations import schemas
 from buildbay.invitations.models import Invitation
 from buildbay.invitations.reads import InvitationRecord, invitations_of
@@ -24,11 +24,7 @@ def make_invitation_service(ctx: AppContext, db: AsyncSession) -> InvitationServ
     return InvitationService(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
 
 
-async def invitation_service(ctx: Context, db: SessionDep) -> InvitationService:
-    return make_invitation_service(ctx, db)
-
-
-Service = Annotated[InvitationService, Depends(invitation_service)]
+Service = Annotated[InvitationService, in_unit_of_work(make_invitation_service)]
 InvitationId = Annotated[str, Path(alias="invitationId")]
 
 

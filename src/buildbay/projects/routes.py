@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Path, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import Authenticated, CurrentUser
-from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
+from buildbay.context import AppContext
+from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects import schemas
@@ -56,11 +58,11 @@ def _member_links(user_id: str) -> dict[str, dict[str, Any]]:
     }
 
 
-async def project_service(ctx: Context, db: SessionDep) -> ProjectService:
+def project_service(ctx: AppContext, db: AsyncSession) -> ProjectService:
     return ProjectService(db, ctx.clock.now())
 
 
-Service = Annotated[ProjectService, Depends(project_service)]  # the request's unit of work
+Service = Annotated[ProjectService, in_unit_of_work(project_service)]
 MemberId = Annotated[str, Path(alias="userId")]
 
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Path, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
+from buildbay.context import AppContext
+from buildbay.deps import Page, ReadsDep, TransactionRoute, in_unit_of_work
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
 from buildbay.schemas import PAGE_QUERY
@@ -26,11 +28,11 @@ router = APIRouter(
 )
 
 
-async def webhook_service(ctx: Context, db: SessionDep) -> WebhookService:
+def webhook_service(ctx: AppContext, db: AsyncSession) -> WebhookService:
     return WebhookService(db, ctx.clock.now(), ctx.settings)
 
 
-Service = Annotated[WebhookService, Depends(webhook_service)]
+Service = Annotated[WebhookService, in_unit_of_work(webhook_service)]
 WebhookId = Annotated[str, Path(alias="webhookId")]
 DeliveryId = Annotated[str, Path(alias="deliveryId")]
 
