@@ -189,12 +189,11 @@ def create_app(
         body_read_timeout=settings.body_read_timeout_seconds,
         security_headers=security_headers,
     )
-    # Starlette tries the routes in turn until one matches, and each try costs FastAPI a few
-    # microseconds: the routes that clients and apps poll most come first (the update check,
-    # builds, projects, applications), which took 7% off a read of bench/load.py's mix
-    # (docs/performance.md). No path of one router matches a path of another
-    # (tests/test_openapi.py), so the order changes no answer; the API document keeps its
-    # reading order (API_SECTIONS).
+    # Starlette tries the routes in turn until one matches, and each try costs FastAPI some
+    # work: the routes that clients and apps poll most come first (the update check, builds,
+    # projects, applications; docs/performance.md). No path of one router matches a path of
+    # another (tests/test_openapi.py), so the order changes no answer; the API document keeps
+    # its reading order (API_SECTIONS).
     for router in (
         updates_router,
         builds_router,

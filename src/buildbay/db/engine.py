@@ -33,7 +33,7 @@ log = logging.getLogger("buildbay.db")
 T = TypeVar("T")
 
 PING_AFTER_IDLE_SECONDS = 1.0
-POOL_SIZE = 20
+POOL_SIZE = 10  # each pool's (settings.database_pool_size)
 
 
 def create_engine(
@@ -240,8 +240,8 @@ def read_engine(engine: AsyncEngine, *, pool_size: int = POOL_SIZE) -> AsyncEngi
 
     On PostgreSQL that is a pool of its own, opened in autocommit: each read is spared the
     driver's BEGIN and the pool's ROLLBACK (two round trips), and each check-out the switch to
-    autocommit and back that a per-connection option costs (a sixth of a read's instructions,
-    docs/performance.md). SQLite's driver starts no transaction for a SELECT anyway, and its
+    autocommit and back that an isolation-level option on a shared pool costs
+    (docs/performance.md). SQLite's driver starts no transaction for a SELECT anyway, and its
     file needs one pool: the engine is used as it is.
     """
     if engine.dialect.name == "sqlite":
