@@ -49,6 +49,8 @@ class AppContext:
     async def dispose(self) -> None:
         """Close the database pools: the engine's, and the read engine's where it has its own
         (on PostgreSQL, db/engine.py `read_engine`)."""
-        await self.engine.dispose()
-        if self.read_engine is not self.engine:
-            await self.read_engine.dispose()
+        try:
+            await self.engine.dispose()
+        finally:
+            if self.read_engine is not self.engine:
+                await self.read_engine.dispose()

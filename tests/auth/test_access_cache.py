@@ -68,7 +68,7 @@ async def two_processes(
         pair = []
         for _ in range(2):
             app = create_app(shared, clock=clock, migrate_on_start=False)
-            stack.push_async_callback(app.state.ctx.engine.dispose)
+            stack.push_async_callback(app.state.ctx.dispose)
             stack.push_async_callback(app.state.ctx.revocations.aclose)
             client = await stack.enter_async_context(
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)

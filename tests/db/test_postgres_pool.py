@@ -5,7 +5,7 @@ burst of requests past the pool's size waits for its connections instead of open
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -128,17 +128,25 @@ async def test_a_burst_past_the_pool_size_reuses_the_pools_connections(
     assert engine.sync_engine.pool.checkedin() == POOL  # type: ignore[attr-defined]
 
 
-async def _connections_to(url: str) -> int:
-    """Sessions open on `url`'s database, other than the one asking."""
+async def _client_sessions(url: str) -> set[int]:
+    """The server processes of the clients connected to `url`'s database, but the asker's."""
     admin = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        count = await admin.fetchval(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        rows = await admin.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
         )
-        return int(count)
+        return {int(row["pid"]) for row in rows}
     finally:
         await admin.close()
+
+
+async def _until(check: Callable[[], Awaitable[bool]]) -> None:
+    """Poll `check` for up to 5 s: a server process ends a moment after its client hangs up."""
+    for _ in range(100):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
 
 
 async def test_read_only_requests_have_a_pool_of_their_own_which_closes_with_the_app(
@@ -149,20 +157,23 @@ async def test_read_only_requests_have_a_pool_of_their_own_which_closes_with_the
     units of work's; `AppContext.dispose` closes both, so no connection outlives the app."""
     assert PG_URL is not None
     ctx = create_app(settings, migrate_on_start=False).state.ctx
-    assert ctx.read_engine.pool is not ctx.engine.pool
-    before = await _connections_to(PG_URL)
-    reads = Reads.on(ctx.read_engine)
     try:
-        assert await reads.scalar(select(literal(1))) == 1
+        assert ctx.read_engine.pool is not ctx.engine.pool
+        before = await _client_sessions(PG_URL)
+        reads = Reads.on(ctx.read_engine)
+        try:
+            assert await reads.scalar(select(literal(1))) == 1
+        finally:
+            await reads.close()
+        async with ctx.sessions() as db, db.begin():
+            await db.execute(text("SELECT 1"))
+        opened = await _client_sessions(PG_URL) - before
+        assert len(opened) == 2  # one in each pool, kept for reuse
     finally:
-        await reads.close()
-    async with ctx.sessions() as db, db.begin():
-        await db.execute(text("SELECT 1"))
-    assert await _connections_to(PG_URL) == before + 2  # one in each pool, kept for reuse
+        await ctx.dispose()
 
-    await ctx.dispose()
-    for _ in range(100):  # a server process ends a moment after its client hangs up
-        if await _connections_to(PG_URL) == before:
-            break
-        await asyncio.sleep(0.05)
-    assert await _connections_to(PG_URL) == before
+    async def closed() -> bool:
+        return not opened & await _client_sessions(PG_URL)
+
+    await _until(closed)
+    assert await closed()
