@@ -236,7 +236,6 @@ async def answer(
     if row is None:
         return Answer(None, False)  # deleted since it was read
     build = BUILD.of(row)
-    link_reads = InstallLinkReads.of(ctx, reads)
     link = live_link_of(row)
     if link is None or link.expires_at - now < LINK_MIN_LEFT:
         async with unit_of_work() as db, db.begin():
@@ -244,7 +243,7 @@ async def answer(
         if link_url is None:
             return Answer(None, False)  # deleted since it was read
     else:
-        link_url = link_reads.url(link)
+        link_url = InstallLinkReads.of(ctx, reads).url(link)
     download_url = await ctx.storage.download_url(
         build.storage_key,
         build.file_name,
