@@ -37,7 +37,7 @@ from buildbay.console.routes import console_sessions
 from buildbay.console.routes import routers as console_routers
 from buildbay.context import AppContext
 from buildbay.db import migrate
-from buildbay.db.engine import create_engine, create_sessionmaker, read_engine
+from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import DISTRIBUTION_JOB, distribution_mail_handler
@@ -106,7 +106,9 @@ def create_app(
     settings = settings or Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     clock = clock or SystemClock()
-    engine = create_engine(settings.resolved_database_url, pool_size=settings.database_pool_size)
+    engine, read_engine = create_engines(
+        settings.resolved_database_url, pool_size=settings.database_pool_size
+    )
     signer = UrlSigner(settings.signing_key)
     if storage is None:
         storage = create_storage(settings, signer, clock)
@@ -119,7 +121,7 @@ def create_app(
         # Units of work carry the signal that wakes this process's job worker when they
         # commit a job (jobs/queue.py).
         sessions=create_sessionmaker(engine, info={JOB_SIGNAL: job_signal}),
-        read_engine=read_engine(engine, pool_size=settings.database_pool_size),
+        read_engine=read_engine,
         clock=clock,
         storage=storage,
         signer=signer,

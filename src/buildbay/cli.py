@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from buildbay.config import Settings
+    from buildbay.context import AppContext
 
 T = TypeVar("T")
 
@@ -52,20 +53,19 @@ def _settings(**overrides: object) -> Settings:
 def _on_database(
     settings: Settings,
     work: Callable[[AsyncEngine], Awaitable[T]],
-    engine: AsyncEngine | None = None,
+    ctx: AppContext | None = None,
 ) -> T:
-    """Run `work` on the settings' database (through `engine`, an app's, if given), once it is
-    known to have this version's schema: an operator command on an empty or older database
-    says so in one line (exit code 1) instead of a traceback of SQL, and changes nothing. The
-    engine is disposed of at the end."""
+    """Run `work` on the settings' database (through the engine of `ctx`, an app's, if given),
+    once it is known to have this version's schema: an operator command on an empty or older
+    database says so in one line (exit code 1) instead of a traceback of SQL, and changes
+    nothing. The engine (the app's pools) is disposed of at the end."""
     import asyncio
 
     from buildbay.db import migrate
     from buildbay.db.engine import create_engine
 
     async def run() -> T:
-        nonlocal engine
-        engine = engine or create_engine(settings.resolved_database_url)
+        engine = ctx.engine if ctx else create_engine(settings.resolved_database_url)
         try:
             if not await migrate.is_current(engine):
                 typer.echo(
@@ -77,7 +77,7 @@ def _on_database(
                 raise typer.Exit(1)
             return await work(engine)
         finally:
-            await engine.dispose()
+            await (ctx.dispose() if ctx else engine.dispose())
 
     with _configured():
         return asyncio.run(run())
@@ -231,7 +231,7 @@ def create_user(
             return user.email, await PasswordResets(db, ctx.clock.now()).issue(user)
 
     try:
-        created, token = _on_database(settings, run, ctx.engine)
+        created, token = _on_database(settings, run, ctx)
     except BuildbayError as exc:
         typer.echo(f"buildbay: {exc.detail}", err=True)
         raise typer.Exit(1) from None
@@ -320,7 +320,7 @@ def sweep() -> None:
     async def run(_: AsyncEngine) -> Swept:
         return await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
 
-    swept = _on_database(settings, run, ctx.engine)
+    swept = _on_database(settings, run, ctx)
     typer.echo(
         f"swept {swept.expired_uploads} expired pending builds, "
         f"{swept.retention} builds beyond their retention rule, "

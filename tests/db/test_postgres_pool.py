@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from buildbay.app import create_app
 from buildbay.config import Settings
-from buildbay.db.engine import create_engine
+from buildbay.db.engine import create_engine, create_engines
 from buildbay.db.reads import Reads
 from tests.conftest import PG_URL
 
@@ -152,7 +152,7 @@ async def _until(check: Callable[[], Awaitable[bool]]) -> None:
 async def test_read_only_requests_have_a_pool_of_their_own_which_closes_with_the_app(
     settings: Settings,
 ) -> None:
-    """Reads run on a pool of their own, opened in autocommit (db/engine.py `read_engine`;
+    """Reads run on a pool of their own, opened in autocommit (db/engine.py `create_engines`;
     tests/db/test_request_transactions.py shows what autocommit reads see), apart from the
     units of work's; `AppContext.dispose` closes both, so no connection outlives the app."""
     assert PG_URL is not None
@@ -177,3 +177,19 @@ async def test_read_only_requests_have_a_pool_of_their_own_which_closes_with_the
 
     await _until(closed)
     assert await closed()
+
+
+async def test_both_pools_are_built_from_the_same_arguments() -> None:
+    # Such as asyncpg's statement cache turned off behind PgBouncer in transaction mode: an
+    # argument that reached only one pool would break the other's every query there.
+    assert PG_URL is not None
+    server_settings = {"application_name": "buildbay-both-pools"}
+    engine, reads = create_engines(PG_URL, connect_args={"server_settings": server_settings})
+    try:
+        for each in (engine, reads):
+            async with each.connect() as connection:
+                name = await connection.scalar(text("SHOW application_name"))
+            assert name == "buildbay-both-pools"
+    finally:
+        await engine.dispose()
+        await reads.dispose()

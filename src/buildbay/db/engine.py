@@ -1,5 +1,6 @@
 """Engines and units of work. A unit of work (a request that writes) commits on success and
-rolls back on error; requests that only read use db/reads.py, on `read_engine`."""
+rolls back on error; requests that only read use db/reads.py, on the read engine that
+`create_engines` builds beside the units of work's."""
 
 from __future__ import annotations
 
@@ -234,22 +235,23 @@ def create_sessionmaker(
     )
 
 
-def read_engine(engine: AsyncEngine, *, pool_size: int = POOL_SIZE) -> AsyncEngine:
-    """The engine of read-only requests' reads (db/reads.py), each statement its own
-    transaction.
+def create_engines(
+    url: str, *, pool_size: int = POOL_SIZE, **kwargs: Any
+) -> tuple[AsyncEngine, AsyncEngine]:
+    """An app's two engines, built from the same arguments: units of work's, and read-only
+    requests' reads' (db/reads.py), where each statement is its own transaction.
 
-    On PostgreSQL that is a pool of its own, opened in autocommit: each read is spared the
-    driver's BEGIN and the pool's ROLLBACK (two round trips), and each check-out the switch to
-    autocommit and back that an isolation-level option on a shared pool costs
+    On PostgreSQL the reads get a pool of their own, opened in autocommit: each read is spared
+    the driver's BEGIN and the pool's ROLLBACK (two round trips), and each check-out the switch
+    to autocommit and back that an isolation-level option on a shared pool costs
     (docs/performance.md). SQLite's driver starts no transaction for a SELECT anyway, and its
-    file needs one pool: the engine is used as it is.
+    file needs one pool: both are the same engine.
     """
+    engine = create_engine(url, pool_size=pool_size, **kwargs)
     if engine.dialect.name == "sqlite":
-        return engine
-    return create_engine(
-        engine.url.render_as_string(hide_password=False),
-        pool_size=pool_size,
-        isolation_level="AUTOCOMMIT",
+        return engine, engine
+    return engine, create_engine(
+        url, pool_size=pool_size, **{**kwargs, "isolation_level": "AUTOCOMMIT"}
     )
 
 
