@@ -94,18 +94,7 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
             await reads.close()
 
     build = await still_pending()
-    declared = whole_number(request.headers.get("content-length", ""), max_digits=20)
-    if declared is not None:
-        if declared > size_:
-            raise PayloadTooLarge(
-                f"Content-Length {declared} is above the build's declared {size_} bytes",
-                code="upload_too_large",
-            )
-        if declared < size_:
-            raise BadRequest(
-                f"Content-Length {declared} is below the build's declared {size_} bytes",
-                code="upload_too_short",
-            )
+    _check_length(request, size_, "the build's declared")
     # Checked again once the bytes are in: the build may have been verified or deleted meanwhile.
     info = await storage.receive(key, size_, request.stream(), before_publish=still_pending)
     assert info.sha256 is not None
@@ -138,7 +127,7 @@ async def receive_part(key: str, request: Request, ctx: Context) -> StoredPart:
         build = await BuildReads.of(ctx, reads).pending_upload(key)
     finally:
         await reads.close()
-    _check_length(request, size_, "part")
+    _check_length(request, size_, "the part's")
     # Verify and delete take the upload away under the storage's own locks: a part that
     # streams meanwhile is refused, not half kept.
     part = await storage.receive_part(key, number, size_, request.stream())
@@ -146,16 +135,17 @@ async def receive_part(key: str, request: Request, ctx: Context) -> StoredPart:
 
 
 def _check_length(request: Request, size: int, what: str) -> None:
-    """Refuse a body whose declared length is not the signed size, before reading a byte."""
+    """Refuse a body whose declared length is not the signed size, before reading a byte
+    (`what` names that size: "the part's")."""
     declared = whole_number(request.headers.get("content-length", ""), max_digits=20)
     if declared is not None and declared > size:
         raise PayloadTooLarge(
-            f"Content-Length {declared} is above the {what}'s {size} bytes",
+            f"Content-Length {declared} is above {what} {size} bytes",
             code="upload_too_large",
         )
     if declared is not None and declared < size:
         raise BadRequest(
-            f"Content-Length {declared} is below the {what}'s {size} bytes",
+            f"Content-Length {declared} is below {what} {size} bytes",
             code="upload_too_short",
         )
 
