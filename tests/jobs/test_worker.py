@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from typing import Any
 
+import pytest
+
+from buildbay.clock import SystemClock
 from buildbay.jobs.models import JobStatus
 from buildbay.jobs.queue import enqueue
 from buildbay.jobs.worker import RETRY_CAP, RETRY_WINDOW, JobFailed, JobRun, JobWorker
@@ -249,6 +253,64 @@ async def test_a_full_worker_starts_the_job_committed_meanwhile_as_soon_as_a_pla
         assert time.monotonic() - started < poll / 4
     finally:
         release.set()
+        await worker.stop()
+
+
+async def test_jobs_that_end_with_nothing_else_due_cost_no_more_claims(
+    outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a claim found fewer due jobs than free places, the worker sleeps until a commit
+    writes a job (or its poll): the jobs it started end without it looking again, each look
+    a write transaction on a busy database."""
+    runs = recording(outbox)
+    worker = outbox.worker(poll_seconds=60.0)
+    claims: list[int] = []
+    claim = worker._claim
+
+    async def counted(limit: int | None = None) -> Any:
+        claimed = await claim(limit)
+        claims.append(len(claimed))
+        return claimed
+
+    monkeypatch.setattr(worker, "_claim", counted)
+    for n in range(3):
+        await outbox.add("note", {"n": n})
+    worker.start()
+    try:
+        for _ in range(200):
+            if len(runs) == 3:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # time for any looks the jobs' ends would cause
+        assert len(runs) == 3
+        assert claims == [3], "one claim took all three, and their ends claimed nothing"
+    finally:
+        await worker.stop()
+
+
+async def test_a_retry_sooner_than_the_workers_next_look_runs_on_time(outbox: Outbox) -> None:
+    attempts: list[int] = []
+    succeeded = asyncio.Event()
+
+    async def flaky(run: JobRun) -> None:
+        attempts.append(run.attempt)
+        if run.attempt == 1:
+            raise OSError("the server is busy")
+        succeeded.set()
+
+    outbox.handlers["flaky"] = flaky
+    await outbox.add("flaky", {})
+    poll = 60.0
+    # A real clock (whole seconds): the retry is due within a second, long before the poll.
+    worker = JobWorker(
+        outbox.sessions, outbox.handlers, SystemClock(), outbox.signal,
+        poll_seconds=poll, lease_seconds=LEASE, retry_base_seconds=0.05,
+    )  # fmt: skip
+    worker.start()
+    try:
+        await asyncio.wait_for(succeeded.wait(), timeout=poll / 4)
+        assert attempts == [1, 2]
+    finally:
         await worker.stop()
 
 

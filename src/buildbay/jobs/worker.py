@@ -189,8 +189,10 @@ class JobWorker:
             task = asyncio.current_task()
             if task is not None:
                 self._running.discard(task)  # before the loop wakes to count the free places
-            await self._freed.notify()  # a place is free: the loop looks for more
-            await self.signal.notify()
+            # A place is free: a loop that waits with every place taken looks for more. One
+            # that found fewer due jobs than free places sleeps on: a job's end makes nothing
+            # due (a retry says so itself, and the jobs a handler writes wake it on commit).
+            await self._freed.notify()
 
     async def _until_next_due(self) -> float:
         """Seconds until the next pending job is due (at most the poll interval)."""
@@ -362,6 +364,7 @@ class JobWorker:
         await self._write(
             self._ours(job).values(claim=None, run_after=now + delay, last_error=error)
         )
+        await self.signal.notify()  # the loop's next wake-up may be later than this retry
 
     def backoff(self, attempts: int) -> timedelta:
         """The wait after the `attempts`-th failure: the base doubled for each earlier failure,
