@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email
-import email.policy
 import logging
 import os
 from dataclasses import dataclass
@@ -62,7 +60,7 @@ class SmtpTransport:
         server = self.server
         try:
             await aiosmtplib.send(
-                email.message_from_string(message, policy=email.policy.SMTP),
+                message,  # as composed for SMTP (mail/outbox.py): sent as it is
                 sender=sender,
                 recipients=recipients,
                 hostname=server.hostname,
@@ -110,7 +108,9 @@ class FileTransport:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{key}.eml"
         temporary = self.directory / f".{key}.eml.partial"
-        data = email.message_from_string(message, policy=email.policy.default).as_bytes()
+        # The message as composed for SMTP (mail/outbox.py: ASCII, CRLF line ends), with the
+        # line ends of a file on this system.
+        data = message.replace("\r\n", "\n").encode("ascii")
         try:
             with temporary.open("wb") as file:
                 file.write(data)
