@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from buildbay.clock import FrozenClock
 from tests.conftest import assert_problem, iso_z
 from tests.distribution.conftest import Team
@@ -38,6 +40,28 @@ async def test_a_ready_build_reaches_everyone_and_each_tester_gets_their_own_lin
     assert expiries == {iso_z(clock.now() + timedelta(days=14))}
     r = await team.client.get(f"{team.builds}/{build['buildId']}", headers=tess.headers)
     assert r.status_code == 200, r.text
+
+
+async def test_testers_past_one_statements_worth_still_get_one_mail_and_link_each(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The links and the mails are written a chunk of testers per statement: chunks of two
+    # here, so that three testers take two of each.
+    monkeypatch.setattr("buildbay.distribution.service.LINKS_PER_STATEMENT", 2)
+    monkeypatch.setattr("buildbay.jobs.queue.JOBS_PER_STATEMENT", 2)
+    testers = [await team.member(f"t{n}@example.com") for n in range(3)]
+
+    await team.upload()
+    await team.run_jobs()
+
+    links = set()
+    for tester in testers:
+        [mail] = team.mails_to(tester.email)
+        link = mail.link("http://testserver/install/")
+        r = await team.client.get(link, headers={"Accept": "text/html"})
+        assert r.status_code == 200, r.text
+        links.add(link)
+    assert len(links) == 3
 
 
 async def test_distributing_again_mails_nobody_twice(team: Team) -> None:

@@ -36,6 +36,7 @@ from sqlalchemy import (
     case,
     exists,
     func,
+    insert,
     literal,
     or_,
     select,
@@ -69,6 +70,9 @@ if TYPE_CHECKING:
     from buildbay.jobs.worker import Handler, JobRun
 
 DISTRIBUTION_JOB = "distribution"
+# Testers whose install links one pair of statements writes (4 and 3 parameters each: within
+# both databases' limits).
+LINKS_PER_STATEMENT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,33 +352,28 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
         if not claimed:
             return
         expires_at = now + timedelta(days=link_days)
-        links = {email: new_id("inl") for email, _ in claimed}
-        await db.execute(
-            insert_of(db, InstallLink),
-            [
-                {
-                    "id": link_id,
-                    "build_id": build.id,
-                    "created_by": None,
-                    "created_at": now,
-                    "expires_at": expires_at,
-                    "revoked_at": None,
-                }
-                for link_id in links.values()
-            ],
-        )
-        await db.execute(
-            update(BuildRecipient),
-            [
-                {"build_id": build.id, "email": email, "install_link_id": link_id}
-                for email, link_id in links.items()
-            ],
-        )
+        links = [(email, new_id("inl")) for email, _ in claimed]
+        # Each tester's own install link: two statements per chunk of testers, not two per
+        # tester (a group of 1,000 is one chunk).
+        for start in range(0, len(links), LINKS_PER_STATEMENT):
+            chunk = dict(links[start : start + LINKS_PER_STATEMENT])
+            new_links = [
+                {"id": link_id, "build_id": build.id, "created_at": now, "expires_at": expires_at}
+                for link_id in chunk.values()
+            ]
+            await db.execute(insert(InstallLink).values(new_links))
+            await db.execute(
+                update(BuildRecipient)
+                .where(BuildRecipient.build_id == build.id, BuildRecipient.email.in_(chunk))
+                .values(install_link_id=case(chunk, value=BuildRecipient.email))
+                .execution_options(synchronize_session=False)
+            )
         version = version_label(build.metadata_) or ""
         subject = f"{application} {version} is ready to test".replace("  ", " ")
         base = f"{ctx.settings.resolved_public_url}/install/"
-        for email, user_id in claimed:
-            mail = notification(
+        link_of = dict(links)
+        mails = [
+            notification(
                 "new_build",
                 email,
                 subject,
@@ -383,8 +382,10 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
                 version=version,
                 project=project,
                 notes=build.notes,
-                link=base + ctx.install_tokens.token(links[email]),
+                link=base + ctx.install_tokens.token(link_of[email]),
             )
-            ctx.mail.send(db, mail, now)
+            for email, user_id in claimed
+        ]
+        await ctx.mail.send_all(db, mails, now)
 
     return handle
