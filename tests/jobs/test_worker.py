@@ -133,7 +133,7 @@ async def test_a_job_whose_worker_died_runs_again_once_its_lease_is_over(outbox:
     runs = recording(outbox)
     job_id = await outbox.add("note", {})
     dead = outbox.worker()
-    claimed = await dead._claim()  # claimed, then the process died: nothing more happens
+    claimed, _ = await dead._claim()  # claimed, then the process died: nothing more happens
     assert [c.id for c in claimed] == [job_id]
     survivor = outbox.worker()
 
@@ -268,9 +268,9 @@ async def test_jobs_that_end_with_nothing_else_due_cost_no_more_claims(
     claim = worker._claim
 
     async def counted(limit: int | None = None) -> Any:
-        claimed = await claim(limit)
+        claimed, next_due = await claim(limit)
         claims.append(len(claimed))
-        return claimed
+        return claimed, next_due
 
     monkeypatch.setattr(worker, "_claim", counted)
     for n in range(3):
@@ -312,6 +312,64 @@ async def test_a_retry_sooner_than_the_workers_next_look_runs_on_time(outbox: Ou
         assert attempts == [1, 2]
     finally:
         await worker.stop()
+
+
+async def test_jobs_that_wrote_nothing_and_end_together_are_recorded_in_one_write(
+    outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mail's job writes nothing but its completion: those that end while one completion is
+    being written share the next write (a group commit), and each is done exactly when that
+    write commits."""
+    release = asyncio.Event()
+    ended: list[str] = []
+
+    async def sent(run: JobRun) -> None:
+        await release.wait()
+        ended.append(run.id)
+
+    outbox.handlers["sent"] = sent
+    worker = outbox.worker()
+    writes: list[int] = []
+    write_done = worker._write_done
+
+    async def counted(jobs: list[Any]) -> set[str]:
+        writes.append(len(jobs))
+        return await write_done(jobs)
+
+    monkeypatch.setattr(worker, "_write_done", counted)
+    ids = [await outbox.add("sent", {"n": n}) for n in range(6)]
+    running = asyncio.create_task(worker.run_due())
+    await asyncio.sleep(0.05)
+    release.set()
+
+    assert await running == 6
+    assert sorted(ended) == sorted(ids)
+    assert sum(writes) == 6
+    assert len(writes) <= 2, f"six jobs ended at once, written in {len(writes)} transactions"
+    assert {job.status for job in await outbox.jobs()} == {JobStatus.DONE}
+
+
+async def test_a_job_done_after_its_lease_passed_to_another_worker_is_left_to_that_one(
+    outbox: Outbox,
+) -> None:
+    release = asyncio.Event()
+
+    async def sent(run: JobRun) -> None:
+        await release.wait()
+
+    outbox.handlers["sent"] = sent
+    job_id = await outbox.add("sent", {})
+    slow = asyncio.create_task(outbox.worker().run_due())
+    await asyncio.sleep(0.05)
+    outbox.clock.advance(seconds=LEASE)
+    [taken], _ = await outbox.worker()._claim()  # the lease is over: another worker claims it
+
+    release.set()
+    await slow
+
+    job = await outbox.job(job_id)
+    assert job is not None
+    assert (job.status, job.claim) == (JobStatus.PENDING, taken.claim), "still the other's"
 
 
 async def test_stopping_hands_a_running_job_back_at_once(outbox: Outbox) -> None:

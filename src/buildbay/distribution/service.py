@@ -306,12 +306,10 @@ async def distribute_when_ready(
 ) -> None:
     """A build just became ready: distributed to its application's `autoDistributeGroups`,
     with mails (called by verify, in its unit of work)."""
-    groups = await db.scalar(
-        select(Application.auto_distribute_groups).where(Application.id == application.id)
-    )
-    if not groups:
-        return
-    await reach_groups(db, now, build, groups, True, build.uploaded_by)
+    if application.auto_distribute_groups:
+        await reach_groups(
+            db, now, build, application.auto_distribute_groups, True, build.uploaded_by
+        )
 
 
 # -- the job: each newly reached tester's link and mail ----------------------------------------

@@ -19,9 +19,11 @@ lease never runs out under a worker that is still running it.
 
 Work outside the database (an SMTP server, a webhook receiver) cannot commit with the job: it
 happens at least once. The window is between the outside world accepting the work and the commit
-of the job's completion, which follows at once in a transaction of its own (a few
-milliseconds). A process that dies inside that window has its job run again when the lease ends;
-that, and a database that refuses the completion's commit, are the only ways work is done twice.
+of the job's completion, which follows at once (a few milliseconds): a handler that wrote
+nothing has its completion written together with those of the jobs that end meanwhile, one
+UPDATE and one commit for all of them (a group commit). A process that dies inside that window
+has its job run again when the lease ends; that, and a database that refuses the completion's
+commit, are the only ways work is done twice.
 
 ## Failing
 
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from buildbay.clock import Clock
@@ -79,6 +81,8 @@ class JobRun:
 
 
 Handler = Callable[[JobRun], Awaitable[None]]
+
+_NEXT_DUE = select(func.min(Job.run_after)).where(Job.status == JobStatus.PENDING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,10 @@ class JobWorker:
         self._freed = JobSignal()
         self._stopping = False
         self._last_cleanup: datetime | None = None
+        # Jobs whose handlers wrote nothing, done and waiting for their completion to be
+        # written; and the task writing them (see `_complete_together`).
+        self._done: list[tuple[_Claimed, asyncio.Future[None]]] = []
+        self._recording: asyncio.Task[None] | None = None
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -148,6 +156,9 @@ class JobWorker:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        if self._recording is not None:
+            with contextlib.suppress(Exception):
+                await self._recording
 
     async def _run_forever(self) -> None:
         """Keeps up to `batch` jobs running, claiming more as soon as one ends: a slow job (a
@@ -163,9 +174,10 @@ class JobWorker:
                     # Every place taken: the next job to end wakes the loop, not a commit.
                     await self._freed.wait(self.poll)
                     continue
-                if await self._start_due(free) == free:
+                started, next_due = await self._start_due(free)
+                if started == free:
                     continue  # there may be more due
-                wait = await self._until_next_due()
+                wait = self._until(next_due)
                 await self._clean_up()
             except Exception:
                 log.exception("the job worker failed a round; it tries again shortly")
@@ -173,14 +185,15 @@ class JobWorker:
             if not self._stopping:
                 await self.signal.wait(wait)
 
-    async def _start_due(self, limit: int) -> int:
-        """Claim up to `limit` due jobs and start them, without waiting for them."""
-        claimed = await self._claim(limit)
+    async def _start_due(self, limit: int) -> tuple[int, datetime | None]:
+        """Claim up to `limit` due jobs and start them, without waiting for them. Says how many
+        started, and when the next pending job is due if fewer than `limit` were."""
+        claimed, next_due = await self._claim(limit)
         for job in claimed:  # started in the order they were written (_claim)
             task = asyncio.create_task(self._run_and_tell(job))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
-        return len(claimed)
+        return len(claimed), next_due
 
     async def _run_and_tell(self, job: _Claimed) -> None:
         try:
@@ -194,15 +207,8 @@ class JobWorker:
             # due (a retry says so itself, and the jobs a handler writes wake it on commit).
             await self._freed.notify()
 
-    async def _until_next_due(self) -> float:
-        """Seconds until the next pending job is due (at most the poll interval)."""
-        db = self.sessions()
-        try:
-            next_due = await db.scalar(
-                select(func.min(Job.run_after)).where(Job.status == JobStatus.PENDING)
-            )
-        finally:
-            await finish(db, ok=True)
+    def _until(self, next_due: datetime | None) -> float:
+        """Seconds until `next_due` (at most the poll interval)."""
         if next_due is None:
             return self.poll
         return min(max((next_due - self.clock.now()).total_seconds(), 0.0), self.poll)
@@ -228,7 +234,7 @@ class JobWorker:
     async def run_due(self) -> int:
         """Claim the jobs due now (up to the batch size), run them, and say how many there
         were. Tests call this directly, with a clock they move."""
-        claimed = await self._claim()
+        claimed, _ = await self._claim()
         if not claimed:
             return 0
         tasks = [asyncio.create_task(self._run(job)) for job in claimed]
@@ -246,7 +252,11 @@ class JobWorker:
             total += ran
         return total
 
-    async def _claim(self, limit: int | None = None) -> list[_Claimed]:
+    async def _claim(self, limit: int | None = None) -> tuple[list[_Claimed], datetime | None]:
+        """Claim up to `limit` due jobs (the batch's size by default), in the order they were
+        written. When fewer were due, the same transaction reads when the next pending job is
+        due (None if none is pending), for the loop's sleep."""
+        limit = limit or self.batch
         now = self.clock.now()
         claim = new_id("clm")
         # A CTE, not `id IN (subquery)`: PostgreSQL may run such a subquery more than once
@@ -256,7 +266,7 @@ class JobWorker:
             select(Job.id)
             .where(Job.status == JobStatus.PENDING, Job.run_after <= now)
             .order_by(Job.run_after)
-            .limit(limit or self.batch)
+            .limit(limit)
             .with_for_update(skip_locked=True)  # PostgreSQL; SQLite leaves it out
             .cte("due")
         )
@@ -269,17 +279,21 @@ class JobWorker:
         )
         db = self.sessions()
         ok = False
+        next_due = None
         try:
             rows = (await db.execute(statement)).all()
+            if len(rows) < limit:
+                next_due = await db.scalar(_NEXT_DUE)
             ok = True
         finally:
             await finish(db, ok=ok)
         # In the order they were written (ids are time-ordered), which RETURNING does not keep:
         # jobs written together (an endpoint's webhook deliveries) start in that order.
-        return sorted(
+        claimed = sorted(
             (_Claimed(row[0], row[1], row[2], row[3], row[4], claim) for row in rows),
             key=lambda job: job.id,
         )
+        return claimed, next_due
 
     async def _run(self, job: _Claimed) -> None:
         handler = self.handlers.get(job.kind)
@@ -302,6 +316,12 @@ class JobWorker:
         except Exception as exc:
             await finish(db, ok=False)
             await self._recorded(job, self._retry(job, exc))
+            return
+        if not db.in_transaction():
+            # The handler wrote nothing (a mail, sent): its completion shares a commit with
+            # those of the jobs that end meanwhile.
+            await finish(db, ok=True)
+            await self._recorded(job, self._complete_together(job))
             return
         await self._recorded(job, self._complete(job, db))
 
@@ -336,6 +356,60 @@ class JobWorker:
                 )
         finally:
             await finish(db, ok=ok)
+
+    async def _complete_together(self, job: _Claimed) -> None:
+        """Record the completion of a job whose handler wrote nothing, with those of the jobs
+        that end while another such write is under way: one UPDATE and one commit for all of
+        them (a group commit), where a transaction each cost a busy database a good part of
+        a distribution's work. Returns once it is written; raises what the write raised."""
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._done.append((job, written))
+        if self._recording is None or self._recording.done():
+            self._recording = asyncio.create_task(self._record_done())
+        await written
+
+    async def _record_done(self) -> None:
+        while self._done:
+            group, self._done = self._done, []
+            try:
+                completed = await self._write_done([job for job, _ in group])
+            except Exception as exc:
+                for _, written in group:
+                    if not written.done():
+                        written.set_exception(exc)
+                continue
+            for job, written in group:
+                if job.id not in completed:
+                    log.warning(
+                        "job %s (%s) outlived its lease and another worker took it",
+                        job.id,
+                        job.kind,
+                    )
+                if not written.done():
+                    written.set_result(None)
+
+    async def _write_done(self, jobs: list[_Claimed]) -> set[str]:
+        """Mark the jobs done where their claims still hold; the ids of those that were."""
+        claims: dict[str, list[str]] = {}
+        for job in jobs:
+            claims.setdefault(job.claim, []).append(job.id)
+        statement = (
+            update(Job)
+            .where(or_(*(and_(Job.claim == c, Job.id.in_(ids)) for c, ids in claims.items())))
+            .values(
+                status=JobStatus.DONE, claim=None, finished_at=self.clock.now(), last_error=None
+            )
+            .returning(Job.id)
+            .execution_options(synchronize_session=False)
+        )
+        db = self.sessions()
+        ok = False
+        try:
+            completed = set((await db.execute(statement)).scalars())
+            ok = True
+        finally:
+            await finish(db, ok=ok)
+        return completed
 
     async def _retry(self, job: _Claimed, exc: Exception) -> None:
         now = self.clock.now()
