@@ -58,7 +58,7 @@ from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, G
 from buildbay.errors import Conflict
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue
-from buildbay.mail.message import notification
+from buildbay.mail.message import Mail, notification
 from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.authorization import ApplicationAccess, ProjectAccess
 from buildbay.projects.models import Project, ProjectMember
@@ -370,20 +370,23 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
         subject = f"{application} {version} is ready to test".replace("  ", " ")
         base = f"{ctx.settings.resolved_public_url}/install/"
         link_of = dict(links)
-        mails = [
-            notification(
-                "new_build",
-                email,
-                subject,
-                ctx.unsubscribe.url(user_id or ""),  # set: only members are mailed
-                application=application,
-                version=version,
-                project=project,
-                notes=build.notes,
-                link=base + ctx.install_tokens.token(link_of[email]),
-            )
-            for email, user_id in claimed
-        ]
+
+        def mails() -> list[Mail]:
+            return [
+                notification(
+                    "new_build",
+                    email,
+                    subject,
+                    ctx.unsubscribe.url(user_id or ""),  # set: only members are mailed
+                    application=application,
+                    version=version,
+                    project=project,
+                    notes=build.notes,
+                    link=base + ctx.install_tokens.token(link_of[email]),
+                )
+                for email, user_id in claimed
+            ]
+
         await ctx.mail.send_all(db, mails, now)
 
     return handle

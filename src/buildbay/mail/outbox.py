@@ -3,8 +3,10 @@ once that commits, never if it rolls back, and survives a restart or an SMTP out
 
 from __future__ import annotations
 
+import asyncio
 import email.policy
 import email.utils
+from collections.abc import Callable
 from datetime import datetime
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -51,10 +53,19 @@ class MailOutbox:
     def send(self, db: AsyncSession, mail: Mail, now: datetime) -> Job:
         return enqueue(db, MAIL_JOB, self._payload(mail, now), now)
 
-    async def send_all(self, db: AsyncSession, mails: list[Mail], now: datetime) -> None:
+    async def send_all(
+        self, db: AsyncSession, mails: Callable[[], list[Mail]], now: datetime
+    ) -> None:
         """Several mails (a distribution's), each a job of its own as `send` writes it, in as
-        few statements as the database takes."""
-        await enqueue_all(db, [new_job(MAIL_JOB, self._payload(mail, now), now) for mail in mails])
+        few statements as the database takes. `mails` makes them: it runs, and they are
+        composed, in a worker thread, since a thousand of them would hold the event loop for
+        over a second (docs/performance.md); the loop then still gets its turns."""
+
+        def payloads() -> list[dict[str, Any]]:
+            return [self._payload(mail, now) for mail in mails()]
+
+        jobs = [new_job(MAIL_JOB, payload, now) for payload in await asyncio.to_thread(payloads)]
+        await enqueue_all(db, jobs)
 
     def _payload(self, mail: Mail, now: datetime) -> dict[str, Any]:
         return {
