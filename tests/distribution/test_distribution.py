@@ -4,11 +4,20 @@ per person and build; testers see only what reached them."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 
+from buildbay.auth.models import User
 from buildbay.clock import FrozenClock
+from buildbay.config import Plan
+from buildbay.context import AppContext
+from buildbay.ids import new_id
+from buildbay.jobs.models import Job
+from buildbay.projects.models import ProjectMember, ProjectRole
 from tests.conftest import assert_problem, iso_z
 from tests.distribution.conftest import Team
 
@@ -265,3 +274,47 @@ async def test_a_group_is_counted_at_once_and_its_testers_mailed_by_the_job(team
     # Only the owner is new to it, and is not mailed: they distribute it.
     assert (again["testersReached"], again["notified"]) == (1, 0)
     assert len(team.smtp.messages()) == 3
+
+
+async def test_a_large_groups_mails_are_composed_without_holding_the_event_loop(
+    team: Team, clock: FrozenClock
+) -> None:
+    """Composing a mail takes the standard library about a millisecond. For a group of
+    hundreds, done on the event loop's thread, every request of the process waited for all of
+    them; in a worker thread, the loop keeps getting its turns. Measured by the longest wait of
+    a task that only yields, against the whole job's time (no absolute figure)."""
+    ctx: AppContext = team.app.state.ctx
+    now = clock.now()
+    async with ctx.sessions() as db, db.begin():  # registering each would hash a password
+        for n in range(400):
+            user_id = new_id("usr")
+            db.add(User(id=user_id, email=f"t{n}@example.com", name=f"T{n}", password_hash="-",
+                        plan=Plan.FREE, created_at=now, updated_at=now))  # fmt: skip
+            await db.flush()
+            db.add(ProjectMember(project_id=team.project["id"], user_id=user_id,
+                                 role=ProjectRole.TESTER, created_at=now))  # fmt: skip
+    await team.upload()  # distributed to everyone: one job writes the 400 mails
+    waits: list[float] = []
+
+    async def yielding() -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            waits.append(now - last)
+            last = now
+
+    assert ctx.jobs is not None
+    ticker = asyncio.create_task(yielding())
+    started = time.perf_counter()
+    assert await ctx.jobs.run_due() == 1  # the distribution's job only
+    took = time.perf_counter() - started
+    ticker.cancel()
+
+    assert len(await _pending_mails(ctx)) == 400
+    assert max(waits) < took / 4, f"the loop waited {max(waits):.3f} s of the job's {took:.3f} s"
+
+
+async def _pending_mails(ctx: AppContext) -> list[str]:
+    async with ctx.sessions() as db:
+        return list(await db.scalars(select(Job.id).where(Job.kind == "mail")))
