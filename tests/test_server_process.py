@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from buildbay.app import create_app
+from buildbay.app import create_app, served
 from buildbay.config import Settings
 from tests.builds.android_files import apk_of_size
 from tests.conftest import TEST_SECRET
@@ -173,3 +174,16 @@ def test_several_workers_share_one_port_and_one_migrated_schema(
     started = log.read_text().count("Started server process")
     assert started == 2, log.read_text()
     assert log.read_text().count("-> 0001, initial schema") == 1  # by the parent, once
+
+
+def test_a_served_app_keeps_what_start_up_made_out_of_the_collectors_way(
+    settings: Settings,
+) -> None:
+    """`buildbay serve` (one process or several) serves `served(app)`: the objects made at
+    start-up are frozen, so that full collections no longer walk them while requests wait."""
+    gc.unfreeze()
+    try:
+        served(create_app(settings, migrate_on_start=False))
+        assert gc.get_freeze_count() > 100_000  # the modules, the app, its models and schemas
+    finally:
+        gc.unfreeze()

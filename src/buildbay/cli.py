@@ -93,7 +93,7 @@ def serve(
     """Run the API (on the embedded default it creates or migrates its own schema)."""
     import uvicorn
 
-    from buildbay.app import create_app
+    from buildbay.app import create_app, served
 
     settings = _settings(host=host, port=port)
     with _configured():
@@ -121,7 +121,7 @@ def serve(
     }
     if workers == 1:
         with _configured():
-            app = create_app(settings)
+            app = served(create_app(settings))
         uvicorn.run(app, **options)
         return
     # Several processes: the schema is migrated here, once, and each worker builds its app from
