@@ -193,3 +193,34 @@ async def test_both_pools_are_built_from_the_same_arguments() -> None:
     finally:
         await engine.dispose()
         await reads.dispose()
+
+
+async def test_read_only_requests_get_a_busy_pools_connections_in_the_order_they_asked() -> None:
+    """The pool's own wait let a request that asked just as a connection came back take it,
+    ahead of those already waiting, and sent the one it woke to the back of the line: with
+    every connection busy, some requests waited dozens of times the median. Reads on the reads'
+    engine wait in turn (db/reads.py `queue_fairly`)."""
+    assert PG_URL is not None
+    engine, reads_engine = create_engines(PG_URL, pool_size=1)
+    served: list[str] = []
+
+    async def read(name: str) -> None:
+        reads = Reads.on(reads_engine)
+        try:
+            assert await reads.scalar(select(literal(1))) == 1
+            served.append(name)
+        finally:
+            await reads.close()
+
+    try:
+        holder = Reads.on(reads_engine)
+        await holder.scalar(select(literal(1)))  # the pool's one connection
+        waiting = [asyncio.create_task(read(f"waiting {n}")) for n in range(3)]
+        await asyncio.sleep(0.05)  # all three wait, in this order
+        # A newcomer asks at the very moment the connection comes back.
+        await asyncio.gather(holder.close(), read("newcomer"))
+        await asyncio.gather(*waiting)
+        assert served == ["waiting 0", "waiting 1", "waiting 2", "newcomer"]
+    finally:
+        await engine.dispose()
+        await reads_engine.dispose()

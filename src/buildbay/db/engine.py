@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
+from buildbay.db.reads import queue_fairly
 
 log = logging.getLogger("buildbay.db")
 T = TypeVar("T")
@@ -250,9 +251,9 @@ def create_engines(
     engine = create_engine(url, pool_size=pool_size, **kwargs)
     if engine.dialect.name == "sqlite":
         return engine, engine
-    return engine, create_engine(
-        url, pool_size=pool_size, **{**kwargs, "isolation_level": "AUTOCOMMIT"}
-    )
+    reads = create_engine(url, pool_size=pool_size, **{**kwargs, "isolation_level": "AUTOCOMMIT"})
+    queue_fairly(reads, pool_size)  # a fixed pool: requests past its size wait, in turn
+    return engine, reads
 
 
 async def finish(session: AsyncSession, *, ok: bool) -> None:

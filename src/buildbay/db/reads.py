@@ -15,6 +15,8 @@ Only SELECT statements are run: anything else is refused before it reaches the d
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
@@ -34,22 +36,53 @@ R = TypeVar("R", bound=Dataclass)
 Query: TypeAlias = Select[*tuple[Any, ...]]
 
 
-class Reads:
-    __slots__ = ("_connect", "_connection", "_owned")
+# The engines whose read-only requests wait for a connection in turn (`queue_fairly`).
+_TURNS: weakref.WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
-    def __init__(self, connect: Callable[[], Awaitable[AsyncConnection]], *, owned: bool) -> None:
+
+def queue_fairly(engine: AsyncEngine, connections: int) -> None:
+    """Have read-only requests wait for `engine`'s `connections` (its fixed pool's size) in the
+    order they asked.
+
+    The pool's own wait lets a request that asks just as a connection comes back take it
+    ahead of those already waiting, and sends the waiter it woke to the back of the line:
+    with every connection busy, a few requests waited dozens of times the median
+    (docs/performance.md). An asyncio.Semaphore hands its places out in turn, and a request
+    that holds one always finds a connection in the pool."""
+    _TURNS[engine] = asyncio.Semaphore(connections)
+
+
+class Reads:
+    __slots__ = ("_connect", "_connection", "_owned", "_turn")
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[AsyncConnection]],
+        *,
+        owned: bool,
+        turn: asyncio.Semaphore | None = None,
+    ) -> None:
         self._connect = connect
         self._connection: AsyncConnection | None = None
         self._owned = owned  # closed by `close` (a read-only request's own connection)
+        self._turn = turn  # taken before the connection, given back after it (queue_fairly)
 
     @classmethod
     def on(cls, engine: AsyncEngine) -> Reads:
         """Reads on a connection of their own from `engine`'s pool, taken at the first query."""
+        turn = _TURNS.get(engine)
 
         async def connect() -> AsyncConnection:
-            return await engine.connect().start()
+            if turn is None:
+                return await engine.connect().start()
+            await turn.acquire()
+            try:
+                return await engine.connect().start()
+            except BaseException:
+                turn.release()
+                raise
 
-        return cls(connect, owned=True)
+        return cls(connect, owned=True, turn=turn)
 
     @classmethod
     def within(cls, session: AsyncSession) -> Reads:
@@ -83,7 +116,11 @@ class Reads:
         """Give a read-only request's connection back to the pool (a unit of work's stays)."""
         connection, self._connection = self._connection, None
         if connection is not None and self._owned:
-            await connection.close()
+            try:
+                await connection.close()
+            finally:
+                if self._turn is not None:
+                    self._turn.release()
 
 
 class RecordOf(Generic[R]):
