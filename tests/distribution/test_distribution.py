@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from buildbay.auth.models import User
 from buildbay.clock import FrozenClock
@@ -282,8 +282,12 @@ async def test_a_large_groups_mails_are_composed_without_holding_the_event_loop(
     """Composing a mail takes the standard library about a millisecond. For a group of
     hundreds, done on the event loop's thread, every request of the process waited for all of
     them; in a worker thread, the loop keeps getting its turns. Measured by the longest wait of
-    a task that only yields, against the whole job's time (no absolute figure)."""
+    a task that only yields, against the whole job's time (no absolute figure). Composed on the
+    loop, every distribution holds it that long; a stall of the test process itself (another
+    CI worker taking the cores, a full garbage collection of its heap) can hold one, so the
+    best of three distributions is the one judged."""
     ctx: AppContext = team.app.state.ctx
+    assert ctx.jobs is not None
     now = clock.now()
     async with ctx.sessions() as db, db.begin():  # registering each would hash a password
         for n in range(400):
@@ -293,26 +297,36 @@ async def test_a_large_groups_mails_are_composed_without_holding_the_event_loop(
             await db.flush()
             db.add(ProjectMember(project_id=team.project["id"], user_id=user_id,
                                  role=ProjectRole.TESTER, created_at=now))  # fmt: skip
-    await team.upload()  # distributed to everyone: one job writes the 400 mails
-    waits: list[float] = []
 
-    async def yielding() -> None:
-        last = time.perf_counter()
-        while True:
-            await asyncio.sleep(0)
-            now = time.perf_counter()
-            waits.append(now - last)
-            last = now
+    async def longest_wait() -> tuple[float, float]:
+        await team.upload()  # distributed to everyone: one job writes the 400 mails
+        waits: list[float] = []
 
-    assert ctx.jobs is not None
-    ticker = asyncio.create_task(yielding())
-    started = time.perf_counter()
-    assert await ctx.jobs.run_due() == 1  # the distribution's job only
-    took = time.perf_counter() - started
-    ticker.cancel()
+        async def yielding() -> None:
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0)
+                now = time.perf_counter()
+                waits.append(now - last)
+                last = now
 
-    assert len(await _pending_mails(ctx)) == 400
-    assert max(waits) < took / 4, f"the loop waited {max(waits):.3f} s of the job's {took:.3f} s"
+        assert ctx.jobs is not None
+        ticker = asyncio.create_task(yielding())
+        started = time.perf_counter()
+        assert await ctx.jobs.run_due() == 1  # the distribution's job only
+        took = time.perf_counter() - started
+        ticker.cancel()
+        assert len(await _pending_mails(ctx)) == 400
+        async with ctx.sessions() as db, db.begin():  # not sent: the next job's are measured
+            await db.execute(delete(Job).where(Job.kind == "mail"))
+        return max(waits), took
+
+    tries: list[tuple[float, float]] = []
+    while len(tries) < 3 and not any(wait < took / 4 for wait, took in tries):
+        tries.append(await longest_wait())
+    assert any(wait < took / 4 for wait, took in tries), [
+        f"the loop waited {wait:.3f} s of the job's {took:.3f} s" for wait, took in tries
+    ]
 
 
 async def _pending_mails(ctx: AppContext) -> list[str]:
