@@ -16,7 +16,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from buildbay import __version__
+from buildbay import __version__, redis_pool
 from buildbay.api_docs import add_redoc
 from buildbay.applications.routes import router as applications_router
 from buildbay.auth.cache import AccessTokenCache
@@ -126,8 +126,10 @@ def create_app(
     signer = UrlSigner(settings.signing_key)
     if storage is None:
         storage = create_storage(settings, signer, clock)
-    # Redis means several processes: they tell each other of revoked sessions through it.
-    revocations = SharedRevocations(settings.redis_url) if settings.redis_url else None
+    # Redis means several processes: they share request counts and tell each other of revoked
+    # sessions through it.
+    shared_redis = redis_pool.connect(settings.redis_url) if settings.redis_url else None
+    revocations = SharedRevocations(shared_redis) if shared_redis is not None else None
     job_signal = JobSignal()
     ctx = AppContext(
         settings=settings,
@@ -140,7 +142,7 @@ def create_app(
         storage=storage,
         signer=signer,
         install_tokens=InstallTokens(settings.signing_key),
-        limiter=RateLimiter(settings),
+        limiter=RateLimiter(settings, shared_redis),
         access_tokens=AccessTokenCodec(
             settings.signing_key, timedelta(seconds=settings.access_token_ttl_seconds)
         ),
@@ -149,6 +151,7 @@ def create_app(
         mail=MailOutbox(settings.resolved_mail_from),
         unsubscribe=UnsubscribeLinks(settings.signing_key, settings.resolved_public_url),
         webhook_sender=WebhookSender(allow_private=settings.webhook_allow_private),
+        redis=shared_redis,
     )
     ctx.jobs = JobWorker(
         ctx.sessions,
@@ -180,9 +183,6 @@ def create_app(
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
-            if revocations is not None:
-                await revocations.aclose()
-            await ctx.limiter.aclose()
             await ctx.dispose()
 
     # Interactive docs (/docs, /redoc) served from the package itself: no CDN, works offline.

@@ -15,6 +15,8 @@ from buildbay.config import Settings
 from buildbay.ratelimit.limiter import RateLimiter
 
 if TYPE_CHECKING:
+    import redis.asyncio as redis
+
     from buildbay.auth.revocations import SharedRevocations
     from buildbay.builds.install import InstallTokens
     from buildbay.jobs.worker import JobWorker
@@ -45,12 +47,19 @@ class AppContext:
     unsubscribe: UnsubscribeLinks
     webhook_sender: WebhookSender  # sends the outbox's webhook deliveries (webhooks/)
     jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan
+    # With BUILDBAY_REDIS_URL, the process's one Redis client, which `limiter` and `revocations`
+    # use (redis_pool.py).
+    redis: redis.Redis | None = None
 
     async def dispose(self) -> None:
-        """Close the database pools: the engine's, and the read engine's where it has its own
-        (on PostgreSQL, db/engine.py `read_engine`)."""
+        """Close the database pools (the engine's, and the read engine's where it has its own:
+        on PostgreSQL, db/engine.py `read_engine`) and the Redis client's."""
         try:
             await self.engine.dispose()
         finally:
-            if self.read_engine is not self.engine:
-                await self.read_engine.dispose()
+            try:
+                if self.read_engine is not self.engine:
+                    await self.read_engine.dispose()
+            finally:
+                if self.redis is not None:
+                    await self.redis.aclose()

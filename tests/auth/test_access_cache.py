@@ -69,7 +69,6 @@ async def two_processes(
         for _ in range(2):
             app = create_app(shared, clock=clock, migrate_on_start=False)
             stack.push_async_callback(app.state.ctx.dispose)
-            stack.push_async_callback(app.state.ctx.revocations.aclose)
             client = await stack.enter_async_context(
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
             )
@@ -164,7 +163,6 @@ async def test_with_redis_unreachable_every_request_looks_its_session_up(
             assert (await client.post("/api/auth/logout", headers=owner.headers)).status_code == 204
             refused = await client.get("/api/auth/me", headers=owner.headers)
     finally:
-        await app.state.ctx.revocations.aclose()
         await app.state.ctx.dispose()
 
     assert len(lookups) == 5  # every request: three reads, the logout, the refused read

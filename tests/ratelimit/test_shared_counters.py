@@ -8,10 +8,12 @@ import re
 from collections.abc import AsyncIterator
 
 import httpx
+import redis.asyncio as redis
 
 from buildbay.app import create_app
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
+from buildbay.redis_pool import CONNECTIONS
 from tests.conftest import BASE_URL
 
 RATE_LIMIT = re.compile(r'"free";r=(\d+);t=\d+')
@@ -93,3 +95,35 @@ async def test_concurrent_requests_on_two_processes_each_see_their_own_remaining
         assert [r.status_code for r in answers] == [200] * 60
         remaining = [_remaining(r) for r in answers]
         assert sorted(remaining) == list(range(40, 100)), sorted(remaining)
+
+
+async def test_a_burst_of_requests_takes_turns_on_a_few_redis_connections(
+    settings: Settings, clock: FrozenClock, redis_url: str
+) -> None:
+    """60 requests at once on one process count through at most CONNECTIONS connections
+    (a count is a fraction of a millisecond), not one connection each: opening 60 at once
+    under load made some time out, and those requests went uncounted."""
+    settings = settings.model_copy(update={"redis_url": redis_url})
+    watcher = redis.Redis.from_url(redis_url)
+    database = watcher.connection_pool.connection_kwargs.get("db", 0)
+    async with _client(settings, clock) as one:
+        r = await one.post(
+            "/api/auth/register", json={"email": "burst@example.com", "password": "12345678"}
+        )
+        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        before = await _clients_of(watcher, database)
+
+        answers = await asyncio.gather(
+            *(one.get("/api/auth/me", headers=headers) for _ in range(60))
+        )
+
+        assert [r.status_code for r in answers] == [200] * 60
+        assert sorted(_remaining(r) for r in answers) == list(range(40, 100))
+        opened = await _clients_of(watcher, database) - before
+        assert opened <= CONNECTIONS, opened
+    await watcher.aclose()
+
+
+async def _clients_of(watcher: redis.Redis, database: int) -> int:
+    """Connections to Redis on `database` (the test's own), this one left out."""
+    return sum(1 for c in await watcher.client_list() if int(c["db"]) == database) - 1

@@ -34,8 +34,9 @@ NO_REVOCATION = b""  # the mark of a user none of whose sessions was revoked lat
 
 
 class SharedRevocations:
-    def __init__(self, redis_url: str) -> None:
-        self._redis = redis.Redis.from_url(redis_url, socket_timeout=1, socket_connect_timeout=1)
+    def __init__(self, shared: redis.Redis) -> None:
+        """`shared`: the process's Redis client (redis_pool.py), which its owner closes."""
+        self._redis = shared
         self._skip_until = 0.0
         self._last_warning = -WARN_EVERY_SECONDS
 
@@ -67,9 +68,6 @@ class SharedRevocations:
                 await pipe.execute()
         except (redis.RedisError, OSError) as exc:
             self._failed("cannot announce revoked sessions to the other processes", exc)
-
-    async def aclose(self) -> None:
-        await self._redis.aclose()
 
     def _failed(self, text: str, exc: BaseException) -> None:
         now = time.monotonic()

@@ -110,12 +110,13 @@ class PasswordCheck:
 
 
 class RateLimiter:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, shared: redis.Redis | None = None) -> None:
+        """`shared`: the process's Redis client (redis_pool.py), which its owner closes;
+        needed when `settings` name a Redis."""
         self._redis: redis.Redis | None = None
         if settings.redis_url:
-            self._redis = redis.Redis.from_url(
-                settings.redis_url, socket_timeout=1, socket_connect_timeout=1
-            )
+            assert shared is not None, "the counters live in Redis: pass its client"
+            self._redis = shared
             self._hit_and_count = self._redis.register_script(_HIT_AND_COUNT)
             storage = storage_from_string(
                 f"async+{settings.redis_url}",
@@ -247,10 +248,6 @@ class RateLimiter:
                 await self._limiter.hit(self._login_failures, "login", key)
         except Exception as exc:
             self._store_failed(exc)
-
-    async def aclose(self) -> None:
-        if self._redis is not None:
-            await self._redis.aclose()
 
     async def release_reservation(self, keys: list[str]) -> None:
         try:
