@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from sqlalchemy import literal, select, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from buildbay.app import create_app
@@ -222,5 +223,26 @@ async def test_read_only_requests_get_a_busy_pools_connections_in_the_order_they
         await asyncio.gather(*waiting)
         assert served == ["waiting 0", "waiting 1", "waiting 2", "newcomer"]
     finally:
+        await engine.dispose()
+        await reads_engine.dispose()
+
+
+async def test_a_read_waiting_in_turn_past_the_pools_timeout_is_refused_as_the_pool_refuses() -> (
+    None
+):
+    """Waiting in turn is bounded as the pool's own wait was: past `pool_timeout`, the pool's
+    error (answered 503 with Retry-After), not a wait without end behind a stuck connection."""
+    assert PG_URL is not None
+    engine, reads_engine = create_engines(PG_URL, pool_size=1, pool_timeout=0.2)
+    holder = Reads.on(reads_engine)
+    try:
+        await holder.scalar(select(literal(1)))  # the pool's one connection, kept
+        late = Reads.on(reads_engine)
+        async with asyncio.timeout(10):  # without the bound: waits for good
+            with pytest.raises(PoolTimeoutError):
+                await late.scalar(select(literal(1)))
+        await late.close()
+    finally:
+        await holder.close()
         await engine.dispose()
         await reads_engine.dispose()

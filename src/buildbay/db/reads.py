@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 from sqlalchemy import Label, Select, inspect
 from sqlalchemy.engine import Result, RowMapping
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.pool import QueuePool
 
 
 class Dataclass(Protocol):
@@ -36,8 +38,17 @@ R = TypeVar("R", bound=Dataclass)
 Query: TypeAlias = Select[*tuple[Any, ...]]
 
 
+DEFAULT_POOL_TIMEOUT = 30.0  # SQLAlchemy's, for a pool that does not say
+
+
+@dataclass(frozen=True, slots=True)
+class _Turns:
+    places: asyncio.Semaphore
+    wait_seconds: float  # the pool's own timeout: past it, a request is refused as before
+
+
 # The engines whose read-only requests wait for a connection in turn (`queue_fairly`).
-_TURNS: weakref.WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+_TURNS: weakref.WeakKeyDictionary[AsyncEngine, _Turns] = weakref.WeakKeyDictionary()
 
 
 def queue_fairly(engine: AsyncEngine, connections: int) -> None:
@@ -48,8 +59,12 @@ def queue_fairly(engine: AsyncEngine, connections: int) -> None:
     ahead of those already waiting, and sends the waiter it woke to the back of the line:
     with every connection busy, a few requests waited dozens of times the median
     (docs/performance.md). An asyncio.Semaphore hands its places out in turn, and a request
-    that holds one always finds a connection in the pool."""
-    _TURNS[engine] = asyncio.Semaphore(connections)
+    that holds one always finds a connection in the pool, so the wait for a place is bounded
+    by the pool's own timeout (`pool_timeout`, 30 s by default) and ends in the pool's own
+    error (a 503), as a wait for a connection did."""
+    pool = engine.pool
+    wait = pool.timeout() if isinstance(pool, QueuePool) else DEFAULT_POOL_TIMEOUT
+    _TURNS[engine] = _Turns(asyncio.Semaphore(connections), wait)
 
 
 class Reads:
@@ -70,19 +85,25 @@ class Reads:
     @classmethod
     def on(cls, engine: AsyncEngine) -> Reads:
         """Reads on a connection of their own from `engine`'s pool, taken at the first query."""
-        turn = _TURNS.get(engine)
+        turns = _TURNS.get(engine)
 
         async def connect() -> AsyncConnection:
-            if turn is None:
+            if turns is None:
                 return await engine.connect().start()
-            await turn.acquire()
+            try:
+                async with asyncio.timeout(turns.wait_seconds):
+                    await turns.places.acquire()
+            except TimeoutError:
+                raise PoolTimeoutError(
+                    f"no connection of the pool came free within {turns.wait_seconds:g} s"
+                ) from None
             try:
                 return await engine.connect().start()
             except BaseException:
-                turn.release()
+                turns.places.release()
                 raise
 
-        return cls(connect, owned=True, turn=turn)
+        return cls(connect, owned=True, turn=turns.places if turns else None)
 
     @classmethod
     def within(cls, session: AsyncSession) -> Reads:
