@@ -105,23 +105,25 @@ async def test_a_burst_of_requests_takes_turns_on_a_few_redis_connections(
     under load made some time out, and those requests went uncounted."""
     settings = settings.model_copy(update={"redis_url": redis_url})
     watcher = redis.Redis.from_url(redis_url)
-    database = watcher.connection_pool.connection_kwargs.get("db", 0)
-    async with _client(settings, clock) as one:
-        r = await one.post(
-            "/api/auth/register", json={"email": "burst@example.com", "password": "12345678"}
-        )
-        headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
-        before = await _clients_of(watcher, database)
+    try:
+        database = watcher.connection_pool.connection_kwargs.get("db", 0)
+        async with _client(settings, clock) as one:
+            r = await one.post(
+                "/api/auth/register", json={"email": "burst@example.com", "password": "12345678"}
+            )
+            headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+            before = await _clients_of(watcher, database)
 
-        answers = await asyncio.gather(
-            *(one.get("/api/auth/me", headers=headers) for _ in range(60))
-        )
+            answers = await asyncio.gather(
+                *(one.get("/api/auth/me", headers=headers) for _ in range(60))
+            )
 
-        assert [r.status_code for r in answers] == [200] * 60
-        assert sorted(_remaining(r) for r in answers) == list(range(40, 100))
-        opened = await _clients_of(watcher, database) - before
-        assert opened <= CONNECTIONS, opened
-    await watcher.aclose()
+            assert [r.status_code for r in answers] == [200] * 60
+            assert sorted(_remaining(r) for r in answers) == list(range(40, 100))
+            opened = await _clients_of(watcher, database) - before
+            assert opened <= CONNECTIONS, opened
+    finally:
+        await watcher.aclose()
 
 
 async def _clients_of(watcher: redis.Redis, database: int) -> int:

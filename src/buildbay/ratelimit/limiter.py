@@ -115,7 +115,8 @@ class RateLimiter:
         needed when `settings` name a Redis."""
         self._redis: redis.Redis | None = None
         if settings.redis_url:
-            assert shared is not None, "the counters live in Redis: pass its client"
+            if shared is None:
+                raise ValueError("the counters live in Redis: pass the process's Redis client")
             self._redis = shared
             self._hit_and_count = self._redis.register_script(_HIT_AND_COUNT)
             storage = storage_from_string(
