@@ -34,6 +34,7 @@ import httpx
 
 from _common import (
     VENV_BIN,
+    cpu_seconds,
     create_application,
     create_project,
     enterprise_account,
@@ -48,12 +49,6 @@ DEADLINE_SECONDS = 300  # for the mails, after the last upload
 IDLE_SECONDS, IDLE_CPU_MS = 0.5, 10  # idle: under 10 ms of CPU in half a second
 
 
-def server_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of the process so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def wait_for_mails(written: Callable[[], int], expected: int) -> None:
     deadline = time.monotonic() + DEADLINE_SECONDS
     while written() < expected:
@@ -66,10 +61,10 @@ def wait_until_idle(pid: int) -> float:
     """Wait until the server spends under IDLE_CPU_MS of CPU in IDLE_SECONDS (its job worker
     done); its CPU seconds then."""
     deadline = time.monotonic() + DEADLINE_SECONDS
-    cpu = server_cpu_seconds(pid)
+    cpu = cpu_seconds(pid)
     while time.monotonic() < deadline:
         time.sleep(IDLE_SECONDS)
-        now = server_cpu_seconds(pid)
+        now = cpu_seconds(pid)
         if (now - cpu) * 1000 < IDLE_CPU_MS:
             return now
         cpu = now
@@ -146,7 +141,7 @@ def measure(args: argparse.Namespace, testers: int) -> tuple[float, float]:
                     except BaseException as exc:  # reported below
                         failures.append(exc)
 
-                cpu_before, began = server_cpu_seconds(server.pid), time.monotonic()
+                cpu_before, began = cpu_seconds(server.pid), time.monotonic()
                 counts = [
                     args.builds // THREADS + (n < args.builds % THREADS) for n in range(THREADS)
                 ]

@@ -55,6 +55,7 @@ import httpx
 from _common import (
     ROOT,
     VENV_BIN,
+    cpu_seconds,
     create_application,
     create_project,
     free_port,
@@ -130,13 +131,6 @@ def baseline_copy(source: Path, target: Path) -> float:
         elapsed = time.perf_counter() - start
     target.unlink()
     return elapsed
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:  # noqa: PTH123
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def put_with_curl(url: str, headers: dict[str, str], source: Path) -> tuple[float, float, int, str]:
