@@ -3,6 +3,7 @@ from (`Service.of(ctx, ...)`). Free of FastAPI, so services can name it."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,12 +55,9 @@ class AppContext:
     async def dispose(self) -> None:
         """Close the database pools (the engine's, and the read engine's where it has its own:
         on PostgreSQL, db/engine.py `read_engine`) and the Redis client's."""
-        try:
-            await self.engine.dispose()
-        finally:
-            try:
-                if self.read_engine is not self.engine:
-                    await self.read_engine.dispose()
-            finally:
-                if self.redis is not None:
-                    await self.redis.aclose()
+        async with contextlib.AsyncExitStack() as closing:  # each closed, whatever the others do
+            if self.redis is not None:
+                closing.push_async_callback(self.redis.aclose)
+            if self.read_engine is not self.engine:
+                closing.push_async_callback(self.read_engine.dispose)
+            closing.push_async_callback(self.engine.dispose)  # closed first: a stack, last in first

@@ -38,9 +38,6 @@ R = TypeVar("R", bound=Dataclass)
 Query: TypeAlias = Select[*tuple[Any, ...]]
 
 
-DEFAULT_POOL_TIMEOUT = 30.0  # SQLAlchemy's, for a pool that does not say
-
-
 @dataclass(frozen=True, slots=True)
 class _Turns:
     places: asyncio.Semaphore
@@ -63,8 +60,11 @@ def queue_fairly(engine: AsyncEngine, connections: int) -> None:
     by the pool's own timeout (`pool_timeout`, 30 s by default) and ends in the pool's own
     error (a 503), as a wait for a connection did."""
     pool = engine.pool
-    wait = pool.timeout() if isinstance(pool, QueuePool) else DEFAULT_POOL_TIMEOUT
-    _TURNS[engine] = _Turns(asyncio.Semaphore(connections), wait)
+    if not isinstance(pool, QueuePool):
+        raise TypeError(
+            f"a fixed pool (QueuePool) is waited for in turn, not {type(pool).__name__}"
+        )
+    _TURNS[engine] = _Turns(asyncio.Semaphore(connections), pool.timeout())
 
 
 class Reads:
