@@ -21,7 +21,12 @@ from buildbay.db.engine import create_engine, create_engines
 from buildbay.db.reads import Reads
 from tests.conftest import PG_URL
 
-pytestmark = pytest.mark.skipif(not PG_URL, reason="pinging is PostgreSQL's (SQLite is a file)")
+pytestmark = [
+    pytest.mark.skipif(not PG_URL, reason="pinging is PostgreSQL's (SQLite is a file)"),
+    # The engines here are made from PG_URL directly: its worker's database must exist first
+    # (made by the session's migration when it runs before any of these).
+    pytest.mark.usefixtures("migrated_database"),
+]
 IDLE = 0.2
 POOL = 3
 
