@@ -21,10 +21,18 @@ clients by default), then a shorter saturation stage:
 Afterwards every build the application lists as ready is compared with the verifies that
 answered 200: a build verified but not listed (or listed with other bytes) is lost.
 
+Each new build is distributed to the application's `everyone` group (the default), so the
+testers get a mail per build, written as `.eml` files (no SMTP server is configured); the
+report counts them. With `--no-mail` the testers turn new-build mails off first (`PUT
+/api/auth/me`), as a tester may: the builds reach them unmailed. That is the workload of a
+commit that sends no mail, such as fd16823, issue 14's starting commit, against which the
+issue's targets compare like for like (docs/performance.md); what the mails cost a build is
+`bench/build_cost.py`'s measure.
+
 Targets (exit status 1 if one is missed): no 5xx response, no lost build, and a p99 read latency
 under 100 ms with 50 clients. The load generators share the machine's cores with the server.
 Usage: .venv/bin/python bench/load.py [--config sqlite|postgres|both] [--duration 60]
-       [--stages 10,25,50] [--think-ms 200] [--saturation-seconds 10] [--uploaders 2]
+       [--stages 10,25,50] [--think-ms 200] [--saturation-seconds 10] [--uploaders 2] [--no-mail]
        [--postgres postgresql://postgres@127.0.0.1:5432] [--redis redis://127.0.0.1:6379/13]
 """
 
@@ -189,6 +197,7 @@ class Outcome:
     listed: int
     lost: list[str]
     pending_left: int
+    mailed: int
 
 
 def run_configuration(
@@ -201,6 +210,7 @@ def run_configuration(
 ) -> Outcome:
     port = free_port()
     env = {**env, "BUILDBAY_DATA_DIR": str(data_dir)}
+    mailed_before = mails_written(data_dir)
     argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port), "--workers", str(workers)]
     with (
         running_server(argv, data_dir, port, env) as server,
@@ -219,6 +229,12 @@ def run_configuration(
             client.post(
                 f"/api/projects/{project}/members", json={"email": email, "role": "tester"}
             ).raise_for_status()
+            if args.no_mail:
+                client.put(
+                    "/api/auth/me",
+                    json={"notifyNewBuilds": False},
+                    headers={"Authorization": f"Bearer {token}"},
+                ).raise_for_status()
             readers.append(token)
         builds = f"/api/app-distribution/{project}/{app}/builds"
         seed = upload_once(client, builds, blob, random.Random(0))
@@ -277,7 +293,14 @@ def run_configuration(
         listed = listed_ready_builds(client, builds)
         lost = sorted(b for b, sha in verified.items() if listed.get(str(b)) != sha)
         pending = client.get(builds, params={"status": "pending", "limit": 100}).json()["builds"]
-    return Outcome(name, stages, len(verified), len(listed), lost, len(pending))
+    mailed = mails_written(data_dir) - mailed_before
+    return Outcome(name, stages, len(verified), len(listed), lost, len(pending), mailed)
+
+
+def mails_written(data_dir: Path) -> int:
+    """The `.eml` files under the data directory (the runs on PostgreSQL share one)."""
+    mails = data_dir / "mail"
+    return sum(1 for _ in mails.glob("*.eml")) if mails.is_dir() else 0
 
 
 def report(outcome: Outcome) -> bool:
@@ -348,6 +371,7 @@ def report(outcome: Outcome) -> bool:
     for text, passed in checks:
         print(f"  {text}: {'PASS' if passed else 'FAIL'}")
     print(f"  pending builds left (sequences cut by an error): {outcome.pending_left}")
+    print(f"  mails to testers written by the end: {outcome.mailed}")
     return all(passed for _, passed in checks)
 
 
@@ -376,6 +400,11 @@ def main() -> int:
         type=lambda s: [int(n) for n in s.split(",")],
         default=[1],
         help="server processes of the PostgreSQL + Redis runs, one run each (default 1)",
+    )
+    parser.add_argument(
+        "--no-mail",
+        action="store_true",
+        help="the testers turn new-build mails off: the builds reach them unmailed",
     )
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/13")
@@ -406,7 +435,12 @@ def main() -> int:
         f"{SATURATION_CONNECTIONS} connections without pauses (wrk -t1, {READERS} tester tokens); "
         f"{args.uploaders} upload sequences running throughout (1-50 MiB each); "
         f"{os.cpu_count()} CPUs shared with the load generators; rate limiting on "
-        "(enterprise plan)"
+        "(enterprise plan); "
+        + (
+            "testers not mailed (--no-mail)"
+            if args.no_mail
+            else f"{READERS} testers mailed per build"
+        )
     )
     results = [report(outcome) for outcome in outcomes]
     return 0 if all(results) else 1
