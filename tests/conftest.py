@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import socket
@@ -493,6 +494,13 @@ def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def threaded_server(server_env: dict[str, str]) -> Iterator[str]:
+    """The service as `buildbay serve` runs it, in a thread of this process."""
+    with serving_in_thread(server_env) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serving_in_thread(env: dict[str, str]) -> Iterator[str]:
     """The service as `buildbay serve` runs it (the app, uvicorn, the lifespan with its job
     worker), from the same environment, but in a thread of this process: for tests that reach
     it over HTTP only (browsers, the client), which a process of its own would cost seconds of
@@ -504,7 +512,7 @@ def threaded_server(server_env: dict[str, str]) -> Iterator[str]:
     port = listening.getsockname()[1]
     fields = {
         name.removeprefix("BUILDBAY_").lower(): value
-        for name, value in server_env.items()
+        for name, value in env.items()
         if name.startswith("BUILDBAY_")
     }
     settings = Settings(**fields, host="127.0.0.1", port=port)

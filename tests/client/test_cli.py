@@ -1,11 +1,13 @@
-"""The `buildbay` client commands against a real `buildbay serve` process: login, each command's
-output, --json, the exit code of each failure class, and an upload that survives the server
-being killed and restarted in the middle of it.
+"""The `buildbay` client commands against a real server over HTTP: login, each command's output,
+--json, the exit code of each failure class, and an upload that survives the server being
+killed and restarted in the middle of it.
 
 The commands run in this process (Typer's test runner), each with the environment a CI job
-gives it, against one server for the module (each test signs up a user of its own); only the
-upload that outlives a server restart runs as a process of its own, with a server of its own,
-since a separate program that keeps going while its server dies is the point there.
+gives it, against one server for the module (each test signs up a user of its own), served by
+uvicorn in a thread of this process (conftest's `serving_in_thread`): starting a process for
+it cost each xdist worker seconds of imports. Only the upload that outlives a server restart
+runs as a process of its own against a `buildbay serve` process of its own, since a separate
+program that keeps going while its server dies is the point there.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typer.testing import CliRunner
 
 from buildbay_client.cli import command
 from tests.builds.android_files import APK
-from tests.conftest import PG_URL, TEST_SECRET
+from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
 from tests.processes import free_port, running
 
 pytestmark = pytest.mark.slow
@@ -87,27 +89,20 @@ class Cli:
 def shared_server(
     migrated_database: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    """One `buildbay serve` for the in-process tests of this module (as conftest's `server`)."""
+    """One server for the in-process tests of this module, in a thread (as conftest's
+    `threaded_server`): the commands reach it over HTTP only."""
     work = tmp_path_factory.mktemp("cli-server")
     if PG_URL:
         database_url = PG_URL
     else:
         shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
         database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
-    env.update(
-        BUILDBAY_DATA_DIR=str(work / "data"),
-        BUILDBAY_DATABASE_URL=database_url,
-        BUILDBAY_SECRET_KEY=TEST_SECRET,
-    )
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with running(
-        [sys.executable, "-m", "buildbay", "serve", "--port", str(port)],
-        env=env,
-        log_path=work / "server.log",
-        ready_url=f"{base}/readyz",
-    ):
+    env = {
+        "BUILDBAY_DATA_DIR": str(work / "data"),
+        "BUILDBAY_DATABASE_URL": database_url,
+        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+    }
+    with serving_in_thread(env) as base:
         yield base
 
 
