@@ -92,6 +92,21 @@ async def test_sharing_after_the_link_expired_makes_a_new_link(
     assert (await links.read.current([ready.id]))[ready.id].id == second.id
 
 
+async def test_a_link_with_less_than_min_left_to_live_counts_as_none(
+    links: Links, ready: BuildRecord, owner: User, clock: FrozenClock
+) -> None:
+    first = await links.now.share(ready, owner, HOURS)
+    clock.advance(hours=HOURS - 2)  # two hours left
+
+    kept = await links.now.share(ready, None, HOURS, min_left=timedelta(hours=2))
+    replaced = await links.now.share(ready, None, HOURS, min_left=timedelta(hours=3))
+
+    assert kept.id == first.id
+    assert replaced.id != first.id
+    assert replaced.created_by is None  # made by the server (an update check's)
+    assert replaced.expires_at == clock.now() + timedelta(hours=HOURS)
+
+
 async def test_a_pending_build_cannot_be_shared(
     links: Links, given: Given, owner: User, ready: BuildRecord
 ) -> None:

@@ -211,14 +211,22 @@ class InstallLinks:
             .values(revoked_at=self.now)
         )
 
-    async def share(self, build: BuildRecord, creator: User, hours: int) -> InstallLinkRecord:
+    async def share(
+        self,
+        build: BuildRecord,
+        creator: User | None,
+        hours: int,
+        *,
+        min_left: timedelta = timedelta(0),
+    ) -> InstallLinkRecord:
         """The build's live install link, or a new one if it has none: a retried verify (CI
         retries, and may send twice at once) or a second click reuses the link rather than
-        adding another. The build's row is locked first, so that of concurrent calls one
-        creates the link and the others find it."""
+        adding another. A link with less than `min_left` to live counts as none (an update
+        check's must outlive the download it offers). The build's row is locked first, so
+        that of concurrent calls one creates the link and the others find it."""
         if not await lock_row(self.db, Build.id, build.id):
             raise not_in_application()
-        current = await self.reads.current([build.id])
-        if build.id in current:
-            return current[build.id]
+        current = (await self.reads.current([build.id])).get(build.id)
+        if current is not None and current.expires_at - self.now >= min_left:
+            return current
         return await self.create(build, creator, hours)

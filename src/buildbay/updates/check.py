@@ -1,8 +1,8 @@
 """The update check: which build of its channel an app should update to, if any.
 
 Read-only but for one thing: the install page it points to is a live install link of the build
-(builds/install.py), created in a short unit of work of its own the first time a build is
-offered, and again when its link has less than LINK_MIN_LEFT to live.
+(builds/install.py), created in the request's unit of work the first time a build is offered,
+and again when its link has less than LINK_MIN_LEFT to live.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.metadata import platform_of_name
 from buildbay.builds.models import Build, BuildChannel, BuildStatus, Channel
 from buildbay.builds.reads import BUILD, BuildRecord
-from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads
 from buildbay.errors import NotFound, ValidationFailed
 from buildbay.updates.versions import app_version, os_version
@@ -225,8 +224,10 @@ async def answer(
     reads: Reads,
     owner: KeyOwner,
     caller: Caller,
-    unit_of_work: Callable[[], Any],
+    unit_of_work: Callable[[], AsyncSession],
 ) -> Answer:
+    """The offer for `caller`. `unit_of_work` gives the request's unit of work, which the
+    check uses only when the offered build needs a new install link (and never commits)."""
     rule = UpdateCheck(caller)
     best, mandatory = rule.choose(await candidates(reads, owner.application_id, caller))
     if best is None:
@@ -238,8 +239,7 @@ async def answer(
     build = BUILD.of(row)
     link = live_link_of(row)
     if link is None or link.expires_at - now < LINK_MIN_LEFT:
-        async with unit_of_work() as db, db.begin():
-            link_url = await _new_link(ctx, db, build, now)
+        link_url = await _new_link(ctx, unit_of_work(), build)
         if link_url is None:
             return Answer(None, False)  # deleted since it was read
     else:
@@ -254,16 +254,12 @@ async def answer(
     return Answer(offer, mandatory)
 
 
-async def _new_link(
-    ctx: AppContext, db: AsyncSession, build: BuildRecord, now: datetime
-) -> str | None:
-    """A live install link of the build with LINK_MIN_LEFT to live at least: of concurrent
-    checks, the first creates it (under the build's row lock) and the others find it. None if
-    the build is gone."""
+async def _new_link(ctx: AppContext, db: AsyncSession, build: BuildRecord) -> str | None:
+    """A live install link of the build with LINK_MIN_LEFT to live at least (the reuse rule
+    of `InstallLinks.share`). None if the build is gone."""
     links = InstallLinks.of(ctx, db)
-    if not await lock_row(db, Build.id, build.id):
-        return None
-    current = (await links.reads.current([build.id])).get(build.id)
-    if current is None or current.expires_at - now < LINK_MIN_LEFT:
-        current = await links.create(build, None, LINK_HOURS)
-    return links.reads.url(current)
+    try:
+        link = await links.share(build, None, LINK_HOURS, min_left=LINK_MIN_LEFT)
+    except NotFound:
+        return None  # deleted since it was read
+    return links.reads.url(link)

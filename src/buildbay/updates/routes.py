@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from buildbay.auth.dependencies import client_ip, count_budget
-from buildbay.deps import Context, ReadsDep, TransactionRoute
+from buildbay.deps import Context, ReadsDep, TransactionRoute, request_session
 from buildbay.problems import problem_responses
 from buildbay.schemas import NO_NUL_PATTERN
 from buildbay.updates import schemas
@@ -114,7 +114,7 @@ async def check_for_update(
         "More than {limit} update checks in a minute (updates-key)",
     )  # fmt: skip
     caller = Caller(channel, version_code, version_name, platform, os)
-    result = await answer(ctx, reads, owner, caller, ctx.sessions)
+    result = await answer(ctx, reads, owner, caller, lambda: request_session(request))
     body = _schema(result).model_dump_json(by_alias=True).encode()
     etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
     headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
