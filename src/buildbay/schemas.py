@@ -44,8 +44,8 @@ __all__ = ["WHITESPACE", "WHITESPACE_CLASS"]  # re-exported for the schemas of e
 email_validator.SPECIAL_USE_DOMAIN_NAMES.clear()
 
 # Normalised when the model is built, then written by pydantic's own serializer, which gives
-# `2026-11-22T04:19:53Z` for a whole-second UTC datetime: a Python serializer per timestamp cost
-# a list of ten projects a tenth of its time.
+# `2026-11-22T04:19:53Z` for a whole-second UTC datetime: a Python serializer per timestamp
+# costs every list a call per row and column (docs/performance.md).
 Timestamp = Annotated[
     datetime,
     AfterValidator(utc_whole_seconds),

@@ -47,8 +47,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 def _utc_from_sqlite_text(value: str | None) -> datetime | None:
-    # The offset appended to the text rather than set with .replace(tzinfo=...): a fifth of the
-    # time, and list endpoints run this twice a row. (fromisoformat gives the UTC singleton.)
+    # The offset appended to the text rather than set with .replace(tzinfo=...): one call, not
+    # two, and list endpoints run this twice a row. (fromisoformat gives the UTC singleton.)
     return None if value is None else datetime.fromisoformat(value + "+00:00")
 
 

@@ -54,7 +54,7 @@ def queue_fairly(engine: AsyncEngine, connections: int) -> None:
 
     The pool's own wait lets a request that asks just as a connection comes back take it
     ahead of those already waiting, and sends the waiter it woke to the back of the line:
-    with every connection busy, a few requests waited dozens of times the median
+    with every connection busy, a few requests waited many times the median
     (docs/performance.md). An asyncio.Semaphore hands its places out in turn, and a request
     that holds one always finds a connection in the pool, so the wait for a place is bounded
     by the pool's own timeout (`pool_timeout`, 30 s by default) and ends in the pool's own

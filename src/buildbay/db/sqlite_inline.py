@@ -5,7 +5,7 @@ back. Each hand-off costs far more than an indexed query's SQLite work, so a req
 most of its time waiting on threads (docs/performance.md has the measurements). This driver runs
 the calls inline: SQLAlchemy's async engine drives it through its own adapter classes, whose
 methods here call sqlite3 directly instead of awaiting a coroutine for each call (every such
-await is a round trip between greenlets, which cost a short query several times its SQLite work).
+await is a round trip between greenlets, which costs more than a short query's SQLite work).
 
 The one thing that could stall the event loop is waiting for another connection's write lock,
 so the busy timeout is 0 and only a busy database takes the async path: it is retried with
@@ -19,8 +19,8 @@ This is the one module of Buildbay that builds on a library's internals
 (`sqlalchemy.connectors.asyncio`), `sqlalchemy.util.await_` and the pysqlite dialect's
 `_connection`. Checked against SQLAlchemy 2.1.0 and 2.1.9; pyproject.toml pins `>=2.1.0,<2.2`,
 and CI runs the suite on both ends of that range (the locked 2.1.9, and 2.1.0 in the
-lowest-versions phase of .ci/run). Why it is worth it: it gives the embedded default several
-times the throughput of aiosqlite on small machines (docs/performance.md).
+lowest-versions phase of .ci/run). Why it is worth it: the embedded default's throughput,
+measured against aiosqlite in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ mails nobody twice. The request records the groups (testers see the build throug
 commit on), counts the people they newly reach, and writes one job (`DISTRIBUTION_JOB`). The job,
 in its own unit of work, writes the groups' people as recipients (one INSERT ... SELECT however
 many they are), claims the rows still to be mailed, makes each person's own install link and
-writes their mail to the outbox. So a group of 1,000 costs the request about what a group of one
-does (bench/mail.py).
+writes their mail to the outbox. So the request's work does not grow with the group's size
+(bench/mail.py measures it).
 
 Whoever joins a group later becomes a recipient of its ready builds then, unmailed
 (membership.py). A member named by e-mail is written at once, even one in a group the build

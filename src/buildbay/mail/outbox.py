@@ -58,8 +58,8 @@ class MailOutbox:
     ) -> None:
         """Several mails (a distribution's), each a job of its own as `send` writes it, in as
         few statements as the database takes. `mails` makes them: it runs, and they are
-        composed, in a worker thread, since a thousand of them would hold the event loop for
-        over a second (docs/performance.md); the loop then still gets its turns."""
+        composed, in a worker thread: a large group's mails would hold the event loop for as
+        long as they take (docs/performance.md); the loop then still gets its turns."""
 
         def payloads() -> list[dict[str, Any]]:
             return [self._payload(mail, now) for mail in mails()]

@@ -124,8 +124,8 @@ async def emit(
     body = event_body(event_type, as_data(data, project_id, **extra), now)
     event_id = new_id("msg")
     # Core inserts, two statements however many endpoints: this runs in the request of every
-    # change an endpoint subscribed to (an object per row through the unit of work cost about
-    # as much again, measured with bench/webhooks.py).
+    # change an endpoint subscribed to, where an object per row through the unit of work would
+    # add its bookkeeping to each (bench/webhooks.py, docs/performance.md).
     deliveries = [new_delivery(w, event_id, event_type, body, now) for w in targets]
     jobs = [new_job(WEBHOOK_JOB, {"deliveryId": d["id"]}, now) for d in deliveries]
     for delivery, job in zip(deliveries, jobs, strict=True):
