@@ -42,6 +42,7 @@ from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import DISTRIBUTION_JOB, distribution_mail_handler
+from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
 from buildbay.jobs.queue import JOB_SIGNAL, JobSignal
@@ -56,7 +57,6 @@ from buildbay.ratelimit.limiter import RateLimiter
 from buildbay.security_headers import SecurityHeaders
 from buildbay.storage.base import Storage
 from buildbay.storage.factory import create_storage
-from buildbay.storage.routes import router as storage_router
 from buildbay.storage.signing import UrlSigner
 from buildbay.updates.routes import router as updates_router
 from buildbay.webhooks.delivery import WebhookSender, webhook_handler

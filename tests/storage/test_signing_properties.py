@@ -12,7 +12,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from buildbay.errors import Forbidden
-from buildbay.storage.routes import _number
+from buildbay.files.routes import _number
 from buildbay.storage.signing import UrlSigner
 
 NOW = datetime(2026, 11, 22, 4, 19, 53, tzinfo=UTC)
