@@ -35,7 +35,7 @@ from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
 from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from tests.builds.android_files import APK
 from tests.conftest import BASE_URL, Account, Api
 

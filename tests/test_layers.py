@@ -1,6 +1,7 @@
 """The layers read one way: the domain (models, reads, services, rules, storage, schemas) never
 imports the web (FastAPI, the route dependencies, the routes, the console), domain errors import
-neither FastAPI nor SQLAlchemy, and no module imports itself back through others.
+neither FastAPI nor SQLAlchemy, storage and the schemas reach neither the web nor the database
+(SQLAlchemy, the ORM's models), and no module imports itself back through others.
 
 Imports are read from the source (module level, outside `if TYPE_CHECKING:`), so a violation is
 named with its file and line before anything runs."""
@@ -112,6 +113,51 @@ def test_domain_errors_import_neither_fastapi_nor_sqlalchemy() -> None:
     assert not libraries & {"fastapi", "starlette", "sqlalchemy"}
 
 
+# What must stand without the web and the database: the storage backends, and the API's schemas
+# with the plain values they name (the areas' enums).
+PLAIN = sorted(
+    m
+    for m in MODULES
+    if m.startswith("buildbay.storage")
+    or m == "buildbay.schemas"
+    or m.endswith((".schemas", ".enums"))
+)
+DATABASE_LIBRARIES = ("sqlalchemy", "alembic", "asyncpg", "aiosqlite")
+
+
+def _reaches(module: str) -> dict[str, list[str]]:
+    """Every module `module` imports when it is imported, ours followed through, each with the
+    chain of imports that reaches it."""
+    chains: dict[str, list[str]] = {module: [module]}
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        for _, name in imports(current):
+            found = _first_party(name) or name
+            if found not in chains:
+                chains[found] = [*chains[current], found]
+                if found in MODULES:
+                    todo.append(found)
+    return chains
+
+
+def _web_or_database(module: str) -> bool:
+    return (
+        _is_web(module)
+        or module.split(".")[0] in DATABASE_LIBRARIES
+        or module.endswith((".models", ".reads"))
+        or module.startswith("buildbay.db")
+    )
+
+
+@pytest.mark.parametrize("module", PLAIN)
+def test_storage_and_schemas_reach_neither_the_web_nor_the_database(module: str) -> None:
+    reached = [
+        " -> ".join(chain) for name, chain in _reaches(module).items() if _web_or_database(name)
+    ]
+    assert reached == [], f"{module} reaches: " + "; ".join(reached)
+
+
 def test_no_module_imports_itself_back() -> None:
     graph = {
         module: {found for _, name in imports(module) if (found := _first_party(name))} - {module}
@@ -144,3 +190,8 @@ def test_the_checks_see_a_violation() -> None:
     assert _is_web("fastapi.routing")
     assert not _is_web("buildbay.builds.service")
     assert any(name == "fastapi" for _, name in imports("buildbay.builds.routes"))
+    assert "buildbay.builds.schemas" in PLAIN
+    assert "buildbay.storage.local" in PLAIN
+    assert _web_or_database("sqlalchemy.orm")
+    assert _web_or_database("buildbay.builds.models")
+    assert "sqlalchemy" in _reaches("buildbay.builds.models")

@@ -17,7 +17,8 @@ from buildbay.config import Plan
 from buildbay.context import AppContext
 from buildbay.ids import new_id
 from buildbay.jobs.models import Job
-from buildbay.projects.models import ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import ProjectMember
 from tests.conftest import assert_problem, iso_z
 from tests.distribution.conftest import Team
 

@@ -28,12 +28,14 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from buildbay.applications.models import Application, Platform
+from buildbay.applications.enums import Platform
+from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION, ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.service import Principal
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallTokens
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.models import Build
 from buildbay.builds.reads import BUILD, BuildRecord
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings
@@ -42,7 +44,8 @@ from buildbay.db.reads import Reads
 from buildbay.errors import BuildbayError
 from buildbay.ids import new_id
 from buildbay.projects.authorization import ProjectAccess
-from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.reads import PROJECT, ProjectRecord
 from buildbay.storage.local import LocalStorage
 from buildbay.storage.signing import UrlSigner

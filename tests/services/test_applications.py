@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.models import Application, Platform
+from buildbay.applications.enums import Platform
+from buildbay.applications.models import Application
 from buildbay.applications.reads import application_view, applications_page
 from buildbay.applications.service import ApplicationService
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads

@@ -11,10 +11,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.models import Application, Platform
+from buildbay.applications.enums import Platform
+from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.models import Build
 from buildbay.builds.service import BuildService
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings

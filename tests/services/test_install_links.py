@@ -10,13 +10,14 @@ from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinkReads, InstallLinks, InstallTokens
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.models import Build
 from buildbay.builds.reads import BuildRecord
 from buildbay.clock import FrozenClock
 from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from tests.conftest import BASE_URL
 from tests.services.conftest import Given, raises
 

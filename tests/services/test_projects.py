@@ -8,13 +8,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
-from buildbay.builds.models import BuildStatus
+from buildbay.builds.enums import BuildStatus
 from buildbay.clock import FrozenClock
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import decode_cursor
-from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.reads import projects_of_member
 from buildbay.projects.service import ProjectService
 from buildbay.storage.local import LocalStorage

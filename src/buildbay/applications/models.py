@@ -1,21 +1,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import JSON, ForeignKey, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from buildbay.applications.enums import Platform
 from buildbay.db.base import Base, EnumString
-
-
-class Platform(StrEnum):
-    ANDROID = "android"
-    IOS = "ios"
-    MACOS = "macos"
-    WINDOWS = "windows"
-    LINUX = "linux"
-    OTHER = "other"
 
 
 class Application(Base):

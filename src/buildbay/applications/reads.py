@@ -8,8 +8,10 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, select
 
-from buildbay.applications.models import Application, Platform
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.applications.enums import Platform
+from buildbay.applications.models import Application
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.models import Build
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.ids import split_page
 

@@ -20,7 +20,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.auth.models import TokenScope
+from buildbay.auth.enums import TokenScope
 from buildbay.auth.service import Authentication, AuthService, Principal
 from buildbay.auth.tokens import API_TOKEN_PREFIX
 from buildbay.config import Plan

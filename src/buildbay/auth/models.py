@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import JSON, ForeignKey, Index, String, true
 from sqlalchemy.orm import Mapped, mapped_column
 
+from buildbay.auth.enums import TokenScope
 from buildbay.config import Plan
 from buildbay.db.base import Base, EnumString
 
@@ -63,20 +63,6 @@ class RefreshToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime]
     used_at: Mapped[datetime | None]
-
-
-class TokenScope(StrEnum):
-    """What an API token may do, each including the ones before it. A token without a scope
-    may do whatever its user may, the account's own endpoints excepted."""
-
-    READ = "read"  # read projects, applications and builds; download
-    BUILDS_WRITE = "builds:write"  # and upload, verify and delete builds, share install links
-
-    def includes(self, needed: TokenScope) -> bool:
-        return _SCOPE_RANK[self] >= _SCOPE_RANK[needed]
-
-
-_SCOPE_RANK = {TokenScope.READ: 0, TokenScope.BUILDS_WRITE: 1}
 
 
 class ApiToken(Base):

@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from buildbay.auth.models import TokenScope
+from buildbay.auth.enums import TokenScope
 from buildbay.config import Plan
 from buildbay.schemas import (
     NO_NUL_PATTERN,

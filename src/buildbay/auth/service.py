@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
 from buildbay.auth.cache import AccessTokenCache, CachedAccess
-from buildbay.auth.models import ApiToken, RefreshToken, Session, TokenScope, User
+from buildbay.auth.enums import TokenScope
+from buildbay.auth.models import ApiToken, RefreshToken, Session, User
 from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.tokens import (
     API_TOKEN_DISPLAY_LENGTH,

@@ -22,14 +22,15 @@ from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.tokens import derive_key
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import SHARED_AND_LIVE, LiveLink
-from buildbay.builds.models import Build, BuildStatus, InstallLink
+from buildbay.builds.models import Build, InstallLink
 from buildbay.builds.reads import BuildRecord, not_in_application
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -18,16 +17,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from buildbay.builds.enums import BuildStatus
 from buildbay.db.base import Base, EnumString
-
-
-class BuildStatus(StrEnum):
-    PENDING = "pending"  # upload link issued, not verified
-    READY = "ready"  # bytes stored, checked and verified
-    # A multipart upload assembled at verify, whose bytes are being checked in the background
-    # (a file too large to hash within a request); becomes `ready` or `failed` by itself.
-    PROCESSING = "processing"
-    FAILED = "failed"  # the background check refused the bytes (`failure_code`, `metadata_error`)
 
 
 class Build(Base):

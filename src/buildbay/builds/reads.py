@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import ColumnElement, Select, String, and_, bindparam, cast, func, or_, select
 from sqlalchemy.engine import RowMapping
 
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import EXTRA_COLUMNS, BuildExtras, extras_of
-from buildbay.builds.models import Build, BuildIcon, BuildStatus
+from buildbay.builds.models import Build, BuildIcon
 from buildbay.config import Settings
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import (

@@ -8,10 +8,10 @@ from fastapi.responses import RedirectResponse
 from buildbay.builds import schemas
 from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
 from buildbay.builds.devices import is_ios_build
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
-from buildbay.builds.models import BuildStatus
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildRecord, ShownBuild, VersionFilter
 from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute

@@ -22,9 +22,11 @@ from typing import IO, TYPE_CHECKING, Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.models import Application, Platform
+from buildbay.applications.enums import Platform
+from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.metadata import (
     PLATFORM_FILES,
     Reading,
@@ -33,7 +35,7 @@ from buildbay.builds.metadata import (
     read_metadata,
     wrong_platform_problem,
 )
-from buildbay.builds.models import Build, BuildIcon, BuildStatus
+from buildbay.builds.models import Build, BuildIcon
 from buildbay.builds.reads import BUILD, BuildReads, BuildRecord, storage_usage
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings

@@ -18,7 +18,8 @@ from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from buildbay.applications.models import Application
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.models import Build
 from buildbay.storage.base import Storage
 
 log = logging.getLogger("buildbay.sweeper")

@@ -9,13 +9,12 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, select
 
-from buildbay.builds.models import Build, BuildChannel, BuildStatus, Channel
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.models import Build, BuildChannel, Channel
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import NotFound
 
 DEFAULT_CHANNEL = "default"
-NAME_PATTERN = r"^[a-z0-9._-]{1,40}$"
-NAME_MAX = 40
 
 
 @dataclass(frozen=True, slots=True)

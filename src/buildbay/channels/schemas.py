@@ -5,7 +5,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field
 
-from buildbay.channels.reads import NAME_MAX, NAME_PATTERN
+from buildbay.channels.names import NAME_MAX, NAME_PATTERN
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
 
 NAME_RULE = (

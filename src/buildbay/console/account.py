@@ -8,7 +8,8 @@ from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import make_auth_service
-from buildbay.auth.models import TokenScope, User
+from buildbay.auth.enums import TokenScope
+from buildbay.auth.models import User
 from buildbay.auth.schemas import CreateApiTokenRequest
 from buildbay.builds.reads import storage_usage
 from buildbay.builds.service import human_size

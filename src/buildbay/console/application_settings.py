@@ -9,7 +9,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.models import Platform
+from buildbay.applications.enums import Platform
 from buildbay.applications.schemas import ApplicationUpdate, RetentionRule
 from buildbay.applications.service import ApplicationService
 from buildbay.console.pages import (
@@ -30,7 +30,7 @@ from buildbay.distribution.groups import groups_page
 from buildbay.errors import Conflict
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 

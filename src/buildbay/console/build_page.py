@@ -42,7 +42,7 @@ from buildbay.distribution.installs import installs_of
 from buildbay.distribution.visibility import tester_of
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

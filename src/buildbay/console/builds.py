@@ -42,7 +42,7 @@ from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.visibility import tester_of
 from buildbay.errors import ValidationFailed
 from buildbay.projects.authorization import application_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 from buildbay.schemas import page_of
 from buildbay.storage.base import parts_count

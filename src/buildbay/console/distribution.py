@@ -27,7 +27,7 @@ from buildbay.distribution.service import Distributor
 from buildbay.errors import BuildbayError
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 

@@ -28,7 +28,7 @@ from buildbay.distribution.routes import make_group_service
 from buildbay.distribution.schemas import GroupCreate, TestersAdd
 from buildbay.errors import BuildbayError
 from buildbay.projects.authorization import project_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 

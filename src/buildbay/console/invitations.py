@@ -22,12 +22,12 @@ from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError
-from buildbay.invitations.models import InvitationStatus
+from buildbay.invitations.enums import InvitationStatus
 from buildbay.invitations.routes import make_invitation_service
 from buildbay.invitations.schemas import InvitationCreate
 from buildbay.invitations.service import INVITATION_PAGE
 from buildbay.projects.authorization import project_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 

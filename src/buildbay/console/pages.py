@@ -28,7 +28,7 @@ from buildbay.errors import (
 )
 from buildbay.numbers import whole_number
 from buildbay.problems import allowed_methods, problem_response
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from buildbay.templates import CONSOLE, render
 
 ROLES = [role.value for role in ProjectRole]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.models import Platform
+from buildbay.applications.enums import Platform
 from buildbay.applications.reads import applications_page
 from buildbay.applications.schemas import ApplicationCreate
 from buildbay.applications.service import ApplicationService
@@ -27,7 +27,7 @@ from buildbay.deps import get_context
 from buildbay.errors import BuildbayError, Conflict
 from buildbay.invitations.reads import invitations_of
 from buildbay.projects.authorization import project_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members, project_view, projects_of_member, roles_of_user
 from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite
 from buildbay.projects.service import ProjectService

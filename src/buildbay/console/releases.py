@@ -24,7 +24,7 @@ from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import Conflict
 from buildbay.projects.authorization import application_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 

@@ -27,7 +27,7 @@ from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError
 from buildbay.projects.authorization import ProjectAccess, project_of
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from buildbay.webhooks.events import SUBSCRIBABLE
 from buildbay.webhooks.reads import deliveries_of, delivery_detail, webhook_of, webhooks_of
 from buildbay.webhooks.schemas import WebhookCreate, WebhookUpdate

@@ -34,7 +34,8 @@ from buildbay.invitations.models import Invitation
 from buildbay.invitations.service import InvitationService
 from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.authorization import ProjectAccess
-from buildbay.projects.models import ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import ProjectMember
 from buildbay.projects.reads import ProjectRecord
 from buildbay.text import normal_email_text
 

@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
 
 from buildbay.auth.models import User
-from buildbay.builds.models import Build, BuildStatus
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.models import Build
 from buildbay.db.base import Base
 from buildbay.distribution.models import (
     EVERYONE,

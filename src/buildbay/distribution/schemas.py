@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
 
 GroupId = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_]+$")]

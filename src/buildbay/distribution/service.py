@@ -48,7 +48,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
-from buildbay.builds.models import Build, BuildStatus, InstallLink
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.models import Build, InstallLink
 from buildbay.builds.reads import BuildRecord
 from buildbay.builds.schemas import version_label
 from buildbay.db.reads import Reads

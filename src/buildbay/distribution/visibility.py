@@ -11,7 +11,7 @@ from buildbay.builds.models import Build
 from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
 from buildbay.errors import Forbidden
 from buildbay.projects.authorization import ApplicationAccess
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,20 +1,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
-from buildbay.projects.models import ProjectRole
-
-
-class InvitationStatus(StrEnum):
-    PENDING = "pending"
-    ACCEPTED = "accepted"
-    REVOKED = "revoked"
-    EXPIRED = "expired"
+from buildbay.invitations.enums import InvitationStatus
+from buildbay.projects.enums import ProjectRole
 
 
 class Invitation(Base):

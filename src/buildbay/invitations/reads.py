@@ -8,8 +8,9 @@ from datetime import datetime
 from sqlalchemy import bindparam, select
 
 from buildbay.db.reads import Reads, RecordOf
-from buildbay.invitations.models import Invitation, InvitationStatus, invitation_status
-from buildbay.projects.models import ProjectRole
+from buildbay.invitations.enums import InvitationStatus
+from buildbay.invitations.models import Invitation, invitation_status
+from buildbay.projects.enums import ProjectRole
 
 
 @dataclass(frozen=True, slots=True)

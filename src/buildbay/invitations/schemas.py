@@ -4,8 +4,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from buildbay.invitations.models import InvitationStatus
-from buildbay.projects.models import ProjectRole
+from buildbay.invitations.enums import InvitationStatus
+from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, Email, RequestModel, Timestamp
 
 

@@ -25,11 +25,13 @@ from buildbay.db.concurrency import insert_unless_present, lock_row
 from buildbay.distribution.membership import join_invited_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
-from buildbay.invitations.models import Invitation, InvitationStatus
+from buildbay.invitations.enums import InvitationStatus
+from buildbay.invitations.models import Invitation
 from buildbay.mail.message import render
 from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.authorization import ProjectAccess
-from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.reads import MemberRecord, ProjectRecord
 from buildbay.projects.service import require_owner_for_owner_role
 from buildbay.text import normal_email_text

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Request
 
 from buildbay.auth.dependencies import Authenticated
-from buildbay.auth.models import TokenScope
+from buildbay.auth.enums import TokenScope
 from buildbay.db.reads import Reads
 from buildbay.deps import request_reads, request_session
 from buildbay.projects.authorization import (
@@ -18,7 +18,7 @@ from buildbay.projects.authorization import (
     application_of,
     project_of,
 )
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 
 
 def _reads_of(request: Request, *, read_only: bool) -> Reads:

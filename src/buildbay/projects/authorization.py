@@ -18,11 +18,12 @@ from sqlalchemy.engine import RowMapping
 
 from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
-from buildbay.auth.models import TokenScope
+from buildbay.auth.enums import TokenScope
 from buildbay.auth.service import Principal
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import Forbidden, NotFound
-from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.reads import ProjectRecord
 
 

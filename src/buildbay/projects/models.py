@@ -1,36 +1,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
-
-
-class ProjectRole(StrEnum):
-    """Each role includes the rights of the ones below it."""
-
-    TESTER = "tester"
-    DEVELOPER = "developer"
-    ADMIN = "admin"
-    OWNER = "owner"
-
-    @property
-    def rank(self) -> int:
-        return _RANKS[self]
-
-    def includes(self, other: ProjectRole) -> bool:
-        return self.rank >= other.rank
-
-
-_RANKS = {
-    ProjectRole.TESTER: 1,
-    ProjectRole.DEVELOPER: 2,
-    ProjectRole.ADMIN: 3,
-    ProjectRole.OWNER: 4,
-}
+from buildbay.projects.enums import ProjectRole
 
 
 class Project(Base):

@@ -13,7 +13,8 @@ from buildbay.applications.models import Application
 from buildbay.auth.models import User
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.ids import split_page
-from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project, ProjectMember
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from buildbay.projects.models import ProjectRole
-from buildbay.projects.reads import MemberRecord
+from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
+
+if TYPE_CHECKING:  # the records it presents; the schemas need no database
+    from buildbay.projects.reads import MemberRecord
 
 ProjectName = Name
 

@@ -19,7 +19,8 @@ from buildbay.distribution.membership import leave_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.projects.authorization import ProjectAccess
-from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.reads import (
     PROJECT,
     MemberRecord,

@@ -18,10 +18,11 @@ from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, UpdateKey
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import LIVE_LINK_COLUMNS, live_link_of
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.metadata import platform_of_name
-from buildbay.builds.models import Build, BuildChannel, BuildStatus, Channel
+from buildbay.builds.models import Build, BuildChannel, Channel
 from buildbay.builds.reads import BUILD, BuildRecord
 from buildbay.db.reads import Reads
 from buildbay.errors import NotFound, ValidationFailed

@@ -37,9 +37,11 @@ from buildbay.ids import new_id
 from buildbay.jobs.worker import Handler, JobRun
 from buildbay.mail.message import render
 from buildbay.mail.outbox import MailOutbox
-from buildbay.projects.models import Project, ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project, ProjectMember
+from buildbay.webhooks.enums import DeliveryStatus
 from buildbay.webhooks.events import schedule
-from buildbay.webhooks.models import DeliveryStatus, Webhook, WebhookAttempt, WebhookDelivery
+from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 from buildbay.webhooks.reads import WEBHOOK, WebhookRecord
 from buildbay.webhooks.signing import signature_header
 from buildbay.webhooks.transport import GuardedTransport

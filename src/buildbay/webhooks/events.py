@@ -29,10 +29,11 @@ from buildbay.builds.schemas import build_schema
 from buildbay.db.reads import Reads
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue, enqueue_all, new_job
-from buildbay.projects.models import ProjectRole
+from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import MemberRecord
 from buildbay.projects.schemas import member_schema
-from buildbay.webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
+from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent
+from buildbay.webhooks.models import Webhook, WebhookDelivery
 
 WEBHOOK_JOB = "webhook"
 
@@ -48,20 +49,6 @@ class EventType(StrEnum):
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
-
-
-class SubscribableEvent(StrEnum):
-    """What an endpoint may subscribe to: every EventType but `webhook.test`."""
-
-    BUILD_READY = "build.ready"
-    BUILD_DELETED = "build.deleted"
-    BUILD_DISTRIBUTED = "build.distributed"
-    BUILD_DOWNLOADED = "build.downloaded"
-    APPLICATION_CREATED = "application.created"
-    APPLICATION_DELETED = "application.deleted"
-    MEMBER_ADDED = "member.added"
-    MEMBER_REMOVED = "member.removed"
-    MEMBER_ROLE_CHANGED = "member.role_changed"
 
 
 SUBSCRIBABLE = tuple(EventType(e.value) for e in SubscribableEvent)

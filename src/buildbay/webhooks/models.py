@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import JSON, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
-
-
-class DeliveryStatus(StrEnum):
-    PENDING = "pending"  # its next attempt is due at `next_attempt_at`
-    DELIVERED = "delivered"  # a 2xx answered an attempt
-    FAILED = "failed"  # given up: the schedule ran out, or the endpoint was disabled
+from buildbay.webhooks.enums import DeliveryStatus
 
 
 class Webhook(Base):

@@ -10,7 +10,8 @@ from sqlalchemy import bindparam, select
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import NotFound
 from buildbay.ids import split_page
-from buildbay.webhooks.models import DeliveryStatus, Webhook, WebhookAttempt, WebhookDelivery
+from buildbay.webhooks.enums import DeliveryStatus
+from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
 
 @dataclass(frozen=True, slots=True)

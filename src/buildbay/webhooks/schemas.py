@@ -5,8 +5,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from buildbay.schemas import ApiModel, RequestModel, Timestamp, Trimmed
-from buildbay.webhooks.events import SubscribableEvent
-from buildbay.webhooks.models import DeliveryStatus
+from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent
 
 Url = Annotated[
     str,

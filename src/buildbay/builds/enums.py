@@ -1,0 +1,17 @@
+"""The states of a build.
+
+Free of SQLAlchemy: the models store them, the schemas name them (tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class BuildStatus(StrEnum):
+    PENDING = "pending"  # upload link issued, not verified
+    READY = "ready"  # bytes stored, checked and verified
+    # A multipart upload assembled at verify, whose bytes are being checked in the background
+    # (a file too large to hash within a request); becomes `ready` or `failed` by itself.
+    PROCESSING = "processing"
+    FAILED = "failed"  # the background check refused the bytes (`failure_code`, `metadata_error`)
