@@ -41,7 +41,8 @@ from _common import VENV_BIN, create_project, free_port, register, running_serve
 from buildbay.auth.models import User
 from buildbay.db.engine import create_engine
 from buildbay.ids import new_id
-from buildbay.projects.models import ProjectMember, ProjectRole
+from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import ProjectMember
 
 QUIET = 3.0  # seconds without a new mail before the count is final
 MAIL_TIMEOUT = 600.0
