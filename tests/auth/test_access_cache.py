@@ -14,6 +14,7 @@ from sqlalchemy import event, update
 from buildbay.app import create_app
 from buildbay.auth.cache import ACCESS_CACHE_TTL, AccessTokenCache, CachedAccess
 from buildbay.auth.models import User
+from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import AccessClaims
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings
@@ -171,7 +172,8 @@ async def test_with_redis_unreachable_every_request_looks_its_session_up(
 
 def _entry(session_id: str, stored_at: datetime) -> CachedAccess:
     claims = AccessClaims("usr_1", session_id, "jti", stored_at + timedelta(days=1))
-    return CachedAccess(claims, User(id="usr_1"), stored_at)
+    user = UserRecord("usr_1", "ada@example.com", "Ada", Plan.FREE, stored_at, stored_at, True)
+    return CachedAccess(claims, user, stored_at)
 
 
 def test_a_lookup_that_ran_while_a_session_was_revoked_is_not_stored() -> None:

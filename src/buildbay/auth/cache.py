@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from buildbay.auth.models import User
+from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import AccessClaims
 
 ACCESS_CACHE_TTL = timedelta(seconds=2)
@@ -26,9 +26,8 @@ _NO_TIME = timedelta(0)
 @dataclass(frozen=True, slots=True)
 class CachedAccess:
     claims: AccessClaims
-    # Built from the users row once, then shared by the requests that hit the entry (building a
-    # mapped object costs more than the rest of a hit): transient, and never to be modified.
-    user: User
+    # Read once, then shared by the requests that hit the entry: frozen.
+    user: UserRecord
     stored_at: datetime
     # The user's revocation mark read before the lookup (several processes only; see
     # auth/revocations.py).

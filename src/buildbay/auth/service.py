@@ -14,6 +14,7 @@ from buildbay.auth import passwords
 from buildbay.auth.cache import AccessTokenCache, CachedAccess
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.models import ApiToken, RefreshToken, Session, User
+from buildbay.auth.reads import USER, UserRecord
 from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.tokens import (
     API_TOKEN_DISPLAY_LENGTH,
@@ -48,7 +49,7 @@ API_TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 _users = User.__table__
 _sessions = Session.__table__
 _USER_OF_LIVE_SESSION = (
-    select(_users)
+    select(*USER.columns)
     .join(_sessions, _sessions.c.user_id == _users.c.id)
     .where(
         _sessions.c.id == bindparam("session_id"),
@@ -65,7 +66,7 @@ _TOKEN_COLUMNS = [
 ]
 _TOKEN_FIELDS = tuple(column.name for column in _TOKEN_COLUMNS)
 _USER_OF_API_TOKEN = (
-    select(_users, *_TOKEN_COLUMNS)
+    select(*USER.columns, *_TOKEN_COLUMNS)
     .join(_API_TOKENS, _API_TOKENS.c.user_id == _users.c.id)
     .where(_API_TOKENS.c.token_hash == bindparam("token_hash"))
 )
@@ -73,7 +74,7 @@ _USER_OF_API_TOKEN = (
 
 class Authentication:
     """Who a token belongs to: a read, on reads of their own (db/reads.py). The user comes back
-    as a `User` that belongs to no session (see Principal)."""
+    as a frozen `UserRecord` (see Principal)."""
 
     def __init__(
         self,
@@ -108,7 +109,7 @@ class Authentication:
         )
         if row is None:
             raise NotAuthenticated("The access token has been revoked", code="token_revoked")
-        user = User(**row)
+        user = USER.of(row)
         if cache is not None and (shared is None or mark is not None):
             cache.put(token, CachedAccess(claims, user, self.now, mark), generation)
         return Principal(user=user, session_id=claims.session_id)
@@ -118,7 +119,7 @@ class Authentication:
         if row is None:
             raise NotAuthenticated("The API token is invalid or revoked", code="invalid_token")
         token_fields = {key: row[key] for key in _TOKEN_FIELDS}
-        user = User(**{key: value for key, value in row.items() if key not in _TOKEN_FIELDS})
+        user = USER.of(row)
         expires_at = token_fields["token_expires_at"]
         if expires_at is not None and expires_at <= self.now:
             raise NotAuthenticated("The API token has expired", code="token_expired")
@@ -152,12 +153,12 @@ class IssuedTokens:
 class Principal:
     """Who is calling: a user, through a login session or through an API token.
 
-    Through an access token, `user` is a copy of the users row as the lookup read it, possibly
-    cached for a moment and shared by other requests: not an object of the request's database
-    session, and not to be modified.
+    `user` is the users row as the lookup read it (possibly cached for a moment and shared by
+    other requests): a frozen record, not an object of the request's unit of work. A change
+    to the user loads the `User` in that unit of work.
     """
 
-    user: User
+    user: UserRecord
     session_id: str | None = None
     api_token_id: str | None = None
     api_token_used_at: datetime | None = None  # as the lookup read it
@@ -425,7 +426,7 @@ class AuthService:
 
     # -- API tokens -----------------------------------------------------------------------------
 
-    async def list_api_tokens(self, user: User) -> list[ApiToken]:
+    async def list_api_tokens(self, user: UserRecord) -> list[ApiToken]:
         result = await self.db.scalars(
             select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())
         )
@@ -433,7 +434,7 @@ class AuthService:
 
     async def create_api_token(
         self,
-        user: User,
+        user: UserRecord,
         name: str,
         expires_in_days: int | None,
         scope: TokenScope | None = None,
@@ -461,7 +462,7 @@ class AuthService:
         await self.db.flush()
         return api_token, secret
 
-    async def delete_api_token(self, user: User, token_id: str) -> None:
+    async def delete_api_token(self, user: UserRecord, token_id: str) -> None:
         api_token = await self.db.scalar(
             select(ApiToken).where(ApiToken.id == token_id, ApiToken.user_id == user.id)
         )
@@ -471,7 +472,7 @@ class AuthService:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    async def _check_member_of(self, user: User, project_ids: Sequence[str]) -> None:
+    async def _check_member_of(self, user: UserRecord, project_ids: Sequence[str]) -> None:
         if not project_ids:
             raise ValidationFailed.for_field("projectIds", "name at least one project")
         theirs = set(

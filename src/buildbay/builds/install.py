@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
-from buildbay.auth.models import User
+from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import derive_key
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import SHARED_AND_LIVE, LiveLink
@@ -178,7 +178,7 @@ class InstallLinks:
         self.now = reads.now
 
     async def create(
-        self, build: BuildRecord, creator: User | None, hours: int
+        self, build: BuildRecord, creator: UserRecord | None, hours: int
     ) -> InstallLinkRecord:
         """A new link; `creator` None: made by the server (an update check's, updates/)."""
         if build.status is not BuildStatus.READY:
@@ -198,7 +198,7 @@ class InstallLinks:
         await self.db.flush()
         return LINK.of_entity(link)
 
-    async def revoke(self, link: InstallLinkRecord, by: User, role: ProjectRole) -> None:
+    async def revoke(self, link: InstallLinkRecord, by: UserRecord, role: ProjectRole) -> None:
         """From now on its page answers 410. Its creator may revoke it, and a developer or
         higher any link. Revoking twice changes nothing."""
         if link.created_by != by.id and not role.includes(ProjectRole.DEVELOPER):
@@ -215,7 +215,7 @@ class InstallLinks:
     async def share(
         self,
         build: BuildRecord,
-        creator: User | None,
+        creator: UserRecord | None,
         hours: int,
         *,
         min_left: timedelta = timedelta(0),

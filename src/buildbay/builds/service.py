@@ -26,6 +26,7 @@ from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
+from buildbay.auth.reads import UserRecord
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.metadata import (
     PLATFORM_FILES,
@@ -129,7 +130,7 @@ class BuildService:
     async def create_upload_link(
         self,
         application: ApplicationRecord,
-        uploader: User,
+        uploader: UserRecord,
         file_name: str,
         file_size: int,
         sha256: str | None,
@@ -231,7 +232,7 @@ class BuildService:
             targets.append(PartTarget(number, target, expires_at))
         return targets
 
-    async def _check_quota(self, uploader: User, file_size: int) -> None:
+    async def _check_quota(self, uploader: UserRecord, file_size: int) -> None:
         quota = self.settings.storage_quota(uploader.plan)
         if quota is None:
             return

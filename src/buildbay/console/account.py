@@ -51,7 +51,7 @@ async def _account(
     user = await db.get_one(User, visitor.principal.user.id)
     reads = Reads.within(db)
     usage = await storage_usage(reads, user.id, ctx.clock.now())
-    tokens = await make_auth_service(ctx, db).list_api_tokens(user)
+    tokens = await make_auth_service(ctx, db).list_api_tokens(visitor.principal.user)
     projects, _ = await projects_of_member(reads, user.id, MAX_TOKEN_CHOICES, None)
     settings = ctx.settings
     quota = settings.storage_quota(user.plan)

@@ -27,6 +27,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import BrowserSession, Session, User
+from buildbay.auth.reads import USER, UserRecord
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import derive_key, hash_token
 from buildbay.builds.devices import Device, device_of
@@ -42,7 +43,7 @@ CSRF_HEADER = "x-csrf-token"
 class Visitor:
     """The person behind a console request: signed in (`user`) or not."""
 
-    user: User | None
+    user: UserRecord | None
     session_id: str | None
     csrf: str  # the token this visitor's forms carry
     cookies: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # to set: value, age
@@ -74,19 +75,23 @@ class ConsoleSessions:
         user, session_id = None, None
         if token:
             row = (
-                await db.execute(
-                    select(User, Session.id)
-                    .join(Session, Session.user_id == User.id)
-                    .join(BrowserSession, BrowserSession.session_id == Session.id)
-                    .where(
-                        BrowserSession.token_hash == hash_token(token),
-                        Session.revoked_at.is_(None),
-                        Session.expires_at > now,
+                (
+                    await db.execute(
+                        select(*USER.columns, Session.id.label("session_id"))
+                        .join(Session, Session.user_id == User.id)
+                        .join(BrowserSession, BrowserSession.session_id == Session.id)
+                        .where(
+                            BrowserSession.token_hash == hash_token(token),
+                            Session.revoked_at.is_(None),
+                            Session.expires_at > now,
+                        )
                     )
                 )
-            ).first()
+                .mappings()
+                .first()
+            )
             if row is not None:
-                user, session_id = row
+                user, session_id = USER.of(row), row["session_id"]
         nonce = request.cookies.get(self.csrf_cookie) or ""
         visitor = Visitor(user, session_id, "", device=device_of(request.headers.get("user-agent")))
         if len(nonce) != 32 or not nonce.isalnum():

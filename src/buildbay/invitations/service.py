@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
+from buildbay.auth.reads import UserRecord
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
 from buildbay.db.concurrency import insert_unless_present, lock_row
@@ -209,7 +210,7 @@ class InvitationService:
         return invitation
 
     def _mail(
-        self, invitation: Invitation, project: ProjectRecord, inviter: User, token: str
+        self, invitation: Invitation, project: ProjectRecord, inviter: UserRecord, token: str
     ) -> None:
         mail = render(
             "invitation",

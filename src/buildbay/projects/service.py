@@ -10,6 +10,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
+from buildbay.auth.reads import UserRecord
 from buildbay.builds.models import Build
 from buildbay.builds.removal import keys_of_builds_under, remove_stored_files
 from buildbay.db.concurrency import insert_unless_present, lock_row
@@ -42,7 +43,7 @@ class ProjectService:
         self.now = now
         self.reads = Reads.within(db)
 
-    async def create(self, owner: User, name: str) -> ProjectView:
+    async def create(self, owner: UserRecord, name: str) -> ProjectView:
         # The owner's row lock makes two creations of one name by one owner take turns.
         await lock_row(self.db, User.id, owner.id)
         if await owned_project_named(self.reads, [owner.id], name) is not None:

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.reads import ApplicationRecord, ApplicationView, application_view
 from buildbay.applications.schemas import application_schema
-from buildbay.auth.models import User
+from buildbay.auth.reads import UserRecord
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.reads import BuildRecord
@@ -212,7 +212,7 @@ async def build_downloaded(
     reads: Reads,
     project_id: str,
     build: Callable[[], Awaitable[BuildRecord]],
-    user: User,
+    user: UserRecord,
     public_url: str,
     now: datetime,
 ) -> None:
