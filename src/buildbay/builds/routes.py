@@ -13,6 +13,7 @@ from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildRecord, ShownBuild, VersionFilter
+from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
@@ -281,18 +282,16 @@ async def verify_upload(
     ctx: Context,
     response: Response,
 ) -> schemas.Build:
-    build = await service.verify(
-        access.application, body.build_id, body.notes, body.channels, body.mandatory
-    )
+    wanted = body.distribute
+    asked = Verify(
+        body.build_id, body.notes, body.channels, body.mandatory,
+        link_hours=body.install_link.expires_in_hours if body.install_link else None,
+        distribute=Distribution(wanted.groups, [str(e) for e in wanted.emails], wanted.notify)
+        if wanted is not None else None,
+    )  # fmt: skip
+    build = await verify_and_release(service, links, Distributor.of(ctx, service.db), access, asked)
     if build.status is BuildStatus.PROCESSING:
         response.status_code = status.HTTP_202_ACCEPTED
-        return (await present([build], links.reads))[0]
-    if body.install_link is not None:
-        await links.share(build, access.caller.user, body.install_link.expires_in_hours)
-    if (wanted := body.distribute) is not None:
-        await Distributor.of(ctx, service.db).distribute(
-            access, build, wanted.groups, [str(e) for e in wanted.emails], wanted.notify
-        )
     return (await present([build], links.reads))[0]
 
 

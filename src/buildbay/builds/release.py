@@ -1,0 +1,55 @@
+"""Step 3 of an upload as the API offers it: verify, then what the verify asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from buildbay.builds.enums import BuildStatus
+from buildbay.builds.install import InstallLinks
+from buildbay.builds.reads import BuildRecord
+from buildbay.builds.service import BuildService
+from buildbay.distribution.service import Distributor
+from buildbay.projects.authorization import ApplicationAccess
+
+
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """What a verify asks: the build, its notes, channels and mandatory flag, and then an
+    install link for `link_hours` (None: none) and a distribution (None: none)."""
+
+    build_id: str
+    notes: str | None
+    channels: list[str] | None
+    mandatory: bool
+    link_hours: int | None = None
+    distribute: Distribution | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    groups: Sequence[str]
+    emails: Sequence[str]
+    notify: bool
+
+
+async def verify_and_release(
+    builds: BuildService,
+    links: InstallLinks,
+    distributor: Distributor,
+    access: ApplicationAccess,
+    asked: Verify,
+) -> BuildRecord:
+    """Verify the upload. Once the build is ready, give it its install link (the live one
+    if it has one: a retried verify makes no second) and distribute it, as asked; a build
+    whose check was left to a job (`processing`) gets neither."""
+    build = await builds.verify(
+        access.application, asked.build_id, asked.notes, asked.channels, asked.mandatory
+    )
+    if build.status is not BuildStatus.READY:
+        return build
+    if asked.link_hours is not None:
+        await links.share(build, access.caller.user, asked.link_hours)
+    if (wanted := asked.distribute) is not None:
+        await distributor.distribute(access, build, wanted.groups, wanted.emails, wanted.notify)
+    return build
