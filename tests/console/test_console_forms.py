@@ -147,6 +147,17 @@ async def test_the_browser_uploads_json_endpoints_answer_problems_as_the_api(
     )
     assert_problem(unverified, 422, "upload_incomplete")
 
+    # The endpoint decides, not what the request sent: a JSON endpoint answers a form with
+    # problem+json, and a page answers JSON with its HTML error page.
+    form = await browser_like.post(f"{start}/bld_00000000000000000000000000/verify",
+                                   data={"notes": "n"}, headers=headers)  # fmt: skip
+    assert_problem(form, 400, "malformed_json")
+    missing_page = await browser_like.post(
+        f"{page_path}/builds/bld_00000000000000000000000000/delete", json={}, headers=headers
+    )
+    assert missing_page.status_code in (403, 404)
+    assert missing_page.headers["content-type"].startswith("text/html")
+
 
 async def test_a_tester_cannot_change_channels_releases_or_the_update_key(
     browser_like: httpx.AsyncClient, api: Api

@@ -1,5 +1,5 @@
-"""The console: an application's page, its builds, install links and the browser upload
-(JSON, answered with problem+json when refused)."""
+"""The console: an application's page, its builds and their install links (the browser upload
+is uploads.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.builds.install import InstallLinkReads, InstallLinks
@@ -16,9 +16,6 @@ from buildbay.builds.reads import BuildOrder, BuildQuery, BuildReads
 from buildbay.builds.schemas import (
     DEFAULT_HOURS,
     MAX_NOTES_LENGTH,
-    PartsRequest,
-    UploadLinkRequest,
-    VerifyRequest,
     version_label,
 )
 from buildbay.builds.service import BuildService, human_size
@@ -27,9 +24,7 @@ from buildbay.console.charts import downloads_chart
 from buildbay.console.pages import (
     ConsoleRoute,
     can,
-    json_body,
     page,
-    read_json,
     see_other,
     visit,
 )
@@ -45,7 +40,6 @@ from buildbay.projects.authorization import application_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 from buildbay.schemas import page_of
-from buildbay.storage.base import parts_count
 
 CHART_DAYS = 30
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -197,77 +191,3 @@ async def create_install_link(
     build = await _build_reads(request, db).get(access.application.id, build_id, tester_of(access))
     await _links(request, db).share(build, visitor.principal.user, DEFAULT_HOURS)
     return see_other(f"{application_path(project_id, app_id)}?link={build.id}#build-{build.id}")
-
-
-# The browser's upload: it asks for the address here, PUTs the file there itself (with a
-# progress bar), then asks for verify here. JSON, with the CSRF token in a header.
-
-
-@router.post("/projects/{project_id}/apps/{app_id}/uploads")
-async def start_upload(request: Request, project_id: str, app_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
-    body = json_body(UploadLinkRequest, await read_json(request))
-    build, target = await _build_service(request, db).create_upload_link(
-        access.application,
-        visitor.principal.user,
-        body.file_name,
-        body.file_size,
-        None,
-        body.multipart,
-    )
-    plan = None
-    if build.part_size is not None:
-        plan = {
-            "partSize": build.part_size,
-            "partsCount": parts_count(build.file_size, build.part_size),
-        }
-    return JSONResponse(
-        {
-            "buildId": build.id,
-            "uploadUrl": target.url if target else None,
-            "uploadHeaders": target.headers if target else {},
-            "multipart": plan,
-        },
-        status_code=201,
-    )
-
-
-@router.post("/projects/{project_id}/apps/{app_id}/uploads/{build_id}/parts")
-async def upload_part_targets(
-    request: Request, project_id: str, app_id: str, build_id: str
-) -> Response:
-    """Addresses for parts of a large file the browser sends in parts."""
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
-    body = json_body(PartsRequest, await read_json(request))
-    targets = await _build_service(request, db).part_targets(
-        access.application, build_id, body.part_numbers
-    )
-    return JSONResponse(
-        {"parts": [{"partNumber": t.number, "url": t.target.url, "headers": t.target.headers}
-                   for t in targets]}
-    )  # fmt: skip
-
-
-@router.post("/projects/{project_id}/apps/{app_id}/uploads/{build_id}/verify")
-async def finish_upload(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
-    data = await read_json(request)
-    sent = data if isinstance(data, dict) else {}
-    body = json_body(
-        VerifyRequest,
-        {"buildId": build_id, "notes": sent.get("notes") or None,
-         "channels": sent.get("channels"), "mandatory": sent.get("mandatory", False)},
-    )  # fmt: skip
-    build = await _build_service(request, db).verify(
-        access.application, build_id, body.notes, body.channels, body.mandatory
-    )
-    return JSONResponse({"buildId": build.id, "status": build.status.value})

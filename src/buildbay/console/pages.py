@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote
 
 from fastapi import Request, Response
@@ -37,8 +37,10 @@ M = TypeVar("M", bound=BaseModel)
 
 class ConsoleRoute(TransactionRoute):
     """A console page: the request's transaction as for the API; a visitor who is not signed in
-    goes to the login page; any other refusal is an HTML page with its status (problem+json to
-    the page's script, see `_refusal`); the visitor's cookies are set on whatever is answered."""
+    goes to the login page; any other refusal is an HTML page with its status; the visitor's
+    cookies are set on whatever is answered."""
+
+    answers_json: ClassVar[bool] = False
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -47,7 +49,7 @@ class ConsoleRoute(TransactionRoute):
             try:
                 response = await handler(request)
             except BuildbayError as exc:
-                response = _refusal(request, exc)
+                response = _refusal(request, exc, as_json=self.answers_json)
             visitor: Visitor | None = request.scope.get("buildbay.visitor")
             if visitor is not None:
                 sessions(request).apply(visitor, response)
@@ -56,15 +58,17 @@ class ConsoleRoute(TransactionRoute):
         return page
 
 
-def _wants_json(request: Request) -> bool:
-    """The console's script (the browser upload) sends JSON and reads problems as the API's."""
-    return request.headers.get("content-type", "").startswith("application/json")
+class ConsoleJsonRoute(ConsoleRoute):
+    """A console endpoint of JSON for the pages' scripts (the browser upload): a refusal is
+    problem+json, as the API's, whatever the request sent."""
+
+    answers_json = True
 
 
-def _refusal(request: Request, exc: BuildbayError) -> Response:
-    """What a refused console request answers: problem+json to the script; to a person, the login
+def _refusal(request: Request, exc: BuildbayError, *, as_json: bool) -> Response:
+    """What a refused console request answers: problem+json to a script; to a person, the login
     page when not signed in, else a page that says what went wrong."""
-    if _wants_json(request):
+    if as_json:
         return problem_response(
             request, exc.status, exc.code, exc.detail, headers=exc.headers, errors=exc.errors
         )

@@ -23,6 +23,7 @@ from buildbay.console import (
     projects,
     releases,
     unsubscribe,
+    uploads,
     webhooks,
 )
 from buildbay.console.pages import console_sessions
@@ -39,6 +40,7 @@ routers: tuple[APIRouter, ...] = (
     distribution.router,
     webhooks.router,
     builds.router,
+    uploads.router,
     install.router,
     releases.router,
     account.router,
