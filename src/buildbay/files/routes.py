@@ -59,6 +59,13 @@ def _number(value: str | None) -> int:
     return number
 
 
+# A PUT's body, in the OpenAPI document: the raw bytes.
+_BINARY_BODY = {
+    "required": True,
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+}
+
+
 def _local(ctx: Context) -> LocalStorage:
     if not isinstance(ctx.storage, LocalStorage):
         raise NotFound("This server does not store files itself", code="not_found")
@@ -70,12 +77,7 @@ def _local(ctx: Context) -> LocalStorage:
     responses=problem_responses(400, 403, 404, 409, 413, 422, 503, 507),
     openapi_extra={
         **_signed_query("size", "expires", "signature"),
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
-            },
-        },
+        "requestBody": _BINARY_BODY,
     },
     summary="Step 2: the raw bytes of a build file (the uploadUrl; signed, no token)",
 )
@@ -106,12 +108,7 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
     responses=problem_responses(400, 403, 404, 409, 413, 422, 503, 507),
     openapi_extra={
         **_signed_query("part", "size", "expires", "signature"),
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
-            },
-        },
+        "requestBody": _BINARY_BODY,
     },
     summary="Step 2 of a multipart upload: one part's bytes (a part's url; signed, no token)",
 )
