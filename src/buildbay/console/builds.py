@@ -45,10 +45,6 @@ CHART_DAYS = 30
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 
-def _build_service(request: Request, db: AsyncSession) -> BuildService:
-    return BuildService.of(get_context(request), db)
-
-
 def _links(request: Request, db: AsyncSession) -> InstallLinks:
     return InstallLinks.of(get_context(request), db)
 
@@ -160,7 +156,7 @@ async def delete_build(request: Request, project_id: str, app_id: str, build_id:
     access = await application_of(
         Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
     )
-    await _build_service(request, db).delete(access.application, build_id)
+    await BuildService.of(get_context(request), db).delete(access.application, build_id)
     return see_other(application_path(project_id, app_id))
 
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from fastapi import Request, Response
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import BrowserSession, Session, User
@@ -31,6 +31,7 @@ from buildbay.auth.reads import USER, UserRecord
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import derive_key, hash_token
 from buildbay.builds.devices import Device, device_of
+from buildbay.db.reads import Reads
 from buildbay.errors import Forbidden
 
 SESSION_COOKIE = "bb_session"
@@ -56,6 +57,19 @@ class Visitor:
         return Principal(user=self.user, session_id=self.session_id)
 
 
+# The user and login session behind a console cookie, if it is live.
+_VISITOR = (
+    select(*USER.columns, Session.id.label("session_id"))
+    .join(Session, Session.user_id == User.id)
+    .join(BrowserSession, BrowserSession.session_id == Session.id)
+    .where(
+        BrowserSession.token_hash == bindparam("token_hash"),
+        Session.revoked_at.is_(None),
+        Session.expires_at > bindparam("now"),
+    )
+)
+
+
 class ConsoleSessions:
     def __init__(self, master_key: bytes, lifetime: timedelta, *, secure: bool) -> None:
         self._key = derive_key(master_key, "console-csrf")
@@ -74,21 +88,8 @@ class ConsoleSessions:
         token = request.cookies.get(self.session_cookie)
         user, session_id = None, None
         if token:
-            row = (
-                (
-                    await db.execute(
-                        select(*USER.columns, Session.id.label("session_id"))
-                        .join(Session, Session.user_id == User.id)
-                        .join(BrowserSession, BrowserSession.session_id == Session.id)
-                        .where(
-                            BrowserSession.token_hash == hash_token(token),
-                            Session.revoked_at.is_(None),
-                            Session.expires_at > now,
-                        )
-                    )
-                )
-                .mappings()
-                .first()
+            row = await Reads.within(db).first(
+                _VISITOR, {"token_hash": hash_token(token), "now": now}
             )
             if row is not None:
                 user, session_id = USER.of(row), row["session_id"]
