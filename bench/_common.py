@@ -30,6 +30,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def mails_written(data_dir: Path) -> int:
+    """The mails a server with no SMTP server configured has written: `.eml` files under its
+    data directory."""
+    mails = data_dir / "mail"
+    return sum(1 for _ in mails.glob("*.eml")) if mails.is_dir() else 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -39,6 +39,7 @@ from _common import (
     create_project,
     enterprise_account,
     free_port,
+    mails_written,
     running_server,
     scaled_out,
     table,
@@ -118,10 +119,9 @@ def measure(args: argparse.Namespace, testers: int) -> tuple[float, float]:
                     ).raise_for_status()
                 builds = f"/api/app-distribution/{project}/{app}/builds"
                 blob = os.urandom(args.size_kib * 1024)
-                mails = data / "mail"
 
                 def written() -> int:
-                    return sum(1 for _ in mails.glob("*.eml")) if mails.is_dir() else 0
+                    return mails_written(data)
 
                 expected = written() + 3 * testers
                 for _ in range(3):  # warm-up: first requests, first mails

@@ -56,7 +56,16 @@ from pathlib import Path
 
 import httpx
 
-from _common import ROOT, VENV_BIN, enterprise_account, free_port, running_server, scaled_out, table
+from _common import (
+    ROOT,
+    VENV_BIN,
+    enterprise_account,
+    free_port,
+    mails_written,
+    running_server,
+    scaled_out,
+    table,
+)
 from api import WrkResult, parse_wrk
 
 LUA = ROOT / "bench" / "load_reads.lua"
@@ -295,12 +304,6 @@ def run_configuration(
         pending = client.get(builds, params={"status": "pending", "limit": 100}).json()["builds"]
     mailed = mails_written(data_dir) - mailed_before
     return Outcome(name, stages, len(verified), len(listed), lost, len(pending), mailed)
-
-
-def mails_written(data_dir: Path) -> int:
-    """The `.eml` files under the data directory (the runs on PostgreSQL share one)."""
-    mails = data_dir / "mail"
-    return sum(1 for _ in mails.glob("*.eml")) if mails.is_dir() else 0
 
 
 def report(outcome: Outcome) -> bool:
