@@ -55,10 +55,9 @@ async def test_a_ready_build_reaches_everyone_and_each_tester_gets_their_own_lin
 async def test_testers_past_one_statements_worth_still_get_one_mail_and_link_each(
     team: Team, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The links and the mails are written a chunk of testers per statement: chunks of two
-    # here, so that three testers take two of each.
+    # The links are given to testers a chunk per statement: chunks of two here, so that
+    # three testers take two.
     monkeypatch.setattr("buildbay.distribution.service.LINKS_PER_STATEMENT", 2)
-    monkeypatch.setattr("buildbay.jobs.queue.JOBS_PER_STATEMENT", 2)
     testers = [await team.member(f"t{n}@example.com") for n in range(3)]
 
     await team.upload()

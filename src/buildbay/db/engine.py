@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import event, make_url, text
+from sqlalchemy import Insert, Table, event, insert, make_url, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
@@ -205,6 +206,29 @@ def after_commit(session: AsyncSession, action: Callable[[], Awaitable[None]]) -
     out, if the session's current transaction commits (whoever commits it); never if it rolls
     back. For telling the world outside the database what the transaction did."""
     session.info.setdefault(_PENDING, []).append(action)
+
+
+async def insert_rows(
+    session: AsyncSession, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Write `rows` (dicts of `table`'s columns, the same in each) in the session's
+    transaction: a webhook event's deliveries, a distribution's jobs and install links.
+
+    One statement per table, compiled once and cached, executed with all the rows: SQLAlchemy's
+    "insertmanyvalues" sends them as multi-row INSERTs, as many rows each as the database takes
+    (the driver alone would send an INSERT per row). An INSERT built with `.values([...])`
+    would be compiled anew on every call, which cost a request that emits an event more than
+    the rest of the event's work together (docs/performance.md). Core, on the session's
+    connection: the rows need none of the unit of work's bookkeeping."""
+    if rows:
+        connection = await session.connection()
+        await connection.execute(_insert_returning_keys(table), list(rows))
+
+
+@functools.cache
+def _insert_returning_keys(table: Table) -> Insert:
+    # RETURNING is what lets SQLAlchemy batch an executemany into multi-row INSERTs.
+    return insert(table).returning(*table.primary_key.columns)
 
 
 @event.listens_for(UnitOfWork, "after_commit")

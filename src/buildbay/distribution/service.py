@@ -25,18 +25,18 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sqlalchemy import (
     Boolean,
     ColumnElement,
     DateTime,
     String,
+    Table,
     and_,
     case,
     exists,
     func,
-    insert,
     literal,
     or_,
     select,
@@ -52,6 +52,7 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, InstallLink
 from buildbay.builds.reads import BuildRecord
 from buildbay.builds.schemas import version_label
+from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
 from buildbay.distribution.groups import check_group_ids, invite_tester
 from buildbay.distribution.membership import insert_ignoring_duplicates, insert_of
@@ -71,9 +72,10 @@ if TYPE_CHECKING:
     from buildbay.jobs.worker import Handler, JobRun
 
 DISTRIBUTION_JOB = "distribution"
-# Testers whose install links one pair of statements writes (4 and 3 parameters each: within
-# both databases' limits).
+# Testers whose install links one UPDATE sets (3 parameters each: within both databases'
+# limits).
 LINKS_PER_STATEMENT = 1000
+_INSTALL_LINKS = cast("Table", InstallLink.__table__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +362,7 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
                 {"id": link_id, "build_id": build.id, "created_at": now, "expires_at": expires_at}
                 for link_id in chunk.values()
             ]
-            await db.execute(insert(InstallLink).values(new_links))
+            await insert_rows(db, _INSTALL_LINKS, new_links)
             await db.execute(
                 update(BuildRecipient)
                 .where(BuildRecipient.build_id == build.id, BuildRecipient.email.in_(chunk))

@@ -7,10 +7,10 @@ import asyncio
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, insert
+from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.db.engine import after_commit
+from buildbay.db.engine import after_commit, insert_rows
 from buildbay.ids import new_id
 from buildbay.jobs.models import Job, JobStatus
 
@@ -40,11 +40,7 @@ class JobSignal:
             pass
 
 
-# Over the table, not the entity: the rows need none of the ORM's bulk-insert bookkeeping.
 _JOBS = cast("Table", Job.__table__)
-# Jobs written by one multi-row INSERT at most (10 columns each: 2,000 parameters, well within
-# both databases' limits).
-JOBS_PER_STATEMENT = 200
 
 
 def new_job(
@@ -83,11 +79,9 @@ def enqueue(
 
 async def enqueue_all(db: AsyncSession, jobs: list[dict[str, Any]]) -> None:
     """Write jobs made by `new_job` in `db`'s transaction, as `enqueue` does one: a webhook
-    event's deliveries, a distribution's mails. One multi-row INSERT per JOBS_PER_STATEMENT
-    jobs (the driver would otherwise send one INSERT per row), without the unit of work's
-    bookkeeping of an object per row."""
-    for start in range(0, len(jobs), JOBS_PER_STATEMENT):
-        await db.execute(insert(_JOBS).values(jobs[start : start + JOBS_PER_STATEMENT]))
+    event's deliveries, a distribution's mails (`insert_rows`: multi-row INSERTs, without the
+    unit of work's bookkeeping of an object per row)."""
+    await insert_rows(db, _JOBS, jobs)
     if jobs:
         _wake_on_commit(db)
 

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any, cast
 
 from pydantic import BaseModel
-from sqlalchemy import Table, bindparam, insert, select
+from sqlalchemy import Table, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.reads import ApplicationRecord, ApplicationView, application_view
@@ -26,6 +26,7 @@ from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.reads import BuildRecord
 from buildbay.builds.schemas import build_schema
+from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue, enqueue_all, new_job
@@ -76,8 +77,7 @@ Data = BaseModel | dict[str, Any]
 # The event's data, or what makes it (run only when some endpoint wants the event).
 DataSource = Data | Callable[[], Awaitable[Data]]
 
-# Over the table, not the entity: the rows need none of the ORM's bulk-insert bookkeeping.
-_INSERT_DELIVERIES = insert(cast("Table", WebhookDelivery.__table__))
+_DELIVERIES = cast("Table", WebhookDelivery.__table__)
 _SUBSCRIBERS = select(Webhook.id, Webhook.events).where(
     Webhook.project_id == bindparam("project_id"), Webhook.enabled.is_(True)
 )
@@ -118,7 +118,7 @@ async def emit(
     for delivery, job in zip(deliveries, jobs, strict=True):
         delivery["job_id"] = job["id"]
     await enqueue_all(db, jobs)
-    await db.execute(_INSERT_DELIVERIES, deliveries)
+    await insert_rows(db, _DELIVERIES, deliveries)
     return len(targets)
 
 
