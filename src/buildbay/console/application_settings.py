@@ -22,6 +22,7 @@ from buildbay.console.pages import (
     parse_form,
     see_other,
     visit,
+    visit_application,
 )
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
@@ -120,10 +121,7 @@ def _sentence(message: str) -> str:
 
 @router.post("/projects/{project_id}/apps/{app_id}/settings")
 async def save_settings(request: Request, project_id: str, app_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
-    )
+    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
     fields = await form_fields(request)
     try:
         changes = _changes(fields)
@@ -139,10 +137,7 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
 
 @router.post("/projects/{project_id}/apps/{app_id}/delete")
 async def delete_application(request: Request, project_id: str, app_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
-    )
+    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
     fields = await form_fields(request)
     name = access.application.name
     if fields.get("confirm", "").strip() != name:

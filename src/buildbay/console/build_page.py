@@ -33,6 +33,7 @@ from buildbay.console.pages import (
     parse_form,
     see_other,
     visit,
+    visit_application,
 )
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
@@ -145,9 +146,8 @@ async def render_build(
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}/icon")
 async def build_icon(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     """The app icon the file carries (tester+, of a build given to them), as the API's."""
-    visitor, db = await visit(request)
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
     reads = Reads.within(db)
-    access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
     builds = BuildReads.of(get_context(request), reads)
     build = await builds.get(access.application.id, build_id, tester_of(access))
     return Response(await builds.icon(build), media_type="image/png", headers=ICON_CACHE)
@@ -155,9 +155,8 @@ async def build_icon(request: Request, project_id: str, app_id: str, build_id: s
 
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/notes")
 async def save_notes(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
     )
     fields = await form_fields(request)
     try:
@@ -176,11 +175,10 @@ async def save_notes(request: Request, project_id: str, app_id: str, build_id: s
 async def create_link(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     """A new install link of the lifetime chosen (the application page's button shares the
     build's live link instead)."""
-    visitor, db = await visit(request)
-    reads = Reads.within(db)
-    access = await application_of(
-        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
     )
+    reads = Reads.within(db)
     fields = await form_fields(request)
     hours = whole_number(fields.get("hours", "").strip())
     if hours not in dict(LIFETIMES):  # each within the API's bounds (InstallLinkRequest)
@@ -199,11 +197,10 @@ async def create_link(request: Request, project_id: str, app_id: str, build_id: 
 async def revoke_link(
     request: Request, project_id: str, app_id: str, build_id: str, link_id: str
 ) -> Response:
-    visitor, db = await visit(request)
-    reads = Reads.within(db)
-    access = await application_of(
-        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
     )
+    reads = Reads.within(db)
     ctx = get_context(request)
     build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
     links = InstallLinks.of(ctx, db)

@@ -27,6 +27,7 @@ from buildbay.console.pages import (
     page,
     see_other,
     visit,
+    visit_application,
 )
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
@@ -152,20 +153,14 @@ def application_path(project_id: str, app_id: str) -> str:
 
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/delete")
 async def delete_build(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
     await BuildService.of(get_context(request), db).delete(access.application, build_id)
     return see_other(application_path(project_id, app_id))
 
 
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}/download")
 async def download_build(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
-    )
+    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
     builds = _build_reads(request, db)
     build = await builds.get(access.application.id, build_id, tester_of(access))
     url = await builds.ready_file_url(build)
@@ -180,10 +175,7 @@ async def download_build(request: Request, project_id: str, app_id: str, build_i
 async def create_install_link(
     request: Request, project_id: str, app_id: str, build_id: str
 ) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
-    )
+    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
     build = await _build_reads(request, db).get(access.application.id, build_id, tester_of(access))
     await _links(request, db).share(build, visitor.principal.user, DEFAULT_HOURS)
     return see_other(f"{application_path(project_id, app_id)}?link={build.id}#build-{build.id}")

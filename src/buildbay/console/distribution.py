@@ -18,7 +18,7 @@ from buildbay.console.pages import (
     parse_form,
     posted_form,
     see_other,
-    visit,
+    visit_application,
 )
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
@@ -26,7 +26,6 @@ from buildbay.distribution.schemas import DistributionRequest
 from buildbay.distribution.service import Distributor
 from buildbay.errors import BuildbayError
 from buildbay.numbers import whole_number
-from buildbay.projects.authorization import application_of
 from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -34,11 +33,10 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/distribute")
 async def distribute(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
-    reads = Reads.within(db)
-    access = await application_of(
-        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
     )
+    reads = Reads.within(db)
     form = await posted_form(request)
     values: dict[str, object] = {
         "groups": [str(g) for g in form.getlist("groups")],
@@ -81,10 +79,7 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
 @router.post("/projects/{project_id}/apps/{app_id}/distribution")
 async def distribution_settings(request: Request, project_id: str, app_id: str) -> Response:
     """The application's autoDistributeGroups and installLinkDays (admin+, as the API)."""
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
-    )
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
     form = await posted_form(request)
     app_path = f"/projects/{project_id}/apps/{app_id}/settings"  # the form's page
     try:

@@ -10,11 +10,10 @@ from fastapi import APIRouter, Request, Response
 from buildbay.builds.install import InstallLinks
 from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import DEFAULT_HOURS
-from buildbay.console.pages import ConsoleRoute, see_other, visit
+from buildbay.console.pages import ConsoleRoute, see_other, visit_application
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.visibility import tester_of
-from buildbay.projects.authorization import application_of
 from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -22,9 +21,8 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/install")
 async def install_build(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
+    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
     reads = Reads.within(db)
-    access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.TESTER)
     ctx = get_context(request)
     build = await BuildReads.of(ctx, reads).get(access.application.id, build_id, tester_of(access))
     links = InstallLinks.of(ctx, db)

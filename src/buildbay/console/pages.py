@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import count_request, limit_by_ip
 from buildbay.console.session import CSRF_FIELD, CSRF_HEADER, ConsoleSessions, Visitor
+from buildbay.db.reads import Reads
 from buildbay.deps import TransactionRoute, get_context, request_session
 from buildbay.errors import (
     BadRequest,
@@ -28,6 +29,7 @@ from buildbay.errors import (
 )
 from buildbay.numbers import whole_number
 from buildbay.problems import allowed_methods, problem_response
+from buildbay.projects.authorization import ApplicationAccess, application_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.templates import CONSOLE, render
 
@@ -155,6 +157,16 @@ async def visit(request: Request, *, signed_in: bool = True) -> tuple[Visitor, A
     if signed_in and visitor.user is None:
         raise NotAuthenticated("Sign in to continue")
     return visitor, db
+
+
+async def visit_application(
+    request: Request, project_id: str, app_id: str, role: ProjectRole
+) -> tuple[Visitor, AsyncSession, ApplicationAccess]:
+    """`visit`, then the visitor's access to the application, with at least `role` (404 or
+    403 as the API answers)."""
+    visitor, db = await visit(request)
+    access = await application_of(Reads.within(db), visitor.principal, project_id, app_id, role)
+    return visitor, db, access
 
 
 async def posted_form(request: Request) -> Any:

@@ -18,12 +18,10 @@ from buildbay.console.pages import (
     parse_form,
     posted_form,
     see_other,
-    visit,
+    visit_application,
 )
-from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import Conflict
-from buildbay.projects.authorization import application_of
 from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -31,9 +29,8 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 @router.post("/projects/{project_id}/apps/{app_id}/channels")
 async def create_channel(request: Request, project_id: str, app_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
     )
     fields = await form_fields(request)
     try:
@@ -55,10 +52,7 @@ async def create_channel(request: Request, project_id: str, app_id: str) -> Resp
 async def delete_channel(
     request: Request, project_id: str, app_id: str, channel_id: str
 ) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
     await ChannelService(db, now(request)).delete(access.application.id, channel_id)
     return see_other(f"{application_path(project_id, app_id)}#channels")
 
@@ -66,10 +60,7 @@ async def delete_channel(
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/release")
 async def set_release(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     """A build's channels (the ticked boxes, none for none) and its mandatory flag, at once."""
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
     form = await posted_form(request)
     channels = [str(name) for name in form.getlist("channel")]
     builds = BuildService.of(get_context(request), db)
@@ -80,9 +71,6 @@ async def set_release(request: Request, project_id: str, app_id: str, build_id: 
 
 @router.post("/projects/{project_id}/apps/{app_id}/update-key")
 async def rotate_update_key(request: Request, project_id: str, app_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.ADMIN
-    )
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
     await ApplicationService(db, now(request)).rotate_update_key(access.application)
     return see_other(f"{application_path(project_id, app_id)}?notice=key-rotated#updates")

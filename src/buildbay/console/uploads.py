@@ -9,10 +9,8 @@ from fastapi.responses import JSONResponse
 
 from buildbay.builds.schemas import PartsRequest, UploadLinkRequest, VerifyRequest
 from buildbay.builds.service import BuildService
-from buildbay.console.pages import ConsoleJsonRoute, json_body, read_json, visit
-from buildbay.db.reads import Reads
+from buildbay.console.pages import ConsoleJsonRoute, json_body, read_json, visit_application
 from buildbay.deps import get_context
-from buildbay.projects.authorization import application_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.storage.base import parts_count
 
@@ -21,9 +19,8 @@ router = APIRouter(route_class=ConsoleJsonRoute, include_in_schema=False)
 
 @router.post("/projects/{project_id}/apps/{app_id}/uploads")
 async def start_upload(request: Request, project_id: str, app_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
     )
     body = json_body(UploadLinkRequest, await read_json(request))
     build, target = await BuildService.of(get_context(request), db).create_upload_link(
@@ -56,10 +53,7 @@ async def upload_part_targets(
     request: Request, project_id: str, app_id: str, build_id: str
 ) -> Response:
     """Addresses for parts of a large file the browser sends in parts."""
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
     body = json_body(PartsRequest, await read_json(request))
     targets = await BuildService.of(get_context(request), db).part_targets(
         access.application, build_id, body.part_numbers
@@ -72,10 +66,7 @@ async def upload_part_targets(
 
 @router.post("/projects/{project_id}/apps/{app_id}/uploads/{build_id}/verify")
 async def finish_upload(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    visitor, db = await visit(request)
-    access = await application_of(
-        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
+    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
     data = await read_json(request)
     sent = data if isinstance(data, dict) else {}
     body = json_body(
