@@ -6,9 +6,11 @@ import asyncio
 
 import httpx
 import pytest
+import redis.asyncio
 from fastapi import FastAPI
 from sqlalchemy import select
 
+from buildbay import redis_pool
 from buildbay.app import create_app
 from buildbay.auth import passwords
 from buildbay.auth.models import User
@@ -266,3 +268,39 @@ async def test_a_right_password_gives_its_reservation_back(
         assert_problem(await login(client, owner.email, f"guess {i}"), 401, "invalid_credentials")
     r = await login(client, owner.email, owner.password)
     assert r.status_code == 200, r.text
+
+
+async def test_login_counts_use_the_process_s_one_redis_pool_which_closes_with_the_app(
+    settings: Settings, clock: FrozenClock, redis_url: str
+) -> None:
+    # Login failures are counted through the `limits` library, which would otherwise open a
+    # Redis client (and pool) of its own, unbounded and never closed.
+    watcher = redis.asyncio.Redis.from_url(redis_url)
+    database = watcher.get_connection_kwargs()["db"]
+
+    async def connections() -> int:
+        # Each xdist worker has a Redis database of its own: count that database's clients.
+        clients = await watcher.client_list()
+        return sum(1 for c in clients if int(c["db"]) == database and c["name"] != "watcher")
+
+    await watcher.client_setname("watcher")
+    app = create_app(settings.model_copy(update={"redis_url": redis_url}), clock=clock)
+    try:
+        before = await connections()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+            account = await Api(client).register("victim@example.com")
+
+            async def attempt(i: int) -> None:
+                transport = httpx.ASGITransport(app=app, client=(f"198.51.100.{i + 1}", 50000))
+                async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as attacker:
+                    r = await login(attacker, account.email, f"guess {i}")
+                assert r.status_code in (401, 429), r.text
+
+            await asyncio.gather(*(attempt(i) for i in range(40)))
+        assert await connections() - before <= redis_pool.CONNECTIONS
+    finally:
+        await app.state.ctx.dispose()
+        after = await connections()
+        await watcher.aclose()
+    assert after == before

@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as redis
 from limits import RateLimitItem, RateLimitItemPerMinute
@@ -119,11 +120,12 @@ class RateLimiter:
                 raise ValueError("the counters live in Redis: pass the process's Redis client")
             self._redis = shared
             self._hit_and_count = self._redis.register_script(_HIT_AND_COUNT)
+            # On the process's pool, bounded, with its timeouts, closed with it: `limits`
+            # would otherwise open a pool of its own, unbounded and never closed. Its storage
+            # documents `connection_pool`, though it types its options as plain values.
+            pool: dict[str, Any] = {"connection_pool": shared.connection_pool}
             storage = storage_from_string(
-                f"async+{settings.redis_url}",
-                implementation="redispy",
-                socket_timeout=1,
-                socket_connect_timeout=1,
+                f"async+{settings.redis_url}", implementation="redispy", **pool
             )
         else:
             storage = storage_from_string("async+memory://")
