@@ -86,19 +86,12 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
     size_ = _number(_part(request, "size"))
     expires, signature = _number(_part(request, "expires")), _part(request, "signature")
     ctx.signer.verify("PUT", key, expires, signature or "", ctx.clock.now(), size_)
-
-    async def still_pending() -> BuildRecord:
-        # Short reads: no database connection is held while the bytes stream in.
-        reads = Reads.on(ctx.read_engine)
-        try:
-            return await BuildReads.of(ctx, reads).pending_upload(key)
-        finally:
-            await reads.close()
-
-    build = await still_pending()
+    build = await _pending_build(ctx, key)
     _check_length(request, size_, "the build's declared")
     # Checked again once the bytes are in: the build may have been verified or deleted meanwhile.
-    info = await storage.receive(key, size_, request.stream(), before_publish=still_pending)
+    info = await storage.receive(
+        key, size_, request.stream(), before_publish=lambda: _pending_build(ctx, key)
+    )
     assert info.sha256 is not None
     return StoredUpload(build_id=build.id, size=info.size, sha256=info.sha256)
 
@@ -119,16 +112,22 @@ async def receive_part(key: str, request: Request, ctx: Context) -> StoredPart:
     ctx.signer.verify(
         "PUT", part_resource(key, number), expires, signature or "", ctx.clock.now(), size_
     )
-    reads = Reads.on(ctx.read_engine)
-    try:  # a short read: no database connection is held while the bytes stream in
-        build = await BuildReads.of(ctx, reads).pending_upload(key)
-    finally:
-        await reads.close()
+    build = await _pending_build(ctx, key)
     _check_length(request, size_, "the part's")
     # Verify and delete take the upload away under the storage's own locks: a part that
     # streams meanwhile is refused, not half kept.
     part = await storage.receive_part(key, number, size_, request.stream())
     return StoredPart(build_id=build.id, part_number=part.number, size=part.size)
+
+
+async def _pending_build(ctx: Context, key: str) -> BuildRecord:
+    """The build whose upload `key` is, still pending (else the refusal of `pending_upload`).
+    A short read of its own: no database connection is held while the bytes stream in."""
+    reads = Reads.on(ctx.read_engine)
+    try:
+        return await BuildReads.of(ctx, reads).pending_upload(key)
+    finally:
+        await reads.close()
 
 
 def _check_length(request: Request, size: int, what: str) -> None:
