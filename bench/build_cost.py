@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -50,11 +50,11 @@ DEADLINE_SECONDS = 300  # for the mails, after the last upload
 IDLE_SECONDS, IDLE_CPU_MS = 0.5, 10  # idle: under 10 ms of CPU in half a second
 
 
-def wait_for_mails(written: Callable[[], int], expected: int) -> None:
+def wait_for_mails(data_dir: Path, expected: int) -> None:
     deadline = time.monotonic() + DEADLINE_SECONDS
-    while written() < expected:
+    while mails_written(data_dir) < expected:
         if time.monotonic() > deadline:
-            raise SystemExit(f"{expected - written()} mails never came")
+            raise SystemExit(f"{expected - mails_written(data_dir)} mails never came")
         time.sleep(0.05)
 
 
@@ -119,14 +119,10 @@ def measure(args: argparse.Namespace, testers: int) -> tuple[float, float]:
                     ).raise_for_status()
                 builds = f"/api/app-distribution/{project}/{app}/builds"
                 blob = os.urandom(args.size_kib * 1024)
-
-                def written() -> int:
-                    return mails_written(data)
-
-                expected = written() + 3 * testers
+                expected = mails_written(data) + 3 * testers
                 for _ in range(3):  # warm-up: first requests, first mails
                     upload(client, builds, blob)
-                wait_for_mails(written, expected)
+                wait_for_mails(data, expected)
                 wait_until_idle(server.pid)
                 expected += args.builds * testers
                 failures: list[BaseException] = []
@@ -153,7 +149,7 @@ def measure(args: argparse.Namespace, testers: int) -> tuple[float, float]:
                 uploaded = time.monotonic() - began
                 if failures:
                     raise SystemExit(f"an upload failed: {failures[0]}")
-                wait_for_mails(written, expected)
+                wait_for_mails(data, expected)
                 # With or without mails, the jobs the last builds set going (their
                 # distribution) count: the server is measured until it has nothing left to do.
                 cpu = wait_until_idle(server.pid) - cpu_before
