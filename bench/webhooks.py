@@ -7,16 +7,18 @@ and the API's p99 while a webhook receiver takes 9 s to answer, against no webho
    rate is events over the time from the first delivery the receiver got to the last. Runs on
    PostgreSQL + Redis (two processes need them), in a database of its own.
 2. Latency. One `buildbay serve`, on SQLite (the embedded default) and on PostgreSQL + Redis;
-   4 clients add and remove a member in turn for REQUESTS requests (each change emits an
-   event): with no webhook, with a webhook whose receiver answers at once, and with one whose
-   receiver answers after 9 s, in ROUNDS rounds of each in turn (so that all meet the same
-   load of a shared machine). It prints the p99s and two ratios: the slow receiver's against
+   4 clients (`--clients`, each a process of its own, without pauses unless `--think-ms`) add
+   and remove a member in turn for REQUESTS requests (each change emits an event): with no
+   webhook, with a webhook whose receiver answers at once, and with one whose receiver answers
+   after 9 s, in ROUNDS rounds of each in turn (so that all meet the same load of a shared
+   machine). It prints the p99s and two ratios: the slow receiver's against
    no webhook (the issue asks for at most 1.2), and against the receiver that answers at once
    (what the receiver's slowness itself costs).
 
 Rate limiting is off in the servers (BUILDBAY_RATE_LIMIT_ENABLED=false).
 Usage: .venv/bin/python bench/webhooks.py [--events 2000] [--requests 800]
        [--part all|throughput|latency] [--database sqlite|postgres|both]
+       [--clients 4] [--think-ms 0]
        [--postgres postgresql://postgres@127.0.0.1:5432] [--redis redis://127.0.0.1:6379/5]
 """
 
@@ -26,7 +28,9 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import multiprocessing
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -146,12 +150,18 @@ def throughput(processes: int, events: int, postgres: str, redis_url: str, work:
 # -- 2. the API's latency with a slow receiver --------------------------------------------------
 
 
-def _member_changes(base_url: str, token: str, project_id: str, email: str, n: int) -> list[float]:
-    """Add then remove the member `email`, n requests in all; each request's seconds."""
+def _member_changes(
+    base_url: str, token: str, project_id: str, email: str, n: int, think_ms: int
+) -> list[float]:
+    """Add then remove the member `email`, n requests in all, pausing 0..think_ms between
+    them; each request's seconds."""
     took = []
+    pause = random.Random(email)
     with httpx.Client(base_url=base_url, timeout=60) as client:
         client.headers["Authorization"] = f"Bearer {token}"
         for i in range(n):
+            if think_ms:
+                time.sleep(pause.uniform(0, think_ms) / 1000)
             started = time.perf_counter()
             if i % 2 == 0:
                 r = client.post(
@@ -200,17 +210,22 @@ def latency(
             url = stack.enter_context(receiver(delay))
             webhook(client, project_id, url, ["member.added", "member.removed"])
         emails = []
-        for n in range(CLIENTS):
+        for n in range(args.clients):
             email = f"member{n}-{port}@example.com"
             httpx.post(
                 f"{server.base_url}/api/auth/register",
                 json={"email": email, "password": PASSWORD},
             ).raise_for_status()
             emails.append(email)
-        per_client = requests // CLIENTS
-        with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+        per_client = requests // args.clients
+        # Processes, not threads: the clients' own work must not queue on one interpreter.
+        spawn = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(args.clients, mp_context=spawn) as pool:
+            think = args.think_ms
             runs = [
-                pool.submit(_member_changes, server.base_url, token, project_id, e, per_client)
+                pool.submit(
+                    _member_changes, server.base_url, token, project_id, e, per_client, think
+                )
                 for e in emails
             ]
             took = [t for run in runs for t in run.result()]
@@ -234,7 +249,11 @@ def print_latency(database: str, args: Any, work: Path) -> None:
             samples[name] += latency(delay, args.requests // ROUNDS, where, database, args)
     p = {name: percentiles(took) for name, took in samples.items()}
     label = "SQLite" if database == "sqlite" else "PostgreSQL + Redis"
-    print(f"API latency, member add/remove ({args.requests} requests, {CLIENTS} clients, {label}):")
+    pauses = f"pausing 0..{args.think_ms} ms" if args.think_ms else "without pauses"
+    print(
+        f"API latency, member add/remove ({args.requests} requests, {args.clients} clients "
+        f"{pauses}, {label}):"
+    )
     rows = [(name, f"{p50:.1f}", f"{p99:.1f}") for name, (p50, p99) in p.items()]
     print(table(["webhook", "p50 ms", "p99 ms"], rows))
     none, fast, slow = (p[name][1] for name in RECEIVERS)
@@ -252,6 +271,11 @@ def main() -> int:
         "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
     )
     parser.add_argument("--part", choices=["all", "throughput", "latency"], default="all")
+    parser.add_argument("--clients", type=int, default=CLIENTS, help="of the latency part")
+    parser.add_argument(
+        "--think-ms", type=int, default=0,
+        help="each latency client pauses 0..this between requests (default 0: none)",
+    )  # fmt: skip
     parser.add_argument(
         "--database", choices=["sqlite", "postgres", "both"], default="both",
         help="where the latency part runs",
