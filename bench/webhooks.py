@@ -11,9 +11,9 @@ and the API's p99 while a webhook receiver takes 9 s to answer, against no webho
    and remove a member in turn for REQUESTS requests (each change emits an event): with no
    webhook, with a webhook whose receiver answers at once, and with one whose receiver answers
    after 9 s, in ROUNDS rounds of each in turn (so that all meet the same load of a shared
-   machine). It prints the p99s and two ratios: the slow receiver's against
-   no webhook (the issue asks for at most 1.2), and against the receiver that answers at once
-   (what the receiver's slowness itself costs).
+   machine). It prints the p99s and two ratios: the slow receiver's against no webhook (the
+   issue asks for at most 1.2), and against the receiver that answers at once (what the
+   receiver's slowness itself costs).
 
 Rate limiting is off in the servers (BUILDBAY_RATE_LIMIT_ENABLED=false).
 Usage: .venv/bin/python bench/webhooks.py [--events 2000] [--requests 800]

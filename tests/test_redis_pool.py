@@ -42,23 +42,22 @@ async def test_a_connection_given_back_goes_to_the_command_that_waited_longest(
 
 
 async def test_commands_past_the_bound_take_turns_on_its_connections(redis_url: str) -> None:
-    fair = pool(redis_url, connections=3)
-    client = redis.asyncio.Redis.from_pool(fair)
+    client = redis.asyncio.Redis.from_pool(pool(redis_url, connections=3))
     watcher = redis.asyncio.Redis.from_url(redis_url)
     try:
-        await client.client_setname("pooled")
+        await watcher.client_setname("watcher")
         counts = await asyncio.gather(*(client.incr("counter") for _ in range(60)))
         assert sorted(counts) == list(range(1, 61))
-        for _ in range(10):  # pipelines give their connection (and its place) back too
+        for i in range(61, 71):  # pipelines give their connection (and its place) back too
             async with client.pipeline(transaction=False) as pipe:
                 pipe.incr("counter").get("counter")
-                assert await pipe.execute() == [61 + _, str(61 + _).encode()]
+                assert await pipe.execute() == [i, str(i).encode()]
         await asyncio.gather(*(client.incr("counter") for _ in range(60)))
         assert await client.get("counter") == b"130"
+        # Each xdist worker has a Redis database of its own: its clients are this test's.
         database = watcher.get_connection_kwargs()["db"]
-        opened = [
-            c for c in await watcher.client_list() if int(c["db"]) == database and c["name"] != ""
-        ]
+        clients = await watcher.client_list()
+        opened = [c for c in clients if int(c["db"]) == database and c["name"] != "watcher"]
         assert 1 <= len(opened) <= 3
     finally:
         await client.aclose()
