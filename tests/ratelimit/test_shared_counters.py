@@ -8,11 +8,13 @@ import re
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 import redis.asyncio as redis
 
 from buildbay.app import create_app
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
+from buildbay.ratelimit import limiter
 from buildbay.redis_pool import CONNECTIONS
 from tests.conftest import BASE_URL
 
@@ -74,6 +76,37 @@ async def test_an_unreachable_redis_fails_open_and_readyz_says_so(
         r = await client.get("/readyz")
         assert r.status_code == 200
         assert r.json()["checks"]["rateLimitStore"] == "degraded"
+
+
+async def test_after_a_failed_count_requests_go_uncounted_a_moment_without_asking_redis(
+    settings: Settings, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While Redis hangs, every count would wait out the client's timeout (a second): after one
+    # does, the requests of the next moment are served without asking. The update check counts
+    # its caller's IP before it looks at the key.
+    monkeypatch.setattr(limiter, "SKIP_SECONDS", 2.0)
+    settings = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    app = create_app(settings, clock=clock, migrate_on_start=False)
+    counters = app.state.ctx.limiter
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+
+            async def check() -> None:
+                r = await client.get("/api/updates/check", params={"key": "bbu_unknown"})
+                assert r.status_code == 404, r.text
+                assert "RateLimit" not in r.headers
+
+            await check()
+            assert counters.store_failures == 1
+            for _ in range(3):
+                await check()
+            assert counters.store_failures == 1  # not asked
+            await asyncio.sleep(2.05)
+            await check()
+            assert counters.store_failures == 2  # asked again, and failed again
+    finally:
+        await app.state.ctx.dispose()
 
 
 async def test_concurrent_requests_on_two_processes_each_see_their_own_remaining_count(

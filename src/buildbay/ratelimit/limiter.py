@@ -1,7 +1,10 @@
 """Per-plan request limits over the `limits` library (moving 60-second window).
 
 Counters live in memory for one process, or in Redis when BUILDBAY_REDIS_URL is set so that every
-process shares them. If the counter store fails, requests are served anyway (fail open).
+process shares them. If the counter store fails, requests are served anyway (fail open), and
+the requests of the next SKIP_SECONDS do not ask it: while Redis hangs, one request a second
+waits out the timeout, not every one. Logins and other budgets ask it every time (they are few,
+and a failure lets only its own attempt through).
 
 A request's count and the `RateLimit` header's remaining count come from one step. The library's
 moving window answers a hit with a yes or no only, and its window stats with a second call: with
@@ -31,6 +34,7 @@ from buildbay.config import Plan, Settings
 log = logging.getLogger("buildbay.ratelimit")
 WINDOW_SECONDS = 60
 WARN_EVERY_SECONDS = 60
+SKIP_SECONDS = 1.0  # after the store failed a request's count, requests go uncounted this long
 
 
 # KEYS[1]: a list of hit times, newest first, at most `limit` long. ARGV: now, limit, window.
@@ -142,6 +146,7 @@ class RateLimiter:
         self._budgets: dict[int, RateLimitItem] = {}
         self._in_memory = asyncio.Lock()
         self._last_warning = 0.0
+        self._skip_until = 0.0  # time.monotonic(): requests are not counted before it
         self.degraded = False
         self.store_failures = 0  # operations the store did not answer (each served unlimited)
 
@@ -163,9 +168,12 @@ class RateLimiter:
         return await self._count(key, item, policy)
 
     async def _count(self, key: str, item: RateLimitItem, policy: str) -> RateLimitState | None:
+        if time.monotonic() < self._skip_until:
+            return None  # the store failed a moment ago: served uncounted, without asking it
         try:
             hit = await self._hit(item, key)
         except Exception as exc:  # the counter store is down: serve the request anyway
+            self._skip_until = time.monotonic() + SKIP_SECONDS
             self._store_failed(exc)
             return None
         self.degraded = False
