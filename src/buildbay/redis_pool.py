@@ -26,6 +26,11 @@ from redis.asyncio.connection import AbstractConnection
 CONNECTIONS = 10
 TIMEOUT_SECONDS = 1
 WAIT_SECONDS = 3
+# After Redis fails them, the request counter and the revocation marks leave it alone this long
+# (serving uncounted, and looking tokens up in the database): while Redis hangs, a request in
+# SKIP_SECONDS waits out its timeouts, not every request. Longer than those waits, or a client
+# that sends its next request when the last is answered would meet them every time.
+SKIP_SECONDS = 5.0
 
 
 class FairConnectionPool(redis.BlockingConnectionPool):

@@ -10,7 +10,7 @@ moment the revoking request answers, every process refuses the token.
 
 If Redis cannot be reached, the mark is unknown and the cache is not used: the request looks its
 session up in the database, as a process without the cache does; Redis is then left alone for
-RETRY_SECONDS. A mark lives MARK_SECONDS, far longer than an entry stored before it can
+`redis_pool.SKIP_SECONDS`. A mark lives MARK_SECONDS, far longer than an entry stored before it can
 (ACCESS_CACHE_TTL). Redis keeps nothing on disk: if it restarts within ACCESS_CACHE_TTL of a
 revocation, the mark is gone, and an entry cached before the revocation may serve until its TTL.
 """
@@ -24,11 +24,12 @@ from collections.abc import Iterable
 
 import redis.asyncio as redis
 
+from buildbay import redis_pool
+
 log = logging.getLogger("buildbay.auth")
 
 KEY = "buildbay:revocation-mark:"
 MARK_SECONDS = 300
-RETRY_SECONDS = 1.0
 WARN_EVERY_SECONDS = 60.0
 NO_REVOCATION = b""  # the mark of a user none of whose sessions was revoked lately
 
@@ -71,7 +72,7 @@ class SharedRevocations:
 
     def _failed(self, text: str, exc: BaseException) -> None:
         now = time.monotonic()
-        self._skip_until = now + RETRY_SECONDS
+        self._skip_until = now + redis_pool.SKIP_SECONDS
         if now - self._last_warning >= WARN_EVERY_SECONDS:
             self._last_warning = now
             log.warning("%s: %s", text, exc)

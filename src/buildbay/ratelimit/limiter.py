@@ -2,9 +2,8 @@
 
 Counters live in memory for one process, or in Redis when BUILDBAY_REDIS_URL is set so that every
 process shares them. If the counter store fails, requests are served anyway (fail open), and
-the requests of the next SKIP_SECONDS do not ask it: while Redis hangs, one request a second
-waits out the timeout, not every one. Logins and other budgets ask it every time (they are few,
-and a failure lets only its own attempt through).
+the requests of the next `redis_pool.SKIP_SECONDS` do not ask it. Logins and other budgets ask
+it every time (they are few, and a failure lets only its own attempt through).
 
 A request's count and the `RateLimit` header's remaining count come from one step. The library's
 moving window answers a hit with a yes or no only, and its window stats with a second call: with
@@ -29,12 +28,12 @@ from limits.aio.storage import Storage as AsyncStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 
+from buildbay import redis_pool
 from buildbay.config import Plan, Settings
 
 log = logging.getLogger("buildbay.ratelimit")
 WINDOW_SECONDS = 60
 WARN_EVERY_SECONDS = 60
-SKIP_SECONDS = 1.0  # after the store failed a request's count, requests go uncounted this long
 
 
 # KEYS[1]: a list of hit times, newest first, at most `limit` long. ARGV: now, limit, window.
@@ -173,7 +172,7 @@ class RateLimiter:
         try:
             hit = await self._hit(item, key)
         except Exception as exc:  # the counter store is down: serve the request anyway
-            self._skip_until = time.monotonic() + SKIP_SECONDS
+            self._skip_until = time.monotonic() + redis_pool.SKIP_SECONDS
             self._store_failed(exc)
             return None
         self.degraded = False
