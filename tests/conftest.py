@@ -296,6 +296,13 @@ async def redis_url() -> str:
     return REDIS_URL
 
 
+async def redis_clients(watcher: redis.asyncio.Redis) -> int:
+    """The connections to `watcher`'s Redis database but its own: those of the code under test
+    (each xdist worker has a database of its own, `redis_url`)."""
+    database = watcher.get_connection_kwargs().get("db", 0)
+    return sum(1 for c in await watcher.client_list() if int(c["db"]) == database) - 1
+
+
 @pytest.fixture
 def clock() -> FrozenClock:
     return FrozenClock()

@@ -16,7 +16,7 @@ from buildbay.auth import passwords
 from buildbay.auth.models import User
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
-from tests.conftest import BASE_URL, Account, Api, assert_problem
+from tests.conftest import BASE_URL, Account, Api, assert_problem, redis_clients
 from tests.ratelimit.conftest import ClientAt
 
 
@@ -276,17 +276,9 @@ async def test_login_counts_use_the_process_s_one_redis_pool_which_closes_with_t
     # Login failures are counted through the `limits` library, which would otherwise open a
     # Redis client (and pool) of its own, unbounded and never closed.
     watcher = redis.asyncio.Redis.from_url(redis_url)
-    database = watcher.get_connection_kwargs()["db"]
-
-    async def connections() -> int:
-        # Each xdist worker has a Redis database of its own: count that database's clients.
-        clients = await watcher.client_list()
-        return sum(1 for c in clients if int(c["db"]) == database and c["name"] != "watcher")
-
-    await watcher.client_setname("watcher")
     app = create_app(settings.model_copy(update={"redis_url": redis_url}), clock=clock)
     try:
-        before = await connections()
+        before = await redis_clients(watcher)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
             account = await Api(client).register("victim@example.com")
@@ -298,9 +290,9 @@ async def test_login_counts_use_the_process_s_one_redis_pool_which_closes_with_t
                 assert r.status_code in (401, 429), r.text
 
             await asyncio.gather(*(attempt(i) for i in range(40)))
-        assert await connections() - before <= redis_pool.CONNECTIONS
+        assert await redis_clients(watcher) - before <= redis_pool.CONNECTIONS
     finally:
         await app.state.ctx.dispose()
-        after = await connections()
+        after = await redis_clients(watcher)
         await watcher.aclose()
     assert after == before

@@ -16,7 +16,7 @@ from buildbay.app import create_app
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.redis_pool import CONNECTIONS
-from tests.conftest import BASE_URL
+from tests.conftest import BASE_URL, redis_clients
 
 RATE_LIMIT = re.compile(r'"free";r=(\d+);t=\d+')
 
@@ -139,13 +139,12 @@ async def test_a_burst_of_requests_takes_turns_on_a_few_redis_connections(
     settings = settings.model_copy(update={"redis_url": redis_url})
     watcher = redis.Redis.from_url(redis_url)
     try:
-        database = watcher.connection_pool.connection_kwargs.get("db", 0)
         async with _client(settings, clock) as one:
             r = await one.post(
                 "/api/auth/register", json={"email": "burst@example.com", "password": "12345678"}
             )
             headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
-            before = await _clients_of(watcher, database)
+            before = await redis_clients(watcher)
 
             answers = await asyncio.gather(
                 *(one.get("/api/auth/me", headers=headers) for _ in range(60))
@@ -153,12 +152,7 @@ async def test_a_burst_of_requests_takes_turns_on_a_few_redis_connections(
 
             assert [r.status_code for r in answers] == [200] * 60
             assert sorted(_remaining(r) for r in answers) == list(range(40, 100))
-            opened = await _clients_of(watcher, database) - before
+            opened = await redis_clients(watcher) - before
             assert opened <= CONNECTIONS, opened
     finally:
         await watcher.aclose()
-
-
-async def _clients_of(watcher: redis.Redis, database: int) -> int:
-    """Connections to Redis on `database` (the test's own), this one left out."""
-    return sum(1 for c in await watcher.client_list() if int(c["db"]) == database) - 1
