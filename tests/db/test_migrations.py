@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from buildbay.db import migrate
@@ -44,4 +44,57 @@ async def test_downgrade_removes_everything_and_upgrade_restores_it(tmp_path: Pa
     await migrate.upgrade(engine)
     async with engine.connect() as connection:
         assert await connection.run_sync(tables) == set(Base.metadata.tables)
+    await engine.dispose()
+
+
+async def test_webhook_jobs_pending_at_the_upgrade_join_their_endpoints_lane(
+    tmp_path: Path,
+) -> None:
+    engine = create_engine(f"sqlite+inline:///{tmp_path / 'lanes.db'}")
+    await migrate.upgrade(engine, "0013")
+    now = "2026-11-27 12:00:00.000000"
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO projects (id, name, created_at, updated_at)"
+                " VALUES ('prj_1', 'P', :now, :now)"
+            ),
+            {"now": now},
+        )
+        await connection.execute(
+            text(
+                "INSERT INTO webhooks (id, project_id, url, description, events, enabled,"
+                " secret, created_at) VALUES ('whk_1', 'prj_1', 'https://x.example', '',"
+                " '[]', 1, 'whsec_x', :now)"
+            ),
+            {"now": now},
+        )
+        for job, status in (("job_pending", "pending"), ("job_done", "done")):
+            await connection.execute(
+                text(
+                    "INSERT INTO jobs (id, kind, payload, status, attempts, run_after,"
+                    " created_at) VALUES (:id, 'webhook', '{}', :status, 0, :now, :now)"
+                ),
+                {"id": job, "status": status, "now": now},
+            )
+            await connection.execute(
+                text(
+                    "INSERT INTO webhook_deliveries (id, webhook_id, event_id, event_type,"
+                    " payload, status, attempts, step, job_id, created_at) VALUES"
+                    " (:id, 'whk_1', 'msg_1', 'build.ready', '{}', 'pending', 0, 0, :job, :now)"
+                ),
+                {"id": f"whd_{job}", "job": job, "now": now},
+            )
+        await connection.execute(
+            text(
+                "INSERT INTO jobs (id, kind, payload, status, attempts, run_after, created_at)"
+                " VALUES ('job_mail', 'mail', '{}', 'pending', 0, :now, :now)"
+            ),
+            {"now": now},
+        )
+    await migrate.upgrade(engine)
+    async with engine.connect() as connection:
+        rows = await connection.execute(text("SELECT id, lane FROM jobs"))
+        lanes = {row.id: row.lane for row in rows}
+    assert lanes == {"job_pending": "whk_1", "job_done": None, "job_mail": None}
     await engine.dispose()

@@ -40,10 +40,12 @@ class Outbox:
             self.sessions, self.handlers, self.clock, self.signal, **(settings | options)
         )
 
-    async def add(self, kind: str, payload: dict[str, Any], *, commit: bool = True) -> str:
+    async def add(
+        self, kind: str, payload: dict[str, Any], *, commit: bool = True, lane: str | None = None
+    ) -> str:
         """A job written by a unit of work that commits (or, `commit=False`, rolls back)."""
         db = self.sessions()
-        job = enqueue(db, kind, payload, self.clock.now())
+        job = enqueue(db, kind, payload, self.clock.now(), lane=lane)
         await finish(db, ok=commit)
         return job.id
 

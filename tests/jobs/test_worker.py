@@ -267,8 +267,8 @@ async def test_jobs_that_end_with_nothing_else_due_cost_no_more_claims(
     claims: list[int] = []
     claim = worker._claim
 
-    async def counted(limit: int | None = None) -> Any:
-        claimed, next_due = await claim(limit)
+    async def counted(limit: int | None = None, full_lanes: set[str] | None = None) -> Any:
+        claimed, next_due = await claim(limit, full_lanes)
         claims.append(len(claimed))
         return claimed, next_due
 
@@ -420,3 +420,173 @@ async def test_workers_claiming_at_once_never_run_a_job_twice(outbox: Outbox) ->
     jobs = await outbox.jobs()
     assert {j.status for j in jobs} == {JobStatus.DONE}
     assert {j.attempts for j in jobs} == {1}
+
+
+class Gate:
+    """A handler that records its job's payload and attempt, and holds each job until the
+    test lets it go (`release`), one at a time or all at once."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[Any, int]] = []
+        self.ended: list[Any] = []
+        self._go: dict[Any, asyncio.Event] = {}
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, run: JobRun) -> None:
+        name = run.payload["name"]
+        self.started.append((name, run.attempt))
+        self.arrived.set()
+        await self._go.setdefault(name, asyncio.Event()).wait()
+        self.ended.append(name)
+
+    def release(self, *names: Any) -> None:
+        for name in names:
+            self._go.setdefault(name, asyncio.Event()).set()
+
+    def names(self) -> list[Any]:
+        return [name for name, _ in self.started]
+
+    async def until(self, condition: Any) -> None:
+        async with asyncio.timeout(10):
+            while not condition():
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+async def settle() -> None:
+    """Time for the worker to do what it would do now (a claim, a start), and no more."""
+    await asyncio.sleep(0.1)
+
+
+async def test_a_lane_runs_at_most_its_places_in_order_while_the_other_jobs_go_by(
+    outbox: Outbox,
+) -> None:
+    """A slow destination's jobs (a lane) take two places however many are due; jobs of other
+    lanes and jobs without one, written after them, start at once; the lane's own start in
+    the order they were written as its places free."""
+    gate = Gate()
+    outbox.handlers["hold"] = gate
+    notes = recording(outbox)
+    for n in range(6):
+        await outbox.add("hold", {"name": f"slow{n}"}, lane="slow")
+    await outbox.add("hold", {"name": "other"}, lane="other")
+    await outbox.add("note", {})
+    worker = outbox.worker(batch=4, lane_places=2, quick_seconds=0.0, poll_seconds=60.0)
+    worker.start()
+    try:
+        await gate.until(lambda: len(gate.started) == 3)
+        await settle()
+        assert sorted(gate.names()) == ["other", "slow0", "slow1"]
+        assert len(notes) == 1, "the job without a lane did not wait for the lane"
+
+        await outbox.add("hold", {"name": "later"}, lane="later")  # woken by the commit
+        await gate.until(lambda: "later" in gate.names())
+        for n in range(2, 6):
+            gate.release(f"slow{n - 2}")
+            await gate.until(lambda n=n: f"slow{n}" in gate.names())  # type: ignore[misc]
+        await settle()
+        assert gate.names()[3:] == ["later", "slow2", "slow3", "slow4", "slow5"]
+    finally:
+        gate.release(*(name for name, _ in gate.started))
+        await worker.stop()
+    assert {(j.status, j.attempts) for j in await outbox.jobs()} == {(JobStatus.DONE, 1)}
+
+
+async def test_a_commit_to_a_full_lane_leaves_the_worker_asleep(
+    outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its job could not start, and the claim would read past the lane's waiting jobs: the
+    worker looks again when a place of the lane frees."""
+    gate = Gate()
+    outbox.handlers["hold"] = gate
+    worker = outbox.worker(lane_places=1, quick_seconds=0.0, poll_seconds=60.0)
+    claims: list[list[str]] = []
+    claim = worker._claim
+
+    async def counted(limit: int | None = None, full_lanes: set[str] | None = None) -> Any:
+        claimed, next_due = await claim(limit, full_lanes)
+        claims.append([job.payload["name"] for job in claimed])
+        return claimed, next_due
+
+    monkeypatch.setattr(worker, "_claim", counted)
+    await outbox.add("hold", {"name": "first"}, lane="hook")
+    worker.start()
+    try:
+        await gate.until(lambda: gate.names() == ["first"])
+        await settle()
+        before = len(claims)
+        await outbox.add("hold", {"name": "second"}, lane="hook")
+        await settle()
+        assert len(claims) == before, "a commit to the full lane woke the worker"
+
+        gate.release("first")
+        await gate.until(lambda: gate.names() == ["first", "second"])
+        assert claims[-1] == ["second"]
+    finally:
+        gate.release("first", "second")
+        await worker.stop()
+
+
+async def test_jobs_claimed_past_their_lanes_places_go_back_at_once_keeping_their_turn(
+    outbox: Outbox,
+) -> None:
+    """Unclaimed (another process may take them), their attempt not counted, and due as from
+    when they were written: the lane's later jobs do not pass them."""
+    gate = Gate()
+    outbox.handlers["hold"] = gate
+    ids = [await outbox.add("hold", {"name": n}, lane="hook") for n in range(3)]
+    outbox.clock.advance(seconds=5)  # claimed after they were written
+    worker = outbox.worker(lane_places=1, quick_seconds=0.0, poll_seconds=60.0)
+    worker.start()
+    try:
+        await gate.until(lambda: gate.names() == [0])
+        await settle()
+        jobs = {job.id: job for job in await outbox.jobs()}
+        assert jobs[ids[0]].claim is not None
+        for later in ids[1:]:
+            job = jobs[later]
+            assert (job.status, job.claim, job.attempts) == (JobStatus.PENDING, None, 0)
+            assert job.run_after == job.created_at
+
+        outbox.clock.advance(seconds=1)
+        await outbox.add("hold", {"name": 3}, lane="hook")  # written after them
+        for n in range(3):
+            gate.release(n)
+            await gate.until(lambda n=n: len(gate.started) == n + 2)  # type: ignore[misc]
+        assert gate.started == [(0, 1), (1, 1), (2, 1), (3, 1)]
+    finally:
+        gate.release(0, 1, 2, 3)
+        await worker.stop()
+
+
+async def test_a_lane_whose_jobs_end_quickly_takes_any_free_place(outbox: Outbox) -> None:
+    """Limited until its jobs have shown they are quick (a receiver that answers at once), a
+    lane then takes all places but its own number, which stay for the others should it turn
+    slow."""
+    running: list[str] = []
+    ran: list[str] = []
+    most = 0
+    jobs = 40
+    all_ran = asyncio.Event()
+
+    async def quick(run: JobRun) -> None:
+        nonlocal most
+        running.append(run.id)
+        most = max(most, len(running))
+        await asyncio.sleep(0.01)
+        running.remove(run.id)
+        ran.append(run.id)
+        if len(ran) == jobs:
+            all_ran.set()
+
+    outbox.handlers["quick"] = quick
+    ids = [await outbox.add("quick", {}, lane="hook") for _ in range(jobs)]
+    worker = outbox.worker(batch=8, lane_places=1, poll_seconds=60.0)
+    worker.start()
+    try:
+        await asyncio.wait_for(all_ran.wait(), timeout=10)
+    finally:
+        await worker.stop()
+    assert sorted(ran) == sorted(ids)
+    assert most > 1, "the quick lane kept to one place"
+    assert most <= 8 - 1, "the quick lane took every place"

@@ -24,6 +24,10 @@ class Job(Base):
     again when the lease ends, and another worker (or this one restarted) takes it. Completing
     it, retrying it or failing it is conditional on the claim, so a worker that lost its lease
     cannot overwrite what the next one did.
+
+    Jobs with a `lane` (a webhook endpoint's deliveries) take at most a few of a worker's places
+    at a time, however many are due: a slow destination holds up its own lane, not the others
+    (jobs/worker.py).
     """
 
     __tablename__ = "jobs"
@@ -31,6 +35,7 @@ class Job(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(50))
+    lane: Mapped[str | None] = mapped_column(String(64))
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[JobStatus] = mapped_column(EnumString(JobStatus))
     attempts: Mapped[int]

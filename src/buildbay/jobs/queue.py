@@ -4,6 +4,8 @@ caused it committed. The worker of this process is woken as soon as that commit 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
@@ -24,8 +26,15 @@ class JobSignal:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        # The lanes whose places in the worker are all taken (the worker keeps this set): a
+        # commit that wrote jobs only to these lanes does not wake it, since none of them could
+        # start. The worker looks again when one of their jobs ends.
+        self.full_lanes: set[str] = set()
 
-    async def notify(self) -> None:
+    async def notify(self, lanes: Iterable[str | None] = (None,)) -> None:
+        """Wake the worker for jobs written to `lanes` (None: jobs without a lane)."""
+        if all(lane is not None and lane in self.full_lanes for lane in lanes):
+            return
         self._event.set()
 
     def clear(self) -> None:
@@ -44,13 +53,19 @@ _JOBS = cast("Table", Job.__table__)
 
 
 def new_job(
-    kind: str, payload: dict[str, Any], now: datetime, *, run_after: datetime | None = None
+    kind: str,
+    payload: dict[str, Any],
+    now: datetime,
+    *,
+    run_after: datetime | None = None,
+    lane: str | None = None,
 ) -> dict[str, Any]:
     """The columns of a pending job of `kind` (a name in the worker's handlers); `payload` must
-    be JSON."""
+    be JSON. Jobs of one `lane` take only a few of the worker's places at a time."""
     return {
         "id": new_id("job"),
         "kind": kind,
+        "lane": lane,
         "payload": payload,
         "status": JobStatus.PENDING,
         "attempts": 0,
@@ -69,11 +84,12 @@ def enqueue(
     now: datetime,
     *,
     run_after: datetime | None = None,
+    lane: str | None = None,
 ) -> Job:
     """Add a job to `db`'s unit of work. It runs once that commits, never if it rolls back."""
-    job = Job(**new_job(kind, payload, now, run_after=run_after))
+    job = Job(**new_job(kind, payload, now, run_after=run_after, lane=lane))
     db.add(job)
-    _wake_on_commit(db)
+    _wake_on_commit(db, (lane,))
     return job
 
 
@@ -83,10 +99,10 @@ async def enqueue_all(db: AsyncSession, jobs: list[dict[str, Any]]) -> None:
     unit of work's bookkeeping of an object per row)."""
     await insert_rows(db, _JOBS, jobs)
     if jobs:
-        _wake_on_commit(db)
+        _wake_on_commit(db, {job["lane"] for job in jobs})
 
 
-def _wake_on_commit(db: AsyncSession) -> None:
+def _wake_on_commit(db: AsyncSession, lanes: Iterable[str | None]) -> None:
     signal: JobSignal | None = db.info.get(JOB_SIGNAL)
     if signal is not None:
-        after_commit(db, signal.notify)
+        after_commit(db, functools.partial(signal.notify, lanes))

@@ -11,6 +11,21 @@ lost machine) keeps its claim until the lease ends, and is then due again for an
 
 ## Running
 
+A worker runs up to `batch` jobs at once, claiming more as places free, oldest first.
+
+The jobs of one lane (a webhook endpoint's deliveries) take at most `lane_places` of those
+places, so a receiver that takes its 10 s, however many deliveries it has waiting, holds up its
+own lane, not the other endpoints or the mail:
+- A claim passes by the lanes that are full; a claimed job of a lane that is full goes back at
+  once (unclaimed, its attempt not counted, due as from when it was written, so it keeps its
+  turn in its lane), for this worker once a place of its lane frees, or for another.
+- A commit that wrote jobs only to full lanes does not wake the worker (`JobSignal`): the claim
+  could not start them. A job of a full lane that ends wakes it.
+- A lane whose jobs have been quick (under QUICK_SECONDS on average, in this process) may take
+  all but `lane_places` of the places: a receiver that answers at once gets its deliveries as
+  fast as the worker makes them, and one that turns slow leaves places to the others. A lane
+  starts limited until it has shown that.
+
 A handler (one per job kind, in the registry given to the worker) runs with the job's payload
 and a unit of work of its own. Whatever the handler writes in that unit of work commits together
 with the job's completion, and only if the claim is still this worker's: for work that is only
@@ -36,15 +51,18 @@ all of that), until the job is older than RETRY_WINDOW (24 hours); then it fails
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import math
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from buildbay.clock import Clock
@@ -59,6 +77,9 @@ RETRY_WINDOW = timedelta(hours=24)
 RETRY_CAP = timedelta(minutes=30)
 KEEP_DONE = timedelta(days=7)  # done jobs are deleted after this; failed ones are kept
 BATCH = 10  # jobs a worker claims and runs at once
+LANE_PLACES = 2  # of those, jobs of one lane (one webhook endpoint's deliveries)...
+QUICK_SECONDS = 1.0  # ...unless its jobs take less than this on average (then: any free place)
+SMOOTHING = 0.3  # the weight of a lane's last job in its average
 ERROR_LENGTH = 2000
 
 
@@ -82,13 +103,18 @@ class JobRun:
 
 Handler = Callable[[JobRun], Awaitable[None]]
 
-_NEXT_DUE = select(func.min(Job.run_after)).where(Job.status == JobStatus.PENDING)
+# The next pending job to become due after a claim: the due ones it left are in full lanes (a
+# place of theirs freeing wakes the loop) or another worker's claim.
+_NEXT_DUE = select(func.min(Job.run_after)).where(
+    Job.status == JobStatus.PENDING, Job.run_after > bindparam("now")
+)
 
 
 @dataclass(frozen=True, slots=True)
 class _Claimed:
     id: str
     kind: str
+    lane: str | None
     payload: dict[str, Any]
     attempts: int
     created_at: datetime
@@ -107,6 +133,8 @@ class JobWorker:
         lease_seconds: float,
         retry_base_seconds: float,
         batch: int = BATCH,
+        lane_places: int = LANE_PLACES,
+        quick_seconds: float = QUICK_SECONDS,
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.sessions = sessions
@@ -117,6 +145,11 @@ class JobWorker:
         self.lease = timedelta(seconds=lease_seconds)
         self.retry_base = retry_base_seconds
         self.batch = batch
+        self.lane_places = lane_places
+        self.quick_seconds = quick_seconds
+        self._lane_running: collections.Counter[str] = collections.Counter()
+        # Each lane's average job, in seconds: one number per webhook endpoint it has served.
+        self._lane_seconds: dict[str, float] = {}
         self.jitter = jitter
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
@@ -174,8 +207,8 @@ class JobWorker:
                     # Every place taken: the next job to end wakes the loop, not a commit.
                     await self._freed.wait(self.poll)
                     continue
-                started, next_due = await self._start_due(free)
-                if started == free:
+                claimed, next_due = await self._start_due(free)
+                if claimed == free:
                     continue  # there may be more due
                 wait = self._until(next_due)
                 await self._clean_up()
@@ -186,26 +219,71 @@ class JobWorker:
                 await self.signal.wait(wait)
 
     async def _start_due(self, limit: int) -> tuple[int, datetime | None]:
-        """Claim up to `limit` due jobs and start them, without waiting for them. Says how many
-        started, and when the next pending job is due if fewer than `limit` were."""
-        claimed, next_due = await self._claim(limit)
+        """Claim up to `limit` due jobs outside full lanes and start them, without waiting for
+        them; those past their lane's places go back. Says how many were claimed, and when the
+        next pending job becomes due if fewer than `limit` were."""
+        claimed, next_due = await self._claim(limit, self.signal.full_lanes)
+        past: list[_Claimed] = []
         for job in claimed:  # started in the order they were written (_claim)
-            task = asyncio.create_task(self._run_and_tell(job))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            if job.lane is None:
+                self._start(job)
+            elif self._lane_running[job.lane] < self._lane_places(job.lane):
+                self._lane_running[job.lane] += 1
+                self._mark(job.lane)
+                self._start(job)
+            else:
+                past.append(job)
+        if past:
+            await self._give_back(past)
         return len(claimed), next_due
 
+    def _start(self, job: _Claimed) -> None:
+        task = asyncio.create_task(self._run_and_tell(job))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    def _lane_places(self, lane: str) -> int:
+        """How many of the lane's jobs may run at once: `lane_places`, or all places but those
+        if its jobs have been quick."""
+        if self._lane_seconds.get(lane, math.inf) < self.quick_seconds:
+            return max(self.batch - self.lane_places, self.lane_places)
+        return self.lane_places
+
+    def _mark(self, lane: str) -> bool:
+        """Keep the signal's full lanes; says whether the lane is full."""
+        full = self._lane_running[lane] >= self._lane_places(lane)
+        if full:
+            self.signal.full_lanes.add(lane)
+        else:
+            self.signal.full_lanes.discard(lane)
+        return full
+
     async def _run_and_tell(self, job: _Claimed) -> None:
+        started = time.monotonic()
         try:
             await self._run(job)
         finally:
             task = asyncio.current_task()
             if task is not None:
                 self._running.discard(task)  # before the loop wakes to count the free places
+            if job.lane is not None:
+                await self._lane_job_ended(job.lane, time.monotonic() - started)
             # A place is free: a loop that waits with every place taken looks for more. One
             # that found fewer due jobs than free places sleeps on: a job's end makes nothing
             # due (a retry says so itself, and the jobs a handler writes wake it on commit).
             await self._freed.notify()
+
+    async def _lane_job_ended(self, lane: str, seconds: float) -> None:
+        """A job of the lane ended after `seconds`. A lane that was full takes claims again, and
+        the loop looks for its jobs (it passed them by, and commits did not wake it for them)."""
+        average = self._lane_seconds.get(lane, seconds)
+        self._lane_seconds[lane] = average + (seconds - average) * SMOOTHING
+        was_full = lane in self.signal.full_lanes
+        self._lane_running[lane] -= 1
+        if not self._mark(lane) and was_full and not self._stopping:
+            await self.signal.notify()
+        if self._lane_running[lane] <= 0:
+            del self._lane_running[lane]
 
     def _until(self, next_due: datetime | None) -> float:
         """Seconds until `next_due` (at most the poll interval)."""
@@ -237,7 +315,16 @@ class JobWorker:
         claimed, _ = await self._claim()
         if not claimed:
             return 0
-        tasks = [asyncio.create_task(self._run(job)) for job in claimed]
+        lanes: dict[str, asyncio.Semaphore] = {}
+
+        async def run(job: _Claimed) -> None:
+            if job.lane is None:
+                return await self._run(job)
+            # As the loop runs them: a lane's jobs take turns for its places, in order.
+            async with lanes.setdefault(job.lane, asyncio.Semaphore(self.lane_places)):
+                return await self._run(job)
+
+        tasks = [asyncio.create_task(run(job)) for job in claimed]
         self._running.update(tasks)
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -252,10 +339,12 @@ class JobWorker:
             total += ran
         return total
 
-    async def _claim(self, limit: int | None = None) -> tuple[list[_Claimed], datetime | None]:
-        """Claim up to `limit` due jobs (the batch's size by default), in the order they were
-        written. When fewer were due, the same transaction reads when the next pending job is
-        due (None if none is pending), for the loop's sleep."""
+    async def _claim(
+        self, limit: int | None = None, full_lanes: set[str] | None = None
+    ) -> tuple[list[_Claimed], datetime | None]:
+        """Claim up to `limit` due jobs (the batch's size by default) outside `full_lanes`, in
+        the order they were written. When fewer were found, the same transaction reads when the
+        next pending job becomes due (None if none will), for the loop's sleep."""
         limit = limit or self.batch
         now = self.clock.now()
         claim = new_id("clm")
@@ -265,16 +354,20 @@ class JobWorker:
         due = (
             select(Job.id)
             .where(Job.status == JobStatus.PENDING, Job.run_after <= now)
-            .order_by(Job.run_after)
+            .order_by(Job.run_after, Job.id)  # ids are time-ordered: the order written
             .limit(limit)
             .with_for_update(skip_locked=True)  # PostgreSQL; SQLite leaves it out
-            .cte("due")
         )
+        if full_lanes:
+            # A full lane's due jobs are read past here, up to the limit: at each claim while
+            # it is full, that is, at a commit of another lane's job or a poll.
+            due = due.where(or_(Job.lane.is_(None), Job.lane.not_in(sorted(full_lanes))))
+        due_ids = due.cte("due")
         statement = (
             update(Job)
-            .where(Job.id == due.c.id, Job.status == JobStatus.PENDING, Job.run_after <= now)
+            .where(Job.id == due_ids.c.id, Job.status == JobStatus.PENDING, Job.run_after <= now)
             .values(claim=claim, run_after=now + self.lease, attempts=Job.attempts + 1)
-            .returning(Job.id, Job.kind, Job.payload, Job.attempts, Job.created_at)
+            .returning(Job.id, Job.kind, Job.lane, Job.payload, Job.attempts, Job.created_at)
             .execution_options(synchronize_session=False)
         )
         db = self.sessions()
@@ -283,14 +376,14 @@ class JobWorker:
         try:
             rows = (await db.execute(statement)).all()
             if len(rows) < limit:
-                next_due = await db.scalar(_NEXT_DUE)
+                next_due = await db.scalar(_NEXT_DUE, {"now": now})
             ok = True
         finally:
             await finish(db, ok=ok)
         # In the order they were written (ids are time-ordered), which RETURNING does not keep:
         # jobs written together (an endpoint's webhook deliveries) start in that order.
         claimed = sorted(
-            (_Claimed(row[0], row[1], row[2], row[3], row[4], claim) for row in rows),
+            (_Claimed(row[0], row[1], row[2], row[3], row[4], row[5], claim) for row in rows),
             key=lambda job: job.id,
         )
         return claimed, next_due
@@ -456,6 +549,22 @@ class JobWorker:
                 last_error=error[:ERROR_LENGTH],
             )
         )
+
+    async def _give_back(self, jobs: list[_Claimed]) -> None:
+        """Claimed jobs that did not start go back, one UPDATE for all: unclaimed, the attempt
+        their claim counted taken off, and due as from when they were written, so that each
+        keeps its turn among its lane's jobs (the lane's later ones stay behind it)."""
+        claims: dict[str, list[str]] = {}
+        for job in jobs:
+            claims.setdefault(job.claim, []).append(job.id)
+        try:
+            await self._write(
+                update(Job)
+                .where(or_(*(and_(Job.claim == c, Job.id.in_(ids)) for c, ids in claims.items())))
+                .values(claim=None, run_after=Job.created_at, attempts=Job.attempts - 1)
+            )
+        except Exception:
+            log.exception("%d jobs past their lanes' places run once their lease ends", len(jobs))
 
     async def _hand_back(self, job: _Claimed) -> None:
         """A job cut off by a shutdown: due again now, for the next worker."""
