@@ -480,6 +480,37 @@ async def test_a_slow_receiver_holds_up_neither_the_api_nor_other_endpoints(
         assert all(m.verified_by for m in fast.received)
 
 
+async def test_a_slow_receivers_backlog_leaves_the_worker_free_for_other_endpoints(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    """More deliveries to a slow receiver than the worker has places: they take a few places
+    (their endpoint's lane), not all, so another endpoint's deliveries written after them go
+    out at once."""
+    project = await api.project(owner)
+    slow = 6.0
+    receiver.default = Answer(200, delay=slow)
+    jobs = hooks.ctx.jobs
+    assert jobs is not None
+    with receiving() as fast:
+        behind = await hooks.create(owner, project["id"], receiver.url, receiver=receiver)
+        ahead = await hooks.create(owner, project["id"], fast.url, receiver=fast)
+        for _ in range(2 * jobs.batch):
+            await hooks.test(owner, project["id"], behind["id"])
+        sent = [await hooks.test(owner, project["id"], ahead["id"]) for _ in range(3)]
+        jobs.start()
+        try:
+            started = time.monotonic()
+            # Behind the slow endpoint's backlog, the first would wait for two of its answers.
+            async with asyncio.timeout(slow / 2):
+                while len(fast.received) < len(sent):  # noqa: ASYNC110 (another thread's list)
+                    await asyncio.sleep(0.02)
+            assert time.monotonic() - started < slow / 2
+            assert len(receiver.received) < jobs.batch, "the slow endpoint took every place"
+        finally:
+            await jobs.stop(grace=0.1)
+    assert all(m.verified_by == [ahead["secret"]] for m in fast.received)
+
+
 async def test_a_receiver_down_for_an_hour_gets_everything_once_it_is_back(
     hooks: Hooks, api: Api, owner: Account, clock: FrozenClock
 ) -> None:

@@ -114,7 +114,10 @@ async def emit(
     # change an endpoint subscribed to, where an object per row through the unit of work would
     # add its bookkeeping to each (bench/webhooks.py, docs/performance.md).
     deliveries = [new_delivery(w, event_id, event_type, body, now) for w in targets]
-    jobs = [new_job(WEBHOOK_JOB, {"deliveryId": d["id"]}, now) for d in deliveries]
+    # Each endpoint's deliveries are a lane of the outbox: a slow receiver holds up its own.
+    jobs = [
+        new_job(WEBHOOK_JOB, {"deliveryId": d["id"]}, now, lane=d["webhook_id"]) for d in deliveries
+    ]
     for delivery, job in zip(deliveries, jobs, strict=True):
         delivery["job_id"] = job["id"]
     await enqueue_all(db, jobs)
@@ -167,7 +170,9 @@ def schedule(
     """The delivery's next attempt at `at` (now, by default), carried by a new outbox job
     (the one before it, if any, finds it is no longer the delivery's and does nothing)."""
     at = at or now
-    job = enqueue(db, WEBHOOK_JOB, {"deliveryId": delivery.id}, now, run_after=at)
+    job = enqueue(
+        db, WEBHOOK_JOB, {"deliveryId": delivery.id}, now, run_after=at, lane=delivery.webhook_id
+    )
     delivery.job_id = job.id
     delivery.next_attempt_at = at
     delivery.status = DeliveryStatus.PENDING
