@@ -14,10 +14,15 @@ and the API's p99 while a webhook receiver takes 9 s to answer, against no webho
    machine). It prints the p99s and two ratios: the slow receiver's against no webhook (the
    issue asks for at most 1.2), and against the receiver that answers at once (what the
    receiver's slowness itself costs).
+3. Beside a slow receiver (`--part beside`). BESIDE events for a receiver that answers at once
+   are written with the server stopped, then one `buildbay serve` (SQLite) delivers them: the
+   time from its first delivery to its last, alone, and with each event also going to a
+   receiver that answers after 9 s (written first, so its backlog is ahead in the outbox). A
+   slow receiver must not hold up the other endpoints: the ratio should be near 1.
 
 Rate limiting is off in the servers (BUILDBAY_RATE_LIMIT_ENABLED=false).
-Usage: .venv/bin/python bench/webhooks.py [--events 2000] [--requests 800]
-       [--part all|throughput|latency] [--database sqlite|postgres|both]
+Usage: .venv/bin/python bench/webhooks.py [--events 2000] [--requests 800] [--beside 60]
+       [--part all|throughput|beside|latency] [--database sqlite|postgres|both]
        [--clients 4] [--think-ms 0]
        [--postgres postgresql://postgres@127.0.0.1:5432] [--redis redis://127.0.0.1:6379/5]
 """
@@ -262,6 +267,42 @@ def print_latency(database: str, args: Any, work: Path) -> None:
     print()
 
 
+# -- 3. an endpoint's deliveries beside a slow receiver's backlog -------------------------------
+
+
+def beside(slow: bool, events: int, work: Path) -> float:
+    """Seconds from the first to the last of `events` deliveries to a receiver that answers at
+    once, each event also going to a receiver that answers after 9 s (`slow`) or not. The
+    events are written with the server stopped (a backlog), then one `buildbay serve`
+    (SQLite) delivers them."""
+    data_dir = work / f"beside-{slow}"
+    data_dir.mkdir(parents=True)
+    env = dict(ALLOW)
+    serve = [str(VENV_BIN / "buildbay"), "serve"]
+    with contextlib.ExitStack() as stack:
+        fast_url = stack.enter_context(receiver(0.0))
+        urls = [fast_url]
+        if slow:
+            urls.insert(0, stack.enter_context(receiver(9.0)))  # its deliveries come first
+        port = free_port()
+        with running_server([*serve, "--port", str(port)], data_dir, port, env) as server:
+            client = httpx.Client(base_url=server.base_url, timeout=30)
+            client.headers["Authorization"] = f"Bearer {register(client)}"
+            project_id = create_project(client, "Bench")
+            for url in urls:
+                webhook(client, project_id, url, ["build.ready"])
+        database_url = f"sqlite+inline:///{(data_dir / 'buildbay.sqlite3').resolve()}"
+        asyncio.run(_write_events(database_url, project_id, events))
+        port = free_port()
+        with running_server([*serve, "--port", str(port)], data_dir, port, env):
+            deadline = time.monotonic() + 600
+            while (got := stats(fast_url))["count"] < events:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"only {got['count']} of {events} events arrived")
+                time.sleep(0.1)
+    return float(got["last"] - got["first"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=2000)
@@ -270,7 +311,8 @@ def main() -> int:
     parser.add_argument(
         "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
     )
-    parser.add_argument("--part", choices=["all", "throughput", "latency"], default="all")
+    parser.add_argument("--part", choices=["all", "throughput", "beside", "latency"], default="all")
+    parser.add_argument("--beside", type=int, default=60, help="events of the beside part")
     parser.add_argument("--clients", type=int, default=CLIENTS, help="of the latency part")
     parser.add_argument(
         "--think-ms", type=int, default=0,
@@ -291,6 +333,19 @@ def main() -> int:
                 f"Events delivered to a local receiver ({args.events} events, PostgreSQL + Redis):"
             )
             print(table(["processes", "events/s"], [(p, f"{r:.0f}") for p, r in rates]))
+            print()
+        if args.part in ("all", "beside"):
+            alone, behind = (beside(slow, args.beside, work) for slow in (False, True))
+            print(
+                f"{args.beside} events to a receiver answering at once, written while the server "
+                "was stopped (SQLite):"
+            )
+            rows = [
+                ("no other endpoint", f"{alone:.2f}"),
+                ("each also to a receiver answering after 9 s", f"{behind:.2f}"),
+            ]
+            print(table(["", "first to last delivery, s"], rows))
+            print(f"ratio: {behind / alone:.2f}")
             print()
         if args.part in ("all", "latency"):
             databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
