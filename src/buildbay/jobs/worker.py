@@ -483,12 +483,9 @@ class JobWorker:
 
     async def _write_done(self, jobs: list[_Claimed]) -> set[str]:
         """Mark the jobs done where their claims still hold; the ids of those that were."""
-        claims: dict[str, list[str]] = {}
-        for job in jobs:
-            claims.setdefault(job.claim, []).append(job.id)
         statement = (
             update(Job)
-            .where(or_(*(and_(Job.claim == c, Job.id.in_(ids)) for c, ids in claims.items())))
+            .where(_still_claimed(jobs))
             .values(
                 status=JobStatus.DONE, claim=None, finished_at=self.clock.now(), last_error=None
             )
@@ -554,13 +551,10 @@ class JobWorker:
         """Claimed jobs that did not start go back, one UPDATE for all: unclaimed, the attempt
         their claim counted taken off, and due as from when they were written, so that each
         keeps its turn among its lane's jobs (the lane's later ones stay behind it)."""
-        claims: dict[str, list[str]] = {}
-        for job in jobs:
-            claims.setdefault(job.claim, []).append(job.id)
         try:
             await self._write(
                 update(Job)
-                .where(or_(*(and_(Job.claim == c, Job.id.in_(ids)) for c, ids in claims.items())))
+                .where(_still_claimed(jobs))
                 .values(claim=None, run_after=Job.created_at, attempts=Job.attempts - 1)
             )
         except Exception:
@@ -579,6 +573,14 @@ class JobWorker:
             ok = True
         finally:
             await finish(db, ok=ok)
+
+
+def _still_claimed(jobs: list[_Claimed]) -> Any:
+    """The rows of `jobs` whose claims still hold (a worker that lost its lease changes none)."""
+    claims: dict[str, list[str]] = {}
+    for job in jobs:
+        claims.setdefault(job.claim, []).append(job.id)
+    return or_(*(and_(Job.claim == c, Job.id.in_(ids)) for c, ids in claims.items()))
 
 
 class RetryLater(Exception):
