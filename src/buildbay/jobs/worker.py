@@ -78,7 +78,7 @@ RETRY_CAP = timedelta(minutes=30)
 KEEP_DONE = timedelta(days=7)  # done jobs are deleted after this; failed ones are kept
 BATCH = 10  # jobs a worker claims and runs at once
 LANE_PLACES = 2  # of those, jobs of one lane (one webhook endpoint's deliveries)...
-QUICK_SECONDS = 1.0  # ...unless its jobs take less than this on average (then: any free place)
+QUICK_SECONDS = 1.0  # ...unless its jobs take under this on average (then all places but those)
 SMOOTHING = 0.3  # the weight of a lane's last job in its average
 ERROR_LENGTH = 2000
 
