@@ -18,6 +18,8 @@ of the database do (db/reads.py `queue_fairly`).
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
 import redis.asyncio as redis
@@ -31,6 +33,29 @@ WAIT_SECONDS = 3
 # SKIP_SECONDS waits out its timeouts, not every request. Longer than those waits, or a client
 # that sends its next request when the last is answered would meet them every time.
 SKIP_SECONDS = 5.0
+WARN_EVERY_SECONDS = 60.0  # a Redis that stays down is logged once a minute, not per request
+
+
+class Setbacks:
+    """What a user of the shared client does when Redis fails it: `skip` leaves Redis alone
+    for SKIP_SECONDS (`skipping` says so meanwhile), and `warn` logs at most once a minute."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._skip_until = 0.0  # time.monotonic()
+        self._last_warning: float | None = None
+
+    def skipping(self) -> bool:
+        return time.monotonic() < self._skip_until
+
+    def skip(self) -> None:
+        self._skip_until = time.monotonic() + SKIP_SECONDS
+
+    def warn(self, text: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        if self._last_warning is None or now - self._last_warning >= WARN_EVERY_SECONDS:
+            self._last_warning = now
+            self._log.warning("%s: %s", text, exc)
 
 
 class FairConnectionPool(redis.BlockingConnectionPool):

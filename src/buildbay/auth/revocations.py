@@ -10,8 +10,8 @@ moment the revoking request answers, every process refuses the token.
 
 If Redis cannot be reached, the mark is unknown and the cache is not used: the request looks its
 session up in the database, as a process without the cache does; Redis is then left alone for
-`redis_pool.SKIP_SECONDS`. A mark lives MARK_SECONDS, far longer than an entry stored before it can
-(ACCESS_CACHE_TTL). Redis keeps nothing on disk: if it restarts within ACCESS_CACHE_TTL of a
+`redis_pool.SKIP_SECONDS`. A mark lives MARK_SECONDS, far longer than an entry stored before it
+can (ACCESS_CACHE_TTL). Redis keeps nothing on disk: if it restarts within ACCESS_CACHE_TTL of a
 revocation, the mark is gone, and an entry cached before the revocation may serve until its TTL.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Iterable
 
 import redis.asyncio as redis
@@ -30,7 +29,6 @@ log = logging.getLogger("buildbay.auth")
 
 KEY = "buildbay:revocation-mark:"
 MARK_SECONDS = 300
-WARN_EVERY_SECONDS = 60.0
 NO_REVOCATION = b""  # the mark of a user none of whose sessions was revoked lately
 
 
@@ -38,12 +36,11 @@ class SharedRevocations:
     def __init__(self, shared: redis.Redis) -> None:
         """`shared`: the process's Redis client (redis_pool.py), which its owner closes."""
         self._redis = shared
-        self._skip_until = 0.0
-        self._last_warning = -WARN_EVERY_SECONDS
+        self._setbacks = redis_pool.Setbacks(log)
 
     async def mark(self, user_id: str) -> bytes | None:
         """The user's revocation mark now; None if it cannot be known (Redis unreachable)."""
-        if time.monotonic() < self._skip_until:
+        if self._setbacks.skipping():
             return None
         try:
             mark = await self._redis.get(KEY + user_id)
@@ -71,8 +68,5 @@ class SharedRevocations:
             self._failed("cannot announce revoked sessions to the other processes", exc)
 
     def _failed(self, text: str, exc: BaseException) -> None:
-        now = time.monotonic()
-        self._skip_until = now + redis_pool.SKIP_SECONDS
-        if now - self._last_warning >= WARN_EVERY_SECONDS:
-            self._last_warning = now
-            log.warning("%s: %s", text, exc)
+        self._setbacks.skip()
+        self._setbacks.warn(text, exc)

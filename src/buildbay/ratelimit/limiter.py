@@ -33,7 +33,6 @@ from buildbay.config import Plan, Settings
 
 log = logging.getLogger("buildbay.ratelimit")
 WINDOW_SECONDS = 60
-WARN_EVERY_SECONDS = 60
 
 
 # KEYS[1]: a list of hit times, newest first, at most `limit` long. ARGV: now, limit, window.
@@ -144,8 +143,7 @@ class RateLimiter:
         self._login_failures = RateLimitItemPerMinute(settings.login_failures_per_minute)
         self._budgets: dict[int, RateLimitItem] = {}
         self._in_memory = asyncio.Lock()
-        self._last_warning = 0.0
-        self._skip_until = 0.0  # time.monotonic(): requests are not counted before it
+        self._setbacks = redis_pool.Setbacks(log)  # requests are not counted while it skips
         self.degraded = False
         self.store_failures = 0  # operations the store did not answer (each served unlimited)
 
@@ -167,12 +165,12 @@ class RateLimiter:
         return await self._count(key, item, policy)
 
     async def _count(self, key: str, item: RateLimitItem, policy: str) -> RateLimitState | None:
-        if time.monotonic() < self._skip_until:
+        if self._setbacks.skipping():
             return None  # the store failed a moment ago: served uncounted, without asking it
         try:
             hit = await self._hit(item, key)
         except Exception as exc:  # the counter store is down: serve the request anyway
-            self._skip_until = time.monotonic() + redis_pool.SKIP_SECONDS
+            self._setbacks.skip()
             self._store_failed(exc)
             return None
         self.degraded = False
@@ -275,7 +273,4 @@ class RateLimiter:
     def _store_failed(self, exc: Exception) -> None:
         self.degraded = True
         self.store_failures += 1
-        now = time.monotonic()
-        if now - self._last_warning >= WARN_EVERY_SECONDS:
-            self._last_warning = now
-            log.warning("rate-limit store unreachable, serving requests unlimited: %s", exc)
+        self._setbacks.warn("rate-limit store unreachable, serving requests unlimited", exc)
