@@ -98,6 +98,16 @@ def stats(url: str) -> dict[str, Any]:
     return result
 
 
+def arrived(url: str, events: int) -> dict[str, Any]:
+    """The receiver's stats once `events` have arrived (within 10 minutes)."""
+    deadline = time.monotonic() + 600
+    while (got := stats(url))["count"] < events:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {got['count']} of {events} events arrived")
+        time.sleep(0.1)
+    return got
+
+
 def webhook(client: httpx.Client, project_id: str, url: str, events: list[str]) -> None:
     r = client.post(
         f"/api/projects/{project_id}/webhooks", json={"url": f"{url}/hooks", "events": events}
@@ -144,11 +154,7 @@ def throughput(processes: int, events: int, postgres: str, redis_url: str, work:
         port = free_port()
         argv = [*serve, "--port", str(port), "--workers", str(processes)]
         with running_server(argv, data_dir, port, env):
-            deadline = time.monotonic() + 600
-            while (got := stats(url))["count"] < events:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"only {got['count']} of {events} events arrived")
-                time.sleep(0.2)
+            got = arrived(url, events)
     return (events - 1) / (got["last"] - got["first"])
 
 
@@ -295,11 +301,7 @@ def beside(slow: bool, events: int, work: Path) -> float:
         asyncio.run(_write_events(database_url, project_id, events))
         port = free_port()
         with running_server([*serve, "--port", str(port)], data_dir, port, env):
-            deadline = time.monotonic() + 600
-            while (got := stats(fast_url))["count"] < events:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"only {got['count']} of {events} events arrived")
-                time.sleep(0.1)
+            got = arrived(fast_url, events)
     return float(got["last"] - got["first"])
 
 
