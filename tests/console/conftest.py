@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 
 # The browser shares two cores with the other test workers, their servers and PostgreSQL:
 # a page that waits on an upload's verify or a large script took longer than Playwright's
@@ -89,12 +90,20 @@ def new_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[objec
         return page
 
     yield make
-    assert not violations, "\n".join(violations)
-    if request.node.stash.get(_FAILED, False):
-        ARTIFACTS.mkdir(exist_ok=True)
-        name = re.sub(r"[^\w.-]+", "_", request.node.name)
-        for n, context in enumerate(contexts):
-            for m, page in enumerate(context.pages):
-                page.screenshot(path=ARTIFACTS / f"{name}-{n}-{m}.png", full_page=True)
-    for context in contexts:
-        context.close()
+    try:
+        assert not violations, "\n".join(violations)
+        if request.node.stash.get(_FAILED, False):
+            ARTIFACTS.mkdir(exist_ok=True)
+            name = re.sub(r"[^\w.-]+", "_", request.node.name)
+            for n, context in enumerate(contexts):
+                for m, page in enumerate(context.pages):
+                    path = ARTIFACTS / f"{name}-{n}-{m}.png"
+                    try:
+                        page.screenshot(path=path, full_page=True)
+                    except PlaywrightError as e:
+                        # A page still busy (the failure's cause, often) cannot be drawn: the
+                        # test's own failure is the report, not this.
+                        path.with_suffix(".txt").write_text(f"no screenshot: {e}\n")
+    finally:
+        for context in contexts:
+            context.close()
