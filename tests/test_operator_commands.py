@@ -3,15 +3,23 @@ says what to do, exit code 1, and nothing written (not a traceback of SQL)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import typer
+from alembic.script import ScriptDirectory
 from typer.testing import CliRunner
 
 from buildbay.cli import register
+from buildbay.db import migrate
+from buildbay.db.engine import create_engine
 from tests.conftest import TEST_SECRET
+from tests.processes import free_port
 
 
 def operator_commands() -> typer.Typer:
@@ -90,3 +98,60 @@ def test_users_create_makes_an_account_and_prints_where_its_owner_sets_a_passwor
     bad = CliRunner().invoke(commands, ["users", "create", "not an e-mail"], env=env)
     assert bad.exit_code == 2
     assert "Traceback" not in bad.output
+
+
+def _production(tmp_path: Path) -> dict[str, str]:
+    """A production server's settings on an SQLite file: it does not migrate its own schema."""
+    return {
+        "BUILDBAY_ENV": "production",
+        "BUILDBAY_DATA_DIR": str(tmp_path / "data"),
+        "BUILDBAY_DATABASE_URL": f"sqlite+inline:///{tmp_path / 'buildbay.sqlite3'}",
+        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+    }
+
+
+def _serve(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`buildbay serve` in a process of its own: one that starts serving runs into the timeout."""
+    return subprocess.run(
+        [sys.executable, "-m", "buildbay", "serve", "--port", str(free_port())],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_serve_refuses_a_database_never_migrated_instead_of_answering_500s(
+    tmp_path: Path,
+) -> None:
+    result = _serve(_production(tmp_path))
+
+    assert result.returncode == 1, result.stderr
+    assert "run `buildbay db upgrade` first" in result.stderr
+    assert "Traceback" not in result.stderr
+    with sqlite3.connect(tmp_path / "buildbay.sqlite3") as db:
+        tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert tables == []
+
+
+def test_serve_refuses_a_database_an_older_version_migrated(tmp_path: Path) -> None:
+    env = _production(tmp_path)
+
+    async def upgrade_to(revision: str) -> None:
+        engine = create_engine(env["BUILDBAY_DATABASE_URL"])
+        try:
+            await migrate.upgrade(engine, revision)
+            assert await migrate.schema_of(engine) is migrate.Schema.OLDER
+        finally:
+            await engine.dispose()
+
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    head = script.get_revision(script.get_current_head())
+    assert head is not None
+    assert isinstance(head.down_revision, str)
+    asyncio.run(upgrade_to(head.down_revision))
+
+    result = _serve(env)
+
+    assert result.returncode == 1, result.stderr
+    assert "run `buildbay db upgrade` first" in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +188,39 @@ def test_a_served_app_keeps_what_start_up_made_out_of_the_collectors_way(
         assert gc.get_freeze_count() > 100_000  # the modules, the app, its models and schemas
     finally:
         gc.unfreeze()
+
+
+def test_a_schema_a_newer_version_migrated_is_served_with_a_warning(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A rolling upgrade: `buildbay db upgrade` ran for the new version, and a process of the
+    old one restarts before its turn."""
+    database = tmp_path / "newer.sqlite3"
+    env = dict(
+        server_env, BUILDBAY_ENV="production", BUILDBAY_DATABASE_URL=f"sqlite+inline:///{database}"
+    )
+    _buildbay("db", "upgrade", env=env)
+    with sqlite3.connect(database) as db:
+        db.execute("UPDATE alembic_version SET version_num = '9999'")
+    port = free_port()
+    log = tmp_path / "newer.log"
+    argv = [sys.executable, "-m", "buildbay", "serve", "--port", str(port)]
+    with running(argv, env=env, log_path=log, ready_url=f"http://127.0.0.1:{port}/readyz"):
+        pass
+    assert "the database's schema is newer than this version's" in log.read_text()
+
+
+def test_a_database_not_reachable_yet_does_not_stop_the_server_starting(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    """It answers 503 until the database is there (docs/operations.md), as it does when the
+    database goes away later."""
+    env = dict(
+        server_env, BUILDBAY_DATABASE_URL=f"postgresql+asyncpg://x@127.0.0.1:{free_port()}/x"
+    )
+    port = free_port()
+    log = tmp_path / "unreachable.log"
+    argv = [sys.executable, "-m", "buildbay", "serve", "--port", str(port)]
+    with running(argv, env=env, log_path=log, ready_url=f"http://127.0.0.1:{port}/healthz"):
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 503
+    assert "could not check the database's schema before starting" in log.read_text()

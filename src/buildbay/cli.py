@@ -50,6 +50,12 @@ def _settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
 
 
+NOT_MIGRATED = (
+    "the database has not got this version's schema: run `buildbay db upgrade` first "
+    "(`buildbay serve` does it too on the embedded SQLite database)"
+)
+
+
 def _on_database(
     settings: Settings,
     work: Callable[[AsyncEngine], Awaitable[T]],
@@ -67,13 +73,8 @@ def _on_database(
     async def run() -> T:
         engine = ctx.engine if ctx else create_engine(settings.resolved_database_url)
         try:
-            if not await migrate.is_current(engine):
-                typer.echo(
-                    "buildbay: the database has not got this version's schema: run "
-                    "`buildbay db upgrade` first (`buildbay serve` does it too on the embedded "
-                    "SQLite database)",
-                    err=True,
-                )
+            if await migrate.schema_of(engine) is not migrate.Schema.CURRENT:
+                typer.echo(f"buildbay: {NOT_MIGRATED}", err=True)
                 raise typer.Exit(1)
             return await work(engine)
         finally:
@@ -108,6 +109,8 @@ def serve(
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not settings.migrates_itself:
+        _check_schema(settings)
     options: dict[str, Any] = {
         "host": host,
         "port": port,
@@ -131,6 +134,42 @@ def serve(
             _migrate(settings)
     os.environ["BUILDBAY_HOST"], os.environ["BUILDBAY_PORT"] = host, str(port)
     uvicorn.run("buildbay.app:create_worker_app", factory=True, workers=workers, **options)
+
+
+def _check_schema(settings: Settings) -> None:
+    """Refuse to serve a database without this version's tables (every request would fail
+    with a 500): one line, exit code 1. A newer schema is served with a warning (the
+    processes of a rolling upgrade restart one at a time after `buildbay db upgrade`), and a
+    database that cannot be reached yet with one too: the server answers 503 until it can."""
+    import asyncio
+    import logging
+
+    from sqlalchemy.exc import DBAPIError
+
+    from buildbay.db import migrate
+    from buildbay.db.engine import create_engine
+
+    log = logging.getLogger("buildbay")
+
+    async def schema() -> migrate.Schema | None:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            return await migrate.schema_of(engine)
+        except (OSError, DBAPIError) as exc:
+            log.warning("could not check the database's schema before starting: %s", exc)
+            return None
+        finally:
+            await engine.dispose()
+
+    found = asyncio.run(schema())
+    if found in (migrate.Schema.MISSING, migrate.Schema.OLDER):
+        typer.echo(f"buildbay: {NOT_MIGRATED}", err=True)
+        raise typer.Exit(1)
+    if found is migrate.Schema.NEWER:
+        log.warning(
+            "the database's schema is newer than this version's (a newer Buildbay migrated "
+            "it): this process serves it as it is"
+        )
 
 
 def _migrate(settings: Settings) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -30,17 +32,33 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         await connection.run_sync(_run)
 
 
-async def is_current(engine: AsyncEngine) -> bool:
-    """Whether the database at `engine` has the schema this code was written for (migrated to
-    the newest revision). False for an empty database, and for one a newer or older Buildbay
-    migrated."""
+class Schema(StrEnum):
+    """What a database's schema is to this code."""
+
+    CURRENT = "current"  # migrated to the newest revision this code knows
+    MISSING = "missing"  # never migrated: an empty database, or not Buildbay's
+    OLDER = "older"  # migrated by an older Buildbay: `buildbay db upgrade` brings it up
+    NEWER = "newer"  # migrated by a newer Buildbay (an upgrade under way, or a rollback)
+
+
+async def schema_of(engine: AsyncEngine) -> Schema:
+    """What the schema of the database at `engine` is to this code."""
 
     def _current(connection: Connection) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
     async with engine.connect() as connection:
         current = await connection.run_sync(_current)
-    return current == ScriptDirectory.from_config(alembic_config()).get_current_head()
+    script = ScriptDirectory.from_config(alembic_config())
+    if current is None:
+        return Schema.MISSING
+    if current == script.get_current_head():
+        return Schema.CURRENT
+    try:
+        script.get_revision(current)
+    except CommandError:  # a revision these migrations do not have
+        return Schema.NEWER
+    return Schema.OLDER
 
 
 async def revision(engine: AsyncEngine, message: str) -> None:
