@@ -10,13 +10,24 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GiB = 1024**3
 MiB = 1024**2
 MIN_SECRET_KEY_LENGTH = 32
 SECRET_KEY_FILE = "secret_key"
+
+
+# The schemes BUILDBAY_DATABASE_URL may have, and the driver each runs on.
+DATABASE_DRIVERS = {
+    "postgres": "postgresql+asyncpg",
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+    "sqlite": "sqlite+inline",
+    "sqlite+inline": "sqlite+inline",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+}
 
 
 class Environment(StrEnum):
@@ -142,6 +153,24 @@ class Settings(BaseSettings):
                     "when offered) or smtps://user:password@host:465 (TLS)"
                 )
         return self
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_names_a_driver(cls, url: str | None) -> str | None:
+        """`postgres://`, `postgresql://` and `sqlite://`, as other tools write them, run on
+        the drivers Buildbay has (asyncpg, its own inline SQLite); another driver is refused
+        here rather than in a traceback at the first query."""
+        if not url:
+            return None  # set but empty, as an unset variable often arrives: the default
+        scheme, separator, rest = url.partition("://")
+        driver = DATABASE_DRIVERS.get(scheme.lower())
+        if not separator or driver is None:
+            raise ConfigurationError(
+                "BUILDBAY_DATABASE_URL must be a PostgreSQL URL, e.g. "
+                "postgresql://user:password@host:5432/buildbay, or an SQLite one, e.g. "
+                "sqlite:////var/lib/buildbay/buildbay.sqlite3"
+            )
+        return f"{driver}://{rest}"
 
     @model_validator(mode="after")
     def _production_needs_a_real_secret(self) -> Settings:
