@@ -6,6 +6,7 @@ import asyncio
 import gc
 import hashlib
 import sqlite3
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from buildbay.app import create_app, served
 from buildbay.config import Settings
+from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 from tests.builds.android_files import apk_of_size
 from tests.conftest import TEST_SECRET
 from tests.processes import free_port, running
@@ -186,6 +188,19 @@ def test_a_served_app_keeps_what_start_up_made_out_of_the_collectors_way(
     try:
         served(create_app(settings, migrate_on_start=False))
         assert gc.get_freeze_count() > 100_000  # the modules, the app, its models and schemas
+    finally:
+        gc.unfreeze()
+
+
+def test_a_served_app_loads_the_webhooks_tls_authorities_before_its_first_delivery(
+    settings: Settings,
+) -> None:
+    webhook_ssl_context.cache_clear()
+    gc.unfreeze()
+    try:
+        served(create_app(settings, migrate_on_start=False))
+        assert webhook_ssl_context.cache_info().currsize == 1
+        assert webhook_ssl_context().verify_mode is ssl.CERT_REQUIRED
     finally:
         gc.unfreeze()
 

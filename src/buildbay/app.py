@@ -62,6 +62,7 @@ from buildbay.updates.routes import router as updates_router
 from buildbay.webhooks.delivery import WebhookSender, webhook_handler
 from buildbay.webhooks.events import WEBHOOK_JOB
 from buildbay.webhooks.routes import router as webhooks_router
+from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 
 log = logging.getLogger("buildbay")
 
@@ -104,7 +105,9 @@ def served(app: FastAPI) -> FastAPI:
     long as the process. It is moved out of the cyclic garbage collector's reach
     (`gc.freeze`): the collector's full collections, which stop every request while they
     run, otherwise walked all of it each time, and now walk only what requests leave behind
-    (docs/performance.md)."""
+    (docs/performance.md). What the first webhook delivery would otherwise make in the middle
+    of serving is made here too."""
+    webhook_ssl_context()
     gc.collect()
     gc.freeze()
     return app

@@ -11,8 +11,10 @@ under an httpx transport that hands requests to an httpcore connection pool.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import AsyncIterable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -133,13 +135,21 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """The process's TLS settings for webhooks (httpx's defaults: certifi's authorities).
+    Loading the authorities keeps the event loop busy for 10-20 ms: once a process, and before
+    it serves (`buildbay.app.served`) rather than in the middle of its first delivery."""
+    return httpx.create_ssl_context()
+
+
 class GuardedTransport(httpx.AsyncBaseTransport):
     """An httpx transport over an httpcore connection pool that connects through
     `GuardedBackend`. No proxy (one would connect for us, unchecked)."""
 
     def __init__(self, *, allow_private: bool, max_connections: int = 100) -> None:
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=ssl_context(),
             max_connections=max_connections,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,
