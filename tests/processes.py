@@ -1,11 +1,13 @@
-"""Real processes for the tests: a free port, a process that is stopped whatever happens, and a
-user with a project and an application on such a server (`Uploader`)."""
+"""Real processes for the tests: a free port, a `buildbay` command run to its end, a process that
+is stopped whatever happens, and a user with a project and an application on such a server
+(`Uploader`)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +21,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def buildbay(
+    *args: str, env: dict[str, str], check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`buildbay ARGS` in a process of its own, run to its end (a server that starts serving
+    runs into the timeout)."""
+    return subprocess.run(
+        [sys.executable, "-m", "buildbay", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
 
 
 @contextlib.contextmanager

@@ -4,10 +4,8 @@ says what to do, exit code 1, and nothing written (not a traceback of SQL)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from buildbay.cli import register
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine
 from tests.conftest import TEST_SECRET
-from tests.processes import free_port
+from tests.processes import buildbay, free_port
 
 
 def operator_commands() -> typer.Typer:
@@ -100,42 +98,33 @@ def test_users_create_makes_an_account_and_prints_where_its_owner_sets_a_passwor
     assert "Traceback" not in bad.output
 
 
-def _production(tmp_path: Path) -> dict[str, str]:
+def _production(server_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     """A production server's settings on an SQLite file: it does not migrate its own schema."""
-    return {
-        "BUILDBAY_ENV": "production",
-        "BUILDBAY_DATA_DIR": str(tmp_path / "data"),
-        "BUILDBAY_DATABASE_URL": f"sqlite+inline:///{tmp_path / 'buildbay.sqlite3'}",
-        "BUILDBAY_SECRET_KEY": TEST_SECRET,
-    }
+    database = f"sqlite+inline:///{tmp_path / 'production.sqlite3'}"
+    return dict(server_env, BUILDBAY_ENV="production", BUILDBAY_DATABASE_URL=database)
 
 
 def _serve(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`buildbay serve` in a process of its own: one that starts serving runs into the timeout."""
-    return subprocess.run(
-        [sys.executable, "-m", "buildbay", "serve", "--port", str(free_port())],
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return buildbay("serve", "--port", str(free_port()), env=env, check=False)
 
 
 def test_serve_refuses_a_database_never_migrated_instead_of_answering_500s(
-    tmp_path: Path,
+    server_env: dict[str, str], tmp_path: Path
 ) -> None:
-    result = _serve(_production(tmp_path))
+    result = _serve(_production(server_env, tmp_path))
 
     assert result.returncode == 1, result.stderr
     assert "run `buildbay db upgrade` first" in result.stderr
     assert "Traceback" not in result.stderr
-    with sqlite3.connect(tmp_path / "buildbay.sqlite3") as db:
+    with sqlite3.connect(tmp_path / "production.sqlite3") as db:
         tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     assert tables == []
 
 
-def test_serve_refuses_a_database_an_older_version_migrated(tmp_path: Path) -> None:
-    env = _production(tmp_path)
+def test_serve_refuses_a_database_an_older_version_migrated(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = _production(server_env, tmp_path)
 
     async def upgrade_to(revision: str) -> None:
         engine = create_engine(env["BUILDBAY_DATABASE_URL"])
