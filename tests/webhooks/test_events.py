@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from buildbay.webhooks.events import SUBSCRIBABLE
 from tests.conftest import Account, Api
@@ -168,3 +169,33 @@ async def test_build_distributed_is_emitted_with_what_the_distribution_adds(
         "notified": r.json()["notified"],
         "projectId": project["id"],
     }
+
+
+async def test_an_event_for_one_endpoint_is_written_in_one_statement_where_the_database_allows(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    # The delivery and its outbox job are written in the request of the change: on PostgreSQL
+    # one statement (one round trip), on SQLite, which has no INSERT inside a WITH, two.
+    project = await api.project(owner)
+    await hooks.create(owner, project["id"], receiver.url, ALL, receiver=receiver)
+    carol = await api.register("carol@example.com")
+    written: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith(("INSERT", "WITH")):
+            written.append(statement)
+
+    engine = hooks.ctx.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        await api.add_member(owner, project["id"], carol, "tester")
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+    postgresql = engine.dialect.name == "postgresql"
+    outbox = [s for s in written if "webhook_deliveries" in s or "INTO jobs" in s]
+    assert len(outbox) == (1 if postgresql else 2), outbox
+    if postgresql:
+        assert "webhook_deliveries" in outbox[0]
+        assert "INTO jobs" in outbox[0]
+    [added] = await _events(hooks, receiver)
+    assert added["type"] == "member.added"

@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import Insert, Table, event, insert, make_url, text
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Insert,
+    Table,
+    bindparam,
+    event,
+    insert,
+    make_url,
+    text,
+)
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
@@ -229,6 +239,48 @@ async def insert_rows(
 def _insert_returning_keys(table: Table) -> Insert:
     # RETURNING is what lets SQLAlchemy batch an executemany into multi-row INSERTs.
     return insert(table).returning(*table.primary_key.columns)
+
+
+Row = tuple[Table, Mapping[str, Any]]  # a table, and a row of it naming all its columns
+
+
+async def insert_pair(session: AsyncSession, first: Row, second: Row) -> None:
+    """Write one row to each of two tables in the session's transaction, as cheaply as the
+    database allows: a webhook event's delivery and its outbox job, in the request of the
+    change the event tells of (bench/webhooks.py, docs/performance.md).
+
+    On PostgreSQL one statement writes both (a WITH holding the first INSERT): one round trip
+    where two INSERTs cost two. SQLite has no such statement; its two INSERTs run in one pass
+    through SQLAlchemy's async layer (`run_sync`), not one each."""
+    connection = await session.connection()
+    if connection.dialect.name == "postgresql":
+        params = {f"{_FIRST}{k}": v for k, v in first[1].items()}
+        params |= {f"{_SECOND}{k}": v for k, v in second[1].items()}
+        await connection.execute(_insert_both(first[0], second[0]), params)
+        return
+
+    def both(sync_connection: Connection) -> None:
+        for table, row in (first, second):
+            sync_connection.execute(_insert(table), row)
+
+    await connection.run_sync(both)
+
+
+_FIRST, _SECOND = "first_", "second_"  # the two rows' parameters, by the names of their columns
+
+
+@functools.cache
+def _insert(table: Table) -> Insert:
+    return insert(table)
+
+
+@functools.cache
+def _insert_both(first: Table, second: Table) -> Insert:
+    def values(table: Table, prefix: str) -> dict[str, BindParameter[Any]]:
+        return {c.name: bindparam(prefix + c.name, type_=c.type) for c in table.columns}
+
+    written = insert(first).values(values(first, _FIRST)).cte(f"{first.name}_written")
+    return insert(second).values(values(second, _SECOND)).add_cte(written)
 
 
 @event.listens_for(UnitOfWork, "after_commit")

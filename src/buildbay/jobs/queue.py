@@ -12,7 +12,7 @@ from typing import Any, cast
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.db.engine import after_commit, insert_rows
+from buildbay.db.engine import after_commit, insert_pair, insert_rows
 from buildbay.ids import new_id
 from buildbay.jobs.models import Job, JobStatus
 
@@ -93,11 +93,22 @@ def enqueue(
     return job
 
 
-async def enqueue_all(db: AsyncSession, jobs: list[dict[str, Any]]) -> None:
+async def enqueue_all(
+    db: AsyncSession,
+    jobs: list[dict[str, Any]],
+    beside: tuple[Table, list[dict[str, Any]]] | None = None,
+) -> None:
     """Write jobs made by `new_job` in `db`'s transaction, as `enqueue` does one: a webhook
     event's deliveries, a distribution's mails (`insert_rows`: multi-row INSERTs, without the
-    unit of work's bookkeeping of an object per row)."""
-    await insert_rows(db, _JOBS, jobs)
+    unit of work's bookkeeping of an object per row). `beside` has rows of another table to
+    write with them (the deliveries the jobs carry): one job and its row take one statement
+    where the database allows (`insert_pair`)."""
+    if beside is not None and len(jobs) == len(beside[1]) == 1:
+        await insert_pair(db, (_JOBS, jobs[0]), (beside[0], beside[1][0]))
+    else:
+        await insert_rows(db, _JOBS, jobs)
+        if beside is not None:
+            await insert_rows(db, *beside)
     if jobs:
         _wake_on_commit(db, {job["lane"] for job in jobs})
 
