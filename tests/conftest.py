@@ -34,7 +34,7 @@ import uvicorn
 from fastapi import FastAPI
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
-from sqlalchemy import make_url, text
+from sqlalchemy import event, make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -453,6 +453,22 @@ async def owner(api: Api) -> Account:
 def iso_z(value: datetime) -> str:
     """A UTC datetime as the API writes it: `2026-11-22T04:19:53Z`."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def statements_run(app: FastAPI, containing: str = "") -> list[str]:
+    """The SQL statements `app` runs from now on that contain `containing` (all by default), on
+    either of its engines (on PostgreSQL, reads have one of their own): a list that grows as
+    they run, until the app's engines are disposed."""
+    seen: list[str] = []
+
+    def note(_c: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if containing in statement:
+            seen.append(statement)
+
+    ctx = app.state.ctx
+    for engine in {ctx.engine.sync_engine, ctx.read_engine.sync_engine}:
+        event.listen(engine, "before_cursor_execute", note)
+    return seen
 
 
 def assert_problem(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event, update
+from sqlalchemy import update
 
 from buildbay.app import create_app
 from buildbay.auth.cache import ACCESS_CACHE_TTL, AccessTokenCache, CachedAccess
@@ -18,7 +18,7 @@ from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import AccessClaims
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings
-from tests.conftest import BASE_URL, Account, Api, assert_problem
+from tests.conftest import BASE_URL, Account, Api, assert_problem, statements_run
 
 
 async def test_logout_is_refused_at_once_even_right_after_a_cached_request(
@@ -78,18 +78,8 @@ async def two_processes(
 
 
 def session_lookups(app: FastAPI) -> list[str]:
-    """The statements `app` runs from now on that look a login session up (on either of its
-    engines: on PostgreSQL, reads have one of their own)."""
-    seen: list[str] = []
-
-    def note(_c: object, _cursor: object, statement: str, *_rest: object) -> None:
-        if "JOIN sessions" in statement:
-            seen.append(statement)
-
-    ctx = app.state.ctx
-    for engine in {ctx.engine.sync_engine, ctx.read_engine.sync_engine}:
-        event.listen(engine, "before_cursor_execute", note)
-    return seen
+    """The statements `app` runs from now on that look a login session up."""
+    return statements_run(app, "JOIN sessions")
 
 
 async def test_with_redis_a_logout_in_one_process_is_refused_at_once_by_another_s_cache(

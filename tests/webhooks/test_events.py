@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from buildbay.webhooks.events import SUBSCRIBABLE
-from tests.conftest import Account, Api
+from tests.conftest import Account, Api, statements_run
 from tests.webhooks.conftest import Hooks
 from tests.webhooks.receiver import Receiver
 
@@ -179,20 +178,15 @@ async def test_an_event_for_one_endpoint_is_written_in_one_statement_where_the_d
     project = await api.project(owner)
     await hooks.create(owner, project["id"], receiver.url, ALL, receiver=receiver)
     carol = await api.register("carol@example.com")
-    written: list[str] = []
-
-    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().upper().startswith(("INSERT", "WITH")):
-            written.append(statement)
-
-    engine = hooks.ctx.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", note)
-    try:
-        await api.add_member(owner, project["id"], carol, "tester")
-    finally:
-        event.remove(engine, "before_cursor_execute", note)
-    postgresql = engine.dialect.name == "postgresql"
-    outbox = [s for s in written if "webhook_deliveries" in s or "INTO jobs" in s]
+    run = statements_run(hooks.app)
+    await api.add_member(owner, project["id"], carol, "tester")
+    postgresql = hooks.ctx.engine.dialect.name == "postgresql"
+    outbox = [
+        s
+        for s in run
+        if s.lstrip().upper().startswith(("INSERT", "WITH"))
+        and ("webhook_deliveries" in s or "INTO jobs" in s)
+    ]
     assert len(outbox) == (1 if postgresql else 2), outbox
     if postgresql:
         assert "webhook_deliveries" in outbox[0]
