@@ -12,7 +12,7 @@ command and its reply, which on a loaded machine can take most of a second for a
 Redis hangs without refusing, a request may wait that long before it is served without Redis.
 
 Requests wait for a connection in the order they asked (`FairConnectionPool`), as the reads
-of the database do (db/reads.py `queue_fairly`).
+and the units of work of the database do (db/turns.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from buildbay.app import create_app
 from buildbay.config import Settings
-from buildbay.db.engine import create_engine, create_engines
+from buildbay.db.engine import create_engine, create_engines, create_sessionmaker, finish
 from buildbay.db.reads import Reads
 from tests.conftest import PG_URL
 
@@ -205,7 +205,7 @@ async def test_read_only_requests_get_a_busy_pools_connections_in_the_order_they
     """The pool's own wait let a request that asked just as a connection came back take it,
     ahead of those already waiting, and sent the one it woke to the back of the line: with
     every connection busy, some requests waited dozens of times the median. Reads on the reads'
-    engine wait in turn (db/reads.py `queue_fairly`)."""
+    engine wait in turn (db/turns.py)."""
     assert PG_URL is not None
     engine, reads_engine = create_engines(PG_URL, pool_size=1)
     served: list[str] = []
@@ -227,6 +227,71 @@ async def test_read_only_requests_get_a_busy_pools_connections_in_the_order_they
         await asyncio.gather(holder.close(), read("newcomer"))
         await asyncio.gather(*waiting)
         assert served == ["waiting 0", "waiting 1", "waiting 2", "newcomer"]
+    finally:
+        await engine.dispose()
+        await reads_engine.dispose()
+
+
+async def test_units_of_work_get_a_busy_pools_connections_in_the_order_they_asked() -> None:
+    """As the reads: a unit of work that asked just as a connection came back took it ahead of
+    those waiting (50 writers on a pool of 10 waited up to 1.5 s at p99, against 30 ms at p50).
+    Units of work wait in turn too (db/engine.py `UnitOfWorkSession`)."""
+    assert PG_URL is not None
+    engine, reads_engine = create_engines(PG_URL, pool_size=1)
+    sessions = create_sessionmaker(engine)
+    served: list[str] = []
+
+    async def write(name: str) -> None:
+        db = sessions()
+        ok = False
+        try:
+            assert await db.scalar(select(literal(1))) == 1
+            served.append(name)
+            ok = True
+        finally:
+            await finish(db, ok=ok)
+
+    try:
+        holder = sessions()
+        await holder.scalar(select(literal(1)))  # the pool's one connection
+        waiting = [asyncio.create_task(write(f"waiting {n}")) for n in range(3)]
+        await asyncio.sleep(0.05)  # all three wait, in this order
+        # The holder's task asks again as soon as its connection is back, before the waiter
+        # that woke has run (the pool's queue let it go first).
+        await finish(holder, ok=True)
+        await write("newcomer")
+        await asyncio.gather(*waiting)
+        assert served == ["waiting 0", "waiting 1", "waiting 2", "newcomer"]
+    finally:
+        await engine.dispose()
+        await reads_engine.dispose()
+
+
+async def test_a_unit_of_work_gives_its_turn_back_however_it_ends() -> None:
+    """Committed, rolled back, failed on a statement, closed by `async with`, or never used: the
+    pool's one connection is free for the next unit of work at once. A turn kept by one of them
+    would leave the last to wait out the pool's timeout, and be refused."""
+    assert PG_URL is not None
+    engine, reads_engine = create_engines(PG_URL, pool_size=1, pool_timeout=0.5)
+    sessions = create_sessionmaker(engine)
+    one = select(literal(1))
+    try:
+        async with asyncio.timeout(10):
+            for ok in (True, False):
+                db = sessions()
+                await db.execute(one)
+                await finish(db, ok=ok)
+            db = sessions()
+            with pytest.raises(DBAPIError):
+                await db.execute(text("SELECT no_such_column"))
+            await finish(db, ok=False)
+            async with sessions() as db:
+                await db.execute(one)
+            await finish(sessions(), ok=True)
+
+            db = sessions()
+            assert await db.scalar(one) == 1
+            await finish(db, ok=True)
     finally:
         await engine.dispose()
         await reads_engine.dispose()

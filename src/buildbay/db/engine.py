@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
 from sqlalchemy import (
@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
-from buildbay.db.reads import queue_fairly
+from buildbay.db.turns import line_of, queue_fairly
 
 log = logging.getLogger("buildbay.db")
 T = TypeVar("T")
@@ -197,6 +197,71 @@ class UnitOfWork(Session):
     (`finish`), never by a service. Carries the `after_commit` actions."""
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
+
+
+def _in_turn(method: _Method) -> _Method:
+    """`method` of an AsyncSession, after the session has taken its turn (UnitOfWorkSession)."""
+
+    @functools.wraps(method)
+    async def in_turn(self: UnitOfWorkSession, *args: Any, **kwargs: Any) -> Any:
+        if self._line is not None and not self._in_line:
+            await self._line.take()
+            self._in_line = True
+        return await method(self, *args, **kwargs)
+
+    return cast("_Method", in_turn)
+
+
+class UnitOfWorkSession(AsyncSession):
+    """A unit of work, as the services hold it. Where its engine's connections are waited for
+    in turn (db/turns.py: PostgreSQL), it takes its turn before its first statement, where the
+    session takes a connection, and gives it back once the session is closed (`finish` closes
+    it, as does `async with`): with every connection busy, units of work get them in the order
+    they asked, where SQLAlchemy's pool served a late asker first.
+
+    Each method that may run a statement waits for the turn first; `begin_nested` does not (a
+    SAVEPOINT comes after a unit of work's first statement here), and a statement run without a
+    turn still gets its connection from the pool, only without its place in line."""
+
+    __slots__ = ("_in_line", "_line")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._line = line_of(self.bind) if isinstance(self.bind, AsyncEngine) else None
+        self._in_line = False  # holds a place in `_line`
+
+    def leave_line(self) -> None:
+        """Give the turn back (once the session's connection is back in the pool)."""
+        if self._in_line and self._line is not None:
+            self._in_line = False
+            self._line.leave()
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            self.leave_line()
+
+    execute = _in_turn(AsyncSession.execute)
+    # (mypy cannot bind this one's overloads to the TypeVar; callers see AsyncSession's types.)
+    scalar = _in_turn(cast("Any", AsyncSession.scalar))
+    scalars = _in_turn(AsyncSession.scalars)
+    stream = _in_turn(AsyncSession.stream)
+    stream_scalars = _in_turn(AsyncSession.stream_scalars)
+    get = _in_turn(AsyncSession.get)
+    get_one = _in_turn(AsyncSession.get_one)
+    refresh = _in_turn(AsyncSession.refresh)
+    merge = _in_turn(AsyncSession.merge)
+    merge_all = _in_turn(AsyncSession.merge_all)
+    delete = _in_turn(AsyncSession.delete)
+    delete_all = _in_turn(AsyncSession.delete_all)
+    flush = _in_turn(AsyncSession.flush)
+    commit = _in_turn(AsyncSession.commit)  # flushes what was added
+    connection = _in_turn(AsyncSession.connection)
+    run_sync = _in_turn(AsyncSession.run_sync)
+
+
 _HELD = "buildbay.held"
 _PENDING = "buildbay.after_commit.pending"
 _COMMITTED = "buildbay.after_commit.committed"
@@ -308,7 +373,12 @@ def create_sessionmaker(
     """Sessions for units of work that write; each starts with a copy of `info` (for instance
     the signal that wakes this process's job worker, jobs/queue.py)."""
     return async_sessionmaker(
-        engine, expire_on_commit=False, autoflush=False, sync_session_class=UnitOfWork, info=info
+        engine,
+        class_=UnitOfWorkSession,
+        expire_on_commit=False,
+        autoflush=False,
+        sync_session_class=UnitOfWork,
+        info=info,
     )
 
 
@@ -328,7 +398,9 @@ def create_engines(
     if engine.dialect.name == "sqlite":
         return engine, engine
     reads = create_engine(url, pool_size=pool_size, **{**kwargs, "isolation_level": "AUTOCOMMIT"})
-    queue_fairly(reads, pool_size)  # a fixed pool: requests past its size wait, in turn
+    # Fixed pools: the tasks past their size wait, in turn (db/turns.py).
+    queue_fairly(engine, pool_size)
+    queue_fairly(reads, pool_size)
     return engine, reads
 
 
@@ -343,6 +415,8 @@ async def finish(session: AsyncSession, *, ok: bool) -> None:
         try:
             await _finish(session, ok=ok)
         finally:
+            if isinstance(session, UnitOfWorkSession):
+                session.leave_line()  # also where a turn was taken but no connection
             if (held := session.info.pop(_HELD, None)) is not None:
                 await held.aclose()
     finally:

@@ -15,17 +15,15 @@ Only SELECT statements are run: anything else is refused before it reaches the d
 
 from __future__ import annotations
 
-import asyncio
-import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 from sqlalchemy import Label, Select, inspect
 from sqlalchemy.engine import Result, RowMapping
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from sqlalchemy.pool import QueuePool
+
+from buildbay.db.turns import Line, line_of
 
 
 class Dataclass(Protocol):
@@ -38,77 +36,30 @@ R = TypeVar("R", bound=Dataclass)
 Query: TypeAlias = Select[*tuple[Any, ...]]
 
 
-@dataclass(frozen=True, slots=True)
-class _Turns:
-    places: asyncio.Semaphore
-    wait_seconds: float  # the pool's own timeout: past it, a request is refused as before
-
-
-# The engines whose read-only requests wait for a connection in turn (`queue_fairly`).
-_TURNS: weakref.WeakKeyDictionary[AsyncEngine, _Turns] = weakref.WeakKeyDictionary()
-
-
-def queue_fairly(engine: AsyncEngine, connections: int) -> None:
-    """Have read-only requests wait for `engine`'s `connections` (its fixed pool's size) in the
-    order they asked.
-
-    The pool's own wait lets a request that asks just as a connection comes back take it
-    ahead of those already waiting, and sends the waiter it woke to the back of the line:
-    with every connection busy, a few requests waited many times the median
-    (docs/performance.md). An asyncio.Semaphore hands its places out in turn, and a request
-    that holds one always finds a connection in the pool, so the wait for a place is bounded
-    by the pool's own timeout (`pool_timeout`, 30 s by default) and ends in the pool's own
-    error (a 503), as a wait for a connection did."""
-    pool = engine.pool
-    if not isinstance(pool, QueuePool):
-        raise TypeError(
-            f"a fixed pool (QueuePool) is waited for in turn, not {type(pool).__name__}"
-        )
-    _TURNS[engine] = _Turns(asyncio.Semaphore(connections), pool.timeout())
-
-
 class Reads:
-    __slots__ = ("_connect", "_connection", "_owned", "_turn")
+    __slots__ = ("_connection", "_engine", "_line", "_session")
 
     def __init__(
-        self,
-        connect: Callable[[], Awaitable[AsyncConnection]],
-        *,
-        owned: bool,
-        turn: asyncio.Semaphore | None = None,
+        self, *, engine: AsyncEngine | None = None, session: AsyncSession | None = None
     ) -> None:
-        self._connect = connect
+        if (engine is None) == (session is None):
+            raise TypeError("Reads are on an engine or within a session")
+        self._engine = engine  # a read-only request's: a connection of its own, closed by `close`
+        self._session = session  # a unit of work's: its connection, in its transaction
         self._connection: AsyncConnection | None = None
-        self._owned = owned  # closed by `close` (a read-only request's own connection)
-        self._turn = turn  # taken before the connection, given back after it (queue_fairly)
+        # The engine's line (db/turns.py) while a place in it is held, left with the connection.
+        self._line: Line | None = None
 
     @classmethod
     def on(cls, engine: AsyncEngine) -> Reads:
-        """Reads on a connection of their own from `engine`'s pool, taken at the first query."""
-        turns = _TURNS.get(engine)
-
-        async def connect() -> AsyncConnection:
-            if turns is None:
-                return await engine.connect().start()
-            try:
-                async with asyncio.timeout(turns.wait_seconds):
-                    await turns.places.acquire()
-            except TimeoutError:
-                raise PoolTimeoutError(
-                    f"no connection of the pool came free within {turns.wait_seconds:g} s"
-                ) from None
-            try:
-                return await engine.connect().start()
-            except BaseException:
-                turns.places.release()
-                raise
-
-        return cls(connect, owned=True, turn=turns.places if turns else None)
+        """Reads on a connection of their own from `engine`'s pool, taken at the first query
+        (in turn, where the engine's connections are waited for so)."""
+        return cls(engine=engine)
 
     @classmethod
     def within(cls, session: AsyncSession) -> Reads:
         """Reads inside `session`'s transaction (a unit of work's)."""
-        return cls(session.connection, owned=False)
+        return cls(session=session)
 
     async def all(
         self, statement: Query, params: Mapping[str, Any] | None = None
@@ -133,15 +84,32 @@ class Reads:
             connection = self._connection = await self._connect()
         return await connection.execute(statement, params)
 
+    async def _connect(self) -> AsyncConnection:
+        if self._session is not None:
+            return await self._session.connection()
+        assert self._engine is not None
+        line = line_of(self._engine)
+        if line is not None:
+            await line.take()
+        try:
+            connection = await self._engine.connect().start()
+        except BaseException:
+            if line is not None:
+                line.leave()
+            raise
+        self._line = line
+        return connection
+
     async def close(self) -> None:
         """Give a read-only request's connection back to the pool (a unit of work's stays)."""
         connection, self._connection = self._connection, None
-        if connection is not None and self._owned:
+        if connection is not None and self._session is None:
+            line, self._line = self._line, None
             try:
                 await connection.close()
             finally:
-                if self._turn is not None:
-                    self._turn.release()
+                if line is not None:
+                    line.leave()
 
 
 class RecordOf(Generic[R]):
