@@ -5,7 +5,10 @@ burst of requests past the pool's size waits for its connections instead of open
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -19,6 +22,8 @@ from buildbay.app import create_app
 from buildbay.config import Settings
 from buildbay.db.engine import create_engine, create_engines, create_sessionmaker, finish
 from buildbay.db.reads import Reads
+from buildbay.jobs.models import Job
+from buildbay.jobs.queue import new_job
 from tests.conftest import PG_URL
 
 pytestmark = [
@@ -234,8 +239,8 @@ async def test_read_only_requests_get_a_busy_pools_connections_in_the_order_they
 
 async def test_units_of_work_get_a_busy_pools_connections_in_the_order_they_asked() -> None:
     """As the reads: a unit of work that asked just as a connection came back took it ahead of
-    those waiting (50 writers on a pool of 10 waited up to 1.5 s at p99, against 30 ms at p50).
-    Units of work wait in turn too (db/engine.py `UnitOfWorkSession`)."""
+    those waiting (50 writers on a pool of 10 waited 3.5-4.8 s at p99, against 81-113 ms at p50:
+    bench/writes.py). Units of work wait in turn too (db/engine.py `UnitOfWorkSession`)."""
     assert PG_URL is not None
     engine, reads_engine = create_engines(PG_URL, pool_size=1)
     sessions = create_sessionmaker(engine)
@@ -292,6 +297,57 @@ async def test_a_unit_of_work_gives_its_turn_back_however_it_ends() -> None:
             db = sessions()
             assert await db.scalar(one) == 1
             await finish(db, ok=True)
+    finally:
+        await engine.dispose()
+        await reads_engine.dispose()
+
+
+async def test_a_unit_of_work_dropped_unclosed_gives_its_place_back_when_collected() -> None:
+    """A session nobody closed (a bug, but one the pool forgives: its connection goes back when
+    the session is collected) must not keep its place for good, or every later unit of work
+    would wait out the pool's timeout."""
+    assert PG_URL is not None
+    engine, reads_engine = create_engines(PG_URL, pool_size=1, pool_timeout=0.5)
+    sessions = create_sessionmaker(engine)
+    one = select(literal(1))
+    try:
+        dropped = sessions()
+        await dropped.execute(one)
+        del dropped
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SQLAlchemy's, about the connection it collects
+            gc.collect()
+        await asyncio.sleep(0)  # the place comes back on the loop
+        db = sessions()
+        async with asyncio.timeout(10):
+            assert await db.scalar(one) == 1
+        await finish(db, ok=True)
+    finally:
+        await engine.dispose()
+        await reads_engine.dispose()
+
+
+async def test_a_unit_of_work_holding_a_connection_without_a_place_does_not_wait_for_one() -> None:
+    """`begin_nested()` flushes what was added before it takes a place (it cannot wait): the
+    session then holds a connection without one. Waiting for a place then, while another unit
+    of work holds the place and waits for that connection, would stall both until the pool's
+    timeout; the session goes on as the pool alone would have let it."""
+    assert PG_URL is not None
+    engine, reads_engine = create_engines(PG_URL, pool_size=1, pool_timeout=2)
+    sessions = create_sessionmaker(engine)
+    one = select(literal(1))
+    try:
+        first = sessions()
+        first.add(Job(**new_job("nothing", {}, datetime.now(UTC))))
+        async with asyncio.timeout(10):
+            async with first.begin_nested():  # flushes the job: the pool's one connection
+                other = sessions()
+                waiting = asyncio.create_task(other.scalar(one))  # takes the place, waits
+                await asyncio.sleep(0.05)
+                assert await first.scalar(one) == 1
+            await finish(first, ok=False)
+            assert await waiting == 1
+            await finish(other, ok=True)
     finally:
         await engine.dispose()
         await reads_engine.dispose()

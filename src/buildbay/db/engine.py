@@ -11,6 +11,7 @@ import logging
 import os
 import sqlite3
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -40,7 +41,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
-from buildbay.db.turns import line_of, queue_fairly
+from buildbay.db.turns import Line, line_of, queue_fairly
 
 log = logging.getLogger("buildbay.db")
 T = TypeVar("T")
@@ -201,13 +202,12 @@ _Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
 
 
 def _in_turn(method: _Method) -> _Method:
-    """`method` of an AsyncSession, after the session has taken its turn (UnitOfWorkSession)."""
+    """`method` of an AsyncSession, run once the session has its place in line."""
 
     @functools.wraps(method)
     async def in_turn(self: UnitOfWorkSession, *args: Any, **kwargs: Any) -> Any:
-        if self._line is not None and not self._in_line:
-            await self._line.take()
-            self._in_line = True
+        if self._line is not None and self._place is None:
+            await self._take_place(self._line)
         return await method(self, *args, **kwargs)
 
     return cast("_Method", in_turn)
@@ -215,26 +215,40 @@ def _in_turn(method: _Method) -> _Method:
 
 class UnitOfWorkSession(AsyncSession):
     """A unit of work, as the services hold it. Where its engine's connections are waited for
-    in turn (db/turns.py: PostgreSQL), it takes its turn before its first statement, where the
-    session takes a connection, and gives it back once the session is closed (`finish` closes
-    it, as does `async with`): with every connection busy, units of work get them in the order
-    they asked, where SQLAlchemy's pool served a late asker first.
+    in turn (db/turns.py: PostgreSQL), it takes a place in line before its first statement,
+    where the session takes a connection, and gives it back once the session is closed
+    (`finish` closes it, as does `async with`): with every connection busy, units of work get
+    them in the order they asked, where SQLAlchemy's pool served a late asker first.
 
-    Each method that may run a statement waits for the turn first; `begin_nested` does not (a
-    SAVEPOINT comes after a unit of work's first statement here), and a statement run without a
-    turn still gets its connection from the pool, only without its place in line."""
-
-    __slots__ = ("_in_line", "_line")
+    Each method that may run a statement takes the place first. `begin()` and `begin_nested()`
+    cannot (they are not awaited); here a statement always comes first. A session that got its
+    connection so, without a place, goes on without one rather than wait for a place while it
+    holds a connection: it is served as the pool serves, and none waits on it. A session dropped
+    without being closed gives its place back when it is collected, as the pool does with its
+    connection."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._line = line_of(self.bind) if isinstance(self.bind, AsyncEngine) else None
-        self._in_line = False  # holds a place in `_line`
+        # The place held in `_line`: a finalizer that gives it back should the session be
+        # collected unclosed (`leave_line` gives it back at once, and only once).
+        self._place: weakref.finalize[Any, UnitOfWorkSession] | None = None
+
+    async def _take_place(self, line: Line) -> None:
+        transaction = self.sync_session.get_transaction()
+        if transaction is not None and transaction.connections:
+            return  # a connection taken without a place (see the class's docstring)
+        await line.take()
+        if self._place is not None:  # another task of this session took one meanwhile
+            line.leave()
+            return
+        loop = asyncio.get_running_loop()
+        self._place = weakref.finalize(self, loop.call_soon_threadsafe, line.leave)
 
     def leave_line(self) -> None:
-        """Give the turn back (once the session's connection is back in the pool)."""
-        if self._in_line and self._line is not None:
-            self._in_line = False
+        """Give the place back, once the session's connection is back in the pool."""
+        place, self._place = self._place, None
+        if place is not None and place.detach() is not None and self._line is not None:
             self._line.leave()
 
     async def close(self) -> None:
@@ -371,10 +385,12 @@ def create_sessionmaker(
     engine: AsyncEngine, info: dict[str, Any] | None = None
 ) -> async_sessionmaker[AsyncSession]:
     """Sessions for units of work that write; each starts with a copy of `info` (for instance
-    the signal that wakes this process's job worker, jobs/queue.py)."""
+    the signal that wakes this process's job worker, jobs/queue.py). Where the engine's
+    connections are waited for in turn, they take their places (`UnitOfWorkSession`); elsewhere
+    (SQLite) they are SQLAlchemy's own, without a wrapper around each statement."""
     return async_sessionmaker(
         engine,
-        class_=UnitOfWorkSession,
+        class_=UnitOfWorkSession if line_of(engine) is not None else AsyncSession,
         expire_on_commit=False,
         autoflush=False,
         sync_session_class=UnitOfWork,
@@ -408,15 +424,16 @@ async def finish(session: AsyncSession, *, ok: bool) -> None:
     """End a unit of work: commit it if `ok`, roll it back otherwise; then close.
 
     Raises what the commit raises (after rolling back), so a caller never reports success for a
-    write that did not land. Either way, what `hold_until_ended` took is let go, and the
-    `after_commit` actions of whatever did commit run last.
+    write that did not land. Either way the session's place in line (`UnitOfWorkSession`) and
+    what `hold_until_ended` took are let go, and the `after_commit` actions of whatever did
+    commit run last.
     """
     try:
         try:
             await _finish(session, ok=ok)
         finally:
             if isinstance(session, UnitOfWorkSession):
-                session.leave_line()  # also where a turn was taken but no connection
+                session.leave_line()  # also where a place was taken but no connection
             if (held := session.info.pop(_HELD, None)) is not None:
                 await held.aclose()
     finally:

@@ -3,11 +3,12 @@
 SQLAlchemy's async pool waits on an `asyncio.Queue`: a task that asks just as a connection comes
 back takes it ahead of those already waiting, and the waiter it woke goes to the back of the
 line (sqlalchemy/sqlalchemy#7679). With every connection busy, a few requests waited many times
-the median: reads 2 s at p99 against 20 ms at p50, writes 1.3-1.5 s against 30 ms
-(docs/performance.md). An asyncio.Semaphore of the pool's size in front of it hands its places
-out in turn, and a task that holds a place always finds a connection in the pool. The wait for
-a place is bounded by the pool's own timeout (`pool_timeout`, 30 s by default) and ends in the
-pool's own error (a 503), as a wait for a connection did.
+the median: reads 2 s at p99 against 20 ms at p50, writes 3.5-4.8 s against 81-113 ms
+(docs/performance.md; bench/updates.py, bench/writes.py). A semaphore of the pool's size in
+front of it hands its places out in turn, and a task that holds a place always finds a
+connection in the pool. The wait for a place is bounded by the pool's own timeout
+(`pool_timeout`, 30 s by default) and ends in the pool's own error (a 503), as a wait for a
+connection did.
 
 Both engines of an app on PostgreSQL wait so: the read-only requests' (`Reads.on`) and the units
 of work's (`UnitOfWorkSession`). SQLite's, whose pool grows past its size, does not.
@@ -28,11 +29,14 @@ from sqlalchemy.pool import QueuePool
 class Line:
     """The places of an engine's connections, taken in the order they were asked for."""
 
-    places: asyncio.Semaphore
+    places: asyncio.BoundedSemaphore  # a place given back twice is a bug: it raises
     wait_seconds: float  # the pool's own timeout: past it, a task is refused as the pool would
 
     async def take(self) -> None:
         """Wait for a place, before taking a connection from the pool."""
+        if not self.places.locked():  # a place is free and nobody waits: no timer to set
+            await self.places.acquire()
+            return
         try:
             async with asyncio.timeout(self.wait_seconds):
                 await self.places.acquire()
@@ -57,7 +61,7 @@ def queue_fairly(engine: AsyncEngine, connections: int) -> None:
         raise TypeError(
             f"a fixed pool (QueuePool) is waited for in turn, not {type(pool).__name__}"
         )
-    _LINES[engine] = Line(asyncio.Semaphore(connections), pool.timeout())
+    _LINES[engine] = Line(asyncio.BoundedSemaphore(connections), pool.timeout())
 
 
 def line_of(engine: AsyncEngine) -> Line | None:
