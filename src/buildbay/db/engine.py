@@ -244,6 +244,7 @@ class UnitOfWorkSession(AsyncSession):
             return
         loop = asyncio.get_running_loop()
         self._place = weakref.finalize(self, loop.call_soon_threadsafe, line.leave)
+        self._place.atexit = False  # at exit the loop is gone, and so is the line
 
     def leave_line(self) -> None:
         """Give the place back, once the session's connection is back in the pool."""
