@@ -5,6 +5,7 @@ burst of requests past the pool's size waits for its connections instead of open
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,7 +17,7 @@ import pytest
 from sqlalchemy import literal, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from buildbay.app import create_app
 from buildbay.config import Settings
@@ -237,13 +238,23 @@ async def test_read_only_requests_get_a_busy_pools_connections_in_the_order_they
         await reads_engine.dispose()
 
 
+@contextlib.asynccontextmanager
+async def units_of_work(**pool: Any) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Units of work on PG_URL, through engines made with `pool` (its size, its timeout, ...),
+    disposed of afterwards."""
+    assert PG_URL is not None
+    engine, reads_engine = create_engines(PG_URL, **pool)
+    try:
+        yield create_sessionmaker(engine)
+    finally:
+        await engine.dispose()
+        await reads_engine.dispose()
+
+
 async def test_units_of_work_get_a_busy_pools_connections_in_the_order_they_asked() -> None:
     """As the reads: a unit of work that asked just as a connection came back took it ahead of
     those waiting (50 writers on a pool of 10 waited 3.5-4.8 s at p99, against 81-113 ms at p50:
     bench/writes.py). Units of work wait in turn too (db/engine.py `UnitOfWorkSession`)."""
-    assert PG_URL is not None
-    engine, reads_engine = create_engines(PG_URL, pool_size=1)
-    sessions = create_sessionmaker(engine)
     served: list[str] = []
 
     async def write(name: str) -> None:
@@ -256,7 +267,7 @@ async def test_units_of_work_get_a_busy_pools_connections_in_the_order_they_aske
         finally:
             await finish(db, ok=ok)
 
-    try:
+    async with units_of_work(pool_size=1) as sessions:
         holder = sessions()
         await holder.scalar(select(literal(1)))  # the pool's one connection
         waiting = [asyncio.create_task(write(f"waiting {n}")) for n in range(3)]
@@ -267,20 +278,14 @@ async def test_units_of_work_get_a_busy_pools_connections_in_the_order_they_aske
         await write("newcomer")
         await asyncio.gather(*waiting)
         assert served == ["waiting 0", "waiting 1", "waiting 2", "newcomer"]
-    finally:
-        await engine.dispose()
-        await reads_engine.dispose()
 
 
 async def test_a_unit_of_work_gives_its_turn_back_however_it_ends() -> None:
     """Committed, rolled back, failed on a statement, closed by `async with`, or never used: the
-    pool's one connection is free for the next unit of work at once. A turn kept by one of them
+    pool's one connection is free for the next unit of work at once. A place kept by one of them
     would leave the last to wait out the pool's timeout, and be refused."""
-    assert PG_URL is not None
-    engine, reads_engine = create_engines(PG_URL, pool_size=1, pool_timeout=0.5)
-    sessions = create_sessionmaker(engine)
     one = select(literal(1))
-    try:
+    async with units_of_work(pool_size=1, pool_timeout=0.5) as sessions:
         async with asyncio.timeout(10):
             for ok in (True, False):
                 db = sessions()
@@ -297,20 +302,14 @@ async def test_a_unit_of_work_gives_its_turn_back_however_it_ends() -> None:
             db = sessions()
             assert await db.scalar(one) == 1
             await finish(db, ok=True)
-    finally:
-        await engine.dispose()
-        await reads_engine.dispose()
 
 
 async def test_a_unit_of_work_dropped_unclosed_gives_its_place_back_when_collected() -> None:
     """A session nobody closed (a bug, but one the pool forgives: its connection goes back when
     the session is collected) must not keep its place for good, or every later unit of work
     would wait out the pool's timeout."""
-    assert PG_URL is not None
-    engine, reads_engine = create_engines(PG_URL, pool_size=1, pool_timeout=0.5)
-    sessions = create_sessionmaker(engine)
     one = select(literal(1))
-    try:
+    async with units_of_work(pool_size=1, pool_timeout=0.5) as sessions:
         dropped = sessions()
         await dropped.execute(one)
         del dropped
@@ -322,9 +321,6 @@ async def test_a_unit_of_work_dropped_unclosed_gives_its_place_back_when_collect
         async with asyncio.timeout(10):
             assert await db.scalar(one) == 1
         await finish(db, ok=True)
-    finally:
-        await engine.dispose()
-        await reads_engine.dispose()
 
 
 async def test_a_unit_of_work_holding_a_connection_without_a_place_does_not_wait_for_one() -> None:
@@ -332,11 +328,8 @@ async def test_a_unit_of_work_holding_a_connection_without_a_place_does_not_wait
     session then holds a connection without one. Waiting for a place then, while another unit
     of work holds the place and waits for that connection, would stall both until the pool's
     timeout; the session goes on as the pool alone would have let it."""
-    assert PG_URL is not None
-    engine, reads_engine = create_engines(PG_URL, pool_size=1, pool_timeout=2)
-    sessions = create_sessionmaker(engine)
     one = select(literal(1))
-    try:
+    async with units_of_work(pool_size=1, pool_timeout=2) as sessions:
         first = sessions()
         first.add(Job(**new_job("nothing", {}, datetime.now(UTC))))
         async with asyncio.timeout(10):
@@ -348,9 +341,6 @@ async def test_a_unit_of_work_holding_a_connection_without_a_place_does_not_wait
             await finish(first, ok=False)
             assert await waiting == 1
             await finish(other, ok=True)
-    finally:
-        await engine.dispose()
-        await reads_engine.dispose()
 
 
 async def test_a_read_waiting_in_turn_past_the_pools_timeout_is_refused_as_the_pool_refuses() -> (
