@@ -25,6 +25,8 @@ from typing import Any
 import redis.asyncio as redis
 from redis.asyncio.connection import AbstractConnection
 
+from buildbay.db.turns import Line
+
 CONNECTIONS = 10
 TIMEOUT_SECONDS = 1
 WAIT_SECONDS = 3
@@ -64,26 +66,24 @@ class FairConnectionPool(redis.BlockingConnectionPool):
     redis-py's own wait lets a command that asks just as a connection comes back take it ahead
     of those already waiting, and sends the waiter it woke to the back of the line: with 50
     clients on `GET /api/projects` (PostgreSQL + Redis), p99 was 400-850 ms against a p50 of
-    26 ms (docs/performance.md). An asyncio.Semaphore hands its places out in turn, and a
-    command that holds one always finds a connection in the pool. The wait for a place counts
-    against the pool's own `timeout` and ends in the pool's own error."""
+    26 ms (docs/performance.md). A line of places in front of it (db/turns.py `Line`, as the
+    database's pools have) hands them out in turn, and a command that holds one always finds a
+    connection in the pool. The wait for a place counts against the pool's own `timeout` and
+    ends in the pool's own error."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._places = asyncio.Semaphore(self.max_connections)
+        places = asyncio.BoundedSemaphore(self.max_connections)
+        self._line = Line(places, self.timeout, _no_connection)
         self._holders: set[AbstractConnection] = set()  # handed out with a place
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
-        try:
-            async with asyncio.timeout(self.timeout):
-                await self._places.acquire()
-        except TimeoutError as exc:
-            raise redis.ConnectionError("No connection available.") from exc
+        await self._line.take()
         hand_out: Any = super().get_connection  # untyped in redis-py
         try:
             connection: AbstractConnection = await hand_out(*args, **kwargs)
         except BaseException:
-            self._places.release()
+            self._line.leave()
             raise
         self._holders.add(connection)
         return connection
@@ -96,7 +96,11 @@ class FairConnectionPool(redis.BlockingConnectionPool):
         finally:
             if connection in self._holders:
                 self._holders.discard(connection)
-                self._places.release()
+                self._line.leave()
+
+
+def _no_connection(_seconds: float | None) -> Exception:
+    return redis.ConnectionError("No connection available.")  # redis-py's own, on its timeout
 
 
 def connect(url: str) -> redis.Redis:

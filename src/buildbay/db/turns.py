@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -27,10 +28,13 @@ from sqlalchemy.pool import QueuePool
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """The places of an engine's connections, taken in the order they were asked for."""
+    """The places of a pool's connections, taken in the order they were asked for (the
+    database's here, Redis's in redis_pool.py)."""
 
     places: asyncio.BoundedSemaphore  # a place given back twice is a bug: it raises
-    wait_seconds: float  # the pool's own timeout: past it, a task is refused as the pool would
+    wait_seconds: float | None  # the pool's own timeout (None: none)
+    # The pool's own error, raised past `wait_seconds` as the pool's own wait would end.
+    refusal: Callable[[float | None], Exception]
 
     async def take(self) -> None:
         """Wait for a place, before taking a connection from the pool."""
@@ -41,9 +45,7 @@ class Line:
             async with asyncio.timeout(self.wait_seconds):
                 await self.places.acquire()
         except TimeoutError:
-            raise PoolTimeoutError(
-                f"no connection of the pool came free within {self.wait_seconds:g} s"
-            ) from None
+            raise self.refusal(self.wait_seconds) from None
 
     def leave(self) -> None:
         """Give the place back, once its connection is back in the pool."""
@@ -61,7 +63,11 @@ def queue_fairly(engine: AsyncEngine, connections: int) -> None:
         raise TypeError(
             f"a fixed pool (QueuePool) is waited for in turn, not {type(pool).__name__}"
         )
-    _LINES[engine] = Line(asyncio.BoundedSemaphore(connections), pool.timeout())
+    _LINES[engine] = Line(asyncio.BoundedSemaphore(connections), pool.timeout(), _pool_timeout)
+
+
+def _pool_timeout(seconds: float | None) -> Exception:
+    return PoolTimeoutError(f"no connection of the pool came free within {seconds:g} s")
 
 
 def line_of(engine: AsyncEngine) -> Line | None:
