@@ -33,11 +33,12 @@ import httpx
 
 from _common import VENV_BIN, free_port, register, running_server, scaled_out, table
 from api import WrkResult, parse_wrk
+from buildbay.db.engine import POOL_SIZE
 
 LUA = Path(__file__).with_name("writes.lua")
 USERS = 50
 WARMUP = 3  # seconds of unreported load after each start: pools and statement caches fill
-DEFAULT_POOL = 10  # buildbay.db.engine.POOL_SIZE
+DEFAULT_POOL = POOL_SIZE  # BUILDBAY_DATABASE_POOL_SIZE's default
 # The writes that wait for a connection in turn wait about as long as those that never wait for
 # one (the server is as busy either way); a pool that served late askers first read 8-11x.
 MOST_RATIO = 1.5
