@@ -91,6 +91,16 @@ def parse_wrk(output: str) -> WrkResult:
     )
 
 
+def run_wrk(clients: int, seconds: int, *extra: str) -> WrkResult:
+    """`clients` connections of wrk for `seconds`, with `extra` (a Lua script, the URL and the
+    script's arguments): wrk is C, and one thread, so that the load generator takes little of
+    the two cores the server runs on."""
+    # A 10 s timeout: on a busy machine a slow answer is latency, not a failed request.
+    argv = ["wrk", "-t1", f"-c{clients}", f"-d{seconds}s", "--timeout", "10s", "--latency", *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return parse_wrk(done.stdout)
+
+
 def wrk(url: str, token: str, seconds: int, connections: int) -> WrkResult:
     argv = [
         "wrk",

@@ -50,7 +50,7 @@ from _common import (
     running_server,
     table,
 )
-from api import WrkResult, parse_wrk
+from api import run_wrk
 
 BUILDS = 20
 LUA = Path(__file__).with_name("updates.lua")
@@ -80,15 +80,6 @@ def _seed(client: httpx.Client, token: str) -> str:
         ).raise_for_status()
     key = client.get(f"/api/projects/{project}/applications/{app}").json()["updateKey"]
     return str(key)
-
-
-def _wrk(clients: int, seconds: int, *extra: str) -> WrkResult:
-    """`clients` connections calling the URL in `extra` without pauses (wrk: C, one thread,
-    so that the load generator takes little of the two cores the server runs on)."""
-    # A 10 s timeout: on a busy machine a slow answer is latency, not a failed request.
-    argv = ["wrk", "-t1", f"-c{clients}", f"-d{seconds}s", "--timeout", "10s", "--latency", *extra]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return parse_wrk(done.stdout)
 
 
 def run(
@@ -131,7 +122,7 @@ def run(
             return ("-s", str(LUA), f"{base}{check}", "--", etag, str(think))
 
         for extra in (listing(0), checking(0)):
-            _wrk(clients, WARMUP, *extra)
+            run_wrk(clients, WARMUP, *extra)
         rows = []
         results: dict[tuple[str, int], list[float]] = {}
         p99s: dict[tuple[str, int], list[float]] = {}
@@ -142,7 +133,7 @@ def run(
                 ("projects list", listing(think)),
                 ("update check", checking(think)),
             ):
-                result = _wrk(clients, duration if think else saturation, *extra)
+                result = run_wrk(clients, duration if think else saturation, *extra)
                 failures = result.non_2xx + result.socket_errors
                 results.setdefault((name, think), []).append(result.rps)
                 p99s.setdefault((name, think), []).append(result.p99_ms)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 import httpx
 
 from _common import VENV_BIN, free_port, register, running_server, scaled_out, table
-from api import WrkResult, parse_wrk
+from api import WrkResult, run_wrk
 from buildbay.db.engine import POOL_SIZE
 
 LUA = Path(__file__).with_name("writes.lua")
@@ -44,15 +43,6 @@ DEFAULT_POOL = POOL_SIZE  # BUILDBAY_DATABASE_POOL_SIZE's default
 MOST_RATIO = 1.5
 
 
-def _wrk(base_url: str, tokens: list[str], clients: int, seconds: int) -> WrkResult:
-    argv = [
-        "wrk", "-t1", f"-c{clients}", f"-d{seconds}s", "--timeout", "10s", "--latency",
-        "-s", str(LUA), base_url, "--", ",".join(tokens),
-    ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return parse_wrk(done.stdout)
-
-
 def measure(pool: int, args: argparse.Namespace, env: dict[str, str], work: Path) -> WrkResult:
     port = free_port()
     argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port)]
@@ -62,8 +52,9 @@ def measure(pool: int, args: argparse.Namespace, env: dict[str, str], work: Path
         httpx.Client(base_url=server.base_url, timeout=30) as client,
     ):
         tokens = [register(client) for _ in range(USERS)]
-        _wrk(server.base_url, tokens, args.clients, WARMUP)
-        result = _wrk(server.base_url, tokens, args.clients, args.seconds)
+        load = ("-s", str(LUA), server.base_url, "--", ",".join(tokens))
+        run_wrk(args.clients, WARMUP, *load)
+        result = run_wrk(args.clients, args.seconds, *load)
     if result.non_2xx or result.socket_errors:
         print(f"pool {pool}: {result.non_2xx + result.socket_errors} failed", file=sys.stderr)
     return result
