@@ -6,16 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
-
-import pytest
 
 from buildbay.clock import SystemClock
 from buildbay.jobs.models import JobStatus
 from buildbay.jobs.queue import enqueue
 from buildbay.jobs.worker import RETRY_CAP, RETRY_WINDOW, JobFailed, JobRun, JobWorker
 from tests.jobs.conftest import LEASE, RETRY_BASE, Outbox
+
+
+async def until(condition: Callable[[], bool], seconds: float = 10) -> None:
+    """Until `condition` holds, looking between the event loop's other tasks."""
+    async with asyncio.timeout(seconds):
+        while not condition():  # noqa: ASYNC110 (counters and states, not events)
+            await asyncio.sleep(0.001)
+
+
+async def settled(worker: JobWorker) -> None:
+    """Until the worker has done all it does now, and sleeps with nothing asking it to look."""
+    await until(worker.settled)
 
 
 def recording(outbox: Outbox, kind: str = "note") -> list[JobRun]:
@@ -212,7 +223,7 @@ async def test_a_commit_that_writes_a_job_wakes_the_worker_long_before_its_poll(
     worker = outbox.worker(poll_seconds=poll)
     worker.start()
     try:
-        await asyncio.sleep(0.05)  # the worker has looked, found nothing, and waits
+        await settled(worker)  # it has looked, found nothing, and waits
         started = time.monotonic()
         await outbox.add("note", {})
         await asyncio.wait_for(done.wait(), timeout=poll / 4)
@@ -244,8 +255,9 @@ async def test_a_full_worker_starts_the_job_committed_meanwhile_as_soon_as_a_pla
     try:
         await asyncio.wait_for(held.wait(), timeout=30)
         await outbox.add("note", {})
-        await asyncio.sleep(0.05)
+        await settled(worker)
         assert not noted.is_set(), "the only place is taken"
+        assert worker.counts.claims == 1, "the commit made the full worker claim"
 
         started = time.monotonic()
         release.set()
@@ -256,34 +268,22 @@ async def test_a_full_worker_starts_the_job_committed_meanwhile_as_soon_as_a_pla
         await worker.stop()
 
 
-async def test_jobs_that_end_with_nothing_else_due_cost_no_more_claims(
-    outbox: Outbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_jobs_that_end_with_nothing_else_due_cost_no_more_claims(outbox: Outbox) -> None:
     """Once a claim found fewer due jobs than free places, the worker sleeps until a commit
     writes a job (or its poll): the jobs it started end without it looking again, each look
     a write transaction on a busy database."""
     runs = recording(outbox)
     worker = outbox.worker(poll_seconds=60.0)
-    claims: list[int] = []
-    claim = worker._claim
-
-    async def counted(limit: int | None = None, full_lanes: set[str] | None = None) -> Any:
-        claimed, next_due = await claim(limit, full_lanes)
-        claims.append(len(claimed))
-        return claimed, next_due
-
-    monkeypatch.setattr(worker, "_claim", counted)
     for n in range(3):
         await outbox.add("note", {"n": n})
     worker.start()
     try:
-        for _ in range(200):
-            if len(runs) == 3:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # time for any looks the jobs' ends would cause
+        await until(lambda: worker.counts.completions_written == 3 and worker.running == 0)
+        await settled(worker)
         assert len(runs) == 3
-        assert claims == [3], "one claim took all three, and their ends claimed nothing"
+        assert (worker.counts.claims, worker.counts.jobs_claimed) == (1, 3), (
+            "one claim took all three, and their ends claimed nothing"
+        )
     finally:
         await worker.stop()
 
@@ -315,52 +315,48 @@ async def test_a_retry_sooner_than_the_workers_next_look_runs_on_time(outbox: Ou
 
 
 async def test_jobs_that_wrote_nothing_and_end_together_are_recorded_in_one_write(
-    outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+    outbox: Outbox,
 ) -> None:
     """A mail's job writes nothing but its completion: those that end while one completion is
     being written share the next write (a group commit), and each is done exactly when that
     write commits."""
     release = asyncio.Event()
+    started: list[str] = []
     ended: list[str] = []
 
     async def sent(run: JobRun) -> None:
+        started.append(run.id)
         await release.wait()
         ended.append(run.id)
 
     outbox.handlers["sent"] = sent
     worker = outbox.worker()
-    writes: list[int] = []
-    write_done = worker._write_done
-
-    async def counted(jobs: list[Any]) -> set[str]:
-        writes.append(len(jobs))
-        return await write_done(jobs)
-
-    monkeypatch.setattr(worker, "_write_done", counted)
     ids = [await outbox.add("sent", {"n": n}) for n in range(6)]
     running = asyncio.create_task(worker.run_due())
-    await asyncio.sleep(0.05)
+    await until(lambda: len(started) == 6)
     release.set()
 
     assert await running == 6
     assert sorted(ended) == sorted(ids)
-    assert sum(writes) == 6
-    assert len(writes) <= 2, f"six jobs ended at once, written in {len(writes)} transactions"
+    writes = worker.counts.completion_writes
+    assert worker.counts.completions_written == 6
+    assert writes <= 2, f"six jobs ended at once, written in {writes} transactions"
     assert {job.status for job in await outbox.jobs()} == {JobStatus.DONE}
 
 
 async def test_a_job_done_after_its_lease_passed_to_another_worker_is_left_to_that_one(
     outbox: Outbox,
 ) -> None:
-    release = asyncio.Event()
+    release, started = asyncio.Event(), asyncio.Event()
 
     async def sent(run: JobRun) -> None:
+        started.set()
         await release.wait()
 
     outbox.handlers["sent"] = sent
     job_id = await outbox.add("sent", {})
     slow = asyncio.create_task(outbox.worker().run_due())
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(started.wait(), timeout=30)
     outbox.clock.advance(seconds=LEASE)
     [taken], _ = await outbox.worker()._claim()  # the lease is over: another worker claims it
 
@@ -453,11 +449,6 @@ class Gate:
                 await self.arrived.wait()
 
 
-async def settle() -> None:
-    """Time for the worker to do what it would do now (a claim, a start), and no more."""
-    await asyncio.sleep(0.1)
-
-
 async def test_a_lane_runs_at_most_its_places_in_order_while_the_other_jobs_go_by(
     outbox: Outbox,
 ) -> None:
@@ -475,7 +466,7 @@ async def test_a_lane_runs_at_most_its_places_in_order_while_the_other_jobs_go_b
     worker.start()
     try:
         await gate.until(lambda: len(gate.started) == 3)
-        await settle()
+        await settled(worker)
         assert sorted(gate.names()) == ["other", "slow0", "slow1"]
         assert len(notes) == 1, "the job without a lane did not wait for the lane"
 
@@ -484,7 +475,7 @@ async def test_a_lane_runs_at_most_its_places_in_order_while_the_other_jobs_go_b
         for n in range(2, 6):
             gate.release(f"slow{n - 2}")
             await gate.until(lambda n=n: f"slow{n}" in gate.names())  # type: ignore[misc]
-        await settle()
+        await settled(worker)
         assert gate.names()[3:] == ["later", "slow2", "slow3", "slow4", "slow5"]
     finally:
         gate.release(*(name for name, _ in gate.started))
@@ -492,36 +483,26 @@ async def test_a_lane_runs_at_most_its_places_in_order_while_the_other_jobs_go_b
     assert {(j.status, j.attempts) for j in await outbox.jobs()} == {(JobStatus.DONE, 1)}
 
 
-async def test_a_commit_to_a_full_lane_leaves_the_worker_asleep(
-    outbox: Outbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_commit_to_a_full_lane_leaves_the_worker_asleep(outbox: Outbox) -> None:
     """Its job could not start, and the claim would read past the lane's waiting jobs: the
     worker looks again when a place of the lane frees."""
     gate = Gate()
     outbox.handlers["hold"] = gate
     worker = outbox.worker(lane_places=1, quick_seconds=0.0, poll_seconds=60.0)
-    claims: list[list[str]] = []
-    claim = worker._claim
-
-    async def counted(limit: int | None = None, full_lanes: set[str] | None = None) -> Any:
-        claimed, next_due = await claim(limit, full_lanes)
-        claims.append([job.payload["name"] for job in claimed])
-        return claimed, next_due
-
-    monkeypatch.setattr(worker, "_claim", counted)
     await outbox.add("hold", {"name": "first"}, lane="hook")
     worker.start()
     try:
         await gate.until(lambda: gate.names() == ["first"])
-        await settle()
-        before = len(claims)
+        await settled(worker)
+        before = worker.counts.claims
         await outbox.add("hold", {"name": "second"}, lane="hook")
-        await settle()
-        assert len(claims) == before, "a commit to the full lane woke the worker"
+        await settled(worker)
+        assert worker.counts.claims == before, "a commit to the full lane woke the worker"
 
         gate.release("first")
         await gate.until(lambda: gate.names() == ["first", "second"])
-        assert claims[-1] == ["second"]
+        await settled(worker)
+        assert (worker.counts.claims, worker.counts.jobs_claimed) == (before + 1, 2)
     finally:
         gate.release("first", "second")
         await worker.stop()
@@ -540,7 +521,7 @@ async def test_jobs_claimed_past_their_lanes_places_go_back_at_once_keeping_thei
     worker.start()
     try:
         await gate.until(lambda: gate.names() == [0])
-        await settle()
+        await settled(worker)
         jobs = {job.id: job for job in await outbox.jobs()}
         assert jobs[ids[0]].claim is not None
         for later in ids[1:]:

@@ -40,6 +40,10 @@ class JobSignal:
     def clear(self) -> None:
         self._event.clear()
 
+    def is_set(self) -> bool:
+        """Whether the worker was told to look and has not yet."""
+        return self._event.is_set()
+
     async def wait(self, seconds: float) -> None:
         """Until notified, or `seconds` have passed."""
         try:

@@ -110,6 +110,17 @@ _NEXT_DUE = select(func.min(Job.run_after)).where(
 )
 
 
+@dataclass(slots=True)
+class WorkerCounts:
+    """What a worker has done since it was made. Tests prove what it did not do by these (and
+    `JobWorker.settled`), not by waiting a while."""
+
+    claims: int = 0  # claim statements run
+    jobs_claimed: int = 0
+    completion_writes: int = 0  # group commits of jobs whose handlers wrote nothing...
+    completions_written: int = 0  # ...and the jobs in them
+
+
 @dataclass(frozen=True, slots=True)
 class _Claimed:
     id: str
@@ -162,6 +173,9 @@ class JobWorker:
         # written; and the task writing them (see `_complete_together`).
         self._done: list[tuple[_Claimed, asyncio.Future[None]]] = []
         self._recording: asyncio.Task[None] | None = None
+        self.counts = WorkerCounts()
+        # What the loop sleeps on while it sleeps: new jobs (`signal`) or a freed place.
+        self._sleeping_on: JobSignal | None = None
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -205,7 +219,7 @@ class JobWorker:
                 free = self.batch - len(self._running)
                 if free <= 0:
                     # Every place taken: the next job to end wakes the loop, not a commit.
-                    await self._freed.wait(self.poll)
+                    await self._sleep(self._freed, self.poll)
                     continue
                 claimed, next_due = await self._start_due(free)
                 if claimed == free:
@@ -216,7 +230,25 @@ class JobWorker:
                 log.exception("the job worker failed a round; it tries again shortly")
                 wait = self.poll
             if not self._stopping:
-                await self.signal.wait(wait)
+                await self._sleep(self.signal, wait)
+
+    async def _sleep(self, wake: JobSignal, seconds: float) -> None:
+        self._sleeping_on = wake
+        try:
+            await wake.wait(seconds)
+        finally:
+            self._sleeping_on = None
+
+    @property
+    def running(self) -> int:
+        """How many jobs run now."""
+        return len(self._running)
+
+    def settled(self) -> bool:
+        """Whether the loop sleeps with nothing yet asking it to look: it does nothing more
+        until a commit writes a job, a running job ends or its poll comes."""
+        wake = self._sleeping_on
+        return wake is not None and not wake.is_set()
 
     async def _start_due(self, limit: int) -> tuple[int, datetime | None]:
         """Claim up to `limit` due jobs outside full lanes and start them, without waiting for
@@ -380,6 +412,8 @@ class JobWorker:
             ok = True
         finally:
             await finish(db, ok=ok)
+        self.counts.claims += 1
+        self.counts.jobs_claimed += len(rows)
         # In the order they were written (ids are time-ordered), which RETURNING does not keep:
         # jobs written together (an endpoint's webhook deliveries) start in that order.
         claimed = sorted(
@@ -499,6 +533,8 @@ class JobWorker:
             ok = True
         finally:
             await finish(db, ok=ok)
+        self.counts.completion_writes += 1
+        self.counts.completions_written += len(jobs)
         return completed
 
     async def _retry(self, job: _Claimed, exc: Exception) -> None:
