@@ -41,12 +41,22 @@ async def test_refresh_answers_a_new_token_pair_and_the_user(
 async def test_refresh_rotates_and_the_new_pair_works(
     client: httpx.AsyncClient, refresh: Refresh, owner: Account
 ) -> None:
+    """Each refresh answers secrets never seen before, which act for the same user, and the new
+    refresh token refreshes in turn (that the old one is spent: the single-use tests below)."""
     second = (await refresh(owner.refresh_token)).json()
+    third_response = await refresh(second["refresh_token"])
+    assert third_response.status_code == 200, third_response.text
+    third = third_response.json()
 
-    assert (await me(client, second["access_token"])).status_code == 200
-    third = await refresh(second["refresh_token"])
-    assert third.status_code == 200, third.text
-    assert (await me(client, third.json()["access_token"])).status_code == 200
+    refresh_tokens = [owner.refresh_token, second["refresh_token"], third["refresh_token"]]
+    access_tokens = [owner.access_token, second["access_token"], third["access_token"]]
+    assert len(set(refresh_tokens)) == 3, "a refresh answered a refresh token seen before"
+    assert len(set(access_tokens)) == 3, "a refresh answered an access token seen before"
+    for pair in (second, third):
+        assert pair["user"]["id"] == owner.user["id"]
+        answer = await me(client, pair["access_token"])
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["id"] == owner.user["id"]
 
 
 async def test_a_refresh_token_can_be_used_only_once(refresh: Refresh, owner: Account) -> None:
