@@ -143,55 +143,84 @@ def test_login_saves_a_private_profile_and_whoami_answers(cli: Cli, tmp_path: Pa
     assert "no server for profile 'development'" in done.stderr
 
 
-def test_projects_apps_upload_builds_and_tokens(cli: Cli, tmp_path: Path) -> None:
+@dataclass
+class Uploaded:
+    project: dict[str, Any]
+    app: dict[str, Any]
+    build: dict[str, Any]
+
+
+@pytest.fixture
+def uploaded(cli: Cli, tmp_path: Path) -> Uploaded:
+    """Logged in, with the project Acme, its application Acme Android and one uploaded build,
+    each made by a command."""
     _login(cli)
     project = cli.json("projects", "create", "Acme")
     assert project["name"] == "Acme"
     app = cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    assert (app["name"], app["platform"], app["projectId"]) == (
+        "Acme Android", "android", project["id"],
+    )  # fmt: skip
     notes = tmp_path / "notes.md"
     notes.write_text("Fixes the login crash\n")
-
     build = cli.json(
         "upload", str(APK), "-p", "Acme", "-a", "Acme Android", "--notes-file", str(notes),
         "--install-link-hours", "24",
     )  # fmt: skip
+    return Uploaded(project, app, build)
 
+
+def test_upload_verifies_the_build_and_prints_its_install_link(uploaded: Uploaded) -> None:
+    build = uploaded.build
     assert build["status"] == "ready"
     assert build["notes"] == "Fixes the login crash"  # the server trims notes
     assert build["metadata"]["packageName"] == "dev.buildbay.demo"
     assert build["sha256"] == hashlib.sha256(APK.read_bytes()).hexdigest()
     assert "/install/" in build["installUrl"]
-    # Plain output: the links a CI log shows.
-    latest = cli("builds", "latest", "-p", project["id"], "-a", app["id"])
+
+
+def test_builds_latest_and_list_print_the_lines_a_ci_log_shows(
+    cli: Cli, uploaded: Uploaded
+) -> None:
+    build = uploaded.build
+    latest = cli("builds", "latest", "-p", uploaded.project["id"], "-a", uploaded.app["id"])
     assert latest.returncode == 0, latest.stderr
     assert f"build    {build['buildId']} (ready)" in latest.stdout
     assert "version  1.4.2 (42)" in latest.stdout
     assert f"install  {build['installUrl']}" in latest.stdout
     listed = cli("builds", "list", "-p", "Acme", "-a", "Acme Android")
+    assert listed.returncode == 0, listed.stderr
     assert build["buildId"] in listed.stdout
     assert "1.4.2 (42)" in listed.stdout
     page = cli.json("builds", "list", "-p", "Acme", "-a", "Acme Android")
     assert [b["buildId"] for b in page["builds"]] == [build["buildId"]]
     assert page["nextCursor"] is None
+
+
+def test_a_build_downloads_into_a_directory_byte_for_byte(
+    cli: Cli, uploaded: Uploaded, tmp_path: Path
+) -> None:
     target = tmp_path / "downloads"
     target.mkdir()
     done = cli(
-        "builds",
-        "download",
-        build["buildId"],
-        "-p",
-        "Acme",
-        "-a",
-        "Acme Android",
-        "-o",
-        str(target),
-    )
+        "builds", "download", uploaded.build["buildId"], "-p", "Acme", "-a", "Acme Android",
+        "-o", str(target),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (target / APK.name).read_bytes() == APK.read_bytes()
+
+
+def test_apps_update_sets_retention_and_shows_the_bundle_id_the_first_build_gave(
+    cli: Cli, uploaded: Uploaded
+) -> None:
     shown = cli.json("apps", "update", "Acme Android", "-p", "Acme", "--keep-last", "5")
     assert shown["retention"] == {"keepLast": 5, "keepDays": None}
     assert shown["bundleId"] == "dev.buildbay.demo"
 
+
+def test_an_api_token_acts_without_a_profile_until_it_is_revoked(
+    cli: Cli, uploaded: Uploaded
+) -> None:
     # An API token for CI: BUILDBAY_URL and BUILDBAY_TOKEN, no profile at all.
     token = cli.json("tokens", "create", "github-actions")
     ci = {"BUILDBAY_URL": cli.server, "BUILDBAY_TOKEN": token["token"], "BUILDBAY_PROFILE": "none"}
@@ -202,13 +231,20 @@ def test_projects_apps_upload_builds_and_tokens(cli: Cli, tmp_path: Path) -> Non
     assert revoked.returncode == 3
     assert "(401 invalid_token)" in revoked.stderr or "(401 token_revoked)" in revoked.stderr
 
-    kept = cli("builds", "delete", build["buildId"], "-p", "Acme", "-a", "Acme Android",
-               stdin="n\n")  # fmt: skip
+
+def test_deleting_a_build_asks_first_and_yes_deletes_it_and_its_project(
+    cli: Cli, uploaded: Uploaded
+) -> None:
+    build_id = uploaded.build["buildId"]
+    kept = cli("builds", "delete", build_id, "-p", "Acme", "-a", "Acme Android", stdin="n\n")
     assert kept.returncode == 1, kept.stderr  # asked, and told no
     assert "Delete build" in kept.stdout
-    assert cli.json("builds", "show", build["buildId"], "-p", "Acme", "-a", "Acme Android")
-    done = cli("builds", "delete", build["buildId"], "-p", "Acme", "-a", "Acme Android", "--yes")
+    assert cli.json("builds", "show", build_id, "-p", "Acme", "-a", "Acme Android")
+    done = cli("builds", "delete", build_id, "-p", "Acme", "-a", "Acme Android", "--yes")
     assert done.returncode == 0, done.stderr
+    gone = cli("builds", "show", build_id, "-p", "Acme", "-a", "Acme Android")
+    assert gone.returncode != 0
+    assert "404" in gone.stderr
     assert cli("projects", "delete", "Acme", "--yes").returncode == 0
     assert cli.json("projects", "list") == []
 
