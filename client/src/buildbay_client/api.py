@@ -688,8 +688,9 @@ _RESOLVER_BUSY = frozenset({socket.EAI_AGAIN})
 
 @dataclass(frozen=True)
 class _Release:
-    """What verify is told besides the build: its release channels (None: `default`), whether
-    it is a mandatory update, and whom to distribute it to."""
+    """What verify is told besides the build: its release channels (None: the server's rule,
+    `default` once the build goes to everyone), whether it is a mandatory update, and whom to
+    distribute it to."""
 
     channels: Sequence[str] | None = None
     mandatory: bool = False

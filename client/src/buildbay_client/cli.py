@@ -878,7 +878,8 @@ def upload(
         list[str] | None,
         typer.Option(
             "--channel",
-            help="Publish to this release channel (repeat for several; default: default)",
+            help="Publish to this release channel (repeat for several; default: `default`, "
+            "once the build goes to everyone)",
         ),
     ] = None,
     mandatory: Annotated[

@@ -11,6 +11,7 @@ from buildbay.applications.schemas import application_schema
 from buildbay.applications.service import ApplicationService
 from buildbay.context import AppContext
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
+from buildbay.distribution.visibility import project_tester_of, tester_of
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppAdmin, AppReader, ProjectAdmin, ProjectReader
@@ -66,7 +67,7 @@ async def list_applications(
     access: ProjectReader, reads: ReadsDep, page: Page
 ) -> schemas.ApplicationList:
     views, next_cursor = await applications_page(
-        reads, access.project.id, page.limit, page.after_id
+        reads, access.project.id, page.limit, page.after_id, project_tester_of(access)
     )
     return schemas.ApplicationList(
         applications=[application_schema(v, access.role) for v in views], next_cursor=next_cursor
@@ -90,7 +91,8 @@ async def create_application(
 
 @router.get("/{appId}", responses=BY_ID, summary="Get an application")
 async def get_application(access: AppReader, reads: ReadsDep) -> schemas.Application:
-    return application_schema(await application_view(reads, access.application), access.role)
+    view = await application_view(reads, access.application, tester_of(access))
+    return application_schema(view, access.role)
 
 
 @router.put(

@@ -109,7 +109,9 @@ class Application(ApiModel):
     platform: Platform
     bundle_id: str | None
     retention: Retention = Field(description="Both null: every build is kept")
-    builds_count: int = Field(description="Ready builds of the application")
+    builds_count: int = Field(
+        description="Ready builds of the application (a tester's: those given to them)"
+    )
     update_key: str | None = Field(
         default=None,
         description="The key apps send to `GET /api/updates/check` (`bbu_...`; public, it "

@@ -51,5 +51,10 @@ async def verify_and_release(
     if asked.link_hours is not None:
         await links.share(build, access.caller.user, asked.link_hours)
     if (wanted := asked.distribute) is not None:
-        await distributor.distribute(access, build, wanted.groups, wanted.emails, wanted.notify)
+        # Named channels at verify are where the build goes; none named, reaching everyone
+        # here puts it on `default` as the application's own groups would have.
+        await distributor.distribute(
+            access, build, wanted.groups, wanted.emails, wanted.notify,
+            publish=asked.channels is None,
+        )  # fmt: skip
     return build

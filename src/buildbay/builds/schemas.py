@@ -201,8 +201,9 @@ class VerifyRequest(RequestModel):
     )
     channels: ChannelNames | None = Field(
         default=None,
-        description='The release channels to publish the build to (default: `["default"]`); '
-        "each must exist",
+        description="The release channels to publish the build to, each an existing one; left "
+        "out: `default` if the build goes to `everyone` at verify, else none until it does. "
+        "Update checks offer only builds distributed to `everyone`",
     )
     mandatory: Annotated[bool, Field(strict=True)] = Field(
         default=False, description="Update checks that find it say the update is mandatory"

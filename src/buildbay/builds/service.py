@@ -42,6 +42,7 @@ from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.engine import after_commit, hold_until_ended
 from buildbay.db.reads import Reads
+from buildbay.distribution.models import EVERYONE
 from buildbay.distribution.service import distribute_when_ready
 from buildbay.errors import BuildbayError, Conflict, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id
@@ -258,7 +259,8 @@ class BuildService:
         channels: list[str] | None = None,
         mandatory: bool = False,
     ) -> BuildRecord:
-        """`channels`: the release channels to publish it to (None: `default`).
+        """`channels`: the release channels to publish it to (None: `default`, if the build
+        goes to everyone: ChannelService.publish_verified).
 
         A multipart build's parts are joined first; if it is larger than
         `verify_inline_max_bytes` its check is left to a job and the build answered is
@@ -457,7 +459,10 @@ class BuildService:
                 await self._adopt_identity(application, identity, platform)
             if reading.icon_png is not None:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
-            await channel_service.publish(application.id, build.id, channels, replace=False)
+            to_everyone = EVERYONE in application.auto_distribute_groups
+            await channel_service.publish_verified(
+                application.id, build.id, channels, to_everyone=to_everyone
+            )
             await distribute_when_ready(self.db, self.now, application, build)
         ready = await self.reads.get(application.id, build.id)
         if verified.rowcount:  # type: ignore[attr-defined]

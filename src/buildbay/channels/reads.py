@@ -12,6 +12,7 @@ from sqlalchemy import bindparam, func, select
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, BuildChannel, Channel
 from buildbay.db.reads import Reads, RecordOf
+from buildbay.distribution.visibility import DISTRIBUTED_TO_VIEWER, Viewer, viewer_params
 from buildbay.errors import NotFound
 
 DEFAULT_CHANNEL = "default"
@@ -35,26 +36,34 @@ class ChannelView:
     latest_build_id: str | None
 
 
+def _ready_on_channel(column: Any, *seen: Any) -> Any:
+    """`column` (an aggregate) over the channel's ready builds that `seen` (conditions on the
+    build) lets through."""
+    return (
+        select(column)
+        .select_from(BuildChannel)
+        .join(Build, Build.id == BuildChannel.build_id)
+        .where(BuildChannel.channel_id == Channel.id, Build.status == BuildStatus.READY, *seen)
+        .scalar_subquery()
+    )
+
+
+def _views(*seen: Any) -> Any:
+    return select(
+        *CHANNEL.columns,
+        _ready_on_channel(func.count(Build.id), *seen).label("builds_count"),
+        _ready_on_channel(func.max(Build.id), *seen).label("latest_build_id"),
+    )
+
+
 # Built once: composing a statement per request costs more than the database takes to run it.
-_VIEWS = select(
-    *CHANNEL.columns,
-    select(func.count(BuildChannel.build_id))
-    .join(Build, Build.id == BuildChannel.build_id)
-    .where(BuildChannel.channel_id == Channel.id, Build.status == BuildStatus.READY)
-    .scalar_subquery()
-    .label("builds_count"),
-    select(func.max(BuildChannel.build_id))
-    .join(Build, Build.id == BuildChannel.build_id)
-    .where(BuildChannel.channel_id == Channel.id, Build.status == BuildStatus.READY)
-    .scalar_subquery()
-    .label("latest_build_id"),
-)
-_VIEWS_OF_APPLICATION = _VIEWS.where(
-    Channel.application_id == bindparam("application_id")
-).order_by(Channel.name)
-_VIEW = _VIEWS.where(
-    Channel.application_id == bindparam("application_id"), Channel.id == bindparam("channel_id")
-)
+# A tester counts only the builds distributed to them (distribution/visibility.py).
+_VIEWS = _views()
+_VIEWS_SEEN = _views(DISTRIBUTED_TO_VIEWER)
+_BY_APPLICATION = Channel.application_id == bindparam("application_id")
+_VIEWS_OF_APPLICATION = _VIEWS.where(_BY_APPLICATION).order_by(Channel.name)
+_VIEWS_OF_APPLICATION_SEEN = _VIEWS_SEEN.where(_BY_APPLICATION).order_by(Channel.name)
+_VIEW = _VIEWS.where(_BY_APPLICATION, Channel.id == bindparam("channel_id"))
 _CHANNELS_BY_NAME = select(*CHANNEL.columns).where(
     Channel.application_id == bindparam("application_id"),
     Channel.name.in_(bindparam("names", expanding=True)),
@@ -69,9 +78,16 @@ def channel_not_found() -> NotFound:
     return NotFound("No channel with this id in the application", code="channel_not_found")
 
 
-async def channels_of(reads: Reads, application_id: str) -> list[ChannelView]:
-    """Every channel of the application, by name."""
-    rows = await reads.all(_VIEWS_OF_APPLICATION, {"application_id": application_id})
+async def channels_of(
+    reads: Reads, application_id: str, viewer: Viewer | None = None
+) -> list[ChannelView]:
+    """Every channel of the application, by name; its count and newest build of those given
+    to `viewer` (a tester), or of all its ready builds (None: a developer or above)."""
+    if viewer is None:
+        rows = await reads.all(_VIEWS_OF_APPLICATION, {"application_id": application_id})
+    else:
+        params = {"application_id": application_id, **viewer_params(viewer)}
+        rows = await reads.all(_VIEWS_OF_APPLICATION_SEEN, params)
     return [_view(row) for row in rows]
 
 

@@ -10,6 +10,7 @@ from buildbay.channels.reads import ChannelView, channels_of
 from buildbay.channels.service import ChannelService
 from buildbay.context import AppContext
 from buildbay.deps import ReadsDep, TransactionRoute, in_unit_of_work
+from buildbay.distribution.visibility import tester_of
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppDeveloper, AppReader
 
@@ -43,7 +44,7 @@ def to_schema(view: ChannelView) -> schemas.Channel:
     summary="The application's release channels, by name",
 )
 async def list_channels(access: AppReader, reads: ReadsDep) -> schemas.ChannelList:
-    views = await channels_of(reads, access.application.id)
+    views = await channels_of(reads, access.application.id, tester_of(access))
     return schemas.ChannelList(channels=[to_schema(v) for v in views])
 
 

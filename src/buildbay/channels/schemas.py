@@ -43,8 +43,12 @@ class ChannelCreate(RequestModel):
 class Channel(ApiModel):
     id: str
     name: str
-    builds_count: int = Field(description="Ready builds published to the channel")
-    latest_build_id: str | None = Field(description="Its newest ready build")
+    builds_count: int = Field(
+        description="Ready builds published to the channel (a tester's: those given to them)"
+    )
+    latest_build_id: str | None = Field(
+        description="Its newest ready build (a tester's: of those given to them)"
+    )
     created_at: Timestamp
 
 

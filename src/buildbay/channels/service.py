@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.builds.models import BuildChannel, Channel
@@ -54,7 +54,8 @@ class ChannelService:
 
     async def delete(self, application_id: str, channel_id: str) -> None:
         """The channel goes; its builds stay (only their publication to it goes). `default`
-        stays: a build verified without channels is published to it."""
+        stays: a build verified without channels is published to it once it goes to
+        everyone."""
         view = await channel_view(self.reads, application_id, channel_id)
         if view.channel.name == DEFAULT_CHANNEL:
             raise Conflict(
@@ -79,6 +80,27 @@ class ChannelService:
                 code="unknown_channel",
             )
         return list(found.values())
+
+    async def publish_verified(
+        self, application_id: str, build_id: str, names: list[str] | None, *, to_everyone: bool
+    ) -> None:
+        """Verify's publication: to the channels named; none named, to `default` only a build
+        that goes to `everyone` (`to_everyone`), since the update check offers a channel's
+        builds to whoever holds the key. A build kept to a group joins `default` when it
+        reaches everyone later (`publish_reaching_everyone`)."""
+        if names is None and not to_everyone:
+            return
+        await self.publish(application_id, build_id, names, replace=False)
+
+    async def publish_reaching_everyone(self, application_id: str, build_id: str) -> None:
+        """A build just distributed to `everyone` after verify: on `default` if it is on no
+        channel (verified without channels, and kept to a group until now); a build on some
+        channel stays where the team put it."""
+        on_a_channel = await self.db.scalar(
+            select(BuildChannel.channel_id).where(BuildChannel.build_id == build_id).limit(1)
+        )
+        if on_a_channel is None:
+            await self.publish(application_id, build_id, None, replace=False)
 
     async def publish(
         self, application_id: str, build_id: str, names: list[str] | None, *, replace: bool

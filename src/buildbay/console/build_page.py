@@ -45,6 +45,7 @@ from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
+from buildbay.updates.check import release_of
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -140,6 +141,7 @@ async def render_build(
         default_hours=DEFAULT_HOURS, fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH, notice=request.query_params.get("notice"),
         failed=failed, values=values or {}, errors=errors or {},
+        release=await release_of(reads, build.id),
     )  # fmt: skip
 
 

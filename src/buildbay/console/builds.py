@@ -90,7 +90,7 @@ async def render_application(
     links = InstallLinkReads.of(get_context(request), reads)
     current = {k: extra.link for k, extra in extras.items() if extra.link is not None}
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
-    channels = await channels_of(reads, access.application.id)
+    channels = await channels_of(reads, access.application.id, tester_of(access))
     versions = {b.id: version_label(b.metadata_) for b in builds}
     chart = None
     if access.role.includes(ProjectRole.DEVELOPER):

@@ -34,6 +34,7 @@ from sqlalchemy import (
     String,
     Table,
     and_,
+    bindparam,
     case,
     exists,
     func,
@@ -52,6 +53,7 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, InstallLink
 from buildbay.builds.reads import BuildRecord
 from buildbay.builds.schemas import version_label
+from buildbay.channels.service import ChannelService
 from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
 from buildbay.distribution.groups import check_group_ids, invite_tester
@@ -87,6 +89,9 @@ class DistributionResult:
 
 
 _GROUPS_OF_BUILD = select(BuildGroup.group_id).order_by(BuildGroup.group_id)
+_EVERYONE_OF_BUILD = select(BuildGroup.group_id).where(
+    BuildGroup.build_id == bindparam("build_id"), BuildGroup.group_id == EVERYONE
+)
 
 
 class Distributor:
@@ -108,14 +113,21 @@ class Distributor:
         group_ids: Sequence[str],
         emails: Sequence[str],
         notify: bool,
+        *,
+        publish: bool = True,
     ) -> DistributionResult:
-        """What a developer asks: the build (ready) to these groups and e-mails."""
+        """What a developer asks: the build (ready) to these groups and e-mails. Reaching
+        `everyone` for the first time, a build on no release channel joins `default` (unless
+        not `publish`: a verify that named its channels)."""
         if build.status is not BuildStatus.READY:
             raise Conflict(
                 "Only a ready build can be distributed; verify the upload first",
                 code="build_not_ready",
             )
         await check_group_ids(self.reads, access.project.id, group_ids)
+        if publish and EVERYONE in group_ids and not await self._reached_everyone(build.id):
+            channels = ChannelService(self.db, self.now)
+            await channels.publish_reaching_everyone(build.application_id, build.id)
         reached, notified = await reach_groups(
             self.db, self.now, build, group_ids, notify, access.caller.user.id
         )
@@ -130,6 +142,10 @@ class Distributor:
             testersReached=result.testers_reached, notified=result.notified,
         )  # fmt: skip
         return result
+
+    async def _reached_everyone(self, build_id: str) -> bool:
+        found = await self.reads.scalar(_EVERYONE_OF_BUILD, {"build_id": build_id})
+        return found is not None
 
     async def _to_emails(
         self, access: ProjectAccess, build: BuildRecord, emails: Sequence[str], notify: bool

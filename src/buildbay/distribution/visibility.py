@@ -4,14 +4,19 @@ reached) or through a group they are in, `everyone` included. Developers and abo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, exists, or_, select
 
 from buildbay.builds.models import Build
 from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
 from buildbay.errors import Forbidden
-from buildbay.projects.authorization import ApplicationAccess
 from buildbay.projects.enums import ProjectRole
+
+if TYPE_CHECKING:
+    # For the annotation only: the reads that count what a viewer sees (applications/reads.py)
+    # are imported by authorization, and import this module.
+    from buildbay.projects.authorization import ApplicationAccess, ProjectAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +34,12 @@ def viewer_of(role: ProjectRole, user_id: str, email: str) -> Viewer | None:
 
 def tester_of(access: ApplicationAccess) -> Viewer | None:
     """The caller of `access`, if they see only the builds distributed to them (a tester)."""
+    user = access.caller.user
+    return viewer_of(access.role, user.id, user.email)
+
+
+def project_tester_of(access: ProjectAccess) -> Viewer | None:
+    """The caller of a project's `access`, if they see only the builds distributed to them."""
     user = access.caller.user
     return viewer_of(access.role, user.id, user.email)
 
@@ -67,3 +78,11 @@ def not_distributed() -> Forbidden:
         "This build was not distributed to you; ask a developer of the project for it",
         code="not_distributed",
     )
+
+
+# True for a build (a row of `builds` in the query) distributed to `everyone`: every member of
+# its project may open it. The update check offers only such builds (updates/check.py): its key
+# ships inside every installed copy, so what it offers, it offers to every tester.
+DISTRIBUTED_TO_EVERYONE = exists().where(
+    BuildGroup.build_id == Build.id, BuildGroup.group_id == EVERYONE
+)

@@ -287,7 +287,9 @@ if (form) {
     current.verifying = true;
     cancel.hidden = true; // the bytes are in: verify is quick, or runs on the server
     const notes = form.querySelector("#f-notes").value;
-    const channels = [...form.querySelectorAll("input[name=channel]:checked")].map((box) => box.value);
+    const ticked = [...form.querySelectorAll("input[name=channel]:checked")].map((box) => box.value);
+    // None ticked: the server's rule (`default`, once the build is distributed to everyone).
+    const channels = ticked.length ? ticked : null;
     const mandatory = form.querySelector("input[name=mandatory]").checked;
     return send(`${form.dataset.start}/${link.buildId}/verify`, { notes, channels, mandatory });
   };

@@ -25,6 +25,7 @@ from buildbay.builds.metadata import platform_of_name
 from buildbay.builds.models import Build, BuildChannel, Channel
 from buildbay.builds.reads import BUILD, BuildRecord
 from buildbay.db.reads import Reads
+from buildbay.distribution.visibility import DISTRIBUTED_TO_EVERYONE
 from buildbay.errors import NotFound, ValidationFailed
 from buildbay.updates.versions import app_version, os_version
 
@@ -102,6 +103,9 @@ _CANDIDATES = (
         Channel.application_id == bindparam("application_id"),
         Channel.name == bindparam("channel"),
         Build.status == BuildStatus.READY,
+        # Its key ships inside every installed copy: what the check offers, it offers to every
+        # tester, so only what every tester may open (docs/updates.md, "Who is offered what").
+        DISTRIBUTED_TO_EVERYONE,
     )
     .order_by(Build.id.desc())
     .limit(MAX_CANDIDATES)
@@ -114,6 +118,34 @@ _CANDIDATES_NEWER_BY_CODE = _CANDIDATES.where(
 )
 # The offered build with its live link, in one statement (`now` bound).
 _BUILD = select(*BUILD.columns, *LIVE_LINK_COLUMNS).where(Build.id == bindparam("build_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Where a build is published and whether update checks offer it there (the console's
+    build page says so)."""
+
+    channels: list[str]  # by name
+    to_everyone: bool  # distributed to `everyone`: the check offers it on its channels
+
+    @property
+    def offered_on(self) -> list[str]:
+        return self.channels if self.to_everyone else []
+
+
+_CHANNELS_OF_BUILD = (
+    select(Channel.name)
+    .join(BuildChannel, BuildChannel.channel_id == Channel.id)
+    .where(BuildChannel.build_id == bindparam("build_id"))
+    .order_by(Channel.name)
+)
+_TO_EVERYONE = select(DISTRIBUTED_TO_EVERYONE).where(Build.id == bindparam("build_id"))
+
+
+async def release_of(reads: Reads, build_id: str) -> Release:
+    rows = await reads.all(_CHANNELS_OF_BUILD, {"build_id": build_id})
+    to_everyone = await reads.scalar(_TO_EVERYONE, {"build_id": build_id})
+    return Release([row["name"] for row in rows], bool(to_everyone))
 
 
 def unknown_key() -> NotFound:
@@ -194,7 +226,8 @@ def _order(by_code: bool, a: Candidate, b: Candidate) -> int:
 
 
 async def candidates(reads: Reads, application_id: str, caller: Caller) -> list[Candidate]:
-    """The channel's ready builds that may be newer than the caller, newest first."""
+    """The channel's ready builds distributed to `everyone` that may be newer than the caller,
+    newest first."""
     params: dict[str, Any] = {"application_id": application_id, "channel": caller.channel}
     statement = _CANDIDATES
     if caller.version_code is not None:
