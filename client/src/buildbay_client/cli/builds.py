@@ -1,0 +1,304 @@
+"""Builds: listing, showing, downloading and deleting them, and uploading one."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from buildbay_client.cli.common import (
+    EXIT_REFUSED,
+    AppRef,
+    JsonOption,
+    ProjectRef,
+    app_id,
+    connect,
+    emit,
+    err,
+    fail,
+    group_id,
+    out,
+    project_id,
+    size_text,
+    table_of,
+    version_label,
+    when,
+)
+from buildbay_client.files import platform_problem
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+
+builds = typer.Typer(help="Builds of an application.", no_args_is_help=True)
+
+
+def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
+    def table() -> Table:
+        t = table_of("id", "file", "version", "size", "status", "uploaded", "notes")
+        for b in found:
+            notes = (b.notes or "").splitlines()[0][:40] if b.notes else ""
+            t.add_row(
+                b.build_id, b.file_name, version_label(b.metadata) or "-", size_text(b.file_size),
+                b.status.value, when(b.verified_at or b.created_at), notes,
+            )  # fmt: skip
+        return t
+
+    return table
+
+
+def _links(build: Any) -> None:
+    """The addresses a person or the next CI step wants, one per line."""
+    out.print(f"build    {build.build_id} ({build.status.value})")
+    version = version_label(build.metadata)
+    if version:
+        out.print(f"version  {version}")
+    if build.download_url:
+        out.print(f"download {build.download_url}")
+    if build.install_url:
+        out.print(f"install  {build.install_url}")
+
+
+@builds.command("list")
+def builds_list(
+    ctx: typer.Context,
+    project: ProjectRef,
+    app: AppRef,
+    version_name: Annotated[str | None, typer.Option(help="Only this version name")] = None,
+    sort: Annotated[str, typer.Option(help="newest or version")] = "newest",
+    limit: Annotated[int, typer.Option(min=1, max=100, help="Builds per page")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="The next page, as the last one said")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List builds, newest first (or by version), a page at a time."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        page = client.list_builds(
+            pid, app_id(client, pid, app), limit, cursor, version_name=version_name, sort=sort
+        )
+    if as_json:
+        emit(page, True, _builds_table(page.builds))  # {"builds": [...], "nextCursor": ...}
+        return
+    out.print(_builds_table(page.builds)())
+    if page.next_cursor:
+        err.print(f"More: --cursor {page.next_cursor}")
+
+
+@builds.command("show")
+def builds_show(
+    ctx: typer.Context, build_id: str, project: ProjectRef, app: AppRef, as_json: JsonOption = False
+) -> None:
+    """Show a build with its metadata and links."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        build = client.get_build(pid, app_id(client, pid, app), build_id)
+    if as_json:
+        emit(build, True, _builds_table([build]))
+        return
+    out.print(_builds_table([build])())
+    _links(build)
+
+
+@builds.command("latest")
+def builds_latest(
+    ctx: typer.Context,
+    project: ProjectRef,
+    app: AppRef,
+    version_name: Annotated[str | None, typer.Option(help="The newest of this version")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The newest ready build: its id and links."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        build = client.latest_build(pid, app_id(client, pid, app), version_name)
+    if as_json:
+        emit(build, True, _builds_table([build]))
+    else:
+        _links(build)
+
+
+@builds.command("download")
+def builds_download(
+    ctx: typer.Context,
+    build_id: str,
+    project: ProjectRef,
+    app: AppRef,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="File or directory to save to")
+    ] = Path(),
+) -> None:
+    """Download a ready build's file."""
+    with connect(ctx) as client, _progress("Downloading") as progress:
+        pid = project_id(client, project)
+        saved = client.download_build(
+            pid, app_id(client, pid, app), build_id, output, progress=progress
+        )
+    err.print(f"Saved {saved}")
+
+
+@builds.command("delete")
+def builds_delete(
+    ctx: typer.Context,
+    build_id: str,
+    project: ProjectRef,
+    app: AppRef,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+) -> None:
+    """Delete a build and its file (developer+)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        if not yes:
+            typer.confirm(f"Delete build {build_id} and its file for good?", abort=True)
+        client.delete_build(pid, aid, build_id)
+    err.print(f"Deleted build {build_id}")
+
+
+# -- upload -------------------------------------------------------------------------------------
+
+
+def _interactive() -> bool:
+    return err.is_terminal and not os.environ.get("CI")
+
+
+def progress_bar(console: Console) -> Progress:
+    """What a terminal shows of a transfer. Its text is plain, never markup: the consoles print
+    user text (file and project names) and so read no markup, and a column written as markup
+    showed as `[progress.description]Uploading`."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}", style="progress.description", markup=False),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+@contextmanager
+def _progress(verb: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on a terminal; in CI, a plain line every 10 % (and at the end)."""
+    if _interactive():
+        with progress_bar(err) as bar:
+            task = bar.add_task(verb, total=None)
+
+            def show(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield show
+        return
+    state = {"next": 0, "last": 0, "started": time.monotonic(), "base": -1}
+
+    def log(done: int, total: int) -> None:
+        if state["base"] < 0:  # a resumed upload starts with what had arrived before
+            state["base"] = done
+        if done < state["last"]:  # a retry sends the file (or a part) again
+            state.update(next=0, started=time.monotonic(), base=done)
+            err.print(f"{verb}: starting again after a failure")
+        state["last"] = done
+        if total and (done >= state["next"] or done == total):
+            percent = done * 100 // total
+            elapsed = max(time.monotonic() - state["started"], 1e-6)
+            rate = (done - state["base"]) / elapsed / 1024 / 1024
+            err.print(
+                f"{verb}: {percent:3d}% {size_text(done)} of {size_text(total)} ({rate:.1f} MiB/s)"
+            )
+            state["next"] = min(total, done + max(total // 10, 1))
+
+    yield log
+
+
+def upload(
+    ctx: typer.Context,
+    file: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="The build file")
+    ],
+    project: ProjectRef,
+    app: AppRef,
+    notes: Annotated[str | None, typer.Option(help="Release notes")] = None,
+    notes_file: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="Release notes from a file"),
+    ] = None,
+    install_link_hours: Annotated[
+        int | None,
+        typer.Option(min=1, max=2160, help="Also create an install link valid this long"),
+    ] = None,
+    channel: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--channel",
+            help="Publish to this release channel (repeat for several; default: `default`, "
+            "once the build goes to everyone)",
+        ),
+    ] = None,
+    mandatory: Annotated[
+        bool, typer.Option(help="Update checks that find this build say the update is mandatory")
+    ] = False,
+    distribute: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--distribute",
+            help="Distribute it to this tester group (name or id; `everyone`); repeatable",
+        ),
+    ] = None,
+    distribute_email: Annotated[
+        list[str] | None,
+        typer.Option("--distribute-email", help="Distribute it to this e-mail; repeatable"),
+    ] = None,
+    parts_in_flight: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=32,
+            help="Parts sent at once, for a file above 64 MiB (sent in parts; running the "
+            "same upload again resumes it)",
+        ),
+    ] = 4,  # as the SDK's PARTS_IN_FLIGHT (api.py is imported only when a command runs)
+    as_json: JsonOption = False,
+) -> None:
+    """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
+    mailed (once each) when it is distributed to them.
+
+    A file above 64 MiB goes in parts, several at once; if the upload is cut off (a kill, a
+    broken network), running the same command again sends only the parts still missing."""
+    if notes is not None and notes_file is not None:
+        fail("give --notes or --notes-file, not both", 2)
+    with connect(ctx) as client:
+        text = notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        # Before a byte is read or sent: a 2 GB file the application would refuse costs nothing.
+        if problem := platform_problem(file, client.get_application(pid, aid).platform.value):
+            fail(problem, EXIT_REFUSED)
+        groups = [group_id(client, pid, g) for g in distribute or []]
+        with _progress("Uploading") as progress:
+            build = client.upload_build(
+                pid, aid, file, notes=text, install_link_hours=install_link_hours,
+                progress=progress, channels=channel or None, mandatory=mandatory,
+                distribute_to=groups, distribute_emails=distribute_email or [],
+                parts_in_flight=parts_in_flight,
+            )  # fmt: skip
+    if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
+        fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
+    if as_json:
+        emit(build, True, _builds_table([build]))
+    else:
+        _links(build)
