@@ -218,7 +218,7 @@ def test_the_upload_put_never_carries_the_token(tmp_path: Path) -> None:
 
 def test_retry_after_is_waited_for_as_the_server_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     waited: list[float] = []
-    monkeypatch.setattr("buildbay_client.api.time.sleep", waited.append)
+    monkeypatch.setattr("buildbay_client.sync_client.time.sleep", waited.append)
     client, _ = _client(
         [
             _problem(429, "rate_limited", **{"Retry-After": "7"}),
