@@ -200,3 +200,12 @@ def test_what_the_check_takes_the_sender_sends_only_to_a_public_address(host: st
         # reading, and no connection.
         assert connected == [], (url, connected)
         assert outcome.error.startswith("refused: "), (url, outcome)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["https://", "http://", "", "https://[", "https://x:", "http://0"]),
+       st.text(max_size=80))  # fmt: skip
+def test_any_text_is_a_url_taken_or_a_refusal_in_words(head: str, tail: str) -> None:
+    """Whatever is typed, the check answers (the API's 422), never an exception of a parser."""
+    problem = url_problem(head + tail, allow_http=True, allow_private=False)
+    assert problem is None or (problem and problem[0].islower()), problem

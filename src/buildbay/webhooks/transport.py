@@ -87,7 +87,7 @@ def endpoint_url(url: str, *, allow_http: bool, allow_private: bool) -> httpx.UR
         if parsed.scheme == "http":
             raise UrlRefused("must be https:// (this server refuses http:// endpoints)")
         raise UrlRefused("must be an https:// URL")
-    host = parsed.raw_host.decode("ascii")  # a name in its IDNA form, as it is resolved
+    host = parsed.raw_host.decode("ascii", "replace")  # a name in its IDNA form, as resolved
     if not host:
         raise UrlRefused("has no host")
     if parsed.userinfo:
