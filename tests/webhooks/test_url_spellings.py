@@ -34,7 +34,7 @@ NOT_PUBLIC_V4 = [
     )
 ]  # fmt: skip
 GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
-NOT_PUBLIC_V6 = [ipaddress.IPv6Network(n) for n in ("2001::/23", "2001:db8::/32")]
+NOT_PUBLIC_V6 = [ipaddress.IPv6Network(n) for n in ("2001::/23", "2001:db8::/32", "3fff::/20")]
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 COMPATIBLE = ipaddress.IPv6Network("::/96")
 SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
@@ -100,7 +100,7 @@ DIGITS = {
 SPECIAL = [
     "127.0.0.1", "10.11.12.13", "169.254.169.254", "100.100.100.200", "192.168.1.1", "0.0.0.0",  # noqa: S104
     "172.16.0.1", "100.64.0.1", "224.0.0.1", "255.255.255.255", "192.0.2.1", "93.184.215.14",
-    "8.8.8.8", "1.1.1.1",
+    "8.8.8.8", "1.1.1.1", "192.0.0.9", "192.88.99.1",
 ]  # fmt: skip
 addresses = st.sampled_from(SPECIAL).map(ipaddress.IPv4Address) | st.integers(0, 2**32 - 1).map(
     ipaddress.IPv4Address
@@ -172,7 +172,7 @@ def ipv6_spellings(address: ipaddress.IPv4Address) -> st.SearchStrategy[str]:
 spellings = addresses.flatmap(
     lambda a: st.sampled_from([str(a)]) | ipv4_spellings(a) | ipv6_spellings(a)
 ) | st.sampled_from(["[::1]", "[::]", "[fe80::1]", "[fc00::1]", "[ff02::1]", "[2606:4700::1]",
-                     "[2001:db8::1]", "[2001::1]"])  # fmt: skip
+                     "[2001:db8::1]", "[2001::1]", "[3fff::1]"])  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)

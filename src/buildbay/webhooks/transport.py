@@ -26,9 +26,13 @@ import httpx
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Addresses Python calls global but that no webhook should reach: cloud metadata services that
-# live outside the link-local range (Alibaba's; AWS's IPv6 one is in fd00::/8, already private).
-_METADATA = (ipaddress.ip_network("100.100.100.200/32"),)
+# Addresses Python calls global (some Python versions) but that no webhook should reach: cloud
+# metadata services outside the link-local range (Alibaba's; AWS's IPv6 one is in fd00::/8,
+# already private), IETF protocol assignments, the deprecated 6to4 relays, documentation.
+_ALSO_REFUSED = tuple(
+    ipaddress.ip_network(n)
+    for n in ("100.100.100.200/32", "192.0.0.0/24", "192.88.99.0/24", "3fff::/20")
+)
 # IPv6 prefixes that carry an IPv4 address in their last 32 bits, which a translator (NAT64,
 # RFC 6052) reaches: the IPv4 address is the one checked.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -53,7 +57,7 @@ def refused_address(address: IpAddress) -> bool:
             address = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         elif address.sixtofour is not None:
             address = address.sixtofour
-    if any(address in network for network in _METADATA):
+    if any(address in network for network in _ALSO_REFUSED):
         return True
     return not address.is_global or address.is_multicast or address.is_reserved
 
