@@ -153,7 +153,9 @@ def create_app(
         revocations=revocations,
         mail=MailOutbox(settings.resolved_mail_from),
         unsubscribe=UnsubscribeLinks(settings.signing_key, settings.resolved_public_url),
-        webhook_sender=WebhookSender(allow_private=settings.webhook_allow_private),
+        webhook_sender=WebhookSender(
+            allow_private=settings.webhook_allow_private, allow_http=settings.webhook_allow_http
+        ),
         redis=shared_redis,
     )
     ctx.jobs = JobWorker(

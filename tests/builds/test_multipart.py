@@ -255,6 +255,49 @@ async def test_a_part_sent_twice_keeps_the_last_complete_copy(parts: Parts, buil
     assert r.json()["sha256"] == hashlib.sha256(data).hexdigest()
 
 
+async def test_after_a_checksum_mismatch_the_parts_are_missing_and_are_sent_again(
+    app: FastAPI, parts: Parts, builds: Builds
+) -> None:
+    data = file_of(12 * MiB + 3)
+    sha256 = hashlib.sha256(data).hexdigest()
+    link = await parts.link(data, sha256=sha256)
+    build_id = link["buildId"]
+    corrupted = bytearray(part_of(data, 2))
+    corrupted[1000] ^= 0xFF  # one bit flipped on the way
+    old_addresses = [await parts.target(build_id, n) for n in (1, 2)]
+    await parts.send_all(build_id, data, [1])
+    assert (await parts.put(build_id, 2, bytes(corrupted))).status_code == 200
+
+    r = await builds.verify(build_id)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "checksum_mismatch"
+    assert f"not the declared {sha256}" in r.json()["detail"]
+    build = (await builds.get(build_id)).json()
+    assert (build["status"], build["failureCode"]) == ("pending", "checksum_mismatch")
+    # Every part is missing again: which one was wrong, a whole-file sha256 cannot say.
+    received = await parts.received(build_id)
+    assert (received["parts"], received["partsCount"]) == ([], 2)
+    r = await builds.verify(build_id)
+    assert r.status_code == 422, r.text
+    assert (r.json()["code"], r.json()["missingParts"]) == ("upload_incomplete", [1, 2])
+
+    # Sent again (part 1 to a new address, part 2 to the one given before the mismatch).
+    await parts.send_all(build_id, data, [1])
+    resent = await builds.uploader.put(
+        old_addresses[1]["url"], content=part_of(data, 2), headers=old_addresses[1]["headers"]
+    )
+    assert resent.status_code == 200, resent.text
+    assert [p["partNumber"] for p in (await parts.received(build_id))["parts"]] == [1, 2]
+    r = await builds.verify(build_id)
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["sha256"]) == ("ready", sha256)
+    assert not upload_dir(app, builds, build_id).exists()
+    download = await builds.client.get(r.json()["downloadUrl"], headers=builds.owner.headers,
+                                       follow_redirects=True)  # fmt: skip
+    assert download.status_code == 200
+    assert download.content == data
+
+
 async def test_a_part_longer_than_its_size_is_refused(parts: Parts, builds: Builds) -> None:
     data = file_of(12 * MiB)
     link = await parts.link(data)

@@ -582,6 +582,30 @@ async def test_verify_with_a_sha256_mismatch_is_422_and_the_build_stays_pending(
     assert r.json()["verifiedAt"] is None
 
 
+async def test_after_a_sha256_mismatch_a_put_again_replaces_the_bytes_and_verifies(
+    builds: Builds,
+) -> None:
+    sha256 = hashlib.sha256(DATA).hexdigest()
+    link = await builds.link(DATA, sha256=sha256)
+    corrupted = bytearray(DATA)
+    corrupted[len(DATA) // 2] ^= 0xFF
+    assert (await builds.put(link, bytes(corrupted))).status_code == 200
+    r = await builds.verify(link["buildId"])
+    body = assert_problem(r, 422, "checksum_mismatch")
+    assert f"not the declared {sha256}" in body["detail"]
+    build = (await builds.get(link["buildId"])).json()
+    assert (build["status"], build["failureCode"]) == ("pending", "checksum_mismatch")
+
+    r = await builds.put(link, DATA)  # the same address, before verify: the bytes replaced
+    assert r.status_code == 200, r.text
+    assert r.json()["sha256"] == sha256
+    r = await builds.verify(link["buildId"])
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["sha256"], r.json()["failureCode"]) == (
+        "ready", sha256, None,
+    )  # fmt: skip
+
+
 async def test_verify_makes_the_build_ready(builds: Builds, clock: FrozenClock) -> None:
     link = await builds.pending(DATA, sha256=hashlib.sha256(DATA).hexdigest())
     clock.advance(minutes=3)

@@ -193,3 +193,68 @@ async def test_a_build_in_parts_on_s3_verifies_and_the_sweeper_aborts_orphans(
         assert aborted == 1
         with pytest.raises(UploadGone):
             await storage.list_parts("prj_x/app_x/bld_gone", orphan)
+
+
+async def test_a_build_in_parts_on_s3_is_sent_again_after_a_checksum_mismatch(
+    s3_app: FastAPI,
+) -> None:
+    transport = httpx.ASGITransport(app=s3_app)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client,
+        httpx.AsyncClient(timeout=30) as bucket,
+    ):
+        api = Api(client)
+        owner = await api.register()
+        project = await api.project(owner)
+        application = await api.application(owner, project["id"])
+        base = f"/api/app-distribution/{project['id']}/{application['id']}/builds"
+        sha256 = hashlib.sha256(DATA).hexdigest()
+        r = await client.post(
+            f"{base}/upload-link",
+            json={"fileName": "big.bin", "fileSize": len(DATA), "sha256": sha256,
+                  "multipart": True},
+            headers=owner.headers,
+        )  # fmt: skip
+        assert r.status_code == 201, r.text
+        build_id = r.json()["buildId"]
+
+        async def send_parts(corrupt: int | None) -> list[dict[str, str]]:
+            r = await client.post(
+                f"{base}/{build_id}/parts", json={"partNumbers": [1, 2]}, headers=owner.headers
+            )
+            assert r.status_code == 200, r.text
+            targets: list[dict[str, str]] = r.json()["parts"]
+            for target in targets:
+                body = bytearray(part(int(target["partNumber"])))
+                if target["partNumber"] == corrupt:
+                    body[10] ^= 0xFF
+                put = await bucket.put(target["url"], content=bytes(body),
+                                       headers=target["headers"])  # fmt: skip
+                assert put.status_code == 200, put.text
+            return targets
+
+        first = await send_parts(corrupt=2)
+        r = await client.post(f"{base}/verify", json={"buildId": build_id}, headers=owner.headers)
+        assert r.status_code == 422, r.text
+        assert r.json()["code"] == "checksum_mismatch"
+        r = await client.get(f"{base}/{build_id}/parts", headers=owner.headers)
+        assert r.status_code == 200, r.text
+        assert (r.json()["parts"], r.json()["partsCount"]) == ([], 2)
+        # The refused upload is over: its addresses take nothing more (S3 answers 404
+        # NoSuchUpload, moto 500), and ask for new ones.
+        stale = await bucket.put(first[0]["url"], content=part(1), headers=first[0]["headers"])
+        assert stale.status_code in (404, 500), stale.text
+        r = await client.get(f"{base}/{build_id}/parts", headers=owner.headers)
+        assert r.json()["parts"] == []
+
+        await send_parts(corrupt=None)
+        r = await client.get(f"{base}/{build_id}/parts", headers=owner.headers)
+        assert [p["partNumber"] for p in r.json()["parts"]] == [1, 2]
+        r = await client.post(f"{base}/verify", json={"buildId": build_id}, headers=owner.headers)
+        assert r.status_code == 200, r.text
+        assert (r.json()["status"], r.json()["sha256"]) == ("ready", sha256)
+        download = await client.get(r.json()["downloadUrl"], headers=owner.headers)
+        assert download.status_code in (302, 307), download.text
+        stored = await bucket.get(download.headers["location"])
+        assert stored.status_code == 200
+        assert stored.content == DATA

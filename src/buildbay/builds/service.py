@@ -286,6 +286,8 @@ class BuildService:
             await hold_until_ended(self.db, self.storage.guard(build.storage_key))
             sha256, version, reading = await self._checked_file(application, build)
         except ValidationFailed as refused:
+            if build.multipart and refused.code == "checksum_mismatch":
+                await self._reopen_parts(build)
             raise await self._refused(build, refused) from None
         return await self.mark_ready(
             application, build, sha256, version, reading, notes, channels, mandatory
@@ -305,21 +307,46 @@ class BuildService:
 
     async def _join_parts(self, build: BuildRecord) -> None:
         """Join a multipart upload's parts into the build's object, unless an earlier verify
-        did (it then failed later, or its commit was lost)."""
+        did (it then failed later, or its commit was lost). The upload is asked first: while
+        it takes parts, an object already under the key is that of an upload refused before
+        (`_reopen_parts`), and the parts sent since replace it."""
         assert build.part_size is not None
         assert build.upload_id is not None
-        info = await self.storage.stat(build.storage_key)
-        if info is not None and info.size == build.file_size:
-            return
         try:
             await self.storage.complete_multipart(
                 build.storage_key, build.upload_id, build.file_size, build.part_size
             )
         except UploadGone:
-            # A concurrent verify joined them first; or the upload was given up meanwhile.
+            # An earlier or concurrent verify joined them; or the upload was given up meanwhile.
             info = await self.storage.stat(build.storage_key)
             if info is None or info.size != build.file_size:
                 raise
+
+    async def _reopen_parts(self, build: BuildRecord) -> None:
+        """The joined parts did not make the declared file: a new upload under the build's
+        key takes every part again (`GET .../parts` lists none, the part addresses asked for
+        from now on are the new upload's), so the client can send them and verify again. The
+        refused bytes stay under the key until the new parts are joined over them."""
+        assert build.part_size is not None
+        # The row first, still naming the joined upload: of two verifies refused at once, the
+        # second finds it changed (once the first has committed) and leaves the first's.
+        claimed = await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id, Build.upload_id == build.upload_id)
+            .values(upload_id=build.upload_id)
+            .execution_options(synchronize_session=False)
+        )
+        if not claimed.rowcount:  # type: ignore[attr-defined]
+            return
+        upload_id = await self.storage.start_multipart(
+            build.storage_key, build.file_size, build.part_size
+        )
+        await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id)
+            .values(upload_id=upload_id)
+            .execution_options(synchronize_session=False)
+        )
 
     async def _verify_later(
         self, build: BuildRecord, notes: str | None, channels: list[str] | None, mandatory: bool

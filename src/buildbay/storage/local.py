@@ -301,6 +301,7 @@ class LocalStorage:
         # Hashers of uploads another process joined or gave up: their directory is gone.
         for gone in [d for d in self._hashers if not d.exists()]:
             self._hashers.pop(gone, None)
+        self._hashers.pop(directory, None)  # an earlier upload's under this key
 
         def _start() -> None:
             if directory.exists():  # a key is a build's: only a crashed start leaves one behind

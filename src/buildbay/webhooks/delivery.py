@@ -17,6 +17,7 @@ which commits with the job's completion (jobs/worker.py).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import time
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import httpcore
 import httpx
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -44,7 +46,15 @@ from buildbay.webhooks.events import schedule
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 from buildbay.webhooks.reads import WEBHOOK, WebhookRecord
 from buildbay.webhooks.signing import signature_header
-from buildbay.webhooks.transport import GuardedTransport
+from buildbay.webhooks.transport import (
+    NOT_PUBLIC,
+    AddressRefused,
+    GuardedTransport,
+    UrlRefused,
+    endpoint_url,
+)
+
+log = logging.getLogger("buildbay.webhooks")
 
 # The waits after each failed attempt: the Standard Webhooks spec's schedule (5 s, 5 min,
 # 30 min, 2 h, 5 h, 10 h, 10 h), then 12 h more four times, so attempts go on past 3 days.
@@ -85,16 +95,24 @@ class Outcome:
 
 class WebhookSender:
     """Sends signed requests through the SSRF guard (transport.py): one client per process,
-    made on first use (in the loop that uses it), closed by the app's lifespan."""
+    made on first use (in the loop that uses it), closed by the app's lifespan.
+
+    Every attempt ends in an Outcome, whatever stopped it: a URL the rules refuse, a name
+    that does not resolve, a refused address, a failed TLS handshake are failed attempts like
+    an error status, logged and counted toward disabling the endpoint."""
 
     def __init__(
         self,
         *,
         allow_private: bool,
+        allow_http: bool = False,
         timeout: float = TIMEOUT_SECONDS,
         wall: Callable[[], float] = time.time,
+        network: httpcore.AsyncNetworkBackend | None = None,
     ) -> None:
         self.allow_private = allow_private
+        self.allow_http = allow_http
+        self.network = network  # connects to the addresses the guard lets through
         self.timeout = timeout
         # The signature's timestamp is the wall clock's: receivers compare it with theirs.
         self.wall = wall
@@ -103,7 +121,7 @@ class WebhookSender:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                transport=GuardedTransport(allow_private=self.allow_private),
+                transport=GuardedTransport(allow_private=self.allow_private, network=self.network),
                 timeout=httpx.Timeout(self.timeout),
                 follow_redirects=False,
                 trust_env=False,
@@ -129,9 +147,17 @@ class WebhookSender:
         kept = bytearray()
         error: str | None = None
         try:
+            # The URL as the check at saving reads it, checked again (the rules or the
+            # settings may have changed since), and sent to as read.
+            target = endpoint_url(url, allow_http=self.allow_http, allow_private=self.allow_private)
+        except AddressRefused:
+            return Outcome(None, NOT_PUBLIC, 0, None)
+        except UrlRefused as refused:
+            return Outcome(None, f"refused: the URL {refused}"[:ERROR_LENGTH], 0, None)
+        try:
             async with asyncio.timeout(self.timeout):
                 request = self._http().build_request(
-                    "POST", url, headers=headers, content=body.encode()
+                    "POST", target, headers=headers, content=body.encode()
                 )
                 response = await self._http().send(request, stream=True)
                 try:
@@ -150,6 +176,10 @@ class WebhookSender:
             error = str(exc) or type(exc).__name__
         except OSError as exc:
             error = str(exc) or type(exc).__name__
+        except Exception as exc:  # whatever it was, the attempt failed: it is logged
+            # Not the message: it may hold the URL, whose path is often a secret.
+            log.error("a webhook attempt failed before an answer: %s", type(exc).__name__)
+            error = f"the request could not be made ({type(exc).__name__})"
         duration = int((time.perf_counter() - started) * 1000)
         if status is not None and error is not None:
             # The status came, then the body did not: the status is the answer.

@@ -14,7 +14,7 @@ Url = Annotated[
         max_length=2048,
         examples=["https://hooks.example.com/buildbay"],
         description="https:// (http:// only where the server allows it); not a private, "
-        "loopback or link-local address",
+        "loopback or link-local address; an IP address only as four decimal numbers",
     ),
 ]
 
