@@ -31,6 +31,7 @@ from buildbay.auth.reads import USER, UserRecord
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import derive_key, hash_token
 from buildbay.builds.devices import Device, device_of
+from buildbay.constant_time import same_secret
 from buildbay.db.reads import Reads
 from buildbay.errors import Forbidden
 
@@ -126,7 +127,7 @@ class ConsoleSessions:
     def check_csrf(self, visitor: Visitor, sent: str | None) -> None:
         """Refuses an unsafe request whose token is not the one this visitor's pages carry
         (bound to their session cookie, or for a visitor who is not signed in, to none)."""
-        if not (sent and hmac.compare_digest(sent, visitor.csrf)):
+        if not (sent and same_secret(sent, visitor.csrf)):
             raise Forbidden(
                 "The form's security token is missing or out of date; reload the page and try "
                 "again",
