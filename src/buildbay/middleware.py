@@ -201,13 +201,17 @@ _SECRET_SEGMENT = re.compile(r"^(/(?:install|invitations|unsubscribe)/)[^/]*")
 # What a logged path keeps as it is; anything else (a space, a line break, a non-ASCII
 # character) is written percent-encoded, so that a path cannot forge a line of the log.
 _LOGGED_AS_IS = "/-._~!$&'()*+,;=:@{}"
+_PLAIN = re.compile(r"[A-Za-z0-9/\-._~!$&'()*+,;=:@{}]*")
 
 
 def loggable_path(path: str) -> str:
     """The path as the access log writes it: a secret segment as `{token}`, percent-encoded.
     Never the query string: storage URLs carry their signature there, a reset link its token,
     and a log line must not be a credential."""
-    masked = _SECRET_SEGMENT.sub(r"\1{token}", path)
+    secret = _SECRET_SEGMENT.match(path)
+    masked = f"{secret[1]}{{token}}{path[secret.end() :]}" if secret else path
+    if _PLAIN.fullmatch(masked):  # most paths: as they are, without quote's cost
+        return masked
     return quote(masked, safe=_LOGGED_AS_IS, errors="surrogatepass")
 
 
