@@ -393,7 +393,7 @@ async def test_a_secret_with_a_non_ascii_character_is_refused_with_its_4xx(
 
 @pytest.mark.parametrize("name", list(CASES))
 @hypothesis_settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 async def test_any_change_to_a_secret_is_refused_with_its_4xx(
