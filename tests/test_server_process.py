@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import http.client
 import sqlite3
 import ssl
 import sys
@@ -225,3 +226,46 @@ def test_a_database_not_reachable_yet_does_not_stop_the_server_starting(
     with running(argv, env=env, log_path=log, ready_url=f"http://127.0.0.1:{port}/healthz"):
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 503
     assert "could not check the database's schema before starting" in log.read_text()
+
+
+def test_a_secret_with_a_non_ascii_character_leaves_the_connection_serving_and_no_log(
+    server: str, tmp_path: Path
+) -> None:
+    """A wrong secret of any text is a 4xx, and the connection it came on serves the next
+    request (a 500 there made uvicorn close it: the next request was reset). Each refusal is
+    followed by a request on the same socket, as a browser or a mail client's one-click sends
+    it (tests/security/test_token_text.py has every secret's cases). Not a refusal given
+    before its body was read: that one closes the connection on purpose (middleware.py)."""
+    host, port = server.removeprefix("http://").split(":")
+    user_id = "usr_" + "0" * 26
+    refusals = [
+        ("GET", "/install/inl_01ABCDEFGHJKMNPQRSTVWXYZ01.%C3%A9", b"", 404),
+        ("GET", "/install/inl_01ABCDEFGHJKMNPQRSTVWXYZ01.%C3%A9/download", b"", 404),
+        ("GET", f"/unsubscribe/{user_id}.%C3%A9", b"", 404),
+        ("POST", "/logout", b"csrf=%C3%A9", 403),
+    ]
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.connect()
+        socket_ = connection.sock
+        for method, path, body, status in refusals:
+            headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
+            connection.request(method, path, body=body, headers=headers)
+            refused = connection.getresponse()
+            refused.read()
+            assert refused.status == status, (method, path, refused.status)
+            connection.request("GET", "/healthz")
+            served = connection.getresponse()
+            assert served.status == 200, (method, path)
+            assert served.read()
+            assert connection.sock is socket_, f"the connection closed after {method} {path}"
+    finally:
+        connection.close()
+    log = (tmp_path / "server.log").read_text()
+    assert "Exception in ASGI application" not in log
+    # The access log names the addresses, not their secrets (tests/security/test_access_log.py).
+    assert '"GET /install/{token}" 404' in log
+    assert '"GET /install/{token}/download" 404' in log
+    assert '"GET /unsubscribe/{token}" 404' in log
+    assert "inl_01ABCDEFGHJKMNPQRSTVWXYZ01" not in log
+    assert user_id not in log

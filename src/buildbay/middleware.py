@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
@@ -193,15 +194,34 @@ class _BodyReading:
         return message
 
 
+# Addresses whose next segment is a credential: an install link's token (and its download,
+# manifest and icon), an invitation's, an unsubscribe link's. tests/test_access_log.py checks
+# that every route with a `{token}` in its path is one of them.
+_SECRET_SEGMENT = re.compile(r"^(/(?:install|invitations|unsubscribe)/)[^/]*")
+# What a logged path keeps as it is; anything else (a space, a line break, a non-ASCII
+# character) is written percent-encoded, so that a path cannot forge a line of the log.
+_LOGGED_AS_IS = "/-._~!$&'()*+,;=:@{}"
+_PLAIN = re.compile(r"[A-Za-z0-9/\-._~!$&'()*+,;=:@{}]*")
+
+
+def loggable_path(path: str) -> str:
+    """The path as the access log writes it: a secret segment as `{token}`, percent-encoded.
+    Never the query string: storage URLs carry their signature there, a reset link its token,
+    and a log line must not be a credential."""
+    secret = _SECRET_SEGMENT.match(path)
+    masked = f"{secret[1]}{{token}}{path[secret.end() :]}" if secret else path
+    if _PLAIN.fullmatch(masked):  # most paths: as they are, without quote's cost
+        return masked
+    return quote(masked, safe=_LOGGED_AS_IS, errors="surrogatepass")
+
+
 def _log_access(scope: Scope, status: int, started: float, request_id: str) -> None:
-    # The path without its query string: storage URLs carry their signature there, and a log
-    # line must not be a credential.
     if access_log.isEnabledFor(logging.INFO):
         access_log.info(
             '%s "%s %s" %d %.1fms %s',
             scope["client"][0] if scope.get("client") else "-",
             scope["method"],
-            scope["path"],
+            loggable_path(scope["path"]),
             status,
             (time.perf_counter() - started) * 1000,
             request_id,

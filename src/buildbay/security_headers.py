@@ -1,5 +1,6 @@
 """The security headers of every response: a Content-Security-Policy, no framing, no sniffing, no
-referrer to other sites.
+referrer to other sites; and for the API, no cache (the console's and install pages' own say so
+too: buildbay.templates).
 
 One policy for every page Buildbay writes (the console, the install pages, errors): scripts and
 styles only from this server's /static files, so nothing a user typed can ever run as script;
@@ -73,6 +74,13 @@ class SecurityHeaders:
         ]
         self._pages = [("Content-Security-Policy", pages), *shared]
         self._docs = [("Content-Security-Policy", docs), *shared]
+        # An API answer is the caller's own, and some hand out a secret (a login's tokens, a
+        # new API token, a webhook's signing secret): no cache keeps one, unless the route
+        # says otherwise (the update check's answers are public for a minute).
+        self._api = [*self._pages, ("Cache-Control", "no-store")]
 
     def for_path(self, path: str) -> list[tuple[str, str]]:
+        """Each is set unless the response has its own."""
+        if path.startswith("/api/"):
+            return self._api
         return self._docs if path in DOCS_PATHS else self._pages

@@ -105,7 +105,8 @@ async def test_notes_are_edited_and_too_long_notes_are_refused_beside_the_field(
 
     r = await post(browser, f"{page}/notes", {"notes": "Fixes the login\nand the crash"}, page=page)
 
-    assert (r.status_code, r.headers["location"]) == (303, f"{page}?notice=Notes%20saved.#notes")
+    assert (r.status_code, r.headers["location"]) == (303, f"{page}#notes")
+    assert "Notes saved." in text(await browser.get(r.headers["location"]))
     assert (await team.api.client.get(f"{team.builds}/{build['buildId']}",
                                       headers=team.owner.headers)).json()["notes"] == (
         "Fixes the login\nand the crash")  # fmt: skip

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import jwt
 
+from buildbay.constant_time import secret_bytes
 from buildbay.errors import NotAuthenticated
 
 ACCESS_TOKEN_ALGORITHM = "HS256"
@@ -24,7 +25,7 @@ def derive_key(master: bytes, purpose: str) -> bytes:
 
 
 def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    return hashlib.sha256(secret_bytes(token)).hexdigest()
 
 
 def new_api_token() -> str:

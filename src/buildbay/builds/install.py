@@ -26,6 +26,7 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import SHARED_AND_LIVE, LiveLink
 from buildbay.builds.models import Build, InstallLink
 from buildbay.builds.reads import BuildRecord, not_in_application
+from buildbay.constant_time import same_secret
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
@@ -56,7 +57,7 @@ class InstallTokens:
         link_id, _, signature = token.partition(".")
         if not link_id or len(token) > 100 or not link_id.isascii():
             return None
-        if not hmac.compare_digest(self._signature(link_id), signature):
+        if not same_secret(signature, self._signature(link_id)):
             return None
         return link_id
 

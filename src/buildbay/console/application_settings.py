@@ -4,7 +4,6 @@ application): its name, platform, bundle id, retention, distribution, and deleti
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,25 +53,25 @@ def settings_path(project_id: str, app_id: str) -> str:
 @router.get("/projects/{project_id}/apps/{app_id}/settings")
 async def settings_page(request: Request, project_id: str, app_id: str) -> Response:
     visitor, db = await visit(request)
-    return await _render(request, visitor, db, project_id, app_id)
+    return await render_settings(request, visitor, db, project_id, app_id)
 
 
-async def _render(
+async def render_settings(
     request: Request, visitor: Visitor, db: AsyncSession, project_id: str, app_id: str,
     failed: str | None = None, values: dict[str, str] | None = None,
     errors: dict[str, str] | None = None, status_code: int = 200,
+    settings_error: str | None = None,
 ) -> Response:  # fmt: skip
     """The page; after a refused form, `failed` names it ("settings", "delete") and its fields
-    show `values` and `errors`."""
+    show `values` and `errors` (the distribution form's, console/distribution.py: its one
+    field's `settings_error`)."""
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.ADMIN)
     groups = (await groups_page(reads, access.project, 100, None))[0]
-    saved = request.query_params.get("saved") == "1"
     return page(
         "console/application_settings.html", visitor, status_code, project=access.project,
         application=access.application, can=can(access.role), platforms=PLATFORMS,
-        groups=groups, settings_error=request.query_params.get("settings_error"),
-        notice="Settings saved." if saved else None,
+        groups=groups, settings_error=settings_error,
         failed=failed, values=values or {}, errors=errors or {},
     )  # fmt: skip
 
@@ -127,12 +126,14 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
         changes = _changes(fields)
         await ApplicationService(db, now(request)).update(access.application, changes)
     except FormError as exc:
-        return await _render(request, visitor, db, project_id, app_id, "settings", fields,
-                             exc.by_field, 422)  # fmt: skip
+        return await render_settings(request, visitor, db, project_id, app_id, "settings",
+                                     fields, exc.by_field, 422)  # fmt: skip
     except Conflict as exc:  # the name is taken: refused before anything was written
-        return await _render(request, visitor, db, project_id, app_id, "settings", fields,
-                             {"name": exc.detail + "."}, exc.status)  # fmt: skip
-    return see_other(f"{settings_path(project_id, app_id)}?saved=1")
+        return await render_settings(request, visitor, db, project_id, app_id, "settings",
+                                     fields, {"name": exc.detail + "."},
+                                     exc.status)  # fmt: skip
+    visitor.tell("Settings saved.")
+    return see_other(settings_path(project_id, app_id))
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/delete")
@@ -142,10 +143,10 @@ async def delete_application(request: Request, project_id: str, app_id: str) -> 
     name = access.application.name
     if fields.get("confirm", "").strip() != name:
         errors = {"confirm": "Type the application's name exactly to delete it."}
-        return await _render(request, visitor, db, project_id, app_id, "delete", fields, errors,
-                             422)  # fmt: skip
+        return await render_settings(request, visitor, db, project_id, app_id, "delete",
+                                     fields, errors, 422)  # fmt: skip
     await ApplicationService(db, now(request)).delete(
         access.application, get_context(request).storage
     )
-    notice = quote(f"Deleted {name} and its builds.")
-    return see_other(f"/projects/{project_id}?notice={notice}")
+    visitor.tell(f"Deleted {name} and its builds.")
+    return see_other(f"/projects/{project_id}")

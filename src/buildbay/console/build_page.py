@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -139,7 +138,7 @@ async def render_build(
         size=human_size(build.file_size), facts=list(file_facts(build)), uploader=uploader,
         links=_link_rows(links, await links.of_build(build)), lifetimes=LIFETIMES,
         default_hours=DEFAULT_HOURS, fresh_link=request.query_params.get("link"),
-        max_notes=MAX_NOTES_LENGTH, notice=request.query_params.get("notice"),
+        max_notes=MAX_NOTES_LENGTH,
         failed=failed, values=values or {}, errors=errors or {},
         release=await release_of(reads, build.id),
     )  # fmt: skip
@@ -169,8 +168,8 @@ async def save_notes(request: Request, project_id: str, app_id: str, build_id: s
                                   fields, errors, 422)  # fmt: skip
     changes = body.model_dump(exclude_unset=True)
     await BuildService.of(get_context(request), db).update(access.application, build_id, changes)
-    notice = quote("Notes saved.")
-    return see_other(f"{build_path(project_id, app_id, build_id)}?notice={notice}#notes")
+    visitor.tell("Notes saved.")
+    return see_other(f"{build_path(project_id, app_id, build_id)}#notes")
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/install-links")
@@ -208,5 +207,5 @@ async def revoke_link(
     links = InstallLinks.of(ctx, db)
     link = await links.reads.find(build, link_id)
     await links.revoke(link, visitor.principal.user, access.role)
-    notice = quote("Install link revoked: its page now says so.")
-    return see_other(f"{build_path(project_id, app_id, build_id)}?notice={notice}#install-links")
+    visitor.tell("Install link revoked: its page now says so.")
+    return see_other(f"{build_path(project_id, app_id, build_id)}#install-links")

@@ -60,12 +60,6 @@ async def application_page(request: Request, project_id: str, app_id: str) -> Re
     return await render_application(request, visitor, db, project_id, app_id)
 
 
-NOTICES = {
-    "key-rotated": "The update key changed. Apps that ship the old key get answers for 7 more "
-    "days: release builds with the new one before then.",
-}
-
-
 async def render_application(
     request: Request, visitor: Visitor, db: AsyncSession, project_id: str, app_id: str,
     failed: str | None = None, values: dict[str, str] | None = None,
@@ -106,7 +100,6 @@ async def render_application(
         fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
         channels=channels, build_channels={k: extra.channels for k, extra in extras.items()},
-        notice=NOTICES.get(request.query_params.get("notice", "")),
         failed=failed, values=values or {}, errors=errors or {}, shown=shown,
         next_page=_page_query(shown, next_cursor) if next_cursor else None,
         first_page=_page_query(shown, None) if shown.after_id else None,

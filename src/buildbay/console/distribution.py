@@ -3,13 +3,12 @@ and the application's distribution settings (from its settings page)."""
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 from fastapi import APIRouter, Request, Response
 
 from buildbay.applications.schemas import ApplicationUpdate
 from buildbay.applications.service import ApplicationService
 from buildbay.builds.reads import BuildReads
+from buildbay.console.application_settings import render_settings
 from buildbay.console.build_page import build_path, render_build
 from buildbay.console.groups import emails_of
 from buildbay.console.pages import (
@@ -69,17 +68,17 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
         errors = {"form": exc.detail}
         return await render_build(request, visitor, db, project_id, app_id, build_id,
                                   "distribute", values, errors, exc.status)  # fmt: skip
-    notice = (
+    visitor.tell(
         f"Distributed: {result.testers_reached} new tester"
         f"{'' if result.testers_reached == 1 else 's'} reached, {result.notified} mailed."
     )
-    return see_other(build_path(project_id, app_id, build_id) + f"?notice={quote(notice)}")
+    return see_other(build_path(project_id, app_id, build_id))
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/distribution")
 async def distribution_settings(request: Request, project_id: str, app_id: str) -> Response:
     """The application's autoDistributeGroups and installLinkDays (admin+, as the API)."""
-    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
+    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
     form = await posted_form(request)
     app_path = f"/projects/{project_id}/apps/{app_id}/settings"  # the form's page
     try:
@@ -89,8 +88,10 @@ async def distribution_settings(request: Request, project_id: str, app_id: str) 
              "installLinkDays": whole_number(str(form.get("installLinkDays") or ""))},
         )  # fmt: skip
     except FormError:
-        error = quote("Enter a number of days from 1 to 90.")
-        return see_other(f"{app_path}?settings_error={error}#distribution")
+        return await render_settings(
+            request, visitor, db, project_id, app_id, status_code=422,
+            settings_error="Enter a number of days from 1 to 90.",
+        )  # fmt: skip
     changes = body.model_dump(exclude_unset=True)
     await ApplicationService(db, get_context(request).clock.now()).update(
         access.application, changes

@@ -4,7 +4,6 @@ it), through the same service as the API."""
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -40,9 +39,8 @@ def emails_of(text: str) -> list[str]:
     return [e for e in _SEPARATORS.split(text) if e]
 
 
-def _groups_path(project_id: str, notice: str | None = None) -> str:
-    path = f"/projects/{project_id}/groups"
-    return f"{path}?notice={quote(notice)}" if notice else path
+def _groups_path(project_id: str) -> str:
+    return f"/projects/{project_id}/groups"
 
 
 @router.get("/projects/{project_id}/groups")
@@ -64,7 +62,7 @@ async def _render(
     return page(
         "console/groups.html", visitor, status_code, project=access.project, role=access.role,
         can=can(access.role), groups=found, testers=testers, invited=invited, failed=failed,
-        errors=errors or {}, values=values or {}, notice=request.query_params.get("notice"),
+        errors=errors or {}, values=values or {},
     )  # fmt: skip
 
 
@@ -90,7 +88,8 @@ async def create_group(request: Request, project_id: str) -> Response:
             raise
         return await _render(request, visitor, db, project_id, "new", {"name": exc.detail},
                              fields, exc.status)  # fmt: skip
-    return see_other(_groups_path(project_id, f"Group {group.name} created.") + f"#{group.id}")
+    visitor.tell(f"Group {group.name} created.")
+    return see_other(_groups_path(project_id) + f"#{group.id}")
 
 
 @router.post("/projects/{project_id}/groups/{group_id}/testers")
@@ -121,7 +120,8 @@ async def add_testers(request: Request, project_id: str, group_id: str) -> Respo
     if added.invited:
         parts.append(f"invited {', '.join(added.invited)}; they join the group when they accept")
     notice = (", ".join(parts) or "Nothing changed") + "."
-    return see_other(_groups_path(project_id, notice[0].upper() + notice[1:]) + f"#{group_id}")
+    visitor.tell(notice[0].upper() + notice[1:])
+    return see_other(_groups_path(project_id) + f"#{group_id}")
 
 
 @router.post("/projects/{project_id}/groups/{group_id}/testers/{user_id}/remove")
@@ -143,4 +143,5 @@ async def delete_group(request: Request, project_id: str, group_id: str) -> Resp
         Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
     )
     await make_group_service(get_context(request), db).delete(access.project, group_id)
-    return see_other(_groups_path(project_id, "Group deleted."))
+    visitor.tell("Group deleted.")
+    return see_other(_groups_path(project_id))

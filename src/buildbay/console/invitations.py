@@ -53,8 +53,8 @@ async def invite(request: Request, project_id: str) -> Response:
             raise
         return await render_project(request, visitor, db, project_id, "invite", fields,
                                     {"email": exc.detail}, exc.status)  # fmt: skip
-    notice = quote(f"Invitation sent to {invitation.email}.")
-    return see_other(f"/projects/{project_id}?notice={notice}#invitations")
+    visitor.tell(f"Invitation sent to {invitation.email}.")
+    return see_other(f"/projects/{project_id}#invitations")
 
 
 @router.post("/projects/{project_id}/invitations/{invitation_id}/resend")
@@ -64,8 +64,8 @@ async def resend(request: Request, project_id: str, invitation_id: str) -> Respo
     invitation = await make_invitation_service(get_context(request), db).resend(
         access, invitation_id
     )
-    notice = quote(f"Invitation sent again to {invitation.email}.")
-    return see_other(f"/projects/{project_id}?notice={notice}#invitations")
+    visitor.tell(f"Invitation sent again to {invitation.email}.")
+    return see_other(f"/projects/{project_id}#invitations")
 
 
 @router.post("/projects/{project_id}/invitations/{invitation_id}/revoke")
@@ -110,5 +110,5 @@ async def accept(request: Request, token: str) -> Response:
         if exc.status >= 500 or exc.status == 404:
             raise
         return await _invitation(request, visitor, db, token, exc.detail, exc.status)
-    notice = quote("Welcome: you are a member of this project now.")
-    return see_other(f"/projects/{joined.project_id}?notice={notice}")
+    visitor.tell("Welcome: you are a member of this project now.")
+    return see_other(f"/projects/{joined.project_id}")

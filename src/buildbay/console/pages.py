@@ -317,6 +317,11 @@ def can(role: ProjectRole) -> Callable[[str], bool]:
 
 
 def page(template: str, visitor: Visitor, status_code: int = 200, **context: Any) -> Response:
+    """A console page. Its `notice` is the page's own, else the one the last answer left
+    (`Visitor.tell`), shown once: never text from the address."""
+    left = visitor.take_notice()
+    if context.get("notice") is None:
+        context["notice"] = left
     return render(template, status_code, headers=CONSOLE, visitor=visitor, **context)
 
 

@@ -103,7 +103,7 @@ async def render_project(
         can=can(access.role), roles=ROLES, applications=applications, members=found,
         invitations=invitations, failed=failed, values=values or {}, errors=errors or {},
         owners_count=sum(m.role is ProjectRole.OWNER for m in found),
-        platforms=_PLATFORMS, notice=request.query_params.get("notice"),
+        platforms=_PLATFORMS,
     )  # fmt: skip
 
 

@@ -71,6 +71,10 @@ async def set_release(request: Request, project_id: str, app_id: str, build_id: 
 
 @router.post("/projects/{project_id}/apps/{app_id}/update-key")
 async def rotate_update_key(request: Request, project_id: str, app_id: str) -> Response:
-    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
+    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
     await ApplicationService(db, now(request)).rotate_update_key(access.application)
-    return see_other(f"{application_path(project_id, app_id)}?notice=key-rotated#updates")
+    visitor.tell(
+        "The update key changed. Apps that ship the old key get answers for 7 more days: "
+        "release builds with the new one before then."
+    )
+    return see_other(f"{application_path(project_id, app_id)}#updates")

@@ -7,6 +7,11 @@ working everywhere at once. It is HttpOnly and SameSite=Lax; Secure, and named w
 URL is https. A browser drops a Secure cookie sent over plain HTTP to any host but localhost, so
 on a LAN address such as http://192.168.1.20:8000 nobody could sign in.
 
+Notices: what the last answer left for the next page ("Invitation sent to ..."), in a cookie of
+its own (`bb_notice`) with an HMAC bound to the visitor's CSRF token, shown once. The box that
+says it is the server's voice: its text is never read from the address, which anyone can write
+and send as a link.
+
 CSRF: a signed double-submit token. A random nonce lives in its own cookie (`bb_csrf`); the
 token every form carries is that nonce and an HMAC of it bound to the session cookie, so a token
 from before a login (or of another visitor) is refused. Every unsafe request must also come
@@ -15,6 +20,7 @@ from our own origin when the browser says where it comes from (Origin or Referer
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -31,11 +37,15 @@ from buildbay.auth.reads import USER, UserRecord
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import derive_key, hash_token
 from buildbay.builds.devices import Device, device_of
+from buildbay.constant_time import same_secret, secret_bytes
 from buildbay.db.reads import Reads
 from buildbay.errors import Forbidden
 
 SESSION_COOKIE = "bb_session"
 CSRF_COOKIE = "bb_csrf"
+NOTICE_COOKIE = "bb_notice"
+# A cookie holds about 4 KB: a notice is a sentence, and one that names many e-mails is cut.
+MAX_NOTICE = 500
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 
@@ -50,6 +60,19 @@ class Visitor:
     cookies: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # to set: value, age
     # What the pages offer: "Install" for an .ipa on an iPhone, "Download" for an .apk elsewhere.
     device: Device = Device.OTHER
+    notice: str | None = None  # what the last answer left for this page (`tell`)
+    notice_taken: bool = False
+    told: str | None = None  # for the next page
+
+    def tell(self, message: str) -> None:
+        """Leave `message` for the next page this visitor sees (after a redirect): the
+        server's own words, shown once in the page's notice box."""
+        self.told = message if len(message) <= MAX_NOTICE else message[: MAX_NOTICE - 1] + "…"
+
+    def take_notice(self) -> str | None:
+        """The notice the last answer left, for the page being made; it is not shown again."""
+        self.notice_taken = True
+        return self.notice
 
     @property
     def principal(self) -> Principal:
@@ -73,11 +96,13 @@ _VISITOR = (
 class ConsoleSessions:
     def __init__(self, master_key: bytes, lifetime: timedelta, *, secure: bool) -> None:
         self._key = derive_key(master_key, "console-csrf")
+        self._notice_key = derive_key(master_key, "console-notice")
         self.lifetime = lifetime
         self.secure = secure
         prefix = "__Host-" if secure else ""
         self.session_cookie = prefix + SESSION_COOKIE
         self.csrf_cookie = prefix + CSRF_COOKIE
+        self.notice_cookie = prefix + NOTICE_COOKIE
 
     def _csrf_for(self, nonce: str, session_token: str | None) -> str:
         bound = f"{nonce}|{hash_token(session_token) if session_token else ''}"
@@ -99,7 +124,30 @@ class ConsoleSessions:
             nonce = secrets.token_hex(16)
             visitor.cookies[self.csrf_cookie] = (nonce, None)
         visitor.csrf = self._csrf_for(nonce, token if user is not None else None)
+        sealed = request.cookies.get(self.notice_cookie)
+        if sealed is not None:
+            visitor.notice = self._unseal_notice(sealed, visitor.csrf)
+            if visitor.notice is None:  # another visitor's, or not ours: gone
+                visitor.cookies[self.notice_cookie] = ("", 0)
         return visitor
+
+    def _notice_mac(self, text: bytes, csrf: str) -> str:
+        bound = secret_bytes(csrf) + b"\n" + text
+        return hmac.new(self._notice_key, bound, hashlib.sha256).hexdigest()[:32]
+
+    def _seal_notice(self, notice: str, csrf: str) -> str:
+        text = notice.encode(errors="replace")
+        encoded = base64.urlsafe_b64encode(text).rstrip(b"=").decode()
+        return f"{encoded}.{self._notice_mac(text, csrf)}"
+
+    def _unseal_notice(self, sealed: str, csrf: str) -> str | None:
+        encoded, _, mac = sealed.partition(".")
+        try:
+            text = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+            notice = text.decode()
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return notice if same_secret(mac, self._notice_mac(text, csrf)) else None
 
     async def sign_in(
         self, visitor: Visitor, db: AsyncSession, session_id: str, now: datetime
@@ -126,7 +174,7 @@ class ConsoleSessions:
     def check_csrf(self, visitor: Visitor, sent: str | None) -> None:
         """Refuses an unsafe request whose token is not the one this visitor's pages carry
         (bound to their session cookie, or for a visitor who is not signed in, to none)."""
-        if not (sent and hmac.compare_digest(sent, visitor.csrf)):
+        if not (sent and same_secret(sent, visitor.csrf)):
             raise Forbidden(
                 "The form's security token is missing or out of date; reload the page and try "
                 "again",
@@ -134,6 +182,13 @@ class ConsoleSessions:
             )
 
     def apply(self, visitor: Visitor, response: Response) -> None:
+        if visitor.told is not None:
+            visitor.cookies[self.notice_cookie] = (
+                self._seal_notice(visitor.told, visitor.csrf),
+                None,
+            )
+        elif visitor.notice_taken and visitor.notice is not None:
+            visitor.cookies[self.notice_cookie] = ("", 0)
         for name, (value, age) in visitor.cookies.items():
             if age == 0:
                 response.delete_cookie(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -127,11 +126,14 @@ async def _webhook(
     return page("console/webhook.html", visitor, status_code, project=access.project,
                 webhook=webhook, deliveries=deliveries, events=EVENTS, secret=secret,
                 values=shown, errors=errors or {},
-                notice=notice or request.query_params.get("notice"))  # fmt: skip
+                notice=notice)  # fmt: skip
 
 
-def _back(project_id: str, webhook_id: str, notice: str, anchor: str = "") -> Response:
-    return see_other(f"/projects/{project_id}/webhooks/{webhook_id}?notice={quote(notice)}{anchor}")
+def _back(
+    visitor: Visitor, project_id: str, webhook_id: str, notice: str, anchor: str = ""
+) -> Response:
+    visitor.tell(notice)
+    return see_other(f"/projects/{project_id}/webhooks/{webhook_id}{anchor}")
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}")
@@ -154,21 +156,21 @@ async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Re
         return await _webhook(request, visitor, db, access, webhook_id, values=fields,
                               errors=domain_field_errors(exc, "url"),
                               status_code=exc.status)  # fmt: skip
-    return _back(project_id, webhook_id, "Webhook saved.")
+    return _back(visitor, project_id, webhook_id, "Webhook saved.")
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/enable")
 async def enable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
-    _, db, access = await _admin(request, project_id)
+    visitor, db, access = await _admin(request, project_id)
     await _service(request, db).update(access.project, webhook_id, {"enabled": True})
-    return _back(project_id, webhook_id, "Webhook enabled.")
+    return _back(visitor, project_id, webhook_id, "Webhook enabled.")
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/disable")
 async def disable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
-    _, db, access = await _admin(request, project_id)
+    visitor, db, access = await _admin(request, project_id)
     await _service(request, db).update(access.project, webhook_id, {"enabled": False})
-    return _back(project_id, webhook_id, "Webhook disabled: nothing is sent to it.")
+    return _back(visitor, project_id, webhook_id, "Webhook disabled: nothing is sent to it.")
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/rotate")
@@ -181,9 +183,11 @@ async def rotate_secret(request: Request, project_id: str, webhook_id: str) -> R
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/test")
 async def send_test(request: Request, project_id: str, webhook_id: str) -> Response:
-    _, db, access = await _admin(request, project_id)
+    visitor, db, access = await _admin(request, project_id)
     await _service(request, db).send_test(access.project, webhook_id)
-    return _back(project_id, webhook_id, "Test event sent: see the delivery log.", "#deliveries")
+    return _back(
+        visitor, project_id, webhook_id, "Test event sent: see the delivery log.", "#deliveries"
+    )
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/delete")
@@ -203,17 +207,14 @@ async def delivery_page(
     detail = await delivery_detail(reads, webhook.id, delivery_id)
     payload = json.dumps(json.loads(detail.payload), indent=2, ensure_ascii=False)
     return page("console/webhook_delivery.html", visitor, project=access.project,
-                webhook=webhook, detail=detail, payload=payload,
-                notice=request.query_params.get("notice"))  # fmt: skip
+                webhook=webhook, detail=detail, payload=payload)  # fmt: skip
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}/retry")
 async def retry_delivery(
     request: Request, project_id: str, webhook_id: str, delivery_id: str
 ) -> Response:
-    _, db, access = await _admin(request, project_id)
+    visitor, db, access = await _admin(request, project_id)
     await _service(request, db).retry(access.project, webhook_id, delivery_id)
-    notice = quote("Sent again: reload to see the new attempt.")
-    return see_other(
-        f"/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}?notice={notice}"
-    )
+    visitor.tell("Sent again: reload to see the new attempt.")
+    return see_other(f"/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}")

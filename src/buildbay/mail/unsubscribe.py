@@ -11,6 +11,7 @@ import hashlib
 import hmac
 
 from buildbay.auth.tokens import derive_key
+from buildbay.constant_time import same_secret
 from buildbay.ids import ID_PATTERN
 
 UNSUBSCRIBE_PATH = "/unsubscribe"
@@ -34,6 +35,6 @@ class UnsubscribeLinks:
     def user_of(self, token: str) -> str | None:
         """The user a token was made for, if this server made it."""
         user_id, _, mac = token.partition(".")
-        if not ID_PATTERN.fullmatch(user_id) or not hmac.compare_digest(mac, self._mac(user_id)):
+        if not ID_PATTERN.fullmatch(user_id) or not same_secret(mac, self._mac(user_id)):
             return None
         return user_id

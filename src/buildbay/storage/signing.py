@@ -8,6 +8,7 @@ import hmac
 from datetime import datetime
 
 from buildbay.auth.tokens import derive_key
+from buildbay.constant_time import same_secret
 from buildbay.errors import Forbidden
 
 
@@ -29,9 +30,7 @@ class UrlSigner:
         size: int | None = None,
     ) -> None:
         expected = self.sign(method, key, expires, size)
-        # As bytes: compare_digest refuses (TypeError) a str with non-ASCII characters, and the
-        # signature is whatever the URL's query says.
-        if not hmac.compare_digest(expected.encode(), signature.encode()):
+        if not same_secret(signature, expected):
             raise Forbidden("The storage URL's signature is not valid", code="invalid_signature")
         if expires <= now.timestamp():
             raise Forbidden("The storage URL has expired", code="url_expired")
