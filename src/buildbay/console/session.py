@@ -101,6 +101,15 @@ class ConsoleSessions:
         visitor.csrf = self._csrf_for(nonce, token if user is not None else None)
         return visitor
 
+    async def signed_in(self, request: Request, reads: Reads, now: datetime) -> str | None:
+        """The id of the user signed in on this browser, if anyone (without a cookie, nothing is
+        read): for pages outside the console that must know who is there (install pages)."""
+        token = request.cookies.get(self.session_cookie)
+        if not token:
+            return None
+        row = await reads.first(_VISITOR, {"token_hash": hash_token(token), "now": now})
+        return None if row is None else str(row["id"])
+
     async def sign_in(
         self, visitor: Visitor, db: AsyncSession, session_id: str, now: datetime
     ) -> None:
