@@ -16,10 +16,12 @@ Revises: 0014
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 from alembic import op
+from alembic.operations import BatchOperations
 
 revision: str = "0017"
 down_revision: str | None = "0014"
@@ -27,8 +29,39 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def upgrade() -> None:
+# What points at an install link (ON DELETE SET NULL). On SQLite, batch mode copies
+# install_links and drops the old table, and with foreign keys on, the drop sets every one of
+# these to NULL: they are read before and written back after.
+_POINTERS = {
+    "build_recipients": ("build_id", "email"),
+    "install_events": ("id",),
+}
+
+
+@contextmanager
+def _install_links_copied() -> Iterator[BatchOperations]:
+    """A batch on install_links that keeps what points at its rows."""
+    bind = op.get_bind()
+    kept = {
+        table: bind.execute(
+            sa.text(f"SELECT {', '.join(keys)}, install_link_id FROM {table}"  # noqa: S608
+                    " WHERE install_link_id IS NOT NULL")
+        ).all()
+        for table, keys in _POINTERS.items()
+    }  # fmt: skip
     with op.batch_alter_table("install_links") as batch:
+        yield batch
+    for table, keys in _POINTERS.items():
+        if kept[table]:
+            where = " AND ".join(f"{key} = :{key}" for key in keys)
+            bind.execute(
+                sa.text(f"UPDATE {table} SET install_link_id = :link WHERE {where}"),  # noqa: S608
+                [dict(zip((*keys, "link"), row, strict=True)) for row in kept[table]],
+            )
+
+
+def upgrade() -> None:
+    with _install_links_copied() as batch:
         batch.add_column(sa.Column("owner_id", sa.String(length=32), nullable=True))
         batch.create_foreign_key(
             op.f("fk_install_links_owner_id_users"), "users", ["owner_id"], ["id"],
@@ -55,6 +88,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("build_recipients") as batch:
         batch.drop_column("direct")
-    with op.batch_alter_table("install_links") as batch:
+    with _install_links_copied() as batch:
         batch.drop_constraint(op.f("fk_install_links_owner_id_users"), type_="foreignkey")
         batch.drop_column("owner_id")
