@@ -91,8 +91,11 @@ async def test_leaving_the_only_group_a_build_reached_a_tester_through_ends_buil
     tess = await team.member("tess@example.com")
     qa = await team.group("QA", tess.email)
     beta = await team.group("Beta", tess.email)
+    for_all = await team.upload()  # to everyone: hers whatever groups she leaves
+    await team.run_jobs()
+    [everyones] = [m.link("http://testserver/install/") for m in team.mails_to(tess.email)]
     build = await _to_group(team, qa)
-    link = _link_of(team, tess)
+    link = team.mails_to(tess.email)[-1].link("http://testserver/install/")
     await _works(team, link)
     # Given to Beta as well: leaving QA leaves her the build through Beta.
     await team.distribute(build["buildId"], groups=[beta])
@@ -109,7 +112,8 @@ async def test_leaving_the_only_group_a_build_reached_a_tester_through_ends_buil
     r = await team.client.get(f"{team.builds}/{build['buildId']}", headers=tess.headers)
     assert_problem(r, 403, "not_distributed")
     r = await team.client.get(team.builds, headers=tess.headers)
-    assert r.json()["builds"] == []
+    assert [b["buildId"] for b in r.json()["builds"]] == [for_all["buildId"]]
+    await _works(team, everyones)
 
 
 async def test_a_deleted_group_ends_the_links_it_gave(team: Team) -> None:

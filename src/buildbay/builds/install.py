@@ -36,7 +36,7 @@ from buildbay.builds.models import Build, InstallLink
 from buildbay.builds.reads import BuildRecord, not_in_application
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf
-from buildbay.distribution.visibility import OPENED_BY_OWNER
+from buildbay.distribution.visibility import LINK_OWNER, OPENED_BY_OWNER
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
 
@@ -148,6 +148,7 @@ _TARGET = (
     )
     .join(Build, Build.id == InstallLink.build_id)
     .join(Application, Application.id == Build.application_id)
+    .outerjoin(LINK_OWNER, LINK_OWNER.c.id == InstallLink.owner_id)
     .where(InstallLink.id == bindparam("link_id"))
 )
 

@@ -48,22 +48,29 @@ def _distributed_to(
 ) -> ColumnElement[bool]:
     """True for a build (a row of `builds` in the query) distributed to this person: to a group
     they are in now (`everyone` included), or to them by name. A row that only says a group
-    reached them once (`direct` false) gives nothing: they may have left that group."""
+    reached them once (`direct` false) gives nothing: they may have left that group.
+
+    Correlated by name, not left to SQLAlchemy's guess: `user_id` may be a column of the
+    enclosing query (OPENED_BY_OWNER), two levels above the groups' subquery, where implicit
+    correlation does not reach (and the subquery would read every user's groups)."""
+    groups = select(GroupTester.group_id).where(GroupTester.user_id == user_id)
     return or_(
-        exists().where(
+        exists()
+        .where(
             BuildGroup.build_id == Build.id,
             or_(
                 BuildGroup.group_id == EVERYONE,
-                BuildGroup.group_id.in_(
-                    select(GroupTester.group_id).where(GroupTester.user_id == user_id)
-                ),
+                BuildGroup.group_id.in_(groups.correlate_except(GroupTester)),
             ),
-        ),
-        exists().where(
+        )
+        .correlate_except(BuildGroup),
+        exists()
+        .where(
             BuildRecipient.build_id == Build.id,
             BuildRecipient.direct.is_(True),
             or_(BuildRecipient.user_id == user_id, BuildRecipient.email == email),
-        ),
+        )
+        .correlate_except(BuildRecipient),
     )
 
 
@@ -74,25 +81,23 @@ def _distributed_to(
 DISTRIBUTED_TO_VIEWER = _distributed_to(bindparam("viewer_id"), bindparam("viewer_email"))
 
 _SEES_EVERY_BUILD = [role for role in ProjectRole if role.includes(ProjectRole.DEVELOPER)]
-_OWNER = User.__table__.alias("link_owner")
+# The person of a personal install link: a statement that reads OPENED_BY_OWNER outer-joins it
+# as `LINK_OWNER.c.id == InstallLink.owner_id`.
+LINK_OWNER = User.__table__.alias("link_owner")
 _OWNER_ROLE = (
     select(ProjectMember.role)
-    .where(ProjectMember.project_id == Build.project_id, ProjectMember.user_id == _OWNER.c.id)
+    .where(ProjectMember.project_id == Build.project_id, ProjectMember.user_id == LINK_OWNER.c.id)
+    .correlate_except(ProjectMember)
     .scalar_subquery()
 )
-# True for an install link (a row of `install_links`, beside its build's row of `builds`) whose
-# person may open the build now, as the API would let them (a member, developer or above, or a
-# tester it is distributed to); always true for a shared link (nobody's own).
+# True for an install link (a row of `install_links`, beside its build's row of `builds` and
+# its LINK_OWNER) whose person may open the build now, as the API would let them (a member,
+# developer or above, or a tester it is distributed to); always true for a shared link (nobody's
+# own).
 OPENED_BY_OWNER = or_(
     InstallLink.owner_id.is_(None),
-    exists()
-    .where(_OWNER.c.id == InstallLink.owner_id)
-    .where(
-        or_(
-            _OWNER_ROLE.in_(_SEES_EVERY_BUILD),
-            and_(_OWNER_ROLE.is_not(None), _distributed_to(_OWNER.c.id, _OWNER.c.email)),
-        )
-    ),
+    _OWNER_ROLE.in_(_SEES_EVERY_BUILD),
+    and_(_OWNER_ROLE.is_not(None), _distributed_to(LINK_OWNER.c.id, LINK_OWNER.c.email)),
 )
 
 
