@@ -122,9 +122,12 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): "tester",
-    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link"): "tester",
+    # Sharing a build is a developer's (issue 34); a tester lists only their own personal links
+    # (tests/distribution/test_link_access.py).
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link"): (
+        "developer"
+    ),
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): "tester",
-    # Another member's link; a tester may revoke its own (tests/builds/test_install_links.py).
     (
         "DELETE",
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
@@ -219,7 +222,9 @@ ALL_PROJECTS = {("POST", "/api/projects"), ("PUT", "/api/auth/me")}
 # Routes outside /api, by path prefix, and what guards them instead of a bearer token.
 OUTSIDE_API = {
     "/storage/": "a signed URL (tests/builds/test_upload_flow.py, test_builds_api.py)",
-    "/install/": "a signed install link (tests/builds/test_install_links.py)",
+    "/install/": "a signed install link; a personal one only while its person may open the "
+    "build, and never to someone else signed in (tests/builds/test_install_links.py, "
+    "tests/distribution/test_link_access.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
     "/favicon.ico": "public: a redirect to the icon under /static",

@@ -79,21 +79,22 @@ def qr_text(page: str) -> str:
     return text
 
 
-async def test_a_member_creates_a_link_and_the_page_shows_the_build(
+async def test_a_developer_shares_a_link_and_the_page_shows_the_build(
     builds: Builds, client: httpx.AsyncClient
 ) -> None:
     build = await _ready(builds, APK.read_bytes(), "demo.apk", notes="Fixes the <login> crash")
-    tester = await builds.api.register("tester@example.com")
-    await builds.api.add_member(builds.owner, builds.project_id, tester, "tester")
+    developer = await builds.api.register("dev@example.com")
+    await builds.api.add_member(builds.owner, builds.project_id, developer, "developer")
 
-    r = await _install_link(builds, build["buildId"], tester)
+    r = await _install_link(builds, build["buildId"], developer)
 
     assert r.status_code == 201, r.text
     link = r.json()
     assert link["url"].startswith("http://")
     assert "/install/" in link["url"]
     assert link["manifestUrl"] is None  # not an .ipa
-    assert link["createdBy"] == tester.user["id"]
+    assert link["createdBy"] == developer.user["id"]
+    assert (link["shared"], link["owner"]) == (True, None)
     page = await client.get(_path(link["url"]), headers=HTML)  # no Authorization header
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
@@ -307,17 +308,21 @@ async def test_a_pending_build_has_no_install_link(builds: Builds) -> None:
     assert_problem(await _install_link(builds, link["buildId"]), 409, "build_not_ready")
 
 
-async def test_a_tester_revokes_its_own_links_only(builds: Builds) -> None:
+async def test_only_a_developer_creates_and_revokes_links(builds: Builds) -> None:
     build = await _ready(builds, APK.read_bytes(), "demo.apk")
     tester = await builds.api.register("tester@example.com")
     await builds.api.add_member(builds.owner, builds.project_id, tester, "tester")
-    own = (await _install_link(builds, build["buildId"], tester)).json()
     owners = (await _install_link(builds, build["buildId"])).json()
     links = f"{builds.base}/{build['buildId']}/install-links"
 
+    assert_problem(await _install_link(builds, build["buildId"], tester), 403, "insufficient_role")
     r = await builds.client.delete(f"{links}/{owners['linkId']}", headers=tester.headers)
     assert_problem(r, 403, "insufficient_role")
-    r = await builds.client.delete(f"{links}/{own['linkId']}", headers=tester.headers)
+    # A tester's list holds their own links only: a shared link is none of them.
+    r = await builds.client.get(links, headers=tester.headers)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"installLinks": []}
+    r = await builds.client.delete(f"{links}/{owners['linkId']}", headers=builds.owner.headers)
     assert r.status_code == 204
 
 

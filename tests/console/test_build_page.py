@@ -245,3 +245,100 @@ async def test_a_pending_build_says_why_it_is_not_ready(
     refusal = "The last check refused it: Not a readable .apk: not a zip archive"
     assert refusal in listed
     assert refusal in page
+
+
+# -- install links follow membership (issue 34) ------------------------------------------------
+
+
+async def test_a_tester_is_offered_no_sharing_and_the_server_refuses_it(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    build = await _apk(team)
+    shared = await team.client.post(f"{team.builds}/{build['buildId']}/install-link",
+                                    headers=team.owner.headers)  # fmt: skip
+    assert shared.status_code == 201, shared.text
+    other = await _apk(team)  # no shared link: the form would be offered to a developer
+    tess = await team.member("tess@example.com")
+    await sign_in(browser, tess.email)
+    app = _page(team, build).rsplit("/builds/", 1)[0]
+
+    page = await browser.get(app)
+
+    assert page.status_code == 200, page.text
+    assert f'id="build-{other["buildId"]}"' in page.text
+    assert "Create install link" not in page.text
+    assert "Copy install link" not in page.text
+    assert shared.json()["url"] not in page.text
+    for path, form in [(f"{_page(team, other)}/install-link", {}),
+                       (f"{_page(team, other)}/install-links", {"hours": "72"}),
+                       (f"{_page(team, build)}/install-links/{shared.json()['linkId']}/revoke",
+                        {})]:  # fmt: skip
+        r = await post(browser, path, form, page=app)
+        assert r.status_code == 403, (path, r.text)
+        assert "This needs the developer role or higher; you are tester" in text(r)
+    listed = await team.client.get(f"{team.builds}/{other['buildId']}/install-links",
+                                   headers=team.owner.headers)  # fmt: skip
+    assert listed.json() == {"installLinks": []}
+    listed = await team.client.get(f"{team.builds}/{build['buildId']}/install-links",
+                                   headers=team.owner.headers)  # fmt: skip
+    assert [link["revokedAt"] for link in listed.json()["installLinks"]] == [None]
+
+    # A developer is offered both.
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=team.app),
+                                 base_url=str(browser.base_url)) as developer:  # fmt: skip
+        await sign_in(developer, team.owner.email)
+        page = await developer.get(app)
+    assert "Create install link" in page.text
+    assert "Copy install link" in page.text
+
+
+async def test_a_tester_installs_through_a_link_of_their_own_that_ends_with_their_access(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    app = await _ios(team)
+    build = await _ipa(team, app, "1.0", "10")
+    tess = await team.member("tess@example.com")
+    await sign_in(browser, tess.email)
+    page = _page(team, build, app["id"])
+
+    r = await post(browser, f"{page}/install", {}, page=page.rsplit("/builds/", 1)[0])
+
+    assert r.status_code == 303, r.text
+    url = r.headers["location"]
+    assert "/install/" in url
+    opened = await browser.get(url, headers={"Accept": "text/html"})
+    assert opened.status_code == 200, opened.text
+    builds = f"/api/app-distribution/{team.project['id']}/{app['id']}/builds/{build['buildId']}"
+    listed = await team.client.get(f"{builds}/install-links", headers=team.owner.headers)
+    [link] = listed.json()["installLinks"]
+    assert link["url"] == url
+    assert link["shared"] is False
+    assert link["owner"] == {"userId": tess.user["id"], "email": tess.email,
+                             "name": tess.user["name"]}  # fmt: skip
+    # Nobody else's: the build has still no shared link.
+    assert (await team.client.get(builds, headers=team.owner.headers)).json()["installUrl"] is None
+
+    r = await team.client.delete(
+        f"/api/projects/{team.project['id']}/members/{tess.user['id']}", headers=team.owner.headers
+    )
+    assert r.status_code == 204, r.text
+    gone = await team.client.get(url)
+    assert (gone.status_code, gone.json()["code"]) == (410, "install_link_revoked")
+
+
+async def test_the_build_page_says_whose_each_link_is(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    tess = await team.member("tess@example.com")
+    build = await _apk(team)
+    await team.run_jobs()  # Tess's mail, with her own link
+    r = await team.client.post(f"{team.builds}/{build['buildId']}/install-link",
+                               headers=team.owner.headers)  # fmt: skip
+    assert r.status_code == 201, r.text
+    await sign_in(browser, team.owner.email)
+
+    shown = text(await browser.get(_page(team, build)))
+
+    name = tess.user["name"] or tess.email
+    assert f"{name} <{tess.email}> (personal)" in shown
+    assert f"Shared, made by {team.owner.user['name'] or team.owner.email}" in shown

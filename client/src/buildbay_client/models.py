@@ -319,6 +319,15 @@ class BuildList(Model):
 
 
 @dataclass(frozen=True)
+class InstallLinkOwner(Model):
+    """The person a personal install link is for."""
+
+    user_id: str
+    email: str
+    name: str | None
+
+
+@dataclass(frozen=True)
 class InstallLink(Model):
     link_id: str
     url: str
@@ -327,6 +336,8 @@ class InstallLink(Model):
     created_at: datetime
     expires_at: datetime
     revoked_at: datetime | None
+    shared: bool = True  # false: a personal link, for `owner` only
+    owner: InstallLinkOwner | None = None
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ScalarSelect, and_, bindparam, exists, func, select
+from sqlalchemy import ScalarSelect, and_, bindparam, func, select
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.orm import InstrumentedAttribute
 
 from buildbay.builds.models import Build, BuildChannel, Channel, InstallLink
 from buildbay.db.reads import Reads
-from buildbay.distribution.models import BuildRecipient, InstallEvent, InstallEventKind
+from buildbay.distribution.models import InstallEvent, InstallEventKind
 
 _DOWNLOADS = (
     select(func.count())
@@ -31,13 +31,13 @@ _CHANNELS = (
     .scalar_subquery()
 )
 
-# A link a member shares and that still opens, at the time bound as `now`: never one of the
-# personal links distribution mails to each tester (opens through those are that tester's), so
-# that a build's installUrl is never someone else's link.
+# A link a member shares and that still opens, at the time bound as `now`: never a personal
+# link (a distribution mail's, a tester's own: opens through those are that person's, and only
+# they may use it), so that a build's installUrl is never someone's own link.
 SHARED_AND_LIVE = and_(
     InstallLink.revoked_at.is_(None),
     InstallLink.expires_at > bindparam("now"),
-    ~exists().where(BuildRecipient.install_link_id == InstallLink.id),
+    InstallLink.owner_id.is_(None),
 )
 
 

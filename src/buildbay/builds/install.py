@@ -4,6 +4,12 @@ The link is `{public_url}/install/{token}`, the token being the link's id and an
 database lookup for a forged token, and the URL can be shown again for as long as the link lives
 (the build record's `installUrl`). Expiry and revocation live on the row, so an expired or
 revoked link answers 410, and an unknown one 404.
+
+A link is shared (a developer's, or the update check's: anyone holding it may open it) or
+personal (`owner_id`: a distribution mail's, or a tester's own from the console). A personal
+link opens only while its person may open the build, asked of distribution/visibility.py each
+time it is opened; when they may not, it answers exactly as a revoked link does. What is done
+through it is theirs, and someone else signed in cannot use it.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, select, update
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
+from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import derive_key
 from buildbay.builds.enums import BuildStatus
@@ -29,9 +37,9 @@ from buildbay.builds.reads import BuildRecord, not_in_application
 from buildbay.constant_time import same_secret
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf
+from buildbay.distribution.visibility import LINK_OWNER, OPENED_BY_OWNER
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
-from buildbay.projects.enums import ProjectRole
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext
@@ -67,9 +75,27 @@ class InstallLinkRecord:
     id: str
     build_id: str
     created_by: str | None
+    owner_id: str | None  # None: a shared link
     created_at: datetime
     expires_at: datetime
     revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkOwner:
+    """The person a personal link is for."""
+
+    user_id: str
+    email: str
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedLink:
+    """A link as the lists show it: with its person, if it is a personal link."""
+
+    link: InstallLinkRecord
+    owner: LinkOwner | None
 
 
 LINK = RecordOf(InstallLinkRecord, InstallLink)
@@ -94,17 +120,36 @@ _LIVE_LINKS_OF_BUILDS = (
     .order_by(InstallLink.id)
 )
 _LINKS_OF_BUILD = (
-    select(*LINK.columns)
+    select(*LINK.columns, User.email.label("owner_email"), User.name.label("owner_name"))
+    .outerjoin(User, User.id == InstallLink.owner_id)
     .where(InstallLink.build_id == bindparam("build_id"))
     .order_by(InstallLink.id.desc())
+)
+_OWN_LINKS_OF_BUILD = _LINKS_OF_BUILD.where(InstallLink.owner_id == bindparam("owner_id"))
+_OWN_LIVE_LINK = (
+    select(*LINK.columns)
+    .where(
+        InstallLink.build_id == bindparam("build_id"),
+        InstallLink.owner_id == bindparam("owner_id"),
+        InstallLink.revoked_at.is_(None),
+        InstallLink.expires_at > bindparam("now"),
+    )
+    .order_by(InstallLink.id.desc())
+    .limit(1)
 )
 _LINK_OF_BUILD = select(*LINK.columns).where(
     InstallLink.id == bindparam("link_id"), InstallLink.build_id == bindparam("build_id")
 )
 _TARGET = (
-    select(*_TARGET_LINK.columns, *_TARGET_BUILD.columns, *_TARGET_APPLICATION.columns)
+    select(
+        *_TARGET_LINK.columns,
+        *_TARGET_BUILD.columns,
+        *_TARGET_APPLICATION.columns,
+        OPENED_BY_OWNER.label("owner_may_open"),
+    )
     .join(Build, Build.id == InstallLink.build_id)
     .join(Application, Application.id == Build.application_id)
+    .outerjoin(LINK_OWNER, LINK_OWNER.c.id == InstallLink.owner_id)
     .where(InstallLink.id == bindparam("link_id"))
 )
 
@@ -125,11 +170,15 @@ class InstallLinkReads:
     def url(self, link: InstallLinkRecord | LiveLink) -> str:
         return f"{self.public_url}/install/{self.tokens.token(link.id)}"
 
-    async def of_build(self, build: BuildRecord) -> list[InstallLinkRecord]:
-        """Every link of the build, newest first, expired and revoked ones included."""
-        return [
-            LINK.of(row) for row in await self.reads.all(_LINKS_OF_BUILD, {"build_id": build.id})
-        ]
+    async def of_build(self, build: BuildRecord, owner_id: str | None = None) -> list[ListedLink]:
+        """Every link of the build (`owner_id`: only that person's own), newest first, expired
+        and revoked ones included, each with its person if it is a personal link."""
+        if owner_id is None:
+            rows = await self.reads.all(_LINKS_OF_BUILD, {"build_id": build.id})
+        else:
+            params = {"build_id": build.id, "owner_id": owner_id}
+            rows = await self.reads.all(_OWN_LINKS_OF_BUILD, params)
+        return [_listed(row) for row in rows]
 
     async def find(self, build: BuildRecord, link_id: str) -> InstallLinkRecord:
         row = await self.reads.first(_LINK_OF_BUILD, {"link_id": link_id, "build_id": build.id})
@@ -147,9 +196,12 @@ class InstallLinkReads:
         # The newest wins: ids sort by time.
         return {row["build_id"]: LINK.of(row) for row in rows}
 
-    async def open(self, token: str) -> InstallTarget:
+    async def open(self, token: str, visitor_id: str | None = None) -> InstallTarget:
         """The link, build and application behind a token; 404 if it is not one, 410 if it
-        expired or was revoked (or its build was deleted)."""
+        expired or was revoked (or its build was deleted), or if it is a personal link whose
+        person may no longer open the build (the same answer as a revoked link: a holder of the
+        link learns nothing of the person's membership). `visitor_id`: who is signed in on this
+        browser, if anyone; someone else's personal link is refused to them (403)."""
         link_id = self.tokens.link_id(token)
         if link_id is None:
             raise NotFound("This install link does not exist", code="install_link_not_found")
@@ -162,6 +214,14 @@ class InstallLinkReads:
             raise Gone("This install link was revoked", code="install_link_revoked")
         if link.expires_at <= self.now:
             raise Gone("This install link has expired", code="install_link_expired")
+        if not row["owner_may_open"]:
+            raise Gone("This install link was revoked", code="install_link_revoked")
+        if link.owner_id is not None and visitor_id is not None and visitor_id != link.owner_id:
+            raise Forbidden(
+                "This install link was made for someone else: what is done through it counts "
+                "as theirs. Sign out to use it, or open the build from your own account",
+                code="not_your_install_link",
+            )
         return InstallTarget(link, _TARGET_BUILD.of(row), _TARGET_APPLICATION.of(row))
 
 
@@ -179,9 +239,15 @@ class InstallLinks:
         self.now = reads.now
 
     async def create(
-        self, build: BuildRecord, creator: UserRecord | None, hours: int
+        self,
+        build: BuildRecord,
+        creator: UserRecord | None,
+        hours: int,
+        *,
+        owner: UserRecord | None = None,
     ) -> InstallLinkRecord:
-        """A new link; `creator` None: made by the server (an update check's, updates/)."""
+        """A new link; `creator` None: made by the server (an update check's, updates/).
+        `owner`: a personal link, theirs; else a shared one."""
         if build.status is not BuildStatus.READY:
             raise Conflict(
                 "Only a ready build can have an install link; verify the upload first",
@@ -191,6 +257,7 @@ class InstallLinks:
             id=new_id("inl"),
             build_id=build.id,
             created_by=creator.id if creator is not None else None,
+            owner_id=owner.id if owner is not None else None,
             created_at=self.now,
             expires_at=self.now + timedelta(hours=hours),
             revoked_at=None,
@@ -199,14 +266,9 @@ class InstallLinks:
         await self.db.flush()
         return LINK.of_entity(link)
 
-    async def revoke(self, link: InstallLinkRecord, by: UserRecord, role: ProjectRole) -> None:
-        """From now on its page answers 410. Its creator may revoke it, and a developer or
-        higher any link. Revoking twice changes nothing."""
-        if link.created_by != by.id and not role.includes(ProjectRole.DEVELOPER):
-            raise Forbidden(
-                "Only its creator or a developer (or higher) can revoke this link",
-                code="insufficient_role",
-            )
+    async def revoke(self, link: InstallLinkRecord) -> None:
+        """From now on its page answers 410 (who may: a developer or higher, checked by the
+        callers' authorization). Revoking twice changes nothing."""
         await self.db.execute(
             update(InstallLink)
             .where(InstallLink.id == link.id, InstallLink.revoked_at.is_(None))
@@ -232,3 +294,20 @@ class InstallLinks:
         if current is not None and current.expires_at - self.now >= min_left:
             return current
         return await self.create(build, creator, hours)
+
+    async def own(self, build: BuildRecord, person: UserRecord, hours: int) -> InstallLinkRecord:
+        """`person`'s own live link of the build (from their mail, or made here before), or a new
+        personal link: what a tester installs through, never a link others could use."""
+        row = await self.reads.reads.first(
+            _OWN_LIVE_LINK, {"build_id": build.id, "owner_id": person.id, "now": self.now}
+        )
+        if row is not None:
+            return LINK.of(row)
+        return await self.create(build, person, hours, owner=person)
+
+
+def _listed(row: RowMapping) -> ListedLink:
+    link = LINK.of(row)
+    if link.owner_id is None:
+        return ListedLink(link, None)
+    return ListedLink(link, LinkOwner(link.owner_id, row["owner_email"], row["owner_name"]))

@@ -5,6 +5,9 @@ gets an HTML page for whatever is refused (an unknown (404), expired or revoked 
 many requests (429)); other clients get the usual problem+json. The pages and their downloads
 have a per-IP budget of their own (INSTALL_PAGES_PER_MINUTE_PER_IP), well above the API's for
 anonymous callers: a team of testers behind one office NAT opens them at once.
+
+A personal link (a tester's own) counts what is done through it as its person's, and is refused
+(403) to anyone else signed in on the browser: its person's report stays theirs alone.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import version_label
 from buildbay.builds.service import human_size
+from buildbay.console.session import ConsoleSessions
 from buildbay.context import AppContext
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
@@ -64,6 +68,12 @@ def _refusal_page(exc: BuildbayError) -> Response:
             detail="Many people on your network opened install pages in the last minute.",
             hint=f"Try again in {wait} seconds.",
         )  # fmt: skip
+    if exc.status == status.HTTP_403_FORBIDDEN:
+        return render(
+            "install_error.html", exc.status, headers=NO_STORE,
+            title="This install link is someone else's", detail=exc.detail,
+            hint="Your own install link is in your mail, and the build on your console page.",
+        )  # fmt: skip
     title = "Install link not found" if exc.status == 404 else "Install link no longer works"
     return render("install_error.html", exc.status, title=title, detail=exc.detail)
 
@@ -89,6 +99,12 @@ router = APIRouter(
 Token = Annotated[str, Path(description="The signed token of the install link")]
 
 
+async def _open(token: str, request: Request, links: InstallLinkReads) -> InstallTarget:
+    """The link's target, for whoever is signed in on this browser (if anyone)."""
+    console: ConsoleSessions = request.app.state.console
+    return await links.open(token, await console.signed_in(request, links.reads, links.now))
+
+
 def _when(moment: datetime) -> str:
     return moment.strftime("%d %b %Y, %H:%M UTC")
 
@@ -106,14 +122,14 @@ def _is_ios(target: InstallTarget) -> bool:
     response_class=HTMLResponse,
     responses={
         200: {"content": {"text/html": {}}, "description": "The install page"},
-        **problem_responses(404, 410, 429),
+        **problem_responses(403, 404, 410, 429),
     },
     summary="A build's public install page (a signed link; no token)",
 )
 async def install_page(
     token: Token, request: Request, links: LinkReads, db: SessionDep
 ) -> Response:
-    target = await links.open(token)  # refused: a page for a browser (InstallPageRoute)
+    target = await _open(token, request, links)  # refused: a page for a browser (InstallPageRoute)
     await _record(db, request, links, target, InstallEventKind.OPEN)
     build, application = target.build, target.application
     metadata = build.metadata_ or {}
@@ -168,8 +184,9 @@ async def _record(
     target: InstallTarget,
     kind: InstallEventKind,
 ) -> None:
+    # Through a personal link: its person's (a shared link's opens are nobody's).
     await record_install(db, target.build, kind, links.now, request.headers.get("user-agent"),
-                         link_id=target.link.id)  # fmt: skip
+                         user_id=target.link.owner_id, link_id=target.link.id)  # fmt: skip
 
 
 def _shown(value: object) -> str | None:
@@ -189,14 +206,14 @@ async def _file_url(ctx: AppContext, links: InstallLinkReads, target: InstallTar
     response_class=RedirectResponse,
     responses={
         302: {"description": "Redirect to a short-lived signed address of the file"},
-        **problem_responses(404, 410, 429),
+        **problem_responses(403, 404, 410, 429),
     },
     summary="Download the build of an install link: 302 to a short-lived signed URL",
 )
 async def install_download(
     token: Token, links: LinkReads, ctx: Context, db: SessionDep, request: Request
 ) -> RedirectResponse:
-    target = await links.open(token)
+    target = await _open(token, request, links)
     await _record(db, request, links, target, InstallEventKind.DOWNLOAD)
     return RedirectResponse(await _file_url(ctx, links, target), status_code=status.HTTP_302_FOUND)
 
@@ -206,14 +223,14 @@ async def install_download(
     response_class=Response,
     responses={
         200: {"content": {"application/xml": {}}, "description": "The itms-services manifest"},
-        **problem_responses(404, 410, 429),
+        **problem_responses(403, 404, 410, 429),
     },
     summary="The iOS over-the-air install manifest of an .ipa's install link",
 )
 async def install_manifest(
     token: Token, links: LinkReads, ctx: Context, db: SessionDep, request: Request
 ) -> Response:
-    target = await links.open(token)
+    target = await _open(token, request, links)
     if not _is_ios(target):
         raise NotFound("Only an .ipa build has an iOS manifest", code="manifest_not_found")
     # The device fetches the file itself from the manifest's address: this is the download.
@@ -243,11 +260,11 @@ async def install_manifest(
     response_class=Response,
     responses={
         200: {"content": {"image/png": {}}, "description": "The app icon"},
-        **problem_responses(404, 410, 429),
+        **problem_responses(403, 404, 410, 429),
     },
     summary="The app icon of an install link's build",
 )
-async def install_icon(token: Token, links: LinkReads, ctx: Context) -> Response:
-    target = await links.open(token)
+async def install_icon(token: Token, links: LinkReads, ctx: Context, request: Request) -> Response:
+    target = await _open(token, request, links)
     png = await BuildReads.of(ctx, links.reads).icon(target.build)
     return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})

@@ -87,6 +87,10 @@ class InstallLink(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     build_id: Mapped[str] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"), index=True)
     created_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    # A personal link's person (a distribution mail's, or a tester's own from the console): it
+    # opens only while they can open the build (distribution/visibility.py), and what is done
+    # through it is theirs. None: a shared link, which anyone holding it may open.
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]

@@ -11,7 +11,7 @@ from buildbay.builds.devices import is_ios_build
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
-from buildbay.builds.install import InstallLinkReads, InstallLinkRecord
+from buildbay.builds.install import InstallLinkReads, ListedLink
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildRecord, ShownBuild, VersionFilter
 from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
@@ -22,7 +22,7 @@ from buildbay.distribution.service import Distributor
 from buildbay.distribution.visibility import tester_of as tester
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
-from buildbay.projects.access import BuildsDeveloper, BuildsReader, BuildsTester
+from buildbay.projects.access import BuildsDeveloper, BuildsReader
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
 from buildbay.storage.base import parts_count
 from buildbay.webhooks import events as webhook_events
@@ -132,13 +132,18 @@ def shown_schema(shown: ShownBuild, links: InstallLinkReads) -> schemas.Build:
 
 
 def _install_link(
-    link: InstallLinkRecord, build: BuildRecord, links: InstallLinkReads
+    listed: ListedLink, build: BuildRecord, links: InstallLinkReads
 ) -> schemas.InstallLink:
+    link, owner = listed.link, listed.owner
     url = links.url(link)
     return schemas.InstallLink(
         link_id=link.id,
         url=url,
         manifest_url=f"{url}/manifest.plist" if is_ios_build(build.file_name) else None,
+        shared=owner is None,
+        owner=None
+        if owner is None
+        else schemas.InstallLinkOwner(user_id=owner.user_id, email=owner.email, name=owner.name),
         created_by=link.created_by,
         created_at=link.created_at,
         expires_at=link.expires_at,
@@ -430,32 +435,35 @@ async def build_icon(build_id: BuildId, access: BuildsReader, builds: Builds) ->
         **linked(201, "The install link", _INSTALL_LINK_LINKS),
         **problem_responses(400, 401, 403, 404, 409, 422, 429),
     },
-    summary="Create a public install page for a ready build (tester+)",
+    summary="Create a shared install page for a ready build (developer+)",
 )
 async def create_install_link(
     build_id: BuildId,
-    access: BuildsTester,
+    access: BuildsDeveloper,
     service: Service,
     links: Links,
     body: Annotated[schemas.InstallLinkRequest | None, Body()] = None,
 ) -> schemas.InstallLink:
-    build = await service.reads.get(access.application.id, build_id, tester(access))
+    build = await service.reads.get(access.application.id, build_id)
     hours = (body or schemas.InstallLinkRequest()).expires_in_hours
     link = await links.create(build, access.caller.user, hours)
-    return _install_link(link, build, links.reads)
+    return _install_link(ListedLink(link, None), build, links.reads)
 
 
 @router.get(
     "/{buildId}/install-links",
     responses=BY_ID,
-    summary="The build's install links, newest first, expired and revoked ones included",
+    summary="The build's install links, newest first, expired and revoked ones included "
+    "(a tester: only their own)",
 )
 async def list_install_links(
     build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.InstallLinkList:
-    build = await builds.get(access.application.id, build_id, tester(access))
+    viewer = tester(access)
+    build = await builds.get(access.application.id, build_id, viewer)
+    listed = await links.of_build(build, viewer.user_id if viewer is not None else None)
     return schemas.InstallLinkList(
-        install_links=[_install_link(link, build, links) for link in await links.of_build(build)]
+        install_links=[_install_link(link, build, links) for link in listed]
     )
 
 
@@ -463,16 +471,16 @@ async def list_install_links(
     "/{buildId}/install-links/{linkId}",
     status_code=status.HTTP_204_NO_CONTENT,
     responses=BY_ID,
-    summary="Revoke an install link: its page answers 410 (developer+, or its creator)",
+    summary="Revoke an install link: its page answers 410 (developer+)",
 )
 async def revoke_install_link(
     build_id: BuildId,
     link_id: Annotated[str, Path(alias="linkId")],
-    access: BuildsTester,
+    access: BuildsDeveloper,
     service: Service,
     links: Links,
 ) -> Response:
     build = await service.reads.get(access.application.id, build_id)
     link = await links.reads.find(build, link_id)
-    await links.revoke(link, access.caller.user, access.role)
+    await links.revoke(link)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -304,13 +304,32 @@ class Build(ApiModel):
     )
 
 
+class InstallLinkOwner(ApiModel):
+    """The person a personal install link is for."""
+
+    user_id: str
+    email: str
+    name: str | None
+
+
 class InstallLink(ApiModel):
     link_id: str
     url: str = Field(description="The public install page: share it, or print it from CI")
     manifest_url: str | None = Field(
         description="For an .ipa: the itms-services manifest the page's install button uses"
     )
-    created_by: str | None
+    shared: bool = Field(
+        description="true: anyone holding the link may open it (a developer made it to share, "
+        "or an update check did); false: a personal link, for `owner` only"
+    )
+    owner: InstallLinkOwner | None = Field(
+        description="A personal link's person (a distribution mail's, or a tester's own): it "
+        "works only while they may open the build; null for a shared link"
+    )
+    created_by: str | None = Field(
+        description="User id of the member who made the link; null when the server made it (a "
+        "distribution mail's, an update check's)"
+    )
     created_at: Timestamp
     expires_at: Timestamp
     revoked_at: Timestamp | None

@@ -13,7 +13,13 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.builds.install import InstallLinkReads, InstallLinkRecord, InstallLinks
+from buildbay.builds.install import (
+    InstallLinkReads,
+    InstallLinkRecord,
+    InstallLinks,
+    LinkOwner,
+    ListedLink,
+)
 from buildbay.builds.reads import BuildReads, BuildRecord
 from buildbay.builds.routes import ICON_CACHE
 from buildbay.builds.schemas import (
@@ -97,15 +103,27 @@ class LinkRow:
     link: InstallLinkRecord
     url: str
     state: str  # live, expired or revoked
+    owner: LinkOwner | None  # a personal link's person; None: shared
+    creator: str | None  # a shared link's maker, by name; None: the server
 
 
-def _link_rows(links: InstallLinkReads, found: list[InstallLinkRecord]) -> list[LinkRow]:
+def _link_rows(
+    links: InstallLinkReads, found: list[ListedLink], names: dict[str, str]
+) -> list[LinkRow]:
     def state(link: InstallLinkRecord) -> str:
         if link.revoked_at is not None:
             return "revoked"
         return "expired" if link.expires_at <= links.now else "live"
 
-    return [LinkRow(link, links.url(link), state(link)) for link in found]
+    def creator(link: InstallLinkRecord) -> str | None:
+        if link.created_by is None:
+            return None
+        return names.get(link.created_by, "a former member")
+
+    return [
+        LinkRow(row.link, links.url(row.link), state(row.link), row.owner, creator(row.link))
+        for row in found
+    ]
 
 
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}")
@@ -129,14 +147,15 @@ async def render_build(
     build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
     groups, _ = await groups_page(reads, access.project, 100, None)
     links = InstallLinkReads.of(ctx, reads)
-    uploader = next((m for m in await members(reads, access.project.id)
-                     if m.user_id == build.uploaded_by), None)  # fmt: skip
+    team = await members(reads, access.project.id)
+    uploader = next((m for m in team if m.user_id == build.uploaded_by), None)
+    names = {m.user_id: m.name or m.email for m in team}
     return page(
         "console/build.html", visitor, status_code, project=access.project,
         application=access.application, build=build, can=can(access.role), groups=groups,
         report=await installs_of(reads, build), version=version_label(build.metadata_),
         size=human_size(build.file_size), facts=list(file_facts(build)), uploader=uploader,
-        links=_link_rows(links, await links.of_build(build)), lifetimes=LIFETIMES,
+        links=_link_rows(links, await links.of_build(build), names), lifetimes=LIFETIMES,
         default_hours=DEFAULT_HOURS, fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH,
         failed=failed, values=values or {}, errors=errors or {},
@@ -206,6 +225,6 @@ async def revoke_link(
     build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
     links = InstallLinks.of(ctx, db)
     link = await links.reads.find(build, link_id)
-    await links.revoke(link, visitor.principal.user, access.role)
+    await links.revoke(link)
     visitor.tell("Install link revoked: its page now says so.")
     return see_other(f"{build_path(project_id, app_id, build_id)}#install-links")

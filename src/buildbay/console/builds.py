@@ -82,7 +82,9 @@ async def render_application(
     builds = [b.build for b in found]
     extras = {b.build.id: b.extras for b in found}
     links = InstallLinkReads.of(get_context(request), reads)
-    current = {k: extra.link for k, extra in extras.items() if extra.link is not None}
+    # Sharing is a developer's: a tester is offered neither the shared link nor a new one.
+    sharing = access.role.includes(ProjectRole.DEVELOPER)
+    current = {k: e.link for k, e in extras.items() if e.link is not None and sharing}
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     channels = await channels_of(reads, access.application.id, tester_of(access))
     versions = {b.id: version_label(b.metadata_) for b in builds}
@@ -168,7 +170,10 @@ async def download_build(request: Request, project_id: str, app_id: str, build_i
 async def create_install_link(
     request: Request, project_id: str, app_id: str, build_id: str
 ) -> Response:
-    visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
-    build = await _build_reads(request, db).get(access.application.id, build_id, tester_of(access))
+    """Share the build (developer+, as the API's): its live shared link, else a new one."""
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    build = await _build_reads(request, db).get(access.application.id, build_id)
     await _links(request, db).share(build, visitor.principal.user, DEFAULT_HOURS)
     return see_other(f"{application_path(project_id, app_id)}?link={build.id}#build-{build.id}")

@@ -1,7 +1,8 @@
-"""The console's "Install" of an .ipa on an iPhone or iPad: the build's install link (the one
-it has, else a new one), then its install page, whose button hands the manifest to iOS. iOS
-fetches the manifest and the file itself, without the console's cookies: only a signed link
-reaches it."""
+"""The console's "Install" of an .ipa on an iPhone or iPad: an install link, then its install
+page, whose button hands the manifest to iOS. iOS fetches the manifest and the file itself,
+without the console's cookies: only a signed link reaches it. A tester's is their own personal
+link (from their mail, else a new one: it counts as theirs and works only while they may open
+the build); a developer's, the build's shared link (the one it has, else a new one)."""
 
 from __future__ import annotations
 
@@ -26,5 +27,9 @@ async def install_build(request: Request, project_id: str, app_id: str, build_id
     ctx = get_context(request)
     build = await BuildReads.of(ctx, reads).get(access.application.id, build_id, tester_of(access))
     links = InstallLinks.of(ctx, db)
-    link = await links.share(build, visitor.principal.user, DEFAULT_HOURS)
+    user = visitor.principal.user
+    if tester_of(access) is None:
+        link = await links.share(build, user, DEFAULT_HOURS)
+    else:
+        link = await links.own(build, user, DEFAULT_HOURS)
     return see_other(links.reads.url(link))

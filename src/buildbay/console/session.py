@@ -149,6 +149,15 @@ class ConsoleSessions:
             return None
         return notice if same_secret(mac, self._notice_mac(text, csrf)) else None
 
+    async def signed_in(self, request: Request, reads: Reads, now: datetime) -> str | None:
+        """The id of the user signed in on this browser, if anyone (without a cookie, nothing is
+        read): for pages outside the console that must know who is there (install pages)."""
+        token = request.cookies.get(self.session_cookie)
+        if not token:
+            return None
+        row = await reads.first(_VISITOR, {"token_hash": hash_token(token), "now": now})
+        return None if row is None else str(row["id"])
+
     async def sign_in(
         self, visitor: Visitor, db: AsyncSession, session_id: str, now: datetime
     ) -> None:

@@ -3,7 +3,7 @@ link or the API) is an install event; a build's report tells, per person it reac
 were mailed, first opened their link and how often they downloaded it.
 
 An event names its user when the caller is signed in (the API, the console); through an install
-link it names the link, and a tester's own link (distribution/service.py) says whose it is.
+link it names the link, and, for a personal link (a tester's own: builds/install.py), its owner.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import Boolean, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import Boolean, ForeignKey, Index, String, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -82,6 +82,9 @@ class BuildRecipient(Base):
     # To be mailed (a notified distribution, to someone who takes new-build mails).
     notify: Mapped[bool] = mapped_column(Boolean)
     notified_at: Mapped[datetime | None]
+    # Given to them by name (an e-mail of a distribution), not only through a group: they see
+    # the build while they are a member, whatever groups they leave (distribution/visibility.py).
+    direct: Mapped[bool] = mapped_column(Boolean, server_default=false())
     # Their own install link, made with the mail: what they open is attributed to them.
     install_link_id: Mapped[str | None] = mapped_column(
         ForeignKey("install_links.id", ondelete="SET NULL"), index=True

@@ -199,6 +199,7 @@ class Distributor:
                     "user_id": member.id if member else None,
                     "reached_at": self.now,
                     "notify": bool(notify and member and member.notify_new_builds),
+                    "direct": True,
                 }
             )
         statement = insert_of(self.db, BuildRecipient).values(rows)
@@ -216,6 +217,17 @@ class Distributor:
         written = (
             await self.db.execute(statement.returning(BuildRecipient.email, BuildRecipient.notify))
         ).all()
+        # Named: theirs whatever groups they leave, a row a group wrote before included.
+        await self.db.execute(
+            update(BuildRecipient)
+            .where(
+                BuildRecipient.build_id == build.id,
+                BuildRecipient.email.in_(wanted),
+                BuildRecipient.direct.is_(False),
+            )
+            .values(direct=True)
+            .execution_options(synchronize_session=False)
+        )
         if any(to_mail for _, to_mail in written):
             enqueue(self.db, DISTRIBUTION_JOB, {"buildId": build.id}, self.now)
         reached = notified = 0
@@ -369,13 +381,21 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
         if not claimed:
             return
         expires_at = now + timedelta(days=link_days)
-        links = [(email, new_id("inl")) for email, _ in claimed]
+        owned = [(email, new_id("inl"), user_id) for email, user_id in claimed]
+        links = [(email, link_id) for email, link_id, _ in owned]
+        owner_of = {link_id: user_id for _, link_id, user_id in owned}
         # Each tester's own install link: two statements per chunk of testers, not two per
         # tester (a group of 1,000 is one chunk).
         for start in range(0, len(links), LINKS_PER_STATEMENT):
             chunk = dict(links[start : start + LINKS_PER_STATEMENT])
             new_links = [
-                {"id": link_id, "build_id": build.id, "created_at": now, "expires_at": expires_at}
+                {
+                    "id": link_id,
+                    "build_id": build.id,
+                    "owner_id": owner_of[link_id],
+                    "created_at": now,
+                    "expires_at": expires_at,
+                }
                 for link_id in chunk.values()
             ]
             await insert_rows(db, _INSTALL_LINKS, new_links)
