@@ -16,7 +16,7 @@ from buildbay.builds.models import Build
 from buildbay.builds.reads import BuildRecord
 from buildbay.clock import FrozenClock
 from buildbay.db.reads import Reads
-from buildbay.errors import Conflict, Forbidden, Gone, NotFound
+from buildbay.errors import Conflict, Gone, NotFound
 from buildbay.projects.enums import ProjectRole
 from tests.conftest import BASE_URL
 from tests.services.conftest import Given, raises
@@ -66,19 +66,19 @@ async def test_sharing_a_build_twice_gives_the_same_link(
 
     assert again.id == first.id
     assert first.expires_at == again.expires_at == first.created_at + timedelta(hours=HOURS)
-    assert [link.id for link in await links.read.of_build(ready)] == [first.id]
+    assert [listed.link.id for listed in await links.read.of_build(ready)] == [first.id]
 
 
 async def test_sharing_after_a_revoke_makes_a_new_link(
     links: Links, ready: BuildRecord, owner: User
 ) -> None:
     first = await links.now.share(ready, owner, HOURS)
-    await links.now.revoke(first, owner, OWNER)
+    await links.now.revoke(first)
 
     second = await links.now.share(ready, owner, HOURS)
 
     assert second.id != first.id
-    assert [link.id for link in await links.read.of_build(ready)] == [second.id, first.id]
+    assert [listed.link.id for listed in await links.read.of_build(ready)] == [second.id, first.id]
 
 
 async def test_sharing_after_the_link_expired_makes_a_new_link(
@@ -122,13 +122,13 @@ async def test_a_revoked_link_stays_revoked_from_its_first_revoke(
     links: Links, ready: BuildRecord, owner: User, clock: FrozenClock
 ) -> None:
     link = await links.now.share(ready, owner, HOURS)
-    await links.now.revoke(link, owner, OWNER)
+    await links.now.revoke(link)
     clock.advance(minutes=5)
 
-    await links.now.revoke(link, owner, OWNER)
+    await links.now.revoke(link)
 
     (stored,) = await links.read.of_build(ready)
-    assert stored.revoked_at == link.created_at
+    assert stored.link.revoked_at == link.created_at
     with raises(Gone, "install_link_revoked"):
         await links.read.open(links.tokens.token(link.id))
 
@@ -166,18 +166,24 @@ async def test_a_forged_token_is_not_found_and_a_deleted_builds_is_gone(
         await links.read.open(token)
 
 
-async def test_a_tester_revokes_the_links_they_made_and_a_developer_any(
-    links: Links, ready: BuildRecord, owner: User, given: Given
+async def test_a_persons_own_link_is_personal_reused_and_never_a_shared_one(
+    links: Links, ready: BuildRecord, owner: User, given: Given, clock: FrozenClock
 ) -> None:
-    tester, other_tester = await given.user(), await given.user()
-    theirs = await links.now.create(ready, tester, HOURS)
-    owners = await links.now.create(ready, owner, HOURS)
+    """Who may revoke or make links is the authorization's (a developer or higher: the API's
+    and the console's tests); `own` is what a tester installs through."""
+    tester = await given.user()
+    shared = await links.now.share(ready, owner, HOURS)
 
-    with raises(Forbidden, "insufficient_role"):
-        await links.now.revoke(theirs, other_tester, TESTER)
-    with raises(Forbidden, "insufficient_role"):
-        await links.now.revoke(owners, tester, TESTER)
-    await links.now.revoke(theirs, tester, TESTER)
-    await links.now.revoke(owners, other_tester, DEVELOPER)
+    mine = await links.now.own(ready, tester, HOURS)
+    clock.advance(hours=1)
+    again = await links.now.own(ready, tester, HOURS)
 
-    assert all(link.revoked_at is not None for link in await links.read.of_build(ready))
+    assert mine.id != shared.id
+    assert (mine.owner_id, mine.created_by) == (tester.id, tester.id)
+    assert again.id == mine.id
+    listed = {item.link.id: item for item in await links.read.of_build(ready)}
+    assert listed[mine.id].owner is not None
+    assert listed[mine.id].owner.user_id == tester.id
+    assert listed[shared.id].owner is None
+    await links.now.revoke(mine)
+    assert (await links.now.own(ready, tester, HOURS)).id not in {mine.id, shared.id}
