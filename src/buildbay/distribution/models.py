@@ -82,6 +82,9 @@ class BuildRecipient(Base):
     # To be mailed (a notified distribution, to someone who takes new-build mails).
     notify: Mapped[bool] = mapped_column(Boolean)
     notified_at: Mapped[datetime | None]
+    # Why their mail could not be sent (an address mail cannot reach): recorded for them
+    # alone, the others are mailed; such a recipient is not claimed again.
+    mail_error: Mapped[str | None] = mapped_column(String(500))
     # Their own install link, made with the mail: what they open is attributed to them.
     install_link_id: Mapped[str | None] = mapped_column(
         ForeignKey("install_links.id", ondelete="SET NULL"), index=True
