@@ -29,7 +29,7 @@ from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.context import AppContext
 from buildbay.projects.models import Project
-from tests.conftest import Account, Api, assert_problem
+from tests.conftest import BASE_URL, Account, Api, assert_problem
 from tests.smtp import SmtpSink
 
 EVIL = "=?utf-8?q?IT_Support=0D=0AReply-To:attacker@evil.example=0D=0AContent-Type:text/html;x=?="
@@ -240,3 +240,38 @@ async def test_list_unsubscribe_arrives_as_its_url_folded_and_never_encoded(
                 if h.startswith("List-Unsubscribe:")]  # fmt: skip
     assert "=?" not in header
     assert header.split(None, 1)[1] == f"<{url}>"
+
+
+@pytest.mark.parametrize("outlet", ["eml"], indirect=True)
+async def test_the_consoles_name_fields_refuse_an_encoded_word_and_say_why(
+    app: FastAPI, api: Api, owner: Account
+) -> None:
+    import re
+    from html import unescape
+
+    said = "The name contains '=?', which mail programs read as encoded text (RFC 2047)."
+    origin = {"Origin": BASE_URL}
+    transport = httpx.ASGITransport(app=app)
+    https = BASE_URL.replace("http://", "https://")
+    async with httpx.AsyncClient(transport=transport, base_url=https) as browser:
+
+        async def refused(page: str, path: str, form: dict[str, str]) -> list[str]:
+            found = re.search(r'name="csrf" value="([^"]+)"', (await browser.get(page)).text)
+            assert found
+            r = await browser.post(path, data={"csrf": found.group(1), **form}, headers=origin)
+            assert r.status_code == 422, r.text[:300]
+            errors = re.findall(r'<p class="error[^"]*"[^>]*role="alert">(.*?)</p>', r.text)
+            return [unescape(e).strip() for e in errors]
+
+        signup = {"email": "eve@example.com", "password": "correct horse", "name": EVIL}
+        assert await refused("/signup", "/signup", signup) == [said]
+        found = re.search(r'name="csrf" value="([^"]+)"', (await browser.get("/login")).text)
+        assert found
+        r = await browser.post("/login", headers=origin, data={
+            "csrf": found.group(1), "email": owner.email, "password": owner.password,
+        })  # fmt: skip
+        assert r.status_code == 303
+        assert await refused("/projects", "/projects", {"name": EVIL}) == [said]
+        project = await api.project(owner)
+        groups = f"/projects/{project['id']}/groups"
+        assert await refused(groups, groups, {"name": EVIL}) == [said]
