@@ -124,7 +124,10 @@ class SmtpTransport:
         )
         async with client:
             if not server.implicit_tls:
-                await client.ehlo()
+                try:
+                    await client.ehlo()
+                except aiosmtplib.SMTPHeloError:
+                    await client.helo()  # an old server: no extensions, so no STARTTLS
                 if client.supports_extension("starttls"):
                     await client.starttls()
                 elif server.starttls_required:
