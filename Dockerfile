@@ -1,7 +1,9 @@
 # Buildbay's server image: the locked dependencies in a virtual environment, run as non-root.
 # docker build -t buildbay . ; settings are BUILDBAY_* environment variables (docs/operations.md).
 
-FROM python:3.11-slim AS build
+# A Python with the fix for CVE-2024-6923 (e-mail header folding; docs/operations.md, "Mail
+# safety"). Buildbay's own mail code holds without it, on the 3.11 that requires-python allows.
+FROM python:3.13.9-slim AS build
 RUN pip install --no-cache-dir uv==0.13.9
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
@@ -13,7 +15,7 @@ COPY client ./client
 RUN UV_PROJECT_ENVIRONMENT=/venv uv sync --locked --no-dev --no-editable --compile-bytecode \
     --python /usr/local/bin/python3
 
-FROM python:3.11-slim
+FROM python:3.13.9-slim
 RUN useradd --system --uid 10001 --user-group --home-dir /data --no-create-home buildbay \
     && mkdir /data && chown buildbay:buildbay /data
 COPY --from=build /venv /venv

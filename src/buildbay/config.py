@@ -119,9 +119,10 @@ class Settings(BaseSettings):
     s3_region: str | None = None
     s3_prefix: str = ""
 
-    # Mail: `smtp://user:pass@host:587` (STARTTLS when the server offers it) or `smtps://...`
-    # (TLS from the start). Without it each message is written as an .eml file under
-    # DATA_DIR/mail/ and the log says where.
+    # Mail: `smtp://user:pass@host:587` (STARTTLS; required when the URL has a password),
+    # `smtps://...` (TLS from the start) or `smtp+insecure://...` (a password in clear when the
+    # server offers no STARTTLS: said explicitly); see mail/transports.py. Without it each
+    # message is written as an .eml file under DATA_DIR/mail/ and the log says where.
     smtp_url: SecretStr | None = None
     mail_from: str | None = None  # e.g. `Buildbay <builds@example.com>`
     signup: SignupMode = SignupMode.OPEN
@@ -147,10 +148,12 @@ class Settings(BaseSettings):
     def _smtp_url_is_smtp(self) -> Settings:
         if self.smtp_url is not None:
             url = urlsplit(self.smtp_url.get_secret_value())
-            if url.scheme not in ("smtp", "smtps") or not url.hostname:
+            if url.scheme not in ("smtp", "smtps", "smtp+insecure") or not url.hostname:
                 raise ConfigurationError(
-                    "BUILDBAY_SMTP_URL must look like smtp://user:password@host:587 (STARTTLS "
-                    "when offered) or smtps://user:password@host:465 (TLS)"
+                    "BUILDBAY_SMTP_URL must look like smtp://user:password@host:587 "
+                    "(STARTTLS, required with a password), smtps://user:password@host:465 "
+                    "(TLS) or smtp+insecure://user:password@host:25 (STARTTLS when offered, "
+                    "else in clear)"
                 )
         return self
 

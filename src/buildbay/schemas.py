@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, ClassVar
 
-import email_validator
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -21,7 +20,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import core_schema
+from pydantic_core import PydanticCustomError, core_schema
 
 from buildbay.clock import utc_whole_seconds
 from buildbay.errors import ValidationFailed
@@ -30,18 +29,17 @@ from buildbay.numbers import whole_number
 from buildbay.text import (
     NAME_MAX,
     NAME_PATTERN,
+    NO_ENCODED_WORD_LOOKAHEAD,
     WHITESPACE,
     WHITESPACE_CLASS,
     email_look_alike_problem,
+    email_mailable_problem,
+    encoded_word_problem,
     normal_email_text,
     shown_text_problem,
 )
 
 __all__ = ["WHITESPACE", "WHITESPACE_CLASS"]  # re-exported for the schemas of each domain
-
-# A self-hosted service serves internal domains too: `dev@corp.local`, `qa@team.test`. The
-# e-mail validator refuses such special-use names by default (its documented switch).
-email_validator.SPECIAL_USE_DOMAIN_NAMES.clear()
 
 # Normalised when the model is built, then written by pydantic's own serializer, which gives
 # `2026-11-22T04:19:53Z` for a whole-second UTC datetime: a Python serializer per timestamp
@@ -81,8 +79,9 @@ class Trimmed:
     As sent, so that the document's `maxLength` means what the server checks. Unless
     `blank_ok`, text that is only whitespace is refused, and the document says so with a
     pattern (`NOT_BLANK_PATTERN`). A `shown` name (people read it on pages and install
-    prompts) also meets buildbay.text's rules: no control or bidirectional-control character,
-    and something visible (not only zero-width characters); its pattern says so. Request bodies
+    prompts, mails in their subject) also meets buildbay.text's rules: no control or
+    bidirectional-control character, no `=?` (RFC 2047's encoded word), and something visible
+    (not only zero-width characters); its pattern says so. Request bodies
     are otherwise taken as sent: an identifier with a space around it does not match its
     pattern.
     """
@@ -113,7 +112,7 @@ class Trimmed:
             if self.blank_ok:
                 return trimmed
             raise ValueError("cannot be blank")
-        if self.shown and (problem := shown_text_problem(trimmed)):
+        if self.shown and (problem := shown_text_problem(trimmed) or encoded_word_problem(trimmed)):
             raise ValueError(problem)
         return trimmed
 
@@ -138,9 +137,30 @@ def _no_look_alikes(value: str) -> str:
     return value
 
 
+def _mailable(value: str) -> str:
+    if problem := email_mailable_problem(value):
+        # A kind of its own: the console says this reason, not "enter a valid address".
+        raise PydanticCustomError("unmailable_email", problem)
+    return value
+
+
 # An e-mail address a client gives (to register, to add a member): valid, normalised (NFKC,
-# lower case), and not mixing Latin letters with Cyrillic or Greek look-alikes.
-Email = Annotated[EmailStr, BeforeValidator(_email_as_sent), AfterValidator(_no_look_alikes)]
+# lower case), not mixing Latin letters with Cyrillic or Greek look-alikes, and one that mail
+# can reach (an ASCII name before the @, no `=?`; an internationalised domain is mailed in its
+# ASCII form).
+Email = Annotated[
+    EmailStr,
+    BeforeValidator(_email_as_sent),
+    AfterValidator(_no_look_alikes),
+    AfterValidator(_mailable),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "email",
+            "pattern": f"^{NO_ENCODED_WORD_LOOKAHEAD}[^\\u0000]*$",
+        }
+    ),
+]
 
 
 class ApiModel(BaseModel):

@@ -13,6 +13,13 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import email_validator
+
+# A self-hosted service serves internal domains too: `dev@corp.local`, `qa@team.test`. The
+# e-mail validator refuses such special-use names by default (its documented switch); the
+# request schemas and the mail's addresses (buildbay/mail/headers.py) check with it.
+email_validator.SPECIAL_USE_DOMAIN_NAMES.clear()
+
 
 def _ranges(*ranges: tuple[int, int]) -> str:
     return "".join(chr(c) for first, last in ranges for c in range(first, last + 1))
@@ -77,11 +84,20 @@ _INVISIBLE_RE = re.compile(f"[{INVISIBLE_CLASS}]")
 NOT_SHOWN_CLASS = f"{CONTROL_CLASS}{BIDI_CLASS}{INVISIBLE_CLASS}{JOINER_CLASS}{WHITESPACE_CLASS}"
 _SHOWN_RE = re.compile(f"[^{NOT_SHOWN_CLASS}]")
 
+# What starts an RFC 2047 encoded word. A mail program decodes `=?utf-8?q?...?=` in a header
+# into any text, line breaks included, and Python's e-mail package before its fix for
+# CVE-2024-6923 writes such a decoded line break into the header it folds: a name that holds one
+# could add headers and a body to a mail. Names refuse it (`encoded_word_problem`), and mail
+# headers neutralise it whatever its source (buildbay/mail/headers.py).
+ENCODED_WORD_START = "=?"
+
 # A name as sent (for the OpenAPI document): whitespace around it (trimmed away), and within
-# it no control character, no bidirectional control, and at least one character that shows.
+# it no control character, no bidirectional control, no `=?`, and at least one character that
+# shows.
 _NAME_ALLOWED = f"[^{CONTROL_CLASS}{BIDI_CLASS}]"
+NO_ENCODED_WORD_LOOKAHEAD = r"(?![\s\S]*=\?)"
 NAME_PATTERN = (
-    f"^[{WHITESPACE_CLASS}]*{_NAME_ALLOWED}*"
+    f"^{NO_ENCODED_WORD_LOOKAHEAD}[{WHITESPACE_CLASS}]*{_NAME_ALLOWED}*"
     f"[^{NOT_SHOWN_CLASS}]"
     f"{_NAME_ALLOWED}*[{WHITESPACE_CLASS}]*$"
 )
@@ -110,6 +126,14 @@ def shown_text_problem(value: str, max_length: int | None = None) -> str | None:
         return f"contains a bidirectional control character ({_codepoint(found.group())})"
     if not _SHOWN_RE.search(value):
         return "has no visible character"
+    return None
+
+
+def encoded_word_problem(value: str) -> str | None:
+    """Why a name that may reach a mail's header cannot be taken, or None: it holds `=?`, the
+    start of an RFC 2047 encoded word, which mail programs decode into other text."""
+    if ENCODED_WORD_START in value:
+        return "contains '=?', which mail programs read as encoded text (RFC 2047)"
     return None
 
 
@@ -181,4 +205,20 @@ def email_look_alike_problem(address: str) -> str | None:
             return (
                 f"mixes Latin letters with {others} look-alikes in '{part}'; write it in one script"
             )
+    return None
+
+
+def email_mailable_problem(address: str) -> str | None:
+    """Why an address cannot be mailed from here, or None. Its domain may be internationalised
+    (mail goes to its ASCII form, IDNA's `xn--` labels); the part before `@` must be ASCII,
+    since that needs SMTPUTF8 of every server on the way, which Buildbay does not count on
+    (docs/api.md); and it must not hold `=?`, which mail programs decode (RFC 2047)."""
+    local = address.rpartition("@")[0]
+    if not local.isascii():
+        return (
+            "has characters outside ASCII before the @, which not every mail server takes; "
+            "use an ASCII address"
+        )
+    if ENCODED_WORD_START in local:
+        return "contains '=?', which mail programs read as encoded text (RFC 2047)"
     return None

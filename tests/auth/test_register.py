@@ -217,11 +217,26 @@ async def test_an_email_mixing_latin_with_look_alike_letters_is_422(
 
 
 async def test_an_idn_domain_in_one_script_is_fine(client: httpx.AsyncClient) -> None:
-    email = "\u0438\u0432\u0430\u043d@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444"
+    email = "ivan@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444"
     r = await register(client, email=email, password="correct horse")
 
     assert r.status_code == 201, r.text
     assert r.json()["user"]["email"] == email
+
+
+async def test_a_name_before_the_at_outside_ascii_is_422_as_mail_cannot_count_on_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """It needs SMTPUTF8 of every server on the way (tests/mail/test_addresses.py)."""
+    email = "\u0438\u0432\u0430\u043d@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444"
+    r = await register(client, email=email, password="correct horse")
+
+    body = assert_problem(r, 422, "validation_error")
+    reason = (
+        "has characters outside ASCII before the @, which not every mail server takes; "
+        "use an ASCII address"
+    )
+    assert body["errors"] == [{"field": "email", "message": reason}]
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,7 @@ async def test_opens_and_downloads_are_attributed_to_the_tester_of_the_link(
         "name": tess.user["name"],
         "reachedAt": iso_z(reached_at),
         "notifiedAt": iso_z(reached_at),
+        "mailError": None,
         "firstOpenedAt": iso_z(opened_at),
         "lastDownloadedAt": iso_z(clock.now()),
         "downloads": 1,

@@ -155,7 +155,10 @@ async def test_a_server_that_asks_for_a_login_gets_the_urls_user_and_password(
 
     sink = SmtpSink(login=("mailer", "p@ss:word")).start()
     try:
-        settings.smtp_url = SecretStr(f"smtp://mailer:p%40ss%3Aword@127.0.0.1:{sink.port}")
+        # A server without STARTTLS: the URL says explicitly that the password may go in clear
+        # (tests/mail/test_smtp_tls.py: without `+insecure` it does not).
+        url = f"smtp+insecure://mailer:p%40ss%3Aword@127.0.0.1:{sink.port}"
+        settings.smtp_url = SecretStr(url)
         app = create_app(settings, clock=clock, migrate_on_start=False)
         await send(app, a_mail())
         await run_jobs(app)
@@ -174,6 +177,11 @@ def test_smtp_urls_say_how_to_connect() -> None:
     tls = SmtpServer.from_url("smtps://mail.example.com")
     assert (tls.port, tls.implicit_tls, tls.username) == (465, True, None)
     assert SmtpServer.from_url("smtp://mail.example.com:2525").port == 2525
+    assert plain.starttls_required
+    assert not tls.starttls_required
+    assert not SmtpServer.from_url("smtp://mail.example.com").starttls_required  # no password
+    insecure = SmtpServer.from_url("smtp+insecure://u:p@relay.internal:25")
+    assert (insecure.port, insecure.insecure, insecure.starttls_required) == (25, True, False)
 
 
 @pytest.mark.parametrize("url", ["http://mail.example.com", "smtp://", "mail.example.com:25"])

@@ -3,6 +3,9 @@ new-build mails, without a login, and only theirs."""
 
 from __future__ import annotations
 
+import email
+import email.policy
+
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -40,8 +43,10 @@ async def test_a_notification_carries_a_one_click_link_that_turns_off_new_build_
         "new_build", carol.email, "Acme 1.2 is ready", url, application="Acme",
         version="1.2 (7)", project="Acme", notes="", link="http://x/install/t",
     )  # fmt: skip
-    message = compose("Buildbay <builds@example.com>", mail, ctx.clock.now())
-    assert message["List-Unsubscribe"] == f"<{url}>"
+    message = email.message_from_string(
+        compose("Buildbay <builds@example.com>", mail, ctx.clock.now()), policy=email.policy.default
+    )
+    assert str(message["List-Unsubscribe"]).strip() == f"<{url}>"
     assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert url in mail.text.splitlines()
     assert url.startswith("http://testserver/unsubscribe/")

@@ -25,7 +25,8 @@ from buildbay.context import AppContext
 from buildbay.errors import RateLimited, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue
-from buildbay.jobs.worker import Handler, JobRun
+from buildbay.jobs.worker import Handler, JobFailed, JobRun
+from buildbay.mail.headers import UnmailableAddress
 from buildbay.mail.message import render
 from buildbay.ratelimit.limiter import RateLimiter
 
@@ -129,6 +130,9 @@ def password_reset_handler(ctx: AppContext) -> Handler:
             email=user.email,
             link=reset_link(ctx.settings.resolved_public_url, token),
         )
-        ctx.mail.send(run.db, mail, now)
+        try:
+            ctx.mail.send(run.db, mail, now)
+        except UnmailableAddress as exc:  # stored before today's rules: no retry mends it
+            raise JobFailed(f"the reset link cannot be mailed: {exc.detail}") from None
 
     return handle

@@ -34,6 +34,9 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 _SEPARATORS = re.compile(r"[\s,;]+")
 
 
+EMAILS_RULE = "Enter one or more e-mail addresses, one a line or separated by commas."
+
+
 def emails_of(text: str) -> list[str]:
     """The e-mails of a text box: one a line, or separated by commas or spaces."""
     return [e for e in _SEPARATORS.split(text) if e]
@@ -105,8 +108,10 @@ async def add_testers(request: Request, project_id: str, group_id: str) -> Respo
         assert isinstance(body, TestersAdd)
         async with db.begin_nested():
             added = await service.add_testers(access, group_id, [str(e) for e in body.emails])
-    except FormError:
-        error = "Enter one or more e-mail addresses, one a line or separated by commas."
+    except FormError as exc:
+        # An address that is valid but cannot be mailed is named, with why; else the rule.
+        said = exc.by_field.get("emails", "")
+        error = said if said.startswith("The e-mail address ") else EMAILS_RULE
         return await _render(request, visitor, db, project_id, group_id, {"emails": error},
                              fields, 422)  # fmt: skip
     except BuildbayError as exc:

@@ -229,6 +229,8 @@ def fieldsentence(field: str, error: Any) -> str:
         or (kind == "string_too_short" and context.get("min_length") == 1)
     ):
         return f"Enter {article} {label}."
+    if kind == "unmailable_email":  # valid, but mail cannot reach it: say which, and why
+        return sentence(f"The e-mail address {error.get('input', '')} {message}")
     if field in ("email", "emails") or "email address" in message:
         return "Enter a valid e-mail address, like name@example.com."
     if kind == "string_too_short":

@@ -77,6 +77,7 @@ _RECIPIENTS = (
         BuildRecipient.user_id,
         BuildRecipient.reached_at,
         BuildRecipient.notified_at,
+        BuildRecipient.mail_error,
         BuildRecipient.install_link_id,
         User.name,
     )
@@ -116,6 +117,7 @@ class TesterInstalls:
     last_downloaded_at: datetime | None = None
     downloads: int = 0
     platforms: list[str] = field(default_factory=list)
+    mail_error: str | None = None  # why their mail could not be sent
 
 
 @dataclass
@@ -138,7 +140,7 @@ async def installs_of(reads: Reads, build: BuildRecord) -> InstallsReport:
     by_link: dict[str, TesterInstalls] = {}
     for row in await reads.all(_RECIPIENTS, params):
         tester = TesterInstalls(row["email"], row["user_id"], row["name"], row["reached_at"],
-                                row["notified_at"])  # fmt: skip
+                                row["notified_at"], mail_error=row["mail_error"])  # fmt: skip
         testers.append(tester)
         if row["user_id"]:
             by_user[row["user_id"]] = tester

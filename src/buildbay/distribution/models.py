@@ -85,6 +85,9 @@ class BuildRecipient(Base):
     # Given to them by name (an e-mail of a distribution), not only through a group: they see
     # the build while they are a member, whatever groups they leave (distribution/visibility.py).
     direct: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # Why their mail could not be sent (an address mail cannot reach): recorded for them
+    # alone, the others are mailed; such a recipient is not claimed again.
+    mail_error: Mapped[str | None] = mapped_column(String(500))
     # Their own install link, made with the mail: what they open is attributed to them.
     install_link_id: Mapped[str | None] = mapped_column(
         ForeignKey("install_links.id", ondelete="SET NULL"), index=True

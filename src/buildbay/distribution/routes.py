@@ -186,6 +186,7 @@ async def build_installs(
                 name=t.name,
                 reached_at=t.reached_at,
                 notified_at=t.notified_at,
+                mail_error=t.mail_error,
                 first_opened_at=t.first_opened_at,
                 last_downloaded_at=t.last_downloaded_at,
                 downloads=t.downloads,

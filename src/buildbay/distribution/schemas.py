@@ -92,6 +92,10 @@ class TesterInstalls(ApiModel):
         "who downloaded it)"
     )
     notified_at: Timestamp | None = Field(description="When their mail was sent, if it was")
+    mail_error: str | None = Field(
+        description="Why their new-build mail could not be sent (an address mail cannot "
+        "reach), if it could not; the others were mailed"
+    )
     first_opened_at: Timestamp | None = Field(description="Their first open of an install page")
     last_downloaded_at: Timestamp | None
     downloads: int

@@ -22,6 +22,7 @@ once: counted in `notified`, not as newly reached.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -72,6 +73,8 @@ from buildbay.webhooks import events as webhook_events
 if TYPE_CHECKING:
     from buildbay.context import AppContext
     from buildbay.jobs.worker import Handler, JobRun
+
+log = logging.getLogger("buildbay.distribution")
 
 DISTRIBUTION_JOB = "distribution"
 # Testers whose install links one UPDATE sets (3 parameters each: within both databases'
@@ -372,6 +375,7 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
                     BuildRecipient.build_id == build.id,
                     BuildRecipient.notify == true(),
                     BuildRecipient.notified_at.is_(None),
+                    BuildRecipient.mail_error.is_(None),
                 )
                 .values(notified_at=now)
                 .returning(BuildRecipient.email, BuildRecipient.user_id)
@@ -426,6 +430,23 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
                 for email, user_id in claimed
             ]
 
-        await ctx.mail.send_all(db, mails, now)
+        refused = await ctx.mail.send_all(db, mails, now)
+        if refused:
+            await _record_refused(db, build.id, refused)
 
     return handle
+
+
+async def _record_refused(db: AsyncSession, build_id: str, refused: dict[str, str]) -> None:
+    """The recipients whose address mail cannot reach (stored before today's rules): not
+    mailed, and why, for each alone (the build's installs list says so); the others' mails
+    stand. Not claimed again by a later distribution of the build."""
+    for email, reason in refused.items():
+        await db.execute(
+            update(BuildRecipient)
+            .where(BuildRecipient.build_id == build_id, BuildRecipient.email == email)
+            .values(notified_at=None, mail_error=reason[:500])
+            .execution_options(synchronize_session=False)
+        )
+        log.warning("the new-build mail of build %s to %r is not sent: %s", build_id, email,
+                    reason)  # fmt: skip

@@ -29,13 +29,28 @@ class MailTransport(Protocol):
         Raises JobFailed when the recipient is refused for good, anything else to retry."""
 
 
+class TlsMissing(Exception):
+    """The server offers no STARTTLS, and the URL's password must not cross in clear."""
+
+
 @dataclass(frozen=True, slots=True)
 class SmtpServer:
+    """Where mail goes, from BUILDBAY_SMTP_URL (docs/operations.md, "Mail"):
+
+    - `smtps://user:password@host:465`: TLS from the first byte;
+    - `smtp://user:password@host:587`: STARTTLS, required when the URL has a user (a
+      server, or a man in the middle, that offers none gets no password: nothing is sent);
+      without a user, STARTTLS when the server offers it;
+    - `smtp+insecure://user:password@host:25`: STARTTLS when offered, else the password and
+      the mail in clear: said explicitly, for a relay on a network that is trusted.
+    """
+
     hostname: str
     port: int
     username: str | None
     password: str | None
-    implicit_tls: bool  # smtps://; smtp:// upgrades with STARTTLS when the server offers it
+    implicit_tls: bool
+    insecure: bool = False
 
     @classmethod
     def from_url(cls, url: str) -> SmtpServer:
@@ -48,7 +63,12 @@ class SmtpServer:
             username=unquote(parts.username) if parts.username else None,
             password=unquote(parts.password) if parts.password else None,
             implicit_tls=implicit_tls,
+            insecure=parts.scheme == "smtp+insecure",
         )
+
+    @property
+    def starttls_required(self) -> bool:
+        return self.username is not None and not self.implicit_tls and not self.insecure
 
 
 class SmtpTransport:
@@ -59,18 +79,16 @@ class SmtpTransport:
     async def deliver(self, key: str, sender: str, recipients: list[str], message: str) -> None:
         server = self.server
         try:
-            await aiosmtplib.send(
-                message,  # as composed for SMTP (mail/outbox.py): sent as it is
-                sender=sender,
-                recipients=recipients,
-                hostname=server.hostname,
-                port=server.port,
-                username=server.username,
-                password=server.password,
-                use_tls=server.implicit_tls,
-                start_tls=False if server.implicit_tls else None,  # None: if offered
-                timeout=self.timeout,
-            )
+            await self._send(sender, recipients, message)
+        except TlsMissing:
+            # The server's configuration (or someone between us stripping the offer), not this
+            # mail: kept for when it is fixed.
+            raise RetryLater(
+                f"the SMTP server {server.hostname}:{server.port} offers no STARTTLS, and "
+                "BUILDBAY_SMTP_URL has a password, which is sent only over TLS: nothing was "
+                "sent (use smtps://, a server that offers STARTTLS, or smtp+insecure:// to "
+                "send it in clear)"
+            ) from None
         except aiosmtplib.SMTPRecipientsRefused as exc:
             refusals = "; ".join(f"{r.recipient}: {r.code} {r.message}" for r in exc.recipients)
             if all(r.code >= 500 for r in exc.recipients):
@@ -91,6 +109,33 @@ class SmtpTransport:
             raise RetryLater(
                 f"cannot reach the SMTP server {server.hostname}:{server.port}: {exc}"
             ) from None
+
+    async def _send(self, sender: str, recipients: list[str], message: str) -> None:
+        """One session: TLS as the URL says (see SmtpServer), then the login, then the mail,
+        each step through aiosmtplib's public API; the password only after TLS is up, unless
+        the URL says smtp+insecure."""
+        server = self.server
+        client = aiosmtplib.SMTP(
+            hostname=server.hostname,
+            port=server.port,
+            use_tls=server.implicit_tls,
+            start_tls=False,  # decided below, once the server has said what it offers
+            timeout=self.timeout,
+        )
+        async with client:
+            if not server.implicit_tls:
+                try:
+                    await client.ehlo()
+                except aiosmtplib.SMTPHeloError:
+                    await client.helo()  # an old server: no extensions, so no STARTTLS
+                if client.supports_extension("starttls"):
+                    await client.starttls()
+                elif server.starttls_required:
+                    raise TlsMissing
+            if server.username is not None:
+                await client.login(server.username, server.password or "")
+            # As composed for SMTP (mail/outbox.py): sent as it is.
+            await client.sendmail(sender, recipients, message)
 
 
 class FileTransport:

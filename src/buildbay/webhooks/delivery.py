@@ -37,6 +37,7 @@ from buildbay.clock import Clock
 from buildbay.db.reads import Reads
 from buildbay.ids import new_id
 from buildbay.jobs.worker import Handler, JobRun
+from buildbay.mail.headers import UnmailableAddress
 from buildbay.mail.message import render
 from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.enums import ProjectRole
@@ -376,15 +377,15 @@ async def _mail_admins(
         .order_by(User.email)
     )
     for email in admins:
-        mail.send(
-            db,
-            render(
-                "webhook_disabled",
-                email,
-                f"A webhook of {project_name} was disabled",
-                project=project_name,
-                url=row.url,
-                since=since.strftime("%Y-%m-%d %H:%M UTC"),
-            ),
-            now,
+        message = render(
+            "webhook_disabled",
+            email,
+            f"A webhook of {project_name} was disabled",
+            project=project_name,
+            url=row.url,
+            since=since.strftime("%Y-%m-%d %H:%M UTC"),
         )
+        try:
+            mail.send(db, message, now)
+        except UnmailableAddress:
+            continue  # an address stored before today's rules: the other admins are told
