@@ -37,7 +37,7 @@ from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
 from tests.builds.android_files import APK
-from tests.conftest import BASE_URL, Account, Api
+from tests.conftest import Account, Api
 
 T = TypeVar("T")
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
@@ -293,7 +293,7 @@ class World:
             access = await project_of(
                 Reads.within(db), Principal(inviter), project["id"], ProjectRole.ADMIN
             )
-            service = InvitationService(db, self.ctx.clock.now(), self.ctx.mail, BASE_URL)
+            service = InvitationService.of(self.ctx, db)
             sent = await service.invite(access, account.email, ProjectRole.TESTER)
             token = "bbi_" + secrets.token_urlsafe(32)
             sent.token_hash = hash_token(token)  # the one in the mail is not ours to read
