@@ -206,7 +206,7 @@ class InvitationCaps:
                 InvitationCount.day == self.day, InvitationCount.key.in_(keys)
             )
         )
-        return {row.key: row.count for row in rows}
+        return {str(row[0]): int(row[1]) for row in rows}
 
     async def _locked(self, keys: list[str]) -> dict[str, int]:
         """The day's counts of `keys`, their rows made if missing and locked until the
@@ -225,7 +225,7 @@ class InvitationCaps:
             .order_by(InvitationCount.key)
             .with_for_update()
         )
-        return {row.key: row.count for row in rows}
+        return {str(row[0]): int(row[1]) for row in rows}
 
     async def _add(self, keys: list[str], amount: int) -> None:
         """Count `amount` more for each of `keys` (their rows made and locked by `_locked`)."""
@@ -290,3 +290,19 @@ def recipient_blocked(email: str) -> Conflict:
             "notInvited": not_invited_body([NotInvited(email, Refusal.BLOCKED)]),
         },
     )
+
+
+def not_invited_sentences(refused: Sequence[NotInvited], shown: int = 5) -> str:
+    """The refusals as the console says them: one sentence per reason, naming a few addresses
+    (a thousand would not fit a page's notice)."""
+    by_reason: dict[Refusal, list[str]] = {}
+    for refusal in refused:
+        by_reason.setdefault(refusal.reason, []).append(refusal.email)
+    sentences = []
+    for reason, emails in by_reason.items():
+        named = ", ".join(emails[:shown])
+        if len(emails) > shown:
+            named += f" and {len(emails) - shown} more"
+        later = "" if reason is Refusal.BLOCKED else "; try again tomorrow"
+        sentences.append(f"Not invited: {named} ({REASONS[reason]}{later}).")
+    return " ".join(sentences)
