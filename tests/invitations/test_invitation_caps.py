@@ -305,6 +305,37 @@ async def test_a_distribution_to_a_thousand_emails_reaches_those_invited_and_say
     assert reached == emails[:100]  # the refused are not recipients
 
 
+async def test_a_verify_whose_distribution_passes_a_cap_answers_429_with_the_build_ready(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account,
+    project: dict[str, Any], settings: Settings,
+) -> None:  # fmt: skip
+    settings.invitations_per_account_per_day_free = 2
+    application = await api.application(owner, project["id"])
+    builds = f"/api/app-distribution/{project['id']}/{application['id']}/builds"
+    r = await client.post(
+        f"{builds}/upload-link", json={"fileName": "a.apk", "fileSize": 4}, headers=owner.headers
+    )
+    link = r.json()
+    r = await client.put(link["uploadUrl"], content=b"PK\x03\x04", headers=link["uploadHeaders"])
+    assert r.status_code == 200, r.text
+    emails = ["a@example.com", "b@example.com", "c@example.com"]
+
+    r = await client.post(
+        f"{builds}/verify",
+        json={"buildId": link["buildId"], "distribute": {"emails": emails}},
+        headers=owner.headers,
+    )
+
+    problem = assert_problem(r, 429, "invitation_limit")
+    assert problem["build"] == {"id": link["buildId"], "status": "ready"}
+    assert problem["distribution"]["testersReached"] == 2
+    assert problem["invited"] == emails[:2]
+    assert problem["notInvited"][0]["email"] == "c@example.com"
+    r = await client.get(f"{builds}/{link['buildId']}", headers=owner.headers)
+    assert r.json()["status"] == "ready"
+    assert sorted(await mails_in_outbox(app)) == emails[:2]
+
+
 # -- the block ----------------------------------------------------------------------------------
 
 
