@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import case, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -121,41 +121,42 @@ class InvitationCaps:
         caps = self.caps_of(access.caller.user.plan, await self._project_plan(access))
         account_key = f"account:{access.caller.user.id}"
         project_key = f"project:{access.project.id}"
-        budget, short = len(candidates), Refusal.ACCOUNT_LIMIT
-        for key, cap, refusal in (
-            (account_key, caps.per_account, Refusal.ACCOUNT_LIMIT),
-            (project_key, caps.per_project, Refusal.PROJECT_LIMIT),
-        ):
-            count = (await self._locked([key]))[key]
-            if cap is not None and max(cap - count, 0) < budget:
-                budget, short = max(cap - count, 0), refusal
-        # The recipients' counts are read first, unlocked, to choose; then only the chosen
-        # rows are made and locked (in key order) and checked again: a request of a thousand
-        # addresses writes and locks no more rows than it may mail.
-        per_recipient = caps.per_recipient
         keys = {email: _recipient_key(email) for email in candidates}
-        seen = await self._counts(list(keys.values())) if per_recipient is not None else {}
 
         def over(count: int) -> bool:
-            return per_recipient is not None and count >= per_recipient
+            return caps.per_recipient is not None and count >= caps.per_recipient
 
-        chosen: list[str] = []
-        for email in candidates:
-            if len(chosen) < budget and not over(seen.get(keys[email], 0)):
-                chosen.append(email)
-        locked = await self._locked([keys[e] for e in chosen])
+        def budget(counts: dict[str, int]) -> tuple[int, Refusal]:
+            """How many may be mailed by the account's and the project's counts, and which
+            of the two says no past that."""
+            left, short = len(candidates), Refusal.ACCOUNT_LIMIT
+            for key, cap, refusal in (
+                (account_key, caps.per_account, Refusal.ACCOUNT_LIMIT),
+                (project_key, caps.per_project, Refusal.PROJECT_LIMIT),
+            ):
+                if cap is not None and max(cap - counts.get(key, 0), 0) < left:
+                    left, short = max(cap - counts.get(key, 0), 0), refusal
+            return left, short
+
+        # The counts are read first, unlocked, to choose; then only the rows of the account,
+        # the project and the chosen recipients are made and locked (one statement, in key
+        # order: `account:` < `project:` < `recipient:`) and read again: a request of a
+        # thousand addresses locks no more rows than it may mail, in a few statements.
+        seen = await self._counts([account_key, project_key, *keys.values()])
+        chosen = [e for e in candidates if not over(seen.get(keys[e], 0))][: budget(seen)[0]]
+        locked = await self._locked([account_key, project_key, *(keys[e] for e in chosen)])
+        left, short = budget(locked)
         picked = set(chosen)
         for email in candidates:
-            if email in picked and not over(locked[keys[email]]):
-                admission.admitted.append(email)
-            elif email in picked or over(seen.get(keys[email], 0)):
+            if over(locked.get(keys[email], seen.get(keys[email], 0))):
                 admission.refused.append(NotInvited(email, Refusal.RECIPIENT_LIMIT))
+            elif email in picked and left > 0:
+                admission.admitted.append(email)
+                left -= 1
             else:
                 admission.refused.append(NotInvited(email, short))
-        admitted = admission.admitted
-        if admitted:
-            await self._add([account_key, project_key], len(admitted))
-            await self._add([keys[e] for e in admitted], 1)
+        if admission.admitted:
+            await self._add(account_key, project_key, [keys[e] for e in admission.admitted])
         # The order asked, whatever the reason.
         order = {email: n for n, email in enumerate(emails)}
         admission.refused.sort(key=lambda r: order[r.email])
@@ -227,12 +228,17 @@ class InvitationCaps:
         )
         return {str(row[0]): int(row[1]) for row in rows}
 
-    async def _add(self, keys: list[str], amount: int) -> None:
-        """Count `amount` more for each of `keys` (their rows made and locked by `_locked`)."""
+    async def _add(self, account_key: str, project_key: str, recipients: list[str]) -> None:
+        """Count one mail to each of `recipients`, and as many for the account and the
+        project (their rows made and locked by `_locked`)."""
+        both = [account_key, project_key]
         await self.db.execute(
             update(InvitationCount)
-            .where(InvitationCount.day == self.day, InvitationCount.key.in_(keys))
-            .values(count=InvitationCount.count + amount)
+            .where(InvitationCount.day == self.day, InvitationCount.key.in_([*both, *recipients]))
+            .values(
+                count=InvitationCount.count
+                + case((InvitationCount.key.in_(both), len(recipients)), else_=1)
+            )
             .execution_options(synchronize_session=False)
         )
 
