@@ -258,6 +258,36 @@ async def test_two_processes_share_the_counters(
     assert await mails_in_outbox(app) == ["shared@example.com"] * 3
 
 
+async def test_requests_naming_the_same_addresses_in_opposite_orders_never_deadlock(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account, project: dict[str, Any]
+) -> None:
+    """Counters are locked in one order whatever the request's: on PostgreSQL, accounts adding
+    the same addresses in opposite orders at once all finish; each address is mailed three
+    times in all."""
+    emails = [f"shared{n}@example.com" for n in range(8)]
+    teams = [(owner, project)]
+    for n in range(3):
+        account = await api.register(f"team{n}@example.com")
+        teams.append((account, await api.project(account, f"Team {n}")))
+    groups = [await group_of(client, account, p) for account, p in teams]
+
+    answers = await asyncio.gather(
+        *(
+            client.post(
+                f"/api/projects/{p['id']}/groups/{group}/testers",
+                json={"emails": emails if n % 2 else emails[::-1]},
+                headers=account.headers,
+            )
+            for n, ((account, p), group) in enumerate(zip(teams, groups, strict=True))
+        )
+    )
+
+    assert sorted(r.status_code for r in answers) == [200] * 3 + [429], [r.text for r in answers]
+    mailed = await mails_in_outbox(app)
+    assert sorted(set(mailed)) == sorted(emails)
+    assert all(mailed.count(email) == 3 for email in emails)
+
+
 # -- distribution -------------------------------------------------------------------------------
 
 
