@@ -30,6 +30,7 @@ from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
 from buildbay.clock import FrozenClock
+from buildbay.config import InvitationCaps
 from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
@@ -37,7 +38,9 @@ from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
 from tests.builds.android_files import APK
-from tests.conftest import BASE_URL, Account, Api
+from tests.conftest import Account, Api
+
+NO_CAPS = InvitationCaps(per_recipient=None, per_account=None, per_project=None)
 
 T = TypeVar("T")
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
@@ -293,7 +296,11 @@ class World:
             access = await project_of(
                 Reads.within(db), Principal(inviter), project["id"], ProjectRole.ADMIN
             )
-            service = InvitationService(db, self.ctx.clock.now(), self.ctx.mail, BASE_URL)
+            # The world invites one account as often as the matrix calls accept: no caps
+            # here (tests/invitations/test_invitation_caps.py tests them).
+            ctx, url = self.ctx, self.ctx.settings.resolved_public_url
+            service = InvitationService(db, ctx.clock.now(), ctx.mail, url,
+                                        lambda *_: NO_CAPS, ctx.unsubscribe)  # fmt: skip
             sent = await service.invite(access, account.email, ProjectRole.TESTER)
             token = "bbi_" + secrets.token_urlsafe(32)
             sent.token_hash = hash_token(token)  # the one in the mail is not ours to read

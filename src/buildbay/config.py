@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
@@ -52,6 +53,15 @@ class SignupMode(StrEnum):
 class StorageKind(StrEnum):
     LOCAL = "local"  # files under DATA_DIR, served by the API process
     S3 = "s3"  # an S3-compatible bucket; clients use presigned URLs
+
+
+@dataclass(frozen=True, slots=True)
+class InvitationCaps:
+    """Invitation mails a day (None: no cap)."""
+
+    per_recipient: int | None
+    per_account: int | None
+    per_project: int | None
 
 
 class ConfigurationError(Exception):
@@ -107,6 +117,17 @@ class Settings(BaseSettings):
     # anonymous budget (100 a minute: about 25 testers behind one office NAT).
     install_pages_per_minute_per_ip: PositiveInt = 600
     update_checks_per_minute_per_key: PositiveInt = 6000
+
+    # Invitation mails (docs/operations.md, "Invitation caps"), each in a UTC day, 0 for no cap:
+    # to one address whatever project invites it (resends included); sent by one account (its
+    # plan); sent for one project (the plan of its best-paid owner).
+    invitations_per_recipient_per_day: NonNegativeInt = 3
+    invitations_per_account_per_day_free: NonNegativeInt = 100
+    invitations_per_account_per_day_pro: NonNegativeInt = 1000
+    invitations_per_account_per_day_enterprise: NonNegativeInt = 10000
+    invitations_per_project_per_day_free: NonNegativeInt = 200
+    invitations_per_project_per_day_pro: NonNegativeInt = 2000
+    invitations_per_project_per_day_enterprise: NonNegativeInt = 20000
 
     sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300
     # How long a request body may take to arrive (an upload's: the longest pause between two
@@ -265,6 +286,25 @@ class Settings(BaseSettings):
             Plan.PRO: self.rate_limit_pro_per_minute,
             Plan.ENTERPRISE: None,
         }[plan]
+
+    def invitations_per_day(self, account_plan: Plan, project_plan: Plan) -> InvitationCaps:
+        """The day's caps on invitation mails for an account of `account_plan` inviting into a
+        project of `project_plan`."""
+        return InvitationCaps(
+            per_recipient=self.invitations_per_recipient_per_day or None,
+            per_account={
+                Plan.FREE: self.invitations_per_account_per_day_free,
+                Plan.PRO: self.invitations_per_account_per_day_pro,
+                Plan.ENTERPRISE: self.invitations_per_account_per_day_enterprise,
+            }[account_plan]
+            or None,
+            per_project={
+                Plan.FREE: self.invitations_per_project_per_day_free,
+                Plan.PRO: self.invitations_per_project_per_day_pro,
+                Plan.ENTERPRISE: self.invitations_per_project_per_day_enterprise,
+            }[project_plan]
+            or None,
+        )
 
     @property
     def is_sqlite(self) -> bool:

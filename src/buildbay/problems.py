@@ -36,6 +36,12 @@ class FieldProblem(BaseModel):
     message: str
 
 
+class NotInvitedProblem(BaseModel):
+    email: str
+    reason: str = Field(examples=["recipient_limit"])
+    detail: str
+
+
 class Problem(BaseModel):
     """RFC 9457 problem details, with Buildbay's stable `code` and the `requestId` of the log."""
 
@@ -52,6 +58,26 @@ class Problem(BaseModel):
         default=None,
         alias="missingParts",
         description="`upload_incomplete` of a multipart upload: the part numbers not yet received",
+    )
+    # `invitation_limit` (invitations/caps.py): what was done, and what was not.
+    invited: list[str] | None = Field(
+        default=None, description="`invitation_limit`: the addresses invited (and mailed)"
+    )
+    not_invited: list[NotInvitedProblem] | None = Field(
+        default=None,
+        alias="notInvited",
+        description="`invitation_limit`, `invitations_blocked`: the addresses not invited, and why",
+    )
+    testers: list[str] | None = Field(
+        default=None, description="`invitation_limit` of groups/*/testers: members now in it"
+    )
+    distribution: dict[str, Any] | None = Field(
+        default=None,
+        description="`invitation_limit` of a distribution: its answer (`buildId`, `groups`, "
+        "`testersReached`, `notified`), done but for the addresses not invited",
+    )
+    build: dict[str, Any] | None = Field(
+        default=None, description="`invitation_limit` of a verify: the build (`id`, `status`)"
     )
 
 

@@ -11,8 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import func, select
 
 from buildbay.auth.schemas import MAX_TOKEN_PROJECTS
+from buildbay.jobs.models import Job
 from tests.auth.conftest import bearer
 from tests.conftest import Account, Api, assert_problem
 
@@ -213,6 +216,92 @@ async def test_a_builds_write_token_uploads_but_does_not_manage_the_project(
     ):
         r = await client.request(method, url, json=body, headers=ci.headers)
         assert_problem(r, 403, "insufficient_scope")
+
+
+async def test_a_builds_write_token_distributes_to_members_but_invites_no_one(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    """Naming an e-mail that is not a member's in a distribution (or a verify's) invites it
+    into the project: a builds:write token, refused /invitations and groups/*/testers, is
+    refused that too; distributing to members and groups keeps working with it."""
+    project = await api.project(owner)
+    app_ = await api.application(owner, project["id"])
+    tess = await api.register("tess@example.com")
+    await api.add_member(owner, project["id"], tess, "tester")
+    ci = as_token(owner, (await create_token(client, owner, scope="builds:write"))["token"])
+    build = await api.upload(ci, project["id"], app_["id"])
+    distribute = f"{builds_of(project, app_)}/{build['buildId']}/distribute"
+
+    async def jobs() -> int:
+        async with app.state.ctx.sessions() as db:
+            return int(await db.scalar(select(func.count()).select_from(Job)) or 0)
+
+    before = await jobs()
+    r = await client.post(
+        distribute, json={"emails": [tess.email, "stranger@example.com"]}, headers=ci.headers
+    )
+
+    problem = assert_problem(r, 403, "insufficient_scope")
+    assert problem["detail"] == (
+        "This API token has the builds:write scope; naming an e-mail that is not a member's "
+        "invites them into the project, which needs a token without a scope (as /invitations "
+        "does)"
+    )
+    r = await client.get(f"/api/projects/{project['id']}/invitations", headers=owner.headers)
+    assert r.json()["invitations"] == []
+    assert await jobs() == before  # no mail, no distribution
+
+    r = await client.post(
+        distribute, json={"groups": ["everyone"], "emails": [tess.email]}, headers=ci.headers
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["notInvited"] == []
+    # A login (or a token without a scope) invites as before.
+    r = await client.post(distribute, json={"emails": ["stranger@example.com"]},
+                          headers=owner.headers)  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["invited"] == ["stranger@example.com"]
+
+
+async def test_a_builds_write_tokens_verify_distributes_to_members_but_invites_no_one(
+    client: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    project = await api.project(owner)
+    app_ = await api.application(owner, project["id"])
+    ci = as_token(owner, (await create_token(client, owner, scope="builds:write"))["token"])
+    builds = builds_of(project, app_)
+
+    async def upload() -> str:
+        r = await client.post(
+            f"{builds}/upload-link", json={"fileName": "a.apk", "fileSize": 4}, headers=ci.headers
+        )
+        assert r.status_code == 201, r.text
+        link = r.json()
+        r = await client.put(
+            link["uploadUrl"], content=b"PK\x03\x04", headers=link["uploadHeaders"]
+        )
+        assert r.status_code == 200, r.text
+        return str(link["buildId"])
+
+    build_id = await upload()
+    r = await client.post(
+        f"{builds}/verify",
+        json={"buildId": build_id, "distribute": {"emails": ["stranger@example.com"]}},
+        headers=ci.headers,
+    )
+    assert_problem(r, 403, "insufficient_scope")
+    r = await client.get(f"{builds}/{build_id}", headers=owner.headers)
+    assert r.json()["status"] == "pending"  # nothing verified without the rights it asked for
+
+    r = await client.post(
+        f"{builds}/verify",
+        json={"buildId": build_id, "distribute": {"emails": [owner.email]}},
+        headers=ci.headers,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "ready"
+    r = await client.get(f"/api/projects/{project['id']}/invitations", headers=owner.headers)
+    assert r.json()["invitations"] == []
 
 
 async def test_a_scope_does_not_lift_the_users_role(

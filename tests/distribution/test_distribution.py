@@ -88,6 +88,8 @@ async def test_distributing_again_mails_nobody_twice(team: Team) -> None:
         "groups": sorted(["everyone", group_id]),
         "testersReached": 0,
         "notified": 0,
+        "invited": [],
+        "notInvited": [],
     }
     assert len(team.mails_to(tess.email)) == 1
 

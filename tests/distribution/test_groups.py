@@ -109,7 +109,7 @@ async def test_an_email_that_is_no_member_is_invited_and_joins_the_group_on_acce
         testers, json={"emails": ["new@example.com"]}, headers=team.owner.headers
     )
     assert r.status_code == 200, r.text
-    assert r.json() == {"testers": [], "invited": ["new@example.com"]}
+    assert r.json() == {"testers": [], "invited": ["new@example.com"], "notInvited": []}
     await team.run_jobs()
     [mail] = team.mails_to("new@example.com")
     token = mail.link("http").rsplit("/", 1)[1]

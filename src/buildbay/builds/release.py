@@ -10,6 +10,7 @@ from buildbay.builds.install import InstallLinks
 from buildbay.builds.reads import BuildRecord
 from buildbay.builds.service import BuildService
 from buildbay.distribution.service import Distributor
+from buildbay.invitations.caps import InvitationsLimited
 from buildbay.projects.authorization import ApplicationAccess
 
 
@@ -42,7 +43,12 @@ async def verify_and_release(
 ) -> BuildRecord:
     """Verify the upload. Once the build is ready, give it its install link (the live one
     if it has one: a retried verify makes no second) and distribute it, as asked; a build
-    whose check was left to a job (`processing`) gets neither."""
+    whose check was left to a job (`processing`) gets neither. A distribution that names
+    e-mails of non-members needs the rights to invite (checked first: nothing is verified
+    without them); one that the invitation caps cut short answers 429 `invitation_limit`,
+    the build verified and what was distributed standing, and said."""
+    if asked.distribute is not None:
+        await distributor.check_may_invite(access, asked.distribute.emails)
     build = await builds.verify(
         access.application, asked.build_id, asked.notes, asked.channels, asked.mandatory
     )
@@ -53,8 +59,13 @@ async def verify_and_release(
     if (wanted := asked.distribute) is not None:
         # Named channels at verify are where the build goes; none named, reaching everyone
         # here puts it on `default` as the application's own groups would have.
-        await distributor.distribute(
+        result = await distributor.distribute(
             access, build, wanted.groups, wanted.emails, wanted.notify,
             publish=asked.channels is None,
         )  # fmt: skip
+        if result.admission.capped:
+            raise InvitationsLimited(
+                result.admission, result.invited, build={"id": build.id, "status": "ready"},
+                distribution=result.summary(),
+            )  # fmt: skip
     return build

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from buildbay.applications.models import Application
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build
+from buildbay.invitations.caps import sweep_invitation_counts
 from buildbay.storage.base import Storage
 
 log = logging.getLogger("buildbay.sweeper")
@@ -88,6 +89,8 @@ async def sweep(
         log.info("removed %d partial files of uploads cut off by a crash", abandoned)
     orphans = await sweep_orphan_objects(sessions, storage, now)
     orphan_uploads = await sweep_orphan_multipart_uploads(sessions, storage, now)
+    async with sessions() as db, db.begin():  # the invitation caps' counters of past days
+        await sweep_invitation_counts(db, now)
     return Swept(expired, retention, abandoned, orphans, orphan_uploads)
 
 

@@ -24,6 +24,7 @@ from buildbay.deps import get_context
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.distribution.service import Distributor
 from buildbay.errors import BuildbayError
+from buildbay.invitations.caps import not_invited_sentences
 from buildbay.numbers import whole_number
 from buildbay.projects.enums import ProjectRole
 
@@ -68,10 +69,13 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
         errors = {"form": exc.detail}
         return await render_build(request, visitor, db, project_id, app_id, build_id,
                                   "distribute", values, errors, exc.status)  # fmt: skip
-    visitor.tell(
+    notice = (
         f"Distributed: {result.testers_reached} new tester"
         f"{'' if result.testers_reached == 1 else 's'} reached, {result.notified} mailed."
     )
+    if result.admission.refused:
+        notice += " " + not_invited_sentences(result.admission.refused)
+    visitor.tell(notice)
     return see_other(build_path(project_id, app_id, build_id))
 
 

@@ -26,6 +26,7 @@ from buildbay.distribution.groups import groups_page, invited_to_groups, testers
 from buildbay.distribution.routes import make_group_service
 from buildbay.distribution.schemas import GroupCreate, TestersAdd
 from buildbay.errors import BuildbayError
+from buildbay.invitations.caps import not_invited_sentences
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
 
@@ -124,7 +125,10 @@ async def add_testers(request: Request, project_id: str, group_id: str) -> Respo
         parts.append(f"{len(added.testers)} tester(s) in the group")
     if added.invited:
         parts.append(f"invited {', '.join(added.invited)}; they join the group when they accept")
-    notice = (", ".join(parts) or "Nothing changed") + "."
+    refused = added.admission.refused
+    notice = (", ".join(parts) or ("Nothing changed" if not refused else "No one added")) + "."
+    if refused:
+        notice += " " + not_invited_sentences(refused)
     visitor.tell(notice[0].upper() + notice[1:])
     return see_other(_groups_path(project_id) + f"#{group_id}")
 

@@ -61,9 +61,17 @@ async def invite(request: Request, project_id: str) -> Response:
 async def resend(request: Request, project_id: str, invitation_id: str) -> Response:
     visitor, db = await visit(request)
     access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
-    invitation = await make_invitation_service(get_context(request), db).resend(
-        access, invitation_id
-    )
+    try:
+        async with db.begin_nested():
+            invitation = await make_invitation_service(get_context(request), db).resend(
+                access, invitation_id
+            )
+    except BuildbayError as exc:
+        if exc.status >= 500 or exc.status == 404:
+            raise
+        # A cap or a block: said where invitations are sent, nothing sent.
+        return await render_project(request, visitor, db, project_id, "invite", {},
+                                    {"email": exc.detail}, exc.status)  # fmt: skip
     visitor.tell(f"Invitation sent again to {invitation.email}.")
     return see_other(f"/projects/{project_id}#invitations")
 

@@ -19,7 +19,7 @@ from buildbay.distribution.models import (
     InvitationGroup,
     TesterGroup,
 )
-from buildbay.invitations.models import Invitation
+from buildbay.invitations.models import Invitation, InvitationBlock, InvitationCount
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
@@ -39,6 +39,8 @@ __all__ = [
     "InstallEvent",
     "InstallLink",
     "Invitation",
+    "InvitationBlock",
+    "InvitationCount",
     "InvitationGroup",
     "Job",
     "PasswordReset",

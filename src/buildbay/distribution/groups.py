@@ -20,7 +20,11 @@ from buildbay.applications.models import Application
 from buildbay.auth.models import User
 from buildbay.db.concurrency import insert_unless_present
 from buildbay.db.reads import Reads
-from buildbay.distribution.membership import insert_of, reach_builds_of_groups
+from buildbay.distribution.membership import (
+    insert_ignoring_duplicates,
+    insert_of,
+    reach_builds_of_groups,
+)
 from buildbay.distribution.models import (
     EVERYONE,
     BuildGroup,
@@ -30,9 +34,9 @@ from buildbay.distribution.models import (
 )
 from buildbay.errors import Conflict, NotFound, ValidationFailed
 from buildbay.ids import new_id, split_page
+from buildbay.invitations.caps import Admission
 from buildbay.invitations.models import Invitation
 from buildbay.invitations.service import InvitationService
-from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import ProjectMember
@@ -65,6 +69,7 @@ class TesterRecord:
 class TestersAdded:
     testers: list[TesterRecord]  # members now in the group (whether or not they were before)
     invited: list[str]  # e-mails invited into the project, who join the group on accepting
+    admission: Admission  # of the e-mails to mail: refused ones are not invited
 
 
 def group_not_found() -> NotFound:
@@ -217,11 +222,10 @@ def _name_taken() -> Conflict:
 
 
 class GroupService:
-    def __init__(self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str) -> None:
+    def __init__(self, db: AsyncSession, now: datetime, invitations: InvitationService) -> None:
         self.db = db
         self.now = now
-        self.mail = mail
-        self.public_url = public_url
+        self.invitations = invitations
         self.reads = Reads.within(db)
 
     async def create(self, project: ProjectRecord, name: str) -> GroupRecord:
@@ -273,7 +277,8 @@ class GroupService:
         self, access: ProjectAccess, group_id: str, emails: Sequence[str]
     ) -> TestersAdded:
         """Members join the group; other e-mails are invited into the project as testers (an
-        invitation already pending keeps its role) and join the group when they accept."""
+        invitation already pending keeps its role) and join the group when they accept, as
+        far as the invitation caps let (the others are in `admission.refused`)."""
         project = access.project
         group = await group_of(self.reads, project, group_id)
         wanted = list(dict.fromkeys(normal_email_text(e) for e in emails))
@@ -303,18 +308,18 @@ class GroupService:
             await reach_builds_of_groups(
                 self.db, self.now, project.id, joined.scalars().all(), [group.id]
             )
-        invited = [email for email in wanted if email not in members]
-        for email in invited:
-            invitation_id = await invite_tester(self.db, access, email, self.now, self.mail,
-                                                self.public_url)  # fmt: skip
-            if not group.builtin:
-                await insert_unless_present(
-                    self.db,
-                    InvitationGroup,
-                    {"invitation_id": invitation_id, "group_id": group.id},
-                )
+        others = [email for email in wanted if email not in members]
+        invited = await self.invitations.invite_testers(access, others) if others else None
+        if invited is not None and not group.builtin:
+            await insert_ignoring_duplicates(
+                self.db,
+                InvitationGroup,
+                [{"invitation_id": i, "group_id": group.id} for i in invited.invitations.values()],
+            )
         testers = [t for t in await testers_of(self.reads, project, group.id) if t.email in members]
-        return TestersAdded(testers, invited)
+        if invited is None:
+            return TestersAdded(testers, [], Admission())
+        return TestersAdded(testers, list(invited.invitations), invited.admission)
 
     async def remove_tester(self, project: ProjectRecord, group_id: str, user_id: str) -> None:
         group = await self._changeable(project, group_id)
@@ -338,30 +343,3 @@ class GroupService:
         if group.builtin:
             raise builtin_group()
         return group
-
-
-async def invite_tester(
-    db: AsyncSession,
-    access: ProjectAccess,
-    email: str,
-    now: datetime,
-    mail: MailOutbox,
-    public_url: str,
-) -> str:
-    """The id of the e-mail's pending invitation into the project, or of a new one as tester
-    (mailed). A pending invitation is not sent again, and keeps its role."""
-    pending = await db.scalar(
-        select(Invitation.id).where(
-            Invitation.project_id == access.project.id,
-            Invitation.email == email,
-            Invitation.accepted_at.is_(None),
-            Invitation.revoked_at.is_(None),
-            Invitation.expires_at > now,
-        )
-    )
-    if pending is not None:
-        return str(pending)
-    invitation = await InvitationService(db, now, mail, public_url).invite(
-        access, email, ProjectRole.TESTER
-    )
-    return invitation.id

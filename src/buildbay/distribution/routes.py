@@ -18,7 +18,9 @@ from buildbay.distribution.groups import (
     testers_of,
 )
 from buildbay.distribution.installs import installs_of
-from buildbay.distribution.service import Distributor
+from buildbay.distribution.service import DistributionResult, Distributor
+from buildbay.invitations.caps import Admission, InvitationsLimited
+from buildbay.invitations.service import InvitationService
 from buildbay.problems import problem_responses
 from buildbay.projects.access import (
     BuildsDeveloper,
@@ -37,7 +39,7 @@ WRITE = problem_responses(400, 401, 403, 404, 409, 413, 422, 429)
 
 
 def make_group_service(ctx: AppContext, db: AsyncSession) -> GroupService:
-    return GroupService(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
+    return GroupService(db, ctx.clock.now(), InvitationService.of(ctx, db))
 
 
 Service = Annotated[GroupService, in_unit_of_work(make_group_service)]
@@ -114,15 +116,23 @@ async def list_testers(
     _GROUP + "/testers",
     responses=WRITE,
     summary="Add testers by e-mail: members join the group, others are invited into the "
-    "project as testers and join it when they accept (developer+)",
+    "project as testers and join it when they accept (developer+); past the day's invitation "
+    "caps, 429 `invitation_limit` says who was invited and who not",
 )
 async def add_testers(
     group_id: GroupId, body: schemas.TestersAdd, access: ProjectDeveloper, service: Service
 ) -> schemas.TestersAdded:
     added = await service.add_testers(access, group_id, [str(e) for e in body.emails])
-    return schemas.TestersAdded(
-        testers=[tester_schema(t) for t in added.testers], invited=added.invited
+    answer = schemas.TestersAdded(
+        testers=[tester_schema(t) for t in added.testers],
+        invited=added.invited,
+        not_invited=not_invited_schema(added.admission),
     )
+    if added.admission.capped:
+        raise InvitationsLimited(
+            added.admission, added.invited, testers=[t.email for t in added.testers]
+        )
+    return answer
 
 
 @router.delete(
@@ -158,12 +168,28 @@ async def distribute_build(
     result = await Distributor.of(ctx, builds.db).distribute(
         access, build, body.groups, [str(e) for e in body.emails], body.notify
     )
+    answer = distribution_schema(result)
+    if result.admission.capped:
+        raise InvitationsLimited(result.admission, result.invited, distribution=result.summary())
+    return answer
+
+
+def distribution_schema(result: DistributionResult) -> schemas.Distribution:
     return schemas.Distribution(
         build_id=result.build_id,
         groups=result.groups,
         testers_reached=result.testers_reached,
         notified=result.notified,
+        invited=result.invited,
+        not_invited=not_invited_schema(result.admission),
     )
+
+
+def not_invited_schema(admission: Admission) -> list[schemas.NotInvited]:
+    return [
+        schemas.NotInvited(email=r.email, reason=r.reason.value, detail=r.message)
+        for r in admission.refused
+    ]
 
 
 @router.get(

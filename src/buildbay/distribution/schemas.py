@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -49,11 +49,24 @@ class TesterList(ApiModel):
     testers: list[Tester]
 
 
+class NotInvited(ApiModel):
+    email: str
+    reason: Literal["blocked", "recipient_limit", "account_limit", "project_limit"] = Field(
+        description="`blocked`: the address refuses invitations from this server; the others: "
+        "a day's invitation cap (the address's, the inviting account's, the project's) is spent"
+    )
+    detail: str = Field(description="The reason as a sentence")
+
+
 class TestersAdded(ApiModel):
     testers: list[Tester] = Field(description="The members named, now in the group")
     invited: list[str] = Field(
         description="E-mails of people who are not members: invited into the project as "
         "testers (a pending invitation keeps its role), they join the group when they accept"
+    )
+    not_invited: list[NotInvited] = Field(
+        default_factory=list,
+        description="E-mails of non-members that were not invited (nor mailed), and why",
     )
 
 
@@ -81,6 +94,15 @@ class Distribution(ApiModel):
         "e-mails invited into the project as testers)"
     )
     notified: int = Field(description="Of them, how many are being mailed")
+    invited: list[str] = Field(
+        default_factory=list,
+        description="The e-mails named that are not members': invited into the project as "
+        "testers (a pending invitation stays as it is)",
+    )
+    not_invited: list[NotInvited] = Field(
+        default_factory=list,
+        description="E-mails of non-members that were not invited, and why: not reached",
+    )
 
 
 class TesterInstalls(ApiModel):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
@@ -57,15 +57,21 @@ from buildbay.builds.schemas import version_label
 from buildbay.channels.service import ChannelService
 from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
-from buildbay.distribution.groups import check_group_ids, invite_tester
+from buildbay.distribution.groups import check_group_ids
 from buildbay.distribution.membership import insert_ignoring_duplicates, insert_of
 from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
 from buildbay.errors import Conflict
 from buildbay.ids import new_id
+from buildbay.invitations.caps import Admission
+from buildbay.invitations.service import InvitationService, TestersInvited
 from buildbay.jobs.queue import enqueue
 from buildbay.mail.message import Mail, notification
-from buildbay.mail.outbox import MailOutbox
-from buildbay.projects.authorization import ApplicationAccess, ProjectAccess
+from buildbay.projects.authorization import (
+    ApplicationAccess,
+    ProjectAccess,
+    may_invite,
+    require_invite_rights,
+)
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events
@@ -89,6 +95,13 @@ class DistributionResult:
     groups: list[str]
     testers_reached: int
     notified: int
+    invited: list[str] = field(default_factory=list)  # e-mails invited (pending, or mailed now)
+    admission: Admission = field(default_factory=Admission)  # those refused were not reached
+
+    def summary(self) -> dict[str, object]:
+        """What was done, as a 429's problem body tells it (`distribution`)."""
+        return {"buildId": self.build_id, "groups": self.groups,
+                "testersReached": self.testers_reached, "notified": self.notified}  # fmt: skip
 
 
 _GROUPS_OF_BUILD = select(BuildGroup.group_id).order_by(BuildGroup.group_id)
@@ -100,14 +113,38 @@ _EVERYONE_OF_BUILD = select(BuildGroup.group_id).where(
 class Distributor:
     @classmethod
     def of(cls, ctx: AppContext, db: AsyncSession) -> Distributor:
-        return cls(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
+        return cls(db, ctx.clock.now(), ctx.settings.resolved_public_url,
+                   InvitationService.of(ctx, db))  # fmt: skip
 
-    def __init__(self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str) -> None:
+    def __init__(
+        self, db: AsyncSession, now: datetime, public_url: str, invitations: InvitationService
+    ) -> None:
         self.db = db
         self.now = now
-        self.mail = mail
         self.public_url = public_url
+        self.invitations = invitations
         self.reads = Reads.within(db)
+
+    async def check_may_invite(
+        self, access: ProjectAccess | ApplicationAccess, emails: Sequence[str]
+    ) -> None:
+        """403 unless the caller may invite, if `emails` name someone not a member: naming them
+        invites them into the project, which an API token may do only with the rights that
+        the invitation endpoints need (projects/authorization.py)."""
+        if not emails or may_invite(access.caller):
+            return
+        wanted = list(dict.fromkeys(normal_email_text(e) for e in emails))
+        members = set(
+            (
+                await self.db.scalars(
+                    select(User.email)
+                    .join(ProjectMember, ProjectMember.user_id == User.id)
+                    .where(ProjectMember.project_id == access.project.id, User.email.in_(wanted))
+                )
+            ).all()
+        )
+        if any(email not in members for email in wanted):
+            require_invite_rights(access.caller, "naming an e-mail that is not a member's")
 
     async def distribute(
         self,
@@ -127,6 +164,7 @@ class Distributor:
                 "Only a ready build can be distributed; verify the upload first",
                 code="build_not_ready",
             )
+        await self.check_may_invite(access, emails)
         await check_group_ids(self.reads, access.project.id, group_ids)
         if publish and EVERYONE in group_ids and not await self._reached_everyone(build.id):
             channels = ChannelService(self.db, self.now)
@@ -135,11 +173,13 @@ class Distributor:
             self.db, self.now, build, group_ids, notify, access.caller.user.id
         )
         project_access = ProjectAccess(access.project, access.role, access.caller)
-        more, more_notified = await self._to_emails(project_access, build, emails, notify)
+        more, more_notified, invited = await self._to_emails(project_access, build, emails, notify)
         groups = await self.reads.all(_GROUPS_OF_BUILD.where(BuildGroup.build_id == build.id))
         result = DistributionResult(
-            build.id, [row["group_id"] for row in groups], reached + more, notified + more_notified
-        )
+            build.id, [row["group_id"] for row in groups], reached + more, notified + more_notified,
+            list(invited.invitations) if invited else [],
+            invited.admission if invited else Admission(),
+        )  # fmt: skip
         await webhook_events.build_distributed(
             self.db, build, self.public_url, self.now, groups=result.groups,
             testersReached=result.testers_reached, notified=result.notified,
@@ -152,13 +192,14 @@ class Distributor:
 
     async def _to_emails(
         self, access: ProjectAccess, build: BuildRecord, emails: Sequence[str], notify: bool
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, TestersInvited | None]:
         """The e-mails as recipients: members (mailed, if `notify` and they take new-build
-        mails), and others invited into the project. How many of them this call newly
-        reaches, and how many it has mailed, that no group counted."""
+        mails), and others invited into the project as far as the invitation caps let (one
+        refused is not a recipient). How many of them this call newly reaches, and how many
+        it has mailed, that no group counted; and the invitations."""
         wanted = list(dict.fromkeys(normal_email_text(e) for e in emails))
         if not wanted:
-            return 0, 0
+            return 0, 0, None
         # In a group the build is distributed to (in this call too): counted by the request
         # that distributed it to the group, and written by that group's job unless this
         # call writes them first (the job then leaves their row as it is, and mails them).
@@ -189,12 +230,14 @@ class Distributor:
                 )
             ).all()
         }
+        # Not members: invited as testers, they see the build once they accept.
+        others = [email for email in wanted if email not in members]
+        invited = await self.invitations.invite_testers(access, others) if others else None
         rows = []
         for email in wanted:
             member = members.get(email)
-            if member is None:
-                # Not a member: invited as tester, they see the build once they accept.
-                await invite_tester(self.db, access, email, self.now, self.mail, self.public_url)
+            if member is None and (invited is None or email not in invited.invitations):
+                continue  # not invited (refused): not reached
             rows.append(
                 {
                     "build_id": build.id,
@@ -205,6 +248,8 @@ class Distributor:
                     "direct": True,
                 }
             )
+        if not rows:
+            return 0, 0, invited
         statement = insert_of(self.db, BuildRecipient).values(rows)
         # Reached before unmailed (they joined a group later, or a distribution did not
         # notify): to be mailed now. Whoever was mailed, or is about to be, is left alone.
@@ -243,7 +288,7 @@ class Distributor:
             elif not member.through_group:
                 reached += 1
                 notified += to_mail
-        return reached, notified
+        return reached, notified, invited
 
 
 async def reach_groups(

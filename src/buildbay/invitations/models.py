@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy import ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -42,3 +42,26 @@ def invitation_status(
     if expires_at <= now:
         return InvitationStatus.EXPIRED
     return InvitationStatus.PENDING
+
+
+class InvitationCount(Base):
+    """How many invitation mails one address, account or project was sent or sent on one UTC
+    day (invitations/caps.py): `key` is `recipient:<sha256 of the address>`,
+    `account:<user id>` or `project:<project id>`; `day` the day's ordinal."""
+
+    __tablename__ = "invitation_counts"
+    __table_args__ = (Index("ix_invitation_counts_day", "day"),)
+
+    key: Mapped[str] = mapped_column(String(80), primary_key=True)
+    day: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    count: Mapped[int] = mapped_column(Integer)
+
+
+class InvitationBlock(Base):
+    """An address whose owner wants no invitation from this server (from the unsubscribe
+    page), by the sha256 of the address: the table holds no address in clear."""
+
+    __tablename__ = "invitation_blocks"
+
+    address_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime]

@@ -21,7 +21,7 @@ router = APIRouter(tags=["invitations"], route_class=TransactionRoute)
 
 
 def make_invitation_service(ctx: AppContext, db: AsyncSession) -> InvitationService:
-    return InvitationService(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url)
+    return InvitationService.of(ctx, db)
 
 
 Service = Annotated[InvitationService, in_unit_of_work(make_invitation_service)]
@@ -45,7 +45,8 @@ def _invitation(invitation: Invitation | InvitationRecord, now: datetime) -> sch
     status_code=status.HTTP_201_CREATED,
     responses=problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
     summary="Invite an e-mail into the project with a role, by mail (admin+; owner to invite an "
-    "owner); an e-mail already invited gets a new link",
+    "owner); an e-mail already invited gets a new link. 429 `invitation_limit` past the day's "
+    "invitation caps, 409 `invitations_blocked` for an address that refuses invitations",
 )
 async def invite(
     body: schemas.InvitationCreate, access: ProjectAdmin, service: Service

@@ -7,13 +7,20 @@ link (`PUBLIC_URL/invitations/<token>`) opens a console page where the invited p
 or signs in, then accepts: they become a member with the role, if they are signed in with the
 invited e-mail. Every state change is a conditional UPDATE, so that two requests at once (two
 accepts, an accept and a revoke) cannot both win.
+
+Every invitation mail is counted against the day's caps first, and none goes to an address
+that blocked invitations (invitations/caps.py): an invite or resend refused answers 429 (a
+cap) or 409 (a block) and writes nothing; `invite_testers`, for several addresses at once,
+invites those admitted and says which were not.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,10 +33,18 @@ from buildbay.db.concurrency import insert_unless_present, lock_row
 from buildbay.distribution.membership import join_invited_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
+from buildbay.invitations.caps import (
+    Admission,
+    CapsOf,
+    InvitationCaps,
+    InvitationsLimited,
+    recipient_blocked,
+)
 from buildbay.invitations.enums import InvitationStatus
 from buildbay.invitations.models import Invitation
-from buildbay.mail.message import render
+from buildbay.mail.message import notification
 from buildbay.mail.outbox import MailOutbox
+from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
@@ -37,6 +52,9 @@ from buildbay.projects.reads import MemberRecord, ProjectRecord
 from buildbay.projects.service import require_owner_for_owner_role
 from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events
+
+if TYPE_CHECKING:
+    from buildbay.context import AppContext
 
 INVITATION_LIFETIME = timedelta(days=7)
 INVITATION_TOKEN_PREFIX = "bbi_"
@@ -53,16 +71,36 @@ class InvitationView:
     status: InvitationStatus
 
 
+@dataclass(frozen=True, slots=True)
+class TestersInvited:
+    """What `invite_testers` did: each address invited (a pending invitation, or a new one
+    mailed now) with its invitation's id, and the admission of those it had to mail."""
+
+    invitations: dict[str, str]
+    mailed: list[str]
+    admission: Admission
+
+
 def invitation_link(public_url: str, token: str) -> str:
     return f"{public_url}{INVITATION_PAGE}/{token}"
 
 
 class InvitationService:
-    def __init__(self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str) -> None:
+    @classmethod
+    def of(cls, ctx: AppContext, db: AsyncSession) -> InvitationService:
+        return cls(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url,
+                   ctx.settings.invitations_per_day, ctx.unsubscribe)  # fmt: skip
+
+    def __init__(
+        self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str,
+        caps: CapsOf, unsubscribe: UnsubscribeLinks,
+    ) -> None:  # fmt: skip
         self.db = db
         self.now = now
         self.mail = mail
         self.public_url = public_url
+        self.caps = InvitationCaps(db, now, caps)
+        self.unsubscribe = unsubscribe
 
     async def invite(self, access: ProjectAccess, email: str, role: ProjectRole) -> Invitation:
         require_owner_for_owner_role(access, role)
@@ -78,6 +116,42 @@ class InvitationService:
         )
         if member is not None:
             raise Conflict("This e-mail is already a member of the project", code="already_member")
+        admission = await self.caps.admit(access, [email])
+        if admission.capped:
+            raise InvitationsLimited(admission, [])
+        if admission.refused:
+            raise recipient_blocked(email)
+        return await self._invite(access, email, role)
+
+    async def invite_testers(self, access: ProjectAccess, emails: Sequence[str]) -> TestersInvited:
+        """Invite addresses (normalised, each once, none a member's) as testers: one with a
+        pending invitation keeps it (not mailed again, its role kept); the others are invited
+        and mailed as far as the caps let, in the order given."""
+        if not await lock_row(self.db, Project.id, access.project.id):
+            raise NotFound("No project with this id", code="project_not_found")
+        pending = dict(
+            (
+                await self.db.execute(
+                    select(Invitation.email, Invitation.id).where(
+                        Invitation.project_id == access.project.id,
+                        Invitation.email.in_(list(emails)),
+                        Invitation.accepted_at.is_(None),
+                        Invitation.revoked_at.is_(None),
+                        Invitation.expires_at > self.now,
+                    )
+                )
+            ).all()
+        )
+        admission = await self.caps.admit(access, [e for e in emails if e not in pending])
+        for email in admission.admitted:
+            invitation = await self._invite(access, email, ProjectRole.TESTER)
+            pending[email] = invitation.id
+        invited = {email: pending[email] for email in emails if email in pending}
+        return TestersInvited(invited, admission.admitted, admission)
+
+    async def _invite(self, access: ProjectAccess, email: str, role: ProjectRole) -> Invitation:
+        """Invite (or invite again) an address the caps admitted, and mail it."""
+        project = access.project
         token = INVITATION_TOKEN_PREFIX + secrets.token_urlsafe(32)
         invitation = await self._pending(project.id, email)
         if invitation is None:
@@ -212,10 +286,11 @@ class InvitationService:
     def _mail(
         self, invitation: Invitation, project: ProjectRecord, inviter: UserRecord, token: str
     ) -> None:
-        mail = render(
+        mail = notification(
             "invitation",
             invitation.email,
             f"{inviter.name} invited you to {project.name} on Buildbay",
+            self.unsubscribe.address_url(invitation.email),
             inviter=inviter.name,
             project=project.name,
             role=invitation.role.value,

@@ -2,7 +2,11 @@
 token names the user and carries an HMAC of the server's key, so that the link needs no login
 and cannot be made for anyone else. Opening it (GET) shows a button; posting to it (the button,
 or a mail client's one-click `List-Unsubscribe=One-Click`) turns off that user's new-build
-mails (`notifyNewBuilds`)."""
+mails (`notifyNewBuilds`).
+
+Invitation mails go to addresses that may have no account: their link names the address
+(`a.<the address, base64url>.<HMAC>`, under a key of its own), and its page blocks, or allows
+again, every invitation from this server to that address (invitations/caps.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +21,13 @@ from buildbay.ids import ID_PATTERN
 UNSUBSCRIBE_PATH = "/unsubscribe"
 
 
+_ADDRESS = "a"
+
+
 class UnsubscribeLinks:
     def __init__(self, master_key: bytes, public_url: str) -> None:
         self._key = derive_key(master_key, "unsubscribe-new-builds")
+        self._address_key = derive_key(master_key, "unsubscribe-invitations")
         self._base = f"{public_url.rstrip('/')}{UNSUBSCRIBE_PATH}"
 
     def _mac(self, user_id: str) -> str:
@@ -38,3 +46,26 @@ class UnsubscribeLinks:
         if not ID_PATTERN.fullmatch(user_id) or not same_secret(mac, self._mac(user_id)):
             return None
         return user_id
+
+    def _address_mac(self, address: str) -> str:
+        digest = hmac.new(self._address_key, address.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest[:20]).rstrip(b"=").decode()
+
+    def address_url(self, address: str) -> str:
+        """The link of an invitation mail to `address`: its page blocks invitations to it."""
+        encoded = base64.urlsafe_b64encode(address.encode()).rstrip(b"=").decode()
+        return f"{self._base}/{_ADDRESS}.{encoded}.{self._address_mac(address)}"
+
+    def address_of(self, token: str) -> str | None:
+        """The address an invitation mail's token was made for, if this server made it."""
+        kind, _, rest = token.partition(".")
+        encoded, _, mac = rest.partition(".")
+        if kind != _ADDRESS or not encoded.isascii() or not mac.isascii():
+            return None
+        try:
+            address = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+        except ValueError:  # not base64, or not UTF-8 (UnicodeDecodeError is a ValueError)
+            return None
+        if not hmac.compare_digest(mac.encode(), self._address_mac(address).encode()):
+            return None
+        return address

@@ -87,6 +87,30 @@ def _of_a_member(caller: Principal, row: RowMapping | None) -> RowMapping:
     return row
 
 
+# What inviting someone into a project needs of an API token, on every path that invites: a
+# token without a scope, as the invitation and tester-group endpoints declare (projects/
+# access.py's ProjectAdmin, ProjectDeveloper); a distribution or a verify that names e-mails of
+# non-members, open to builds:write tokens otherwise, checks it with `require_invite_rights`.
+INVITE_SCOPE: TokenScope | None = None
+
+
+def may_invite(caller: Principal) -> bool:
+    scope = caller.scope
+    return scope is None or (INVITE_SCOPE is not None and scope.includes(INVITE_SCOPE))
+
+
+def require_invite_rights(caller: Principal, what: str) -> None:
+    """403 `insufficient_scope` unless the caller's token may invite; `what` says what the
+    request does that invites (e.g. "naming an e-mail that is not a member's")."""
+    if not may_invite(caller):
+        assert caller.scope is not None  # may_invite says so
+        raise Forbidden(
+            f"This API token has the {caller.scope.value} scope; {what} invites them into the "
+            "project, which needs a token without a scope (as /invitations does)",
+            code="insufficient_scope",
+        )
+
+
 def require_role(role: ProjectRole, needed: ProjectRole) -> None:
     if not role.includes(needed):
         raise Forbidden(
