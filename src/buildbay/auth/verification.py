@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
@@ -31,6 +32,8 @@ from buildbay.ids import ID_PATTERN
 from buildbay.mail.message import render
 from buildbay.mail.outbox import MailOutbox
 from buildbay.ratelimit.limiter import RateLimiter
+
+log = logging.getLogger("buildbay.auth")
 
 VERIFY_PAGE = "/verify-email"
 VERIFICATION_TOKEN_PREFIX = "bbv_"
@@ -113,8 +116,10 @@ class EmailVerifications:
         links = VerificationLinks(ctx.settings.signing_key, ctx.settings.resolved_public_url)
         return cls(db, ctx.clock.now(), links, ctx.mail)
 
-    def send(self, user: User) -> None:
-        """Write the verification mail of `user` to the outbox (in the caller's unit of work)."""
+    def send(self, user: User) -> bool:
+        """Write the verification mail of `user` to the outbox (in the caller's unit of work).
+        False if no mail can be made for the address (the standard library refuses some that
+        the sign-up took): the sign-up goes on, unverified, and this is logged."""
         link = self.links.url(self.links.token(user, self.now + LINK_LIFETIME))
         mail = render(
             "email_verification",
@@ -125,7 +130,12 @@ class EmailVerifications:
             link=link,
             days=LINK_LIFETIME.days,
         )
-        self.mail.send(self.db, mail, self.now)
+        try:
+            self.mail.send(self.db, mail, self.now)
+        except ValueError as exc:  # email.errors' header defects are ValueErrors
+            log.warning("no verification mail for user %s: %s", user.id, type(exc).__name__)
+            return False
+        return True
 
     async def resend(self, user_id: str, limiter: RateLimiter) -> None:
         """Mail the link again to the account's address: 409 if it is verified already, 429
@@ -140,7 +150,12 @@ class EmailVerifications:
                 code="verification_throttled",
                 headers={"Retry-After": str(wait)},
             )
-        self.send(user)
+        if not self.send(user):
+            raise ValidationFailed.for_field(
+                "email",
+                "a mail cannot be sent to this address from this server",
+                code="email_not_mailable",
+            )
 
     async def confirm(self, token: str) -> User:
         """Follow a link: its account's address is verified. 422 `invalid_token` for a link
