@@ -22,7 +22,6 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from tests.processes import free_port
 
-
 SIGN_UP_SUBJECT = "Confirm your e-mail address for Buildbay"
 
 
