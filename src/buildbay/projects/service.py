@@ -100,6 +100,8 @@ class ProjectService:
                 code="user_not_found",
             )
         if not unverified_ok and not user.email_verified:
+            if await member(self.reads, access.project.id, user.id) is not None:
+                raise already_member()  # said first: there is nothing to confirm
             raise Conflict(
                 f"The account with {user.email} has not verified this e-mail address: whoever "
                 "signed up with it may not be the person you mean. Add it anyway, or invite the "
@@ -111,7 +113,7 @@ class ProjectService:
         fields = {"project_id": access.project.id, "user_id": user.id,
                   "role": role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
-            raise Conflict("This user is already a member of the project", code="already_member")
+            raise already_member()
         await reach_new_member(self.db, self.now, access.project.id, user.id, user.email)
         added = MemberRecord(access.project.id, user.id, user.email, user.name, role, self.now,
                              user.email_verified)  # fmt: skip
@@ -198,3 +200,7 @@ def require_owner_for_owner_role(access: ProjectAccess, role: ProjectRole) -> No
         raise Forbidden(
             "Only an owner can grant or remove the owner role", code="insufficient_role"
         )
+
+
+def already_member() -> Conflict:
+    return Conflict("This user is already a member of the project", code="already_member")
