@@ -29,6 +29,7 @@ from buildbay.auth.models import User
 from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
+from buildbay.auth.verification import LINK_LIFETIME, EmailVerifications
 from buildbay.clock import FrozenClock
 from buildbay.config import InvitationCaps
 from buildbay.context import AppContext
@@ -275,6 +276,16 @@ class World:
 
         return await self._unit_of_work(issue)
 
+    async def verification_token(self, account: Account) -> str:
+        """The token of the verification link mailed to `account` at sign-up."""
+
+        async def issue(db: AsyncSession) -> str:
+            user = await db.get_one(User, account.user["id"])
+            links = EmailVerifications.of(self.ctx, db).links
+            return links.token(user, self.ctx.clock.now() + LINK_LIFETIME)
+
+        return await self._unit_of_work(issue)
+
     async def new_invitation(self) -> str:
         """A pending invitation into the world's project."""
         r = await self.client.post(
@@ -441,6 +452,11 @@ async def _confirm_password_reset(w: World, subject: Account) -> dict[str, Any]:
     # A user of its own: the reset ends every session of its account.
     doomed = await w.new_user()
     return {"token": await w.reset_token(doomed), "password": "a new password"}
+
+
+@body("POST", "/api/auth/email-verification/confirm")
+async def _confirm_email_verification(w: World, subject: Account) -> dict[str, Any]:
+    return {"token": await w.verification_token(await w.new_user())}
 
 
 @body("POST", "/api/projects/{id}/invitations")

@@ -57,6 +57,8 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/auth/refresh-token"): PUBLIC,
     ("POST", "/api/auth/password-reset"): PUBLIC,
     ("POST", "/api/auth/password-reset/confirm"): PUBLIC,
+    ("POST", "/api/auth/email-verification/confirm"): PUBLIC,
+    ("POST", "/api/auth/email-verification"): ANY_USER,
     ("POST", "/api/auth/logout"): ANY_USER,
     ("POST", "/api/auth/change-password"): ANY_USER,
     ("GET", "/api/auth/me"): ANY_USER,
@@ -136,6 +138,7 @@ RULES: dict[tuple[str, str], str] = {
 # The account's own endpoints: a login only; any API token gets 403 (API tokens).
 LOGIN_ONLY = {
     ("POST", "/api/auth/change-password"),
+    ("POST", "/api/auth/email-verification"),
     ("GET", "/api/account/api-tokens"),
     ("POST", "/api/account/api-tokens"),
     ("DELETE", "/api/account/api-tokens/{id}"),
@@ -240,6 +243,7 @@ OUTSIDE_API = {
     "/invitations/": "the console; its token is the invitation's (tests/console/)",
     "/forgot-password": "the console's form (tests/console/)",
     "/reset-password": "the console; a reset link's token (tests/console/)",
+    "/verify-email": "the console; a verification link's token (tests/console/)",
 }
 CONSOLE_HOME = "/"
 

@@ -82,7 +82,8 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         "bundle_id_mismatch",
         "invalid_cursor",
         "not_your_project",
-        "invalid_token",  # a password-reset token this server never mailed
+        "invalid_token",  # a password-reset or verification token this server never mailed
+        "email_not_mailable",  # a verification mail for an address the mail library refuses
         "invitation_expired",
         # Release channels and the update check: a channel the application does not have; a
         # version the caller sent that is not one (tests/updates).

@@ -162,7 +162,9 @@ async def test_with_redis_unreachable_every_request_looks_its_session_up(
 
 def _entry(session_id: str, stored_at: datetime) -> CachedAccess:
     claims = AccessClaims("usr_1", session_id, "jti", stored_at + timedelta(days=1))
-    user = UserRecord("usr_1", "ada@example.com", "Ada", Plan.FREE, stored_at, stored_at, True)
+    user = UserRecord(
+        "usr_1", "ada@example.com", "Ada", Plan.FREE, stored_at, stored_at, True, None
+    )
     return CachedAccess(claims, user, stored_at)
 
 

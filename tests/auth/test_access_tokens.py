@@ -40,7 +40,7 @@ async def test_me_answers_the_calling_user(client: httpx.AsyncClient, owner: Acc
     # The seed's User, plus the mail setting, the storage usage and the plan's limits.
     extra = {"notifyNewBuilds", "usage", "limits"}
     assert {k: v for k, v in body.items() if k not in extra} == owner.user
-    assert set(body) == {"id", "email", "name", "plan", "createdAt", *extra}
+    assert set(body) == {"id", "email", "name", "plan", "createdAt", "emailVerified", *extra}
     assert body["notifyNewBuilds"] is True
     assert body["usage"] == {"storageBytes": 0, "builds": 0}
     assert body["limits"] == {

@@ -10,7 +10,7 @@ from tests.auth.conftest import bearer
 from tests.conftest import Api, assert_problem, iso_z
 
 TOKEN_PAIR_FIELDS = {"access_token", "refresh_token", "token_type", "expires_in", "user"}
-USER_FIELDS = {"id", "email", "name", "plan", "createdAt"}
+USER_FIELDS = {"id", "email", "name", "plan", "createdAt", "emailVerified"}
 
 
 async def register(client: httpx.AsyncClient, **body: object) -> httpx.Response:

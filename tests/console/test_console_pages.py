@@ -13,6 +13,7 @@ from playwright.sync_api import Page, Request, expect
 
 from tests.builds.android_files import APK, expected
 from tests.console.conftest import PHONE as PHONE_CONTEXT
+from tests.console.conftest import add_unverified_member
 from tests.console.test_console import PASSWORD, NewPage, create_project_and_app, sign_in, sign_up
 from tests.devices import ANDROID
 
@@ -80,9 +81,7 @@ def test_a_lead_sets_retention_edits_notes_and_shares_then_revokes_a_link(
     )
     assert tester.status_code == 201, tester.text
     page.goto(app_url.split("/apps/")[0])
-    page.get_by_label("Add by e-mail").fill("tess@example.com")
-    page.get_by_role("button", name="Add member").click()
-    expect(page.locator("#members")).to_contain_text("tess@example.com")
+    add_unverified_member(page, "tess@example.com")
     reload_sends_nothing(page, posts)
     page.goto(app_url)
     upload_demo(page, "First build")

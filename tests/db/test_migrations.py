@@ -191,3 +191,57 @@ async def _link_pointers(engine: AsyncEngine) -> dict[tuple[str, ...], str]:
         )
         events = await connection.execute(text("SELECT id, install_link_id FROM install_events"))
         return {tuple(row[:-1]): row[-1] for row in [*recipients, *events]}
+
+
+async def test_accounts_that_followed_a_mailed_link_start_verified(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+inline:///{tmp_path / 'verified.db'}")
+    await migrate.upgrade(engine, "0014")
+    early, late = "2026-11-01 09:00:00.000000", "2026-11-20 09:00:00.000000"
+    async with engine.begin() as connection:
+        for user in ("usr_reset", "usr_invited", "usr_both", "usr_none"):
+            await connection.execute(
+                text(
+                    "INSERT INTO users (id, email, name, password_hash, plan, created_at,"
+                    " updated_at) VALUES (:id, :email, 'N', '-', 'free', :at, :at)"
+                ),
+                {"id": user, "email": f"{user}@example.com", "at": early},
+            )
+        await connection.execute(
+            text(
+                "INSERT INTO projects (id, name, created_at, updated_at)"
+                " VALUES ('prj_1', 'P', :at, :at)"
+            ),
+            {"at": early},
+        )
+        resets = [("usr_reset", late), ("usr_both", late), ("usr_none", None)]
+        for n, (user, used) in enumerate(resets):
+            await connection.execute(
+                text(
+                    "INSERT INTO password_resets (id, user_id, token_hash, created_at, expires_at,"
+                    " used_at) VALUES (:id, :user, :hash, :at, :at, :used)"
+                ),
+                {"id": f"prs_{n}", "user": user, "hash": f"h{n}", "at": early, "used": used},
+            )
+        invitations = [("usr_invited", late), ("usr_both", early), ("usr_none", None)]
+        for n, (user, accepted) in enumerate(invitations):
+            await connection.execute(
+                text(
+                    "INSERT INTO invitations (id, project_id, email, role, token_hash, created_at,"
+                    " expires_at, accepted_at) VALUES (:id, 'prj_1', :email, 'tester', :hash,"
+                    " :at, :at, :accepted)"
+                ),
+                {
+                    "id": f"inv_{n}",
+                    "email": f"{user}@example.com",
+                    "hash": f"i{n}",
+                    "at": early,
+                    "accepted": accepted,
+                },
+            )
+    await migrate.upgrade(engine)
+    async with engine.connect() as connection:
+        rows = await connection.execute(text("SELECT id, email_verified_at FROM users"))
+        verified = {row.id: row.email_verified_at for row in rows}
+    # Verified as of the first proof; an unused link or a pending invitation proves nothing.
+    assert verified == {"usr_reset": late, "usr_invited": late, "usr_both": early, "usr_none": None}
+    await engine.dispose()

@@ -299,6 +299,9 @@ async def test_a_large_groups_mails_are_composed_without_holding_the_event_loop(
             db.add(ProjectMember(project_id=team.project["id"], user_id=user_id,
                                  role=ProjectRole.TESTER, created_at=now))  # fmt: skip
 
+    async with ctx.sessions() as db, db.begin():  # the sign-up's verification mail: not counted
+        await db.execute(delete(Job).where(Job.kind == "mail"))
+
     async def longest_wait() -> tuple[float, float]:
         await team.upload()  # distributed to everyone: one job writes the 400 mails
         waits: list[float] = []

@@ -101,7 +101,8 @@ async def test_an_invited_email_signs_up_accepts_and_is_a_member_with_the_role(
     assert r.status_code == 200, r.text
     assert r.json() == {"userId": carol.user["id"], "email": "carol@example.com",
                         "name": carol.user["name"], "role": "developer",
-                        "createdAt": iso_z(clock.now())}  # fmt: skip
+                        "createdAt": iso_z(clock.now()),
+                        "emailVerified": True}  # the mailed link proved it  # fmt: skip
     r = await client.get(f"/api/projects/{project['id']}", headers=carol.headers)
     assert r.status_code == 200
     [listed] = await invites.listed(owner, project["id"])

@@ -36,6 +36,7 @@ async def test_the_creator_is_the_projects_only_owner(
         "email": "owner@example.com",
         "name": owner.user["name"],
         "role": "owner",
+        "emailVerified": False,
     }
 
 
@@ -60,6 +61,7 @@ async def test_admin_adds_a_member_by_e_mail(
         "email": "new.person@example.com",
         "name": newcomer.user["name"],
         "role": "developer",
+        "emailVerified": False,
     }
     assert await roles_of(client, project, owner) == {
         owner.email: "owner",

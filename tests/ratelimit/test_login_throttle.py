@@ -17,6 +17,7 @@ from buildbay.auth.models import User
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from tests.conftest import BASE_URL, Account, Api, assert_problem, redis_clients
+from tests.processes import free_port
 from tests.ratelimit.conftest import ClientAt
 
 
@@ -296,3 +297,60 @@ async def test_login_counts_use_the_process_s_one_redis_pool_which_closes_with_t
         after = await redis_clients(watcher)
         await watcher.aclose()
     assert after == before
+
+
+# -- Redis down: the budgets hold in each process's memory ------------------------------------
+
+
+async def test_with_redis_down_the_eleventh_wrong_password_is_throttled_in_the_process(
+    settings: Settings, clock: FrozenClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Catches: the login budget failing open with its store (40 wrong passwords, 40 x 401
+    with Redis down); a log line per request instead of one per outage."""
+    # Nothing listens there: every command is refused at once, as with a stopped server.
+    down = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    app = create_app(down, clock=clock)
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+            owner = await Api(client).register("victim@example.com")
+            caplog.clear()
+            statuses = []
+            for i in range(12):
+                attacker = httpx.ASGITransport(app=app, client=(f"198.51.100.{i + 1}", 50000))
+                async with httpx.AsyncClient(transport=attacker, base_url=BASE_URL) as guesser:
+                    r = await login(guesser, owner.email, f"guess {i}")
+                statuses.append(r.status_code)
+                if i < 10:
+                    assert_problem(r, 401, "invalid_credentials")
+                else:
+                    assert_login_throttled(r)
+            # The right password too: the e-mail's budget is spent, in this process.
+            assert_login_throttled(await login(client, owner.email, owner.password))
+    finally:
+        await app.state.ctx.dispose()
+
+    assert statuses == [401] * 10 + [429] * 2
+    said = [r.getMessage() for r in caplog.records if "in this process's memory" in r.getMessage()]
+    assert len(said) == 1, said  # once for the outage, not once per attempt
+    assert said[0].startswith("rate-limit store unreachable")
+
+
+async def test_with_redis_down_password_resets_are_still_throttled_per_email(
+    settings: Settings, clock: FrozenClock
+) -> None:
+    down = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    app = create_app(down, clock=clock)
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+            for _ in range(5):
+                r = await client.post("/api/auth/password-reset", json={"email": "a@example.com"})
+                assert (r.status_code, r.content) == (202, b"")
+
+            r = await client.post("/api/auth/password-reset", json={"email": "a@example.com"})
+
+            assert_problem(r, 429, "reset_throttled")
+            assert 1 <= int(r.headers["Retry-After"]) <= 3600
+    finally:
+        await app.state.ctx.dispose()

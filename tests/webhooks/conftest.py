@@ -59,6 +59,9 @@ class Hooks:
         events: list[str] | None = None,
         receiver: Receiver | None = None,
     ) -> dict[str, Any]:
+        # What the accounts' sign-ups wrote to the outbox (their verification mails) goes
+        # first, so that `run` counts the webhook's jobs.
+        await self.run()
         r = await self.client.post(
             f"/api/projects/{project_id}/webhooks",
             json={"url": url, "events": events or ["build.ready"], "description": "CI"},

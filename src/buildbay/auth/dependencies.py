@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.service import Authentication, AuthService, Principal
 from buildbay.auth.tokens import API_TOKEN_PREFIX
+from buildbay.auth.verification import EmailVerifications
 from buildbay.config import Plan
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
@@ -40,6 +41,7 @@ def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
         ctx.access_cache,
         ctx.revocations,
         ctx.settings.signup,
+        EmailVerifications.of(ctx, db),
     )
 
 

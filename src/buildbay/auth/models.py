@@ -22,6 +22,13 @@ class User(Base):
     updated_at: Mapped[datetime]
     # Mails about new builds of the applications they test (off by a one-click unsubscribe).
     notify_new_builds: Mapped[bool] = mapped_column(default=True, server_default=true())
+    # When the account proved it receives mail at `email` (auth/verification.py): null until
+    # then. Whoever signs up may type any address; this says whether it is theirs.
+    email_verified_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    @property
+    def email_verified(self) -> bool:
+        return self.email_verified_at is not None
 
 
 class Session(Base):

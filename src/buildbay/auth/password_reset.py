@@ -4,8 +4,11 @@ Asking (`request`) answers the same whether or not an account has the e-mail, an
 work: it writes one job. The job's handler, in the worker, looks the account up and, if there is
 one, makes the link and writes its mail, both in the job's own unit of work (so the link and its
 mail exist together, once). The link's token is single use, lasts an hour, and is stored as a
-hash; using it sets the password and ends every session of the user (API tokens stay, as with
-change-password). Asking is throttled per e-mail and per client IP."""
+hash; using it sets the password, ends every session of the user (refresh-token families,
+access tokens, the console's cookies) and deletes every API token of the account, and proves
+the address (the link came by mail to it). A reset thus takes the account back from whoever
+had it: someone who signed up with another person's address before they arrived, or who
+learnt the password (issue 34). Asking is throttled per e-mail and per client IP."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from buildbay.auth import passwords
 from buildbay.auth.models import PasswordReset, User
 from buildbay.auth.service import AuthService, normalise_email
 from buildbay.auth.tokens import hash_token
+from buildbay.auth.verification import mark_verified
 from buildbay.context import AppContext
 from buildbay.errors import RateLimited, ValidationFailed
 from buildbay.ids import new_id
@@ -77,8 +81,8 @@ class PasswordResets:
         return token
 
     async def confirm(self, token: str, password: str, auth: AuthService) -> User:
-        """Set the password of the link's user and end all their sessions; 422 `invalid_token`
-        for a link that is unknown, used or expired."""
+        """Set the password of the link's user, end all their sessions and delete all their API
+        tokens; 422 `invalid_token` for a link that is unknown, used or expired."""
         user_id = await self.db.scalar(
             # The claim decides: of two uses at once, one wins.
             update(PasswordReset)
@@ -99,6 +103,7 @@ class PasswordResets:
         user = await self.db.get_one(User, user_id)
         user.password_hash = await passwords.hash_password(password)
         user.updated_at = self.now
+        mark_verified(user, self.now)  # the link was mailed to the address
         # The other links of the user, if any, are spent too: one reset, one password.
         await self.db.execute(
             update(PasswordReset)
@@ -106,6 +111,7 @@ class PasswordResets:
             .values(used_at=self.now)
         )
         await auth.revoke_sessions_of(user.id, keep=None)
+        await auth.delete_api_tokens_of(user.id)
         return user
 
 

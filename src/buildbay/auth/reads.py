@@ -23,6 +23,11 @@ class UserRecord:
     created_at: datetime
     updated_at: datetime
     notify_new_builds: bool
+    email_verified_at: datetime | None
+
+    @property
+    def email_verified(self) -> bool:
+        return self.email_verified_at is not None
 
 
 USER = RecordOf(UserRecord, User)

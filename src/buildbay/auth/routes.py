@@ -17,6 +17,7 @@ from buildbay.auth.dependencies import (
 from buildbay.auth.models import User
 from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.service import IssuedTokens
+from buildbay.auth.verification import EmailVerifications
 from buildbay.builds.reads import storage_usage
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
@@ -133,13 +134,46 @@ async def request_password_reset(
     status_code=status.HTTP_204_NO_CONTENT,
     dependencies=[PublicRateLimit],
     responses=problem_responses(400, 413, 422, 429),
-    summary="Set a new password with a reset link's token; every session of the account ends "
-    "(API tokens stay)",
+    summary="Set a new password with a reset link's token; every session and every API token "
+    "of the account ends, and its e-mail address is verified",
 )
 async def confirm_password_reset(
     body: schemas.PasswordResetConfirm, service: AuthServiceDep, ctx: Context, db: SessionDep
 ) -> Response:
     await PasswordResets(db, ctx.clock.now()).confirm(body.token, body.password, service)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/email-verification",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_class=Response,  # no body
+    responses={
+        202: {"description": "The mail is on its way to your address"},
+        **problem_responses(401, 403, 409, 429),
+    },
+    summary="Mail the link that verifies your e-mail address again (a login only; a few an "
+    "hour; 409 once verified)",
+)
+async def resend_email_verification(
+    principal: InteractiveUser, ctx: Context, db: SessionDep
+) -> Response:
+    await EmailVerifications.of(ctx, db).resend(principal.user.id, ctx.limiter)
+    return Response(status_code=status.HTTP_202_ACCEPTED)
+
+
+@router.post(
+    "/email-verification/confirm",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[PublicRateLimit],
+    responses=problem_responses(400, 413, 422, 429),
+    summary="Verify an account's e-mail address with the token of the mailed link (no login "
+    "needed: the link proves the mailbox)",
+)
+async def confirm_email_verification(
+    body: schemas.EmailVerificationConfirm, ctx: Context, db: SessionDep
+) -> Response:
+    await EmailVerifications.of(ctx, db).confirm(body.token)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -179,6 +213,7 @@ async def _me(user: User, ctx: AppContext, db: AsyncSession) -> schemas.Me:
         name=user.name,
         plan=user.plan,
         created_at=user.created_at,
+        email_verified=user.email_verified,
         notify_new_builds=user.notify_new_builds,
         usage=schemas.Usage(storage_bytes=usage.bytes, builds=usage.builds),
         limits=schemas.Limits(

@@ -75,6 +75,12 @@ class PasswordResetRequest(RequestModel):
     email: Email
 
 
+class EmailVerificationConfirm(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"token": "bbv_the-token-from-the-mailed-link"}
+
+    token: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
 class PasswordResetConfirm(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "token": "bbp_the-token-from-the-mailed-link",
@@ -114,12 +120,20 @@ class LogoutRequest(OAuthModel):
     )
 
 
+EMAIL_VERIFIED_DESCRIPTION = (
+    "Whether the account proved it receives mail at this address (it followed the verification "
+    "mail, a password-reset link or an invitation mailed there). Anyone may sign up with any "
+    "address: until then, it is only what they typed"
+)
+
+
 class User(ApiModel):
     id: str
     email: str
     name: str
     plan: Plan
     created_at: Timestamp
+    email_verified: bool = Field(description=EMAIL_VERIFIED_DESCRIPTION)
 
 
 class Usage(ApiModel):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, event, select, update
+from sqlalchemy import bindparam, delete, event, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,6 +24,7 @@ from buildbay.auth.tokens import (
     new_api_token,
     new_refresh_token,
 )
+from buildbay.auth.verification import EmailVerifications
 from buildbay.config import Plan, SignupMode
 from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
@@ -250,7 +251,9 @@ class AuthService:
         access_cache: AccessTokenCache | None = None,
         revocations: SharedRevocations | None = None,
         signup: SignupMode = SignupMode.OPEN,
+        verification: EmailVerifications | None = None,
     ) -> None:
+        """`verification`: where sign-ups' verification mails go (None: none is sent)."""
         self.db = db
         self.codec = codec
         self.now = now
@@ -258,13 +261,19 @@ class AuthService:
         self.access_cache = access_cache
         self.revocations = revocations
         self.signup = signup
+        self.verification = verification
 
     # -- accounts -------------------------------------------------------------------------------
 
     async def register(self, email: str, password: str, name: str | None) -> IssuedTokens:
+        """A new account, logged in; a mail to its address asks it to prove the address is
+        its own (auth/verification.py). Nothing waits for that: the account works at once."""
         email = normalise_email(email)
         await self._may_sign_up(email)
-        return await self._start_session(await self.create_account(email, password, name))
+        user = await self.create_account(email, password, name)
+        if self.verification is not None:
+            self.verification.send(user)
+        return await self._start_session(user)
 
     async def _may_sign_up(self, email: str) -> None:
         if self.signup is SignupMode.CLOSED:
@@ -469,6 +478,10 @@ class AuthService:
         if api_token is None:
             raise NotFound("No API token with this id", code="api_token_not_found")
         await self.db.delete(api_token)
+
+    async def delete_api_tokens_of(self, user_id: str) -> None:
+        """Every API token of the user stops working at once (each request looks its token up)."""
+        await self.db.execute(delete(ApiToken).where(ApiToken.user_id == user_id))
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from buildbay.auth.dependencies import make_auth_service
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.models import User
 from buildbay.auth.schemas import CreateApiTokenRequest
+from buildbay.auth.verification import EmailVerifications
 from buildbay.builds.reads import storage_usage
 from buildbay.builds.service import human_size
 from buildbay.console.pages import (
@@ -23,11 +24,12 @@ from buildbay.console.pages import (
     see_other,
     visit,
 )
+from buildbay.console.pages import sentence as as_sentence
 from buildbay.console.session import Visitor
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.errors import ValidationFailed
+from buildbay.errors import Conflict, RateLimited, ValidationFailed
 from buildbay.numbers import whole_number
 from buildbay.projects.reads import projects_of_member
 
@@ -63,6 +65,7 @@ async def _account(
         human_size=human_size, api_url=settings.resolved_public_url, projects=projects,
         project_names={p["id"]: p["name"] for p in projects}, chosen=set(chosen or []),
         scopes=TOKEN_SCOPES, saved=request.query_params.get("saved"),
+        verification_sent=request.query_params.get("verification") == "sent",
     )  # fmt: skip
 
 
@@ -132,6 +135,22 @@ async def revoke_token(request: Request, token_id: str) -> Response:
         visitor.principal.user, token_id
     )
     return see_other("/account#api-tokens")
+
+
+@router.post("/account/verification-mail")
+async def resend_verification(request: Request) -> Response:
+    visitor, db = await visit(request)
+    ctx = get_context(request)
+    try:
+        await EmailVerifications.of(ctx, db).resend(visitor.principal.user.id, ctx.limiter)
+    except Conflict:  # verified meanwhile (another tab): the page says so
+        return see_other("/account#notifications")
+    except RateLimited as exc:
+        errors = {"verification": as_sentence(exc.detail)}
+        refused = await _account(request, visitor, db, errors=errors, status_code=429)
+        refused.headers.update(exc.headers)
+        return refused
+    return see_other("/account?verification=sent#notifications")
 
 
 @router.post("/account/notifications")

@@ -9,11 +9,13 @@ from fastapi import APIRouter, Request, Response
 from buildbay.auth.dependencies import client_ip, make_auth_service
 from buildbay.auth.password_reset import RESET_PAGE, PasswordResets
 from buildbay.auth.schemas import (
+    EmailVerificationConfirm,
     LoginRequest,
     PasswordResetConfirm,
     PasswordResetRequest,
     RegisterRequest,
 )
+from buildbay.auth.verification import VERIFY_PAGE, EmailVerifications
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -235,4 +237,38 @@ async def reset_password(request: Request) -> Response:
 
 INVALID_RESET_LINK = (
     "This link is unknown, was used already or is more than an hour old. Ask for a new one."
+)
+
+
+# -- proving the e-mail address -----------------------------------------------------------------
+
+
+@router.get(VERIFY_PAGE)
+async def verify_email_page(request: Request) -> Response:
+    """Where the verification mail's link lands: a button (a GET changes nothing, so a mail
+    scanner that opens links proves nothing by itself), or the outcome after it."""
+    visitor, _ = await visit(request, signed_in=False)
+    token = request.query_params.get("token", "")[:4096]
+    verified = request.query_params.get("verified") == "1"
+    return page("console/verify_email.html", visitor, token=token, verified=verified, errors={})
+
+
+@router.post(VERIFY_PAGE)
+async def verify_email(request: Request) -> Response:
+    visitor, db = await visit(request, signed_in=False)
+    fields = await form_fields(request)
+    token = fields.get("token", "")
+    try:
+        body = parse_form(EmailVerificationConfirm, {"token": token})
+        assert isinstance(body, EmailVerificationConfirm)
+        await EmailVerifications.of(get_context(request), db).confirm(body.token)
+    except (FormError, ValidationFailed):
+        return page("console/verify_email.html", visitor, 422, token=token, verified=False,
+                    errors={"form": INVALID_VERIFICATION_LINK})  # fmt: skip
+    return see_other(f"{VERIFY_PAGE}?verified=1")
+
+
+INVALID_VERIFICATION_LINK = (
+    "This link is unknown or more than a week old. Sign in and ask for a new one on your "
+    "account page."
 )

@@ -19,6 +19,7 @@ from buildbay.console.pages import (
     page,
     parse_form,
     see_other,
+    sentence,
     visit,
 )
 from buildbay.console.session import Visitor
@@ -175,7 +176,10 @@ async def add_member(request: Request, project_id: str) -> Response:
         body = parse_form(MemberCreate, {"email": fields.get("email", ""),
                                      "role": fields.get("role", "tester")})  # fmt: skip
         assert isinstance(body, MemberCreate)
-        await ProjectService(db, now(request)).add_member(access, str(body.email), body.role)
+        # Unverified addresses are added only once the admin says so (a second step).
+        await ProjectService(db, now(request)).add_member(
+            access, str(body.email), body.role, unverified_ok=fields.get("unverifiedOk") == "on"
+        )
     except FormError as exc:
         errors = {"email": exc.by_field.get("email") or exc.by_field.get("role") or "Not valid"}
         return await render_project(request, visitor, db, project_id, "member", fields, errors, 422)
@@ -184,6 +188,11 @@ async def add_member(request: Request, project_id: str) -> Response:
         # role): the page is shown again with the reason beside the field.
         if exc.status >= 500:
             raise
+        if exc.code == "email_not_verified":
+            unverified = {"unverified": sentence(exc.detail)}
+            return await render_project(
+                request, visitor, db, project_id, "member", fields, unverified, exc.status
+            )
         return await render_project(request, visitor, db, project_id, "member", fields,
                               {"email": exc.detail}, exc.status)  # fmt: skip
     return see_other(f"/projects/{project_id}#members")

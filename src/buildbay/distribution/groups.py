@@ -63,6 +63,7 @@ class TesterRecord:
     name: str
     role: ProjectRole
     added_at: datetime
+    email_verified: bool = False  # as a member's (projects/reads.py MemberRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,13 @@ _GROUPS = (
     .where(TesterGroup.project_id == bindparam("project_id"))
     .order_by(TesterGroup.id)
 )
-_TESTER_COLUMNS = (User.id.label("user_id"), User.email, User.name, ProjectMember.role)
+_TESTER_COLUMNS = (
+    User.id.label("user_id"),
+    User.email,
+    User.name,
+    ProjectMember.role,
+    User.email_verified_at.is_not(None).label("email_verified"),
+)
 _EVERYONE_TESTERS = (
     select(*_TESTER_COLUMNS, ProjectMember.created_at.label("added_at"))
     .join(ProjectMember, ProjectMember.user_id == User.id)
@@ -172,7 +179,10 @@ async def testers_of(reads: Reads, project: ProjectRecord, group_id: str) -> lis
     stmt = _EVERYONE_TESTERS if group_id == EVERYONE else _GROUP_TESTERS
     rows = await reads.all(stmt, {"project_id": project.id, "group_id": group_id})
     return [
-        TesterRecord(r["user_id"], r["email"], r["name"], r["role"], r["added_at"]) for r in rows
+        TesterRecord(
+            r["user_id"], r["email"], r["name"], r["role"], r["added_at"], r["email_verified"]
+        )
+        for r in rows
     ]
 
 

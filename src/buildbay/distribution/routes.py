@@ -60,6 +60,7 @@ def tester_schema(tester: TesterRecord) -> schemas.Tester:
         name=tester.name,
         role=tester.role,
         added_at=tester.added_at,
+        email_verified=tester.email_verified,
     )
 
 

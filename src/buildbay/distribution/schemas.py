@@ -4,6 +4,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from buildbay.auth.schemas import EMAIL_VERIFIED_DESCRIPTION
 from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
 
@@ -43,6 +44,7 @@ class Tester(ApiModel):
     name: str
     role: ProjectRole
     added_at: Timestamp
+    email_verified: bool = Field(description=EMAIL_VERIFIED_DESCRIPTION)
 
 
 class TesterList(ApiModel):

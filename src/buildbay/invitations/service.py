@@ -29,6 +29,7 @@ from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
+from buildbay.auth.verification import mark_verified
 from buildbay.db.concurrency import insert_unless_present, lock_row
 from buildbay.distribution.membership import join_invited_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
@@ -246,6 +247,8 @@ class InvitationService:
                 "this invitation was used, revoked or has expired; ask for a new one",
                 code="invitation_expired",
             )
+        # The link came by mail to the invited address, which is the caller's: proven.
+        mark_verified(user, self.now)
         fields = {"project_id": invitation.project_id, "user_id": user.id,
                   "role": invitation.role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
@@ -255,8 +258,9 @@ class InvitationService:
             self.db, self.now, invitation.project_id, user.id, user.email, groups
         )
         joined = MemberRecord(
-            invitation.project_id, user.id, user.email, user.name, invitation.role, self.now
-        )
+            invitation.project_id, user.id, user.email, user.name, invitation.role, self.now,
+            user.email_verified,
+        )  # fmt: skip
         await webhook_events.member_added(self.db, joined, self.now)
         return joined
 

@@ -42,6 +42,8 @@ class MemberRecord:
     name: str
     role: ProjectRole
     created_at: datetime
+    # Whether the account proved its address (auth/verification.py): an admin is told when not.
+    email_verified: bool = False
 
 
 def _applications_count(project_id: Any) -> Any:
@@ -75,6 +77,7 @@ _MEMBERS = (
         User.name,
         ProjectMember.role,
         ProjectMember.created_at,
+        User.email_verified_at.is_not(None).label("email_verified"),
     )
     .join(User, User.id == ProjectMember.user_id)
     .where(ProjectMember.project_id == bindparam("project_id"))

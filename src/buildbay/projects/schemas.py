@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import Field
+
+from buildbay.auth.schemas import EMAIL_VERIFIED_DESCRIPTION
 from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
 
@@ -49,6 +52,7 @@ class Member(ApiModel):
     name: str
     role: ProjectRole
     created_at: Timestamp
+    email_verified: bool = Field(description=EMAIL_VERIFIED_DESCRIPTION)
 
 
 class MemberList(ApiModel):
@@ -62,4 +66,5 @@ def member_schema(member: MemberRecord) -> Member:
         name=member.name,
         role=member.role,
         created_at=member.created_at,
+        email_verified=member.email_verified,
     )

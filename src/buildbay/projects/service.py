@@ -86,8 +86,11 @@ class ProjectService:
     # -- members ----------------------------------------------------------------------------------
 
     async def add_member(
-        self, access: ProjectAccess, email: str, role: ProjectRole
+        self, access: ProjectAccess, email: str, role: ProjectRole, *, unverified_ok: bool = True
     ) -> MemberRecord:
+        """Make the account with `email` a member. `unverified_ok=False` (the console, until
+        the admin confirms): 409 `email_not_verified` if the account never proved the address
+        is its own, since whoever signed up with it may not be the person the admin means."""
         require_owner_for_owner_role(access, role)
         user = await self.db.scalar(select(User).where(User.email == normal_email_text(email)))
         if user is None:
@@ -96,14 +99,24 @@ class ProjectService:
                 "no Buildbay account has this e-mail; ask them to register first",
                 code="user_not_found",
             )
+        if not unverified_ok and not user.email_verified:
+            if await member(self.reads, access.project.id, user.id) is not None:
+                raise already_member()  # said first: there is nothing to confirm
+            raise Conflict(
+                f"The account with {user.email} has not verified this e-mail address: whoever "
+                "signed up with it may not be the person you mean. Add it anyway, or invite the "
+                "address instead (accepting the invitation proves it)",
+                code="email_not_verified",
+            )
         # Not a look-up then an insert: two requests at once (a double-click) would both find
         # no membership, and the second insert would break the primary key.
         fields = {"project_id": access.project.id, "user_id": user.id,
                   "role": role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
-            raise Conflict("This user is already a member of the project", code="already_member")
+            raise already_member()
         await reach_new_member(self.db, self.now, access.project.id, user.id, user.email)
-        added = MemberRecord(access.project.id, user.id, user.email, user.name, role, self.now)
+        added = MemberRecord(access.project.id, user.id, user.email, user.name, role, self.now,
+                             user.email_verified)  # fmt: skip
         await webhook_events.member_added(self.db, added, self.now)
         return added
 
@@ -187,3 +200,7 @@ def require_owner_for_owner_role(access: ProjectAccess, role: ProjectRole) -> No
         raise Forbidden(
             "Only an owner can grant or remove the owner role", code="insufficient_role"
         )
+
+
+def already_member() -> Conflict:
+    return Conflict("This user is already a member of the project", code="already_member")

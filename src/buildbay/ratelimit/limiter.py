@@ -2,8 +2,14 @@
 
 Counters live in memory for one process, or in Redis when BUILDBAY_REDIS_URL is set so that every
 process shares them. If the counter store fails, requests are served anyway (fail open), and
-the requests of the next `redis_pool.SKIP_SECONDS` do not ask it. Logins and other budgets ask
-it every time (they are few, and a failure lets only its own attempt through).
+the requests of the next `redis_pool.SKIP_SECONDS` do not ask it.
+
+The budgets that guard passwords and mail (failed logins and wrong current passwords, password
+resets, verification mails) do not fail open: with Redis unreachable they count in this
+process's memory instead (`_local`), so each process still holds each budget on its own (with N
+processes behind a balancer, at most N times the budget gets through), and the log says so once
+per outage. They ask Redis again after `redis_pool.SKIP_SECONDS`, and count there from the moment
+it answers (what was counted in memory meanwhile stays in memory, and ages out there).
 
 A request's count and the `RateLimit` header's remaining count come from one step. The library's
 moving window answers a hit with a yes or no only, and its window stats with a second call: with
@@ -100,16 +106,17 @@ class PasswordCheck:
     limiter: RateLimiter
     reserved: list[str] = field(default_factory=list)
     retry_after: int | None = None  # set: throttled, nothing reserved
+    local: bool = False  # reserved in this process's counters (Redis was unreachable)
 
     async def failed(self) -> None:
         """Count the failure, then give the reservation back (in that order: see above)."""
         keys, self.reserved = self.reserved, []
-        await self.limiter.count_failure(keys)
-        await self.limiter.release_reservation(keys)
+        await self.limiter.count_failure(keys, local=self.local)
+        await self.limiter.release_reservation(keys, local=self.local)
 
     async def release(self) -> None:
         keys, self.reserved = self.reserved, []
-        await self.limiter.release_reservation(keys)
+        await self.limiter.release_reservation(keys, local=self.local)
 
 
 class RateLimiter:
@@ -134,6 +141,15 @@ class RateLimiter:
         assert isinstance(storage, AsyncStorage)  # the `async+` schemes give the asyncio ones
         self._storage: AsyncStorage = storage
         self._limiter = MovingWindowRateLimiter(self._storage)
+        # The password and mail budgets' counters while Redis is unreachable (see the module);
+        # without Redis, the counters are these anyway.
+        self._local_storage: AsyncStorage = self._storage
+        if self._redis is not None:
+            local = storage_from_string("async+memory://")
+            assert isinstance(local, AsyncStorage)
+            self._local_storage = local
+        self._local_limiter = MovingWindowRateLimiter(self._local_storage)
+        self._budgets_in_memory = False  # counting them locally since Redis failed them
         self._enabled = settings.rate_limit_enabled
         self._plans: dict[Plan, RateLimitItem] = {}
         for plan in Plan:
@@ -210,59 +226,120 @@ class RateLimiter:
         checked: concurrent attempts see each other's reservations, so however many arrive at
         once, at most the budget's number are checked. `PasswordCheck.retry_after` set: one of
         the budgets is spent, nothing is reserved and the password must not be checked."""
-        check = PasswordCheck(self)
         if not self._enabled:
-            return check
-        try:
-            for key in keys:
-                # Taken first, then compared with the failures counted so far: a failure is
-                # counted before its reservation is given back, so an attempt is never missing
-                # from both counts (see PasswordCheck.failed).
-                in_flight = await self._storage.incr(_in_flight_key(key), WINDOW_SECONDS)
-                if in_flight < 1:
-                    # The counter expired under checks that were still running (it lives a
-                    # window from when it last left zero), and their releases took it below
-                    # zero: start it again rather than admit more than the budget.
-                    await self._storage.clear(_in_flight_key(key))
-                    in_flight = await self._storage.incr(_in_flight_key(key), WINDOW_SECONDS)
-                check.reserved.append(key)
-                stats = await self._limiter.get_window_stats(self._login_failures, "login", key)
-                if in_flight > stats.remaining:
-                    await check.release()
-                    check.retry_after = max(math.ceil(stats.reset_time - time.time()), 1)
-                    return check
-        except Exception as exc:  # the counter store is down: fail open, as for requests
-            self._store_failed(exc)
-            await check.release()
+            return PasswordCheck(self)
+        if self._asks_redis():
+            check = PasswordCheck(self)
+            try:
+                await self._reserve(check, keys)
+            except Exception as exc:  # unreachable: this process's counters hold the budget
+                await check.release()
+                self._budgets_fell_back(exc)
+            else:
+                self._budgets_back()
+                return check
+        self._in_memory_now()
+        check = PasswordCheck(self, local=True)
+        await self._reserve(check, keys)  # in memory: nothing to fail
         return check
+
+    async def _reserve(self, check: PasswordCheck, keys: tuple[str, ...]) -> None:
+        storage, limiter = self._stores(local=check.local)
+        for key in keys:
+            # Taken first, then compared with the failures counted so far: a failure is
+            # counted before its reservation is given back, so an attempt is never missing
+            # from both counts (see PasswordCheck.failed).
+            in_flight = await storage.incr(_in_flight_key(key), WINDOW_SECONDS)
+            if in_flight < 1:
+                # The counter expired under checks that were still running (it lives a
+                # window from when it last left zero), and their releases took it below
+                # zero: start it again rather than admit more than the budget.
+                await storage.clear(_in_flight_key(key))
+                in_flight = await storage.incr(_in_flight_key(key), WINDOW_SECONDS)
+            check.reserved.append(key)
+            stats = await limiter.get_window_stats(self._login_failures, "login", key)
+            if in_flight > stats.remaining:
+                await check.release()
+                check.retry_after = max(math.ceil(stats.reset_time - time.time()), 1)
+                return
 
     async def throttle(self, namespace: str, key: str, item: RateLimitItem) -> int | None:
         """Count one attempt of `key` against `item` (e.g. password-reset mails per e-mail):
-        None if it is allowed, else the seconds to wait. Fails open, as requests do."""
+        None if it is allowed, else the seconds to wait. With Redis unreachable, counted in
+        this process's memory (see the module)."""
         if not self._enabled:
             return None
-        try:
-            if await self._limiter.hit(item, namespace, key):
-                return None
-            stats = await self._limiter.get_window_stats(item, namespace, key)
-        except Exception as exc:
-            self._store_failed(exc)
+        if self._asks_redis():
+            try:
+                wait = await self._throttle(self._limiter, namespace, key, item)
+            except Exception as exc:
+                self._budgets_fell_back(exc)
+            else:
+                self._budgets_back()
+                return wait
+        self._in_memory_now()
+        return await self._throttle(self._local_limiter, namespace, key, item)
+
+    @staticmethod
+    async def _throttle(
+        limiter: MovingWindowRateLimiter, namespace: str, key: str, item: RateLimitItem
+    ) -> int | None:
+        if await limiter.hit(item, namespace, key):
             return None
+        stats = await limiter.get_window_stats(item, namespace, key)
         return max(math.ceil(stats.reset_time - time.time()), 1)
 
-    async def count_failure(self, keys: list[str]) -> None:
-        try:
-            for key in keys:
-                await self._limiter.hit(self._login_failures, "login", key)
-        except Exception as exc:
-            self._store_failed(exc)
+    async def count_failure(self, keys: list[str], *, local: bool = False) -> None:
+        if not local:
+            try:
+                for key in keys:
+                    await self._limiter.hit(self._login_failures, "login", key)
+                return
+            except Exception as exc:  # counted here instead: a failure is never lost
+                self._budgets_fell_back(exc)
+        for key in keys:
+            await self._local_limiter.hit(self._login_failures, "login", key)
 
-    async def release_reservation(self, keys: list[str]) -> None:
+    async def release_reservation(self, keys: list[str], *, local: bool = False) -> None:
+        storage, _ = self._stores(local=local)
         try:
             for key in keys:
-                await self._storage.incr(_in_flight_key(key), WINDOW_SECONDS, amount=-1)
-        except Exception as exc:
-            self._store_failed(exc)
+                await storage.incr(_in_flight_key(key), WINDOW_SECONDS, amount=-1)
+        except Exception as exc:  # the reservation ages out with its counter (a window)
+            self._budgets_fell_back(exc)
+
+    def _stores(self, *, local: bool) -> tuple[AsyncStorage, MovingWindowRateLimiter]:
+        if local:
+            return self._local_storage, self._local_limiter
+        return self._storage, self._limiter
+
+    def _asks_redis(self) -> bool:
+        """Whether the budgets ask Redis now (not: no Redis, or it failed a moment ago)."""
+        return self._redis is not None and not self._setbacks.skipping()
+
+    def _budgets_fell_back(self, exc: Exception) -> None:
+        self.degraded = True
+        self.store_failures += 1
+        self._setbacks.skip()
+        self._in_memory_now(exc)
+
+    def _in_memory_now(self, exc: Exception | None = None) -> None:
+        """A budget counts in this process's memory although the counters live in Redis: said
+        in the log once an outage, not once per attempt."""
+        if self._redis is None or self._budgets_in_memory:
+            return
+        self._budgets_in_memory = True
+        log.warning(
+            "rate-limit store unreachable%s: login, password-reset and verification-mail "
+            "budgets now count in this process's memory, each process on its own, until it "
+            "answers again",
+            f" ({exc})" if exc is not None else "",
+        )
+
+    def _budgets_back(self) -> None:
+        if self._budgets_in_memory:
+            self._budgets_in_memory = False
+            log.warning("rate-limit store answers again: login and reset budgets are shared again")
 
     async def check(self) -> bool:
         try:

@@ -11,7 +11,7 @@ be told apart, so it stays visible as it was (direct). Rows a group explains are
 leaving those groups from now on takes the build away.
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from alembic import op
 from alembic.operations import BatchOperations
 
 revision: str = "0017"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
