@@ -37,5 +37,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("email_verified_at")
+    # Not batch mode: on SQLite it copies the table and drops the old one, and dropping `users`
+    # with foreign keys on deletes or empties every row that points at a user (members, tokens,
+    # sessions, recipients). SQLite drops a plain column in place since 3.35, as PostgreSQL does.
+    op.execute("ALTER TABLE users DROP COLUMN email_verified_at")
