@@ -1,0 +1,353 @@
+"""The processes that read what build files say about themselves, where a hostile file can be
+stopped.
+
+A file's metadata is read (builds/metadata.py `read_metadata`) in a process of a small pool, never
+in the server's own: a parse that runs away is stopped by the kernel or killed, and costs the
+server's process neither its event loop (the interpreter's lock) nor a thread beyond the limit.
+
+- Each process reads one file at a time under a limit of processor time per file (a profiling
+  timer, SIGPROF, to the millisecond; RLIMIT_CPU, SIGXCPU, a second later as the kernel's
+  backstop), of memory (RLIMIT_AS) and of wall-clock time, counted from the verify's call: at
+  the limit the process is ended (by the kernel's signal, whose default action ends it even in
+  the middle of C code, or SIGKILL from here) and a new one takes its place.
+- The processes are `processes` at most: a verify waits for a free one without holding a thread.
+- A process has no access to storage: it asks this process for byte ranges of the file over its
+  pipe, so it holds only what the parser reads (a multi-GiB build is never loaded), and needs
+  neither the bucket's credentials nor a network. What it answers is JSON and bytes, never
+  pickled objects, and bounded in size.
+- A process reads `tasks_per_process` files, then a fresh one takes over (1: a new process per
+  file). Processes start from a fork server that has the parsers imported, in a few ms each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import json
+import math
+import multiprocessing
+import os
+import resource
+import signal
+import struct
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import IO, Any
+
+from buildbay.builds.metadata import Reading, has_parser, read_metadata, suffix_of
+from buildbay.config import Settings
+from buildbay.errors import ServiceUnavailable
+
+CHUNK = 1024 * 1024  # bytes of the file sent to a reading process per request
+MESSAGE_LIMIT = 16 * 1024 * 1024  # the largest answer taken from a reading process (an icon)
+# What a reading process sends: a read (b"R", offset, length) or its answer (b"J" + JSON).
+_READ = struct.Struct("<cQI")
+_BUFFER = 64 * 1024  # the reading process's buffer over the pipe: zipfile reads small pieces
+
+_CONTEXT = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    cpu_seconds: float  # processor time per file
+    memory_bytes: int  # address space of a reading process (RLIMIT_AS)
+    timeout_seconds: float  # wall-clock, from the verify's call: waiting for a process included
+
+
+class MetadataReaders:
+    """A pool of at most `processes` reading processes, started when first needed."""
+
+    def __init__(
+        self,
+        processes: int,
+        limits: ReadLimits,
+        tasks_per_process: int = 100,
+        *,
+        read: Callable[[Callable[[], IO[bytes]], str], Reading] = read_metadata,
+    ) -> None:
+        """`read` is what each process runs on a file: `read_metadata`, or (tests) another
+        module-level function, which the process imports by name."""
+        self.limits = limits
+        self.tasks_per_process = tasks_per_process
+        self._reader = read
+        # A thread per file being read, `processes` at most: the slots. A verify waiting for one
+        # waits in the executor's queue, holding nothing.
+        self._threads = ThreadPoolExecutor(processes, thread_name_prefix="buildbay-reader")
+        self._idle: list[_Process] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.started = 0  # processes started so far (replacements included)
+
+    @classmethod
+    def of(cls, settings: Settings) -> MetadataReaders:
+        """The pool the settings describe (BUILDBAY_PARSE_*)."""
+        limits = ReadLimits(
+            cpu_seconds=settings.parse_cpu_seconds,
+            memory_bytes=settings.parse_memory_mib * 1024 * 1024,
+            timeout_seconds=settings.parse_timeout_seconds,
+        )
+        return cls(settings.parse_processes, limits, settings.parse_files_per_process)
+
+    async def read(self, open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
+        """What the file says, as `read_metadata` reads it, within the limits: past one, a
+        Reading whose error says which."""
+        if not has_parser(file_name):
+            return Reading()
+        deadline = time.monotonic() + self.limits.timeout_seconds
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._read, open_file, file_name, deadline)
+
+    def _read(self, open_file: Callable[[], IO[bytes]], file_name: str, deadline: float) -> Reading:
+        not_readable = f"Not a readable .{suffix_of(file_name)}: "
+        if time.monotonic() >= deadline:  # waited for a process all this time
+            return Reading(error=not_readable + self._took_too_long())
+        with open_file() as file:
+            process = self._take()
+            try:
+                outcome = process.read(file, file_name, self.limits, deadline)
+            except BaseException:  # the storage failed under a read: this file's read is over
+                process.kill()
+                raise
+        if isinstance(outcome, Reading):
+            process.tasks += 1
+            self._give_back(process)
+            return outcome
+        process.kill()  # its limit, or a broken pipe: a new process takes its place
+        reasons = {
+            "timeout": self._took_too_long(),
+            "memory": f"reading it needed more than {self.limits.memory_bytes // 2**20} MiB of "
+            "memory",
+            "cpu": f"reading it took more than {_seconds(self.limits.cpu_seconds)} of processor "
+            "time",
+        }
+        return Reading(error=not_readable + reasons.get(outcome, "its reader stopped"))
+
+    def _took_too_long(self) -> str:
+        return f"reading it took longer than {_seconds(self.limits.timeout_seconds)}"
+
+    def _take(self) -> _Process:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        try:
+            process = _Process.start(self.limits.memory_bytes, self._reader)
+        except OSError as exc:  # no process can be started (a limit of the system)
+            raise ServiceUnavailable(
+                f"Build files cannot be read right now ({exc.strerror}); try again"
+            ) from None
+        self.started += 1
+        return process
+
+    def _give_back(self, process: _Process) -> None:
+        with self._lock:
+            if not self._closed and process.tasks < self.tasks_per_process:
+                self._idle.append(process)
+                return
+        process.stop()
+
+    def close(self) -> None:
+        """Stop every process, once the files being read are read. Blocking."""
+        with self._lock:
+            self._closed = True
+        self._threads.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for process in idle:
+            process.stop()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+
+@dataclass
+class _Process:
+    """One reading process, and this side of its pipe."""
+
+    process: Any  # multiprocessing's Process of the start method's context
+    conn: Connection
+    tasks: int = 0
+
+    @classmethod
+    def start(
+        cls, memory_bytes: int, read: Callable[[Callable[[], IO[bytes]], str], Reading]
+    ) -> _Process:
+        context: Any = multiprocessing.get_context(_CONTEXT)
+        if _CONTEXT == "forkserver":  # the parsers, imported once in the server processes fork from
+            context.set_forkserver_preload([__name__])
+        ours, theirs = context.Pipe(duplex=True)
+        process = context.Process(
+            target=_serve, args=(theirs, memory_bytes, read), name="buildbay-reader", daemon=True
+        )
+        try:
+            process.start()
+        finally:
+            theirs.close()
+        return cls(process, ours)
+
+    def read(
+        self, file: IO[bytes], file_name: str, limits: ReadLimits, deadline: float
+    ) -> Reading | str:
+        """The process's reading of `file`, serving its reads until it answers; or why it did not
+        ("timeout", "memory", "cpu", "stopped")."""
+        size = file.seek(0, io.SEEK_END)
+        task = {"file": file_name, "size": size, "cpu": limits.cpu_seconds}
+        try:
+            self.conn.send_bytes(json.dumps(task).encode())
+            while True:
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    return "timeout"
+                message = self.conn.recv_bytes(MESSAGE_LIMIT)
+                if message[:1] == b"R":  # a read: the bytes, at most a chunk
+                    _, offset, length = _READ.unpack(message)
+                    file.seek(offset)
+                    self.conn.send_bytes(file.read(min(length, CHUNK)))
+                    continue
+                answer = json.loads(message.removeprefix(b"J"))
+                if "stopped" in answer:
+                    return str(answer["stopped"])
+                icon = None
+                if answer.pop("icon"):
+                    if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                        return "timeout"
+                    icon = self.conn.recv_bytes(MESSAGE_LIMIT)
+                return _reading(answer, icon)
+        except (EOFError, OSError, ValueError, KeyError, TypeError, struct.error):
+            # The process is gone (killed by the kernel at its processor limit, or crashed), or
+            # said something this side does not take.
+            self.process.join(1)
+            ended_by = self.process.exitcode
+            return "cpu" if ended_by in (-signal.SIGPROF, -signal.SIGXCPU) else "stopped"
+
+    def kill(self) -> None:
+        self.conn.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.process.close()
+
+    def stop(self) -> None:
+        self.conn.close()  # the process's next read ends: it exits
+        self.process.join(5)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join()
+        self.process.close()
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} second" + ("" if value == 1 else "s")
+
+
+def _reading(answer: dict[str, Any], icon: bytes | None) -> Reading:
+    metadata, error, refused, platform = (
+        answer["metadata"],
+        answer["error"],
+        answer["refused"],
+        answer["platform"],
+    )
+    if not (metadata is None or isinstance(metadata, dict)):
+        raise ValueError("metadata")
+    for text in (error, refused, platform):
+        if not (text is None or isinstance(text, str)):
+            raise ValueError("text")
+    return Reading(metadata, icon, error, refused, platform)
+
+
+# -- the reading process ------------------------------------------------------------------------
+
+
+def _serve(
+    conn: Connection, memory_bytes: int, read: Callable[[Callable[[], IO[bytes]], str], Reading]
+) -> None:
+    """A reading process's life: read the files it is given, one at a time, until its pipe
+    closes. At its limit of memory it says so and exits; at its limit of processor time the
+    kernel ends it (SIGPROF, SIGXCPU: their default action, no handler is installed)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a process ended at a limit leaves no core
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    while True:
+        try:
+            task = json.loads(conn.recv_bytes())
+        except EOFError:
+            return
+        # This file gets `cpu` seconds of processor time from now. RLIMIT_CPU counts whole
+        # seconds over the process's life: the timer is the limit, it is the backstop.
+        cpu = float(task["cpu"])
+        signal.setitimer(signal.ITIMER_PROF, cpu)
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = math.ceil(used.ru_utime + used.ru_stime + cpu) + 1
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        try:
+            reading = read(
+                functools.partial(_PipeFile.buffered, conn, int(task["size"])), str(task["file"])
+            )
+            answer = {
+                "metadata": reading.metadata,
+                "error": reading.error,
+                "refused": reading.refused,
+                "platform": reading.platform,
+                "icon": reading.icon_png is not None,
+            }
+            conn.send_bytes(b"J" + json.dumps(answer).encode())
+            if reading.icon_png is not None:
+                conn.send_bytes(reading.icon_png)
+        except MemoryError:
+            _exit_saying(conn, "memory")
+        except (EOFError, OSError):
+            return  # the server gave up on this file (or stopped): it kills or replaces us
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+
+
+def _exit_saying(conn: Connection, reason: str) -> None:
+    try:
+        conn.send_bytes(b"J" + json.dumps({"stopped": reason}).encode())
+    finally:
+        os._exit(1)
+
+
+class _PipeFile(io.RawIOBase):
+    """The file being read, as a seekable file whose reads ask the server for the bytes."""
+
+    def __init__(self, conn: Connection, size: int) -> None:
+        super().__init__()
+        self._conn = conn
+        self._size = size
+        self._position = 0
+
+    @classmethod
+    def buffered(cls, conn: Connection, size: int) -> IO[bytes]:
+        return io.BufferedReader(cls(conn, size), _BUFFER)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise OSError("seek before the start of the file")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        length = min(len(buffer), CHUNK, self._size - self._position)
+        if length <= 0:
+            return 0
+        self._conn.send_bytes(_READ.pack(b"R", self._position, length))
+        data = self._conn.recv_bytes(CHUNK)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
