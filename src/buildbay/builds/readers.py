@@ -11,12 +11,14 @@ server's process neither its event loop (the interpreter's lock) nor a thread be
   the limit the process is ended (by the kernel's signal, whose default action ends it even in
   the middle of C code, or SIGKILL from here) and a new one takes its place.
 - The processes are `processes` at most: a verify waits for a free one without holding a thread.
-- A process has no access to storage: it asks this process for byte ranges of the file over its
-  pipe, so it holds only what the parser reads (a multi-GiB build is never loaded), and needs
-  neither the bucket's credentials nor a network. What it answers is JSON and bytes, never
-  pickled objects, and bounded in size.
+- A process does not open the file: it asks this process for byte ranges of it over its pipe,
+  so it holds only what the parser reads (a multi-GiB build is never loaded) and needs neither
+  storage, the bucket's credentials nor a network. What it answers is JSON and bytes, never
+  pickled objects, and bounded in size. (It is a limit of resources, not a sandbox: it runs as
+  the server's user.)
 - A process reads `tasks_per_process` files, then a fresh one takes over (1: a new process per
-  file). Processes start from a fork server that has the parsers imported, in a few ms each.
+  file). Processes start from a fork server that has the parsers imported, and stay idle between
+  files for any pool of the same server process (below).
 """
 
 from __future__ import annotations
@@ -72,15 +74,14 @@ class MetadataReaders:
     ) -> None:
         """`read` is what each process runs on a file: `read_metadata`, or (tests) another
         module-level function, which the process imports by name."""
+        self.processes = processes
         self.limits = limits
         self.tasks_per_process = tasks_per_process
         self._reader = read
+        self._kind = (limits.memory_bytes, f"{read.__module__}.{read.__qualname__}")
         # A thread per file being read, `processes` at most: the slots. A verify waiting for one
         # waits in the executor's queue, holding nothing.
         self._threads = ThreadPoolExecutor(processes, thread_name_prefix="buildbay-reader")
-        self._idle: list[_Process] = []
-        self._lock = threading.Lock()
-        self._closed = False
         self.started = 0  # processes started so far (replacements included)
 
     @classmethod
@@ -131,9 +132,10 @@ class MetadataReaders:
         return f"reading it took longer than {_seconds(self.limits.timeout_seconds)}"
 
     def _take(self) -> _Process:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+        with _IDLE_LOCK:
+            idle = _IDLE.get(self._kind)
+            if idle:
+                return idle.pop()
         try:
             process = _Process.start(self.limits.memory_bytes, self._reader)
         except OSError as exc:  # no process can be started (a limit of the system)
@@ -144,24 +146,28 @@ class MetadataReaders:
         return process
 
     def _give_back(self, process: _Process) -> None:
-        with self._lock:
-            if not self._closed and process.tasks < self.tasks_per_process:
-                self._idle.append(process)
+        with _IDLE_LOCK:
+            idle = _IDLE.setdefault(self._kind, [])
+            if process.tasks < self.tasks_per_process and len(idle) < self.processes:
+                idle.append(process)
                 return
         process.stop()
 
     def close(self) -> None:
-        """Stop every process, once the files being read are read. Blocking."""
-        with self._lock:
-            self._closed = True
+        """Wait for the files being read; their processes stay idle for the next pool of this
+        server process. Blocking."""
         self._threads.shutdown(wait=True, cancel_futures=True)
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for process in idle:
-            process.stop()
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+# The reading processes waiting for a file, by the memory limit they were started with and what
+# they run. They belong to the server process, as the fork server does, not to one app's pool: a
+# process that makes several apps (the tests make hundreds) starts them once. Daemonic: they end
+# with the server process (multiprocessing terminates them at exit; their pipe's end ends them).
+_IDLE: dict[tuple[int, str], list[_Process]] = {}
+_IDLE_LOCK = threading.Lock()
 
 
 @dataclass
