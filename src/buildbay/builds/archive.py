@@ -43,7 +43,14 @@ def open_archive(file: IO[bytes]) -> tuple[zipfile.ZipFile, dict[str, zipfile.Zi
     try:
         _check_directory(file)
         archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error) as exc:
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        ValueError,
+        EOFError,
+        struct.error,
+        NotImplementedError,  # a version or compression zipfile does not read
+    ) as exc:
         raise MetadataError(f"not a zip archive: {exc}") from None
     entries = archive.infolist()
     if len(entries) > ENTRIES_LIMIT:

@@ -70,7 +70,9 @@ def platform_of_content(open_file: Callable[[], IO[bytes]]) -> str | None:
         with open_file() as file:
             archive, entries = open_archive(file)
             archive.close()
-    except (MetadataError, OSError):
+    except MemoryError:
+        raise
+    except Exception:  # any way the archive breaks zipfile (MetadataError, OSError, ...)
         return None
     for name in entries:
         if name in _ANDROID_MANIFESTS:
