@@ -22,6 +22,7 @@ from buildbay.builds.archive import ENTRIES_LIMIT, MetadataError, open_archive
 from buildbay.builds.ipa import ICON_NAMES_LIMIT, ICON_TRIES_LIMIT, parse_ipa
 from buildbay.builds.metadata import Reading
 from buildbay.builds.readers import MetadataReaders, ReadLimits
+from buildbay.storage.base import StorageUnavailable
 from tests.builds.android_files import APK_V1, expected
 from tests.builds.conftest import Builds
 from tests.builds.hostile_readers import balloon, crash, hang, read_size, spin
@@ -285,3 +286,26 @@ async def test_verify_of_a_file_whose_reading_hits_a_limit_is_422_and_the_build_
     await app.state.ctx.readers.aclose()
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "ready"
+
+
+class _FailingStorageFile(io.BytesIO):
+    """A stored file whose reads fail past its first bytes, as a bucket that stops answering."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.tell() > 0:
+            raise OSError("the object store refused a read")
+        return super().read(size)
+
+
+async def test_a_storage_failure_under_a_read_is_503_not_an_unreadable_file(
+    readers: Callable[..., MetadataReaders],
+) -> None:
+    pool = readers()
+    data = ipa().getvalue()
+
+    with pytest.raises(StorageUnavailable, match="try verify again"):
+        await pool.read(lambda: _FailingStorageFile(data), "Example.ipa")
+
+    reading = await pool.read(opener(data), "Example.ipa")  # a new process reads the next file
+    assert reading.metadata is not None
+    assert reading.metadata["bundleId"] == "com.example.app"

@@ -44,6 +44,7 @@ from typing import IO, Any
 from buildbay.builds.metadata import Reading, has_parser, read_metadata, suffix_of
 from buildbay.config import Settings
 from buildbay.errors import ServiceUnavailable
+from buildbay.storage.base import StorageUnavailable
 
 CHUNK = 1024 * 1024  # bytes of the file sent to a reading process per request
 MESSAGE_LIMIT = 16 * 1024 * 1024  # the largest answer taken from a reading process (an icon)
@@ -210,8 +211,7 @@ class _Process:
                 message = self.conn.recv_bytes(MESSAGE_LIMIT)
                 if message[:1] == b"R":  # a read: the bytes, at most a chunk
                     _, offset, length = _READ.unpack(message)
-                    file.seek(offset)
-                    self.conn.send_bytes(file.read(min(length, CHUNK)))
+                    self.conn.send_bytes(_bytes_of(file, offset, min(length, CHUNK)))
                     continue
                 answer = json.loads(message.removeprefix(b"J"))
                 if "stopped" in answer:
@@ -243,6 +243,16 @@ class _Process:
             self.process.kill()
             self.process.join()
         self.process.close()
+
+
+def _bytes_of(file: IO[bytes], offset: int, length: int) -> bytes:
+    try:
+        file.seek(offset)
+        return file.read(length)
+    except OSError as exc:  # the storage's failure, not the file's: verify can be tried again
+        raise StorageUnavailable(
+            "The build's bytes cannot be read from storage right now; try verify again"
+        ) from exc
 
 
 def _seconds(value: float) -> str:
