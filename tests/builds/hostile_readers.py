@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-from buildbay.builds.metadata import Reading
+from buildbay.builds.metadata import Reading, read_metadata
 
 MiB = 1024 * 1024
 
@@ -40,3 +40,10 @@ def read_size(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
         while chunk := file.read(MiB):
             total += len(chunk)
     return Reading(metadata={"read": total, "pid": os.getpid()})
+
+
+def hang_on_slow(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
+    """A file named slow.* never ends (only the wall clock stops it); the others are read."""
+    if file_name.startswith("slow."):
+        return hang(open_file, file_name)
+    return read_metadata(open_file, file_name)

@@ -7,6 +7,7 @@ reach: each reading process imports them by name, as it imports `read_metadata`.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import plistlib
@@ -25,7 +26,7 @@ from buildbay.builds.readers import MetadataReaders, ReadLimits
 from buildbay.storage.base import StorageUnavailable
 from tests.builds.android_files import APK_V1, expected
 from tests.builds.conftest import Builds
-from tests.builds.hostile_readers import balloon, crash, hang, read_size, spin
+from tests.builds.hostile_readers import balloon, crash, hang, hang_on_slow, read_size, spin
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
 from tests.conftest import assert_problem
 
@@ -309,3 +310,29 @@ async def test_a_storage_failure_under_a_read_is_503_not_an_unreadable_file(
     reading = await pool.read(opener(data), "Example.ipa")  # a new process reads the next file
     assert reading.metadata is not None
     assert reading.metadata["bundleId"] == "com.example.app"
+
+
+async def test_a_tenant_sending_many_files_leaves_a_process_for_the_others(
+    readers: Callable[..., MetadataReaders],
+) -> None:
+    """Two processes; tenant A sends two files that never end. A reads one at a time, and B's
+    file is read while A's second still waits (then both of A's stop at the wall clock)."""
+    limits = ReadLimits(cpu_seconds=30, memory_bytes=1024 * MiB, timeout_seconds=8)
+    pool = MetadataReaders(2, limits, read=hang_on_slow)
+    data = ipa().getvalue()
+    try:
+        first = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", "prj_a"))
+        second = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", "prj_a"))
+        other = asyncio.create_task(pool.read(opener(data), "Example.ipa", "prj_b"))
+
+        done, _ = await asyncio.wait({first, second, other}, return_when=asyncio.FIRST_COMPLETED)
+
+        assert done == {other}
+        reading = other.result()
+        assert reading.metadata is not None
+        assert reading.metadata["bundleId"] == "com.example.app"
+        stopped = Reading(error="Not a readable .ipa: reading it took longer than 8 seconds")
+        assert await first == stopped
+        assert await second == stopped
+    finally:
+        await pool.aclose()

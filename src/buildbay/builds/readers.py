@@ -84,6 +84,10 @@ class MetadataReaders:
         # waits in the executor's queue, holding nothing.
         self._threads = ThreadPoolExecutor(processes, thread_name_prefix="buildbay-reader")
         self.started = 0  # processes started so far (replacements included)
+        # Each tenant's files being read or waiting, and the places it may hold: all processes
+        # but one (all, with one process).
+        self._tenants: dict[str, _Turn] = {}
+        self._per_tenant = max(1, processes - 1)
 
     @classmethod
     def of(cls, settings: Settings) -> MetadataReaders:
@@ -95,14 +99,44 @@ class MetadataReaders:
         )
         return cls(settings.parse_processes, limits, settings.parse_files_per_process)
 
-    async def read(self, open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
+    async def read(
+        self, open_file: Callable[[], IO[bytes]], file_name: str, tenant: str = ""
+    ) -> Reading:
         """What the file says, as `read_metadata` reads it, within the limits: past one, a
-        Reading whose error says which."""
+        Reading whose error says which.
+
+        A `tenant` (a project) reads in at most all processes but one at a time: its files wait
+        for each other, so that another tenant's file always finds a process within one file's
+        limit, however many files the first sends at once."""
         if not has_parser(file_name):
             return Reading()
         deadline = time.monotonic() + self.limits.timeout_seconds
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._read, open_file, file_name, deadline)
+        turn = self._tenants.get(tenant)
+        if turn is None:
+            turn = self._tenants[tenant] = _Turn(asyncio.Semaphore(self._per_tenant))
+        turn.users += 1
+        try:
+            await asyncio.wait_for(turn.places.acquire(), deadline - time.monotonic())
+        except TimeoutError:
+            self._leave(tenant, turn, holding=False)
+            return Reading(error=f"Not a readable .{suffix_of(file_name)}: {self._took_too_long()}")
+        except BaseException:
+            self._leave(tenant, turn, holding=False)
+            raise
+        reading = self._threads.submit(self._read, open_file, file_name, deadline)
+        # The place is given back when the file is read, not when this verify stops waiting.
+        reading.add_done_callback(
+            lambda _: loop.call_soon_threadsafe(self._leave, tenant, turn, True)
+        )
+        return await asyncio.wrap_future(reading)
+
+    def _leave(self, tenant: str, turn: _Turn, holding: bool) -> None:
+        if holding:
+            turn.places.release()
+        turn.users -= 1
+        if not turn.users:
+            del self._tenants[tenant]
 
     def _read(self, open_file: Callable[[], IO[bytes]], file_name: str, deadline: float) -> Reading:
         not_readable = f"Not a readable .{suffix_of(file_name)}: "
@@ -161,6 +195,12 @@ class MetadataReaders:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+@dataclass
+class _Turn:
+    places: asyncio.Semaphore
+    users: int = 0  # the tenant's reads holding a place or waiting for one
 
 
 # The reading processes waiting for a file, by the memory limit they were started with and what

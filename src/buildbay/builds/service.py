@@ -474,7 +474,7 @@ class BuildService:
         def open_file() -> IO[bytes]:
             return storage.open_reader(build.storage_key, build.file_size, version)
 
-        return await self.readers.read(open_file, build.file_name)
+        return await self.readers.read(open_file, build.file_name, build.project_id)
 
     async def _adopt_identity(
         self, application: ApplicationRecord, bundle_id: str, platform: Platform
