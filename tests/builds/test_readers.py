@@ -336,3 +336,50 @@ async def test_a_tenant_sending_many_files_leaves_a_process_for_the_others(
         assert await second == stopped
     finally:
         await pool.aclose()
+
+
+class _LargeBuild(io.RawIOBase):
+    """A 3 GiB build made up on the fly: zeros, then an .ipa (zipfile finds an archive after a
+    prefix, as in a self-extracting one). Counts the bytes the reading process asked for."""
+
+    PREFIX = 3 * 1024 * MiB
+
+    def __init__(self, archive: bytes) -> None:
+        super().__init__()
+        self.archive, self.position, self.served = archive, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        size = self.PREFIX + len(self.archive)
+        self.position = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: size}[whence]
+        self.position += offset
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        end = min(self.position + len(view), self.PREFIX + len(self.archive))
+        data = bytes(max(0, min(end, self.PREFIX) - self.position))
+        data += self.archive[max(0, self.position - self.PREFIX) : max(0, end - self.PREFIX)]
+        view[: len(data)] = data
+        self.position += len(data)
+        self.served += len(data)
+        return len(data)
+
+
+async def test_a_multi_gib_build_is_read_without_its_bytes_reaching_the_process(
+    readers: Callable[..., MetadataReaders],
+) -> None:
+    """The reading process asks for the directory and the entries it reads, never the file."""
+    build = _LargeBuild(ipa().getvalue())
+    limits = ReadLimits(cpu_seconds=10, memory_bytes=512 * MiB, timeout_seconds=60)
+
+    reading = await readers(limits=limits).read(lambda: build, "Large.ipa")
+
+    assert reading.metadata is not None, reading.error
+    assert reading.metadata["bundleId"] == "com.example.app"
+    assert build.served < 1 * MiB  # of 3 GiB, with a process limited to 512 MiB
