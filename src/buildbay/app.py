@@ -28,6 +28,7 @@ from buildbay.auth.tokens import AccessTokenCodec
 from buildbay.builds.background import VERIFY_JOB, verify_handler
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.install_page import router as install_page_router
+from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.routes import router as builds_router
 from buildbay.builds.sweeper import sweep
 from buildbay.channels.routes import router as channels_router
@@ -156,6 +157,7 @@ def create_app(
         webhook_sender=WebhookSender(
             allow_private=settings.webhook_allow_private, allow_http=settings.webhook_allow_http
         ),
+        readers=MetadataReaders.of(settings),
         redis=shared_redis,
     )
     ctx.jobs = JobWorker(

@@ -133,6 +133,17 @@ class Settings(BaseSettings):
     # How long a request body may take to arrive (an upload's: the longest pause between two
     # of its chunks); past it the answer is 408 and the connection is closed.
     body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
+    # Reading what a build file says (builds/readers.py): in at most PARSE_PROCESSES processes
+    # of each server process, each file within PARSE_CPU_SECONDS of processor time and
+    # PARSE_MEMORY_MIB of memory (address space), and within PARSE_TIMEOUT_SECONDS of the
+    # verify's call (waiting for a process included); past a limit the process is killed and
+    # the file is unreadable. A process reads PARSE_FILES_PER_PROCESS files, then a fresh one
+    # takes over (1: a process per file).
+    parse_processes: PositiveInt = 2
+    parse_cpu_seconds: Annotated[float, Field(gt=0)] = 10.0
+    parse_memory_mib: Annotated[int, Field(ge=64)] = 1024
+    parse_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
+    parse_files_per_process: PositiveInt = 100
 
     storage: StorageKind = StorageKind.LOCAL
     s3_bucket: str | None = None

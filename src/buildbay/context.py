@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from buildbay.auth.revocations import SharedRevocations
     from buildbay.builds.install import InstallTokens
+    from buildbay.builds.readers import MetadataReaders
     from buildbay.jobs.worker import JobWorker
     from buildbay.mail.outbox import MailOutbox
     from buildbay.mail.unsubscribe import UnsubscribeLinks
@@ -47,6 +48,7 @@ class AppContext:
     mail: MailOutbox
     unsubscribe: UnsubscribeLinks
     webhook_sender: WebhookSender  # sends the outbox's webhook deliveries (webhooks/)
+    readers: MetadataReaders  # the processes that read build files' metadata (builds/readers.py)
     jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan
     # With BUILDBAY_REDIS_URL, the process's one Redis client, which `limiter` and `revocations`
     # use (redis_pool.py).
@@ -54,8 +56,10 @@ class AppContext:
 
     async def dispose(self) -> None:
         """Close the database pools (the engine's, and the read engine's where it has its own:
-        on PostgreSQL, db/engine.py `read_engine`) and the Redis client's."""
+        on PostgreSQL, db/engine.py `read_engine`) and the Redis client's, and stop the reading
+        processes."""
         async with contextlib.AsyncExitStack() as closing:  # each closed, whatever the others do
+            closing.push_async_callback(self.readers.aclose)
             if self.redis is not None:
                 closing.push_async_callback(self.redis.aclose)
             if self.read_engine is not self.engine:

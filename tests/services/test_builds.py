@@ -5,6 +5,7 @@ verify's retry, and a build delete whose bytes go after its commit."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from buildbay.applications.reads import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build
+from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.service import BuildService
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings
@@ -31,10 +33,12 @@ IPA = ipa().getvalue()  # com.example.app
 
 
 @pytest.fixture
-def builds(
+async def builds(
     db: AsyncSession, clock: FrozenClock, settings: Settings, storage: LocalStorage
-) -> BuildService:
-    return BuildService(db, clock.now(), settings, storage)
+) -> AsyncIterator[BuildService]:
+    readers = MetadataReaders.of(settings)
+    yield BuildService(db, clock.now(), settings, storage, readers)
+    await readers.aclose()
 
 
 @pytest.fixture
@@ -264,7 +268,7 @@ async def test_verify_again_answers_the_verified_build_unchanged(
     await finish(db, ok=True)
     clock.advance(minutes=1)
 
-    again = await BuildService(db, clock.now(), settings, storage).verify(
+    again = await BuildService(db, clock.now(), settings, storage, builds.readers).verify(
         application, pending.id, "second"
     )
 

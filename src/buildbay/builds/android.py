@@ -15,6 +15,7 @@ never by loading the file.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import re
 import struct
@@ -36,6 +37,14 @@ SIGNING_BLOCK_LIMIT = 16 * 1024 * 1024  # a few KiB in practice
 SIGNATURE_LIMIT = 1024 * 1024  # META-INF/*.RSA
 PROTO_DEPTH_LIMIT = 100
 PROTO_NODES_LIMIT = 200_000
+# What a file says costs no more than this, however many it claims: the icon's configurations
+# considered and files decoded, the old-style signature files tried, the signing block's pairs
+# and the items looked at on each level of a signature scheme's block.
+ICON_CONFIGS_LIMIT = 100
+ICON_TRIES_LIMIT = 8
+SIGNATURES_LIMIT = 4
+SIGNING_PAIRS_LIMIT = 64
+SIGNERS_LIMIT = 8
 
 ANDROID = "{http://schemas.android.com/apk/res/android}"
 _V1_SIGNATURE = re.compile(r"^META-INF/[^/]+\.(RSA|DSA|EC)$", re.IGNORECASE)
@@ -146,7 +155,7 @@ def _icon(
 ) -> bytes | None:
     """The densest PNG the icon resource has (adaptive icons are XML: not shown)."""
     files = []
-    for config, path in _resolved(resources, reference):
+    for config, path in _resolved(resources, reference)[:ICON_CONFIGS_LIMIT]:
         entry = names.get(str(path))
         if entry is not None and str(path).endswith(".png") and entry.file_size <= ICON_LIMIT:
             try:
@@ -154,7 +163,7 @@ def _icon(
             except Exception:
                 density = 0
             files.append((density if density < 0xFFFE else 0, entry))
-    for _, entry in sorted(files, key=lambda pair: pair[0], reverse=True):
+    for _, entry in sorted(files, key=lambda pair: pair[0], reverse=True)[:ICON_TRIES_LIMIT]:
         try:
             data = read_entry(archive, entry, ICON_LIMIT)
         except MetadataError:
@@ -177,14 +186,14 @@ def _certificate_sha256(
             certificate = _first_certificate(block[scheme])
             if certificate is not None:
                 return hashlib.sha256(certificate).hexdigest()
-    for name, entry in names.items():
-        if _V1_SIGNATURE.match(name):
-            try:
-                signed = cms.ContentInfo.load(read_entry(archive, entry, SIGNATURE_LIMIT))
-                certificate = signed["content"]["certificates"][0].chosen.dump()
-            except (MetadataError, ValueError, TypeError, KeyError, IndexError):
-                continue
-            return hashlib.sha256(certificate).hexdigest()
+    signatures = (entry for name, entry in names.items() if _V1_SIGNATURE.match(name))
+    for entry in itertools.islice(signatures, SIGNATURES_LIMIT):
+        try:
+            signed = cms.ContentInfo.load(read_entry(archive, entry, SIGNATURE_LIMIT))
+            certificate = signed["content"]["certificates"][0].chosen.dump()
+        except (MetadataError, ValueError, TypeError, KeyError, IndexError):
+            continue
+        return hashlib.sha256(certificate).hexdigest()
     return None
 
 
@@ -209,19 +218,24 @@ def _signing_block(file: IO[bytes], archive: zipfile.ZipFile) -> dict[int, bytes
         return {}
     values: dict[int, bytes] = {}
     offset, end = 8, len(block) - 24
-    while offset + 12 <= end:
+    for _ in range(SIGNING_PAIRS_LIMIT):  # a signature scheme, a padding, a stamp: a handful
+        if offset + 12 > end:
+            break
         length, key = struct.unpack("<QI", block[offset : offset + 12])
         if length < 4 or offset + 8 + length > end:
             break
-        values[key] = block[offset + 12 : offset + 8 + length]
+        if key in (*_SIG_V3, _SIG_V2):
+            values[key] = block[offset + 12 : offset + 8 + length]
         offset += 8 + length
     return values
 
 
 def _prefixed(data: bytes) -> Iterator[bytes]:
-    """The items of a sequence of uint32-length-prefixed values."""
+    """The first SIGNERS_LIMIT items of a sequence of uint32-length-prefixed values."""
     offset = 0
-    while offset + 4 <= len(data):
+    for _ in range(SIGNERS_LIMIT):
+        if offset + 4 > len(data):
+            return
         (length,) = struct.unpack("<I", data[offset : offset + 4])
         item = data[offset + 4 : offset + 4 + length]
         if len(item) != length:

@@ -2,17 +2,30 @@
 
 Only the entries that name the app are read, each at most a bounded number of bytes whatever the
 archive's directory claims: a zip bomb, a huge manifest or a corrupt archive ends in
-MetadataError, never in unbounded memory or time.
+MetadataError, never in unbounded memory or time. The directory itself is measured from its
+end record before `zipfile` reads it (`zipfile` reads and indexes all of it at once).
 """
 
 from __future__ import annotations
 
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import IO, Any
 
 ENTRIES_LIMIT = 100_000  # entries in the archive's directory
+# The directory's bytes: 100,000 entries with names of ~200 bytes (an Xcode app's deepest paths)
+# fit; zipfile holds them all, and makes an object per entry, before anything is read.
+DIRECTORY_LIMIT = 32 * 1024 * 1024
+
+_END = struct.Struct("<4sHHHHIIH")  # end of central directory record
+_END_SIGNATURE = b"PK\x05\x06"
+_ZIP64_LOCATOR = struct.Struct("<4sIQI")
+_ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x07"
+_ZIP64_END = struct.Struct("<4sQHHIIQQQQ")
+_ZIP64_END_SIGNATURE = b"PK\x06\x06"
+_COMMENT_MAX = 0xFFFF
 
 
 class MetadataError(Exception):
@@ -26,16 +39,56 @@ class Parsed:
 
 
 def open_archive(file: IO[bytes]) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo]]:
-    """The zip archive in `file`, and its entries by name."""
+    """The zip archive in `file`, and its entries by name: indexed once, for every lookup."""
     try:
+        _check_directory(file)
         archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        ValueError,
+        EOFError,
+        struct.error,
+        NotImplementedError,  # a version or compression zipfile does not read
+    ) as exc:
         raise MetadataError(f"not a zip archive: {exc}") from None
     entries = archive.infolist()
     if len(entries) > ENTRIES_LIMIT:
         archive.close()
         raise MetadataError(f"more than {ENTRIES_LIMIT} entries in the archive")
     return archive, {entry.filename: entry for entry in entries}
+
+
+def _check_directory(file: IO[bytes]) -> None:
+    """Refuse an archive whose end record declares more entries or directory bytes than the
+    limits, before zipfile reads the directory. The end record is found as zipfile finds it
+    (the file's last 22 bytes, else the last signature within a comment's reach); a file
+    without one is left to zipfile to refuse."""
+    size = file.seek(0, 2)
+    tail_size = min(size, _END.size + _COMMENT_MAX)
+    file.seek(size - tail_size)
+    tail = file.read(tail_size)
+    if tail[-_END.size : -_END.size + 4] == _END_SIGNATURE and tail[-2:] == b"\0\0":
+        at = len(tail) - _END.size
+    else:
+        at = tail.rfind(_END_SIGNATURE)
+    if at < 0 or at + _END.size > len(tail):
+        return
+    _, _, _, _, entries, directory, _, _ = _END.unpack_from(tail, at)
+    locator_at = size - tail_size + at - _ZIP64_LOCATOR.size
+    if locator_at >= 0:
+        file.seek(locator_at)
+        locator = file.read(_ZIP64_LOCATOR.size)
+        if len(locator) == _ZIP64_LOCATOR.size and locator[:4] == _ZIP64_LOCATOR_SIGNATURE:
+            # zipfile finds the zip64 end record just before the locator.
+            file.seek(locator_at - _ZIP64_END.size)
+            end64 = file.read(_ZIP64_END.size)
+            if len(end64) == _ZIP64_END.size and end64[:4] == _ZIP64_END_SIGNATURE:
+                entries, directory = _ZIP64_END.unpack(end64)[7:9]
+    if entries > ENTRIES_LIMIT:
+        raise MetadataError(f"more than {ENTRIES_LIMIT} entries in the archive")
+    if directory > DIRECTORY_LIMIT:
+        raise MetadataError(f"the archive's directory is larger than {DIRECTORY_LIMIT} bytes")
 
 
 def read_entry(archive: zipfile.ZipFile, entry: zipfile.ZipInfo, limit: int) -> bytes:

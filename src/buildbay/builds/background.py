@@ -27,7 +27,7 @@ def verify_handler(ctx: AppContext) -> Handler:
         )
         if row is None:
             return  # the application, and its builds, were deleted meanwhile
-        service = BuildService(run.db, ctx.clock.now(), ctx.settings, ctx.storage)
+        service = BuildService.of(ctx, run.db)
         await service.finish_verify(
             APPLICATION.of(row),
             payload["buildId"],

@@ -3,6 +3,9 @@ with Apple's CgBI PNG encoding undone."""
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
 import plistlib
 import re
 import struct
@@ -16,6 +19,11 @@ from buildbay.builds.archive import MetadataError, Parsed, open_archive, read_en
 PLIST_LIMIT = 1024 * 1024  # Info.plist and the provisioning profile
 ICON_LIMIT = 2 * 1024 * 1024  # an icon file, compressed or not
 ICON_PIXELS_LIMIT = 1024 * 1024 * 4  # decoded RGBA bytes of an icon (a 1024 x 1024 icon is 4 MiB)
+ICON_SIDE_LIMIT = 2048  # pixels on either side of an icon (Apple's largest is 1024)
+# Info.plist's icon file names considered (Xcode writes a handful), and the icon files decoded at
+# most, largest first, before giving up on an icon: what a file says costs no more than this.
+ICON_NAMES_LIMIT = 100
+ICON_TRIES_LIMIT = 8
 
 _APP_INFO = re.compile(r"^Payload/[^/]+\.app/Info\.plist$")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -92,31 +100,60 @@ def _provisioning(signed: bytes) -> dict[str, Any] | None:
 def _icon(
     archive: zipfile.ZipFile, names: dict[str, zipfile.ZipInfo], app_dir: str, info: dict[str, Any]
 ) -> bytes | None:
-    """The largest PNG among the icon files Info.plist names, as a standard PNG."""
-    prefixes: list[str] = []
-    for key in ("CFBundleIcons", "CFBundleIcons~ipad"):
-        icons = info.get(key)
-        primary = icons.get("CFBundlePrimaryIcon") if isinstance(icons, dict) else None
-        files = primary.get("CFBundleIconFiles") if isinstance(primary, dict) else None
-        if isinstance(files, list):
-            prefixes += [f for f in files if isinstance(f, str) and f]
-    if isinstance(info.get("CFBundleIconFiles"), list):
-        prefixes += [f for f in info["CFBundleIconFiles"] if isinstance(f, str) and f]
-    candidates = [
-        entry
+    """The largest PNG among the icon files Info.plist names, as a standard PNG.
+
+    Info.plist names icon files by prefix (`AppIcon60x60` for `AppIcon60x60@2x.png`). The app
+    directory's PNGs are sorted once; each name considered is then a range of that list, found
+    by bisection: linear in the archive, whatever the number of names and files."""
+    prefixes = _icon_names(info)
+    if not prefixes:
+        return None
+    pngs = sorted(
+        (name[len(app_dir) :], entry)
         for name, entry in names.items()
         if name.startswith(app_dir)
-        and "/" not in name[len(app_dir) :]
         and name.endswith(".png")
-        and any(name[len(app_dir) :].startswith(prefix) for prefix in prefixes)
+        and "/" not in name[len(app_dir) :]
         and entry.file_size <= ICON_LIMIT
-    ]
-    for entry in sorted(candidates, key=lambda e: e.file_size, reverse=True):
+    )
+    keys = [name for name, _ in pngs]
+    ranges = sorted(
+        (bisect.bisect_left(keys, prefix), bisect.bisect_left(keys, prefix + "\U0010ffff"))
+        for prefix in prefixes
+    )
+    matched: list[zipfile.ZipInfo] = []
+    end = 0
+    for start, stop in ranges:  # the union of the ranges: each file once
+        start = max(start, end)
+        matched += (entry for _, entry in pngs[start:stop])
+        end = max(end, stop)
+    for entry in heapq.nlargest(ICON_TRIES_LIMIT, matched, key=lambda e: e.file_size):
         try:
             return normal_png(read_entry(archive, entry, ICON_LIMIT))
         except MetadataError:
             continue
     return None
+
+
+def _icon_names(info: dict[str, Any]) -> list[str]:
+    """The icon file names Info.plist gives (the primary icon's, for iPhone and iPad, then the
+    old top-level list), each once, the first ICON_NAMES_LIMIT of them."""
+    lists: list[list[Any]] = []
+    for key in ("CFBundleIcons", "CFBundleIcons~ipad"):
+        icons = info.get(key)
+        primary = icons.get("CFBundlePrimaryIcon") if isinstance(icons, dict) else None
+        files = primary.get("CFBundleIconFiles") if isinstance(primary, dict) else None
+        if isinstance(files, list):
+            lists.append(files)
+    if isinstance(info.get("CFBundleIconFiles"), list):
+        lists.append(info["CFBundleIconFiles"])
+    chosen: dict[str, None] = {}  # ordered, each once
+    for name in itertools.chain(*lists):
+        if isinstance(name, str) and name:
+            chosen[name] = None
+            if len(chosen) == ICON_NAMES_LIMIT:
+                break
+    return list(chosen)
 
 
 def normal_png(data: bytes) -> bytes:
@@ -134,7 +171,7 @@ def normal_png(data: bytes) -> bytes:
     if depth != 8 or color != 6 or interlace != 0:
         raise MetadataError("a CgBI PNG that is not 8-bit RGBA without interlace")
     row = width * 4 + 1
-    if width * height * 4 > ICON_PIXELS_LIMIT:
+    if width * height * 4 > ICON_PIXELS_LIMIT or max(width, height) > ICON_SIDE_LIMIT:
         raise MetadataError("icon too large")
     inflater = zlib.decompressobj(-15)  # CgBI: raw deflate, no zlib header
     try:

@@ -7,7 +7,6 @@ An application of a mobile platform takes only its platform's files (`PLATFORM_F
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
@@ -66,12 +65,14 @@ _IOS_INFO = re.compile(r"Payload/[^/]+\.app/Info\.plist")
 
 def platform_of_content(open_file: Callable[[], IO[bytes]]) -> str | None:
     """The mobile platform an archive's entries say it is built for ("android" or "ios"), from
-    its directory alone; None for anything else. Blocking: run it in a worker thread."""
+    its directory alone; None for anything else."""
     try:
         with open_file() as file:
             archive, entries = open_archive(file)
             archive.close()
-    except (MetadataError, OSError):
+    except MemoryError:
+        raise
+    except Exception:  # any way the archive breaks zipfile (MetadataError, OSError, ...)
         return None
     for name in entries:
         if name in _ANDROID_MANIFESTS:
@@ -83,12 +84,6 @@ def platform_of_content(open_file: Callable[[], IO[bytes]]) -> str | None:
 
 def platform_name(platform: str) -> str:
     return _PLATFORM_NAMES.get(platform, platform)
-
-
-# Each parse is bounded (the entries it reads, and what it keeps of them); this bounds how many
-# run at once in a process, so the memory bound holds for the process, not per verify.
-PARALLEL_PARSES = 2
-_slots = threading.BoundedSemaphore(PARALLEL_PARSES)
 
 
 def _version(value: str) -> str | None:
@@ -147,22 +142,36 @@ class Reading:
     error: str | None = None  # why a file in a known format has no metadata
     # Why the file parses but what it says breaks the API's rules (a sentence): verify refuses it.
     refused: str | None = None
+    # For a file whose metadata cannot be read: the mobile platform its entries say it is for.
+    platform: str | None = None
+
+
+def has_parser(file_name: str) -> bool:
+    """Whether a file of this name has metadata to read (.ipa, .apk, .aab)."""
+    return suffix_of(file_name) in _PARSERS
 
 
 def read_metadata(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
-    """What the file says, for a file in a known format; why not, if it does not parse as the
-    format its name claims; nothing for other files. Blocking: run it in a worker thread."""
+    """What the file says, for a file in a known format; why not (and which platform its
+    entries say it is for), if it does not parse as the format its name claims; nothing for
+    other files. Blocking, and bounded only by the parsers' own limits: the server runs it in a
+    reading process with limits of time and memory (builds/readers.py); MemoryError is left to
+    that process to report."""
     suffix = suffix_of(file_name)
     parser = _PARSERS.get(suffix)
     if parser is None:
         return Reading()
     try:
-        with _slots, open_file() as file:
+        with open_file() as file:
             parsed = parser(file)
     except MetadataError as exc:
-        return Reading(error=f"Not a readable .{suffix}: {exc}")
+        error = f"Not a readable .{suffix}: {exc}"
+        return Reading(error=error, platform=platform_of_content(open_file))
+    except MemoryError:
+        raise
     except Exception as exc:  # a parser bug must not cost the build
-        return Reading(error=f"Not a readable .{suffix}: {type(exc).__name__}")
+        error = f"Not a readable .{suffix}: {type(exc).__name__}"
+        return Reading(error=error, platform=platform_of_content(open_file))
     if problem := metadata_problem(parsed.metadata):
         return Reading(refused=f"This .{suffix} cannot be taken: {problem}")
     return Reading(parsed.metadata, parsed.icon_png)

@@ -13,8 +13,6 @@ file too large to hash within a request is checked by a job (`VERIFY_JOB`): the 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
@@ -32,11 +30,10 @@ from buildbay.builds.metadata import (
     PLATFORM_FILES,
     Reading,
     platform_name,
-    platform_of_content,
-    read_metadata,
     wrong_platform_problem,
 )
 from buildbay.builds.models import Build, BuildIcon
+from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.reads import BUILD, BuildReads, BuildRecord, storage_usage
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
@@ -62,7 +59,6 @@ from buildbay.webhooks import events as webhook_events
 if TYPE_CHECKING:
     from buildbay.context import AppContext
 
-METADATA_SECONDS = 30  # to read what a build says about itself; past it, no metadata
 VERIFY_JOB = "builds.verify"  # checks a large multipart build's bytes in the background
 MiB = 1024 * 1024
 SINGLE_PUT_MAX = 5 * 1024 * MiB  # one S3 PUT takes at most 5 GiB: above it, parts
@@ -113,15 +109,21 @@ class BuildService:
     @classmethod
     def of(cls, ctx: AppContext, db: AsyncSession) -> BuildService:
         """The request's build service, from the app's context."""
-        return cls(db, ctx.clock.now(), ctx.settings, ctx.storage)
+        return cls(db, ctx.clock.now(), ctx.settings, ctx.storage, ctx.readers)
 
     def __init__(
-        self, db: AsyncSession, now: datetime, settings: Settings, storage: Storage
+        self,
+        db: AsyncSession,
+        now: datetime,
+        settings: Settings,
+        storage: Storage,
+        readers: MetadataReaders,
     ) -> None:
         self.db = db
         self.now = now
         self.settings = settings
         self.storage = storage
+        self.readers = readers
         self.public_url = settings.resolved_public_url
         # What it reads, it reads as any reader does, inside its transaction.
         self.reads = BuildReads(Reads.within(db), now, settings, storage)
@@ -417,7 +419,7 @@ class BuildService:
             raise ValidationFailed(reading.refused, code="unreadable_build")
         if reading.metadata is None and platform in PLATFORM_FILES:
             # A mobile application offers its testers only builds their devices can install.
-            content = await asyncio.to_thread(platform_of_content, self._opener(build, version))
+            content = reading.platform  # what the file's entries say, if they could be read
             if content is not None and content != platform:
                 raise ValidationFailed(
                     f"This file is an {platform_name(content)} app, and this is an "
@@ -496,23 +498,15 @@ class BuildService:
             await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
         return ready
 
-    def _opener(self, build: BuildRecord, version: str | None) -> Callable[[], IO[bytes]]:
+    async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
+        """What the file says about itself, read by a reading process within its limits
+        (builds/readers.py): past one, a Reading whose error says which."""
         storage = self.storage
 
         def open_file() -> IO[bytes]:
             return storage.open_reader(build.storage_key, build.file_size, version)
 
-        return open_file
-
-    async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
-        """What the file says about itself, read in a worker thread within METADATA_SECONDS."""
-        open_file = self._opener(build, version)
-        try:
-            return await asyncio.wait_for(
-                asyncio.to_thread(read_metadata, open_file, build.file_name), METADATA_SECONDS
-            )
-        except TimeoutError:
-            return Reading(error=f"Reading the file took longer than {METADATA_SECONDS} seconds")
+        return await self.readers.read(open_file, build.file_name, build.project_id)
 
     async def _adopt_identity(
         self, application: ApplicationRecord, bundle_id: str, platform: Platform
