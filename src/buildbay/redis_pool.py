@@ -64,9 +64,9 @@ class FairConnectionPool(redis.BlockingConnectionPool):
     """A bounded pool whose waiters get connections in the order they asked.
 
     redis-py's own wait lets a command that asks just as a connection comes back take it ahead
-    of those already waiting, and sends the waiter it woke to the back of the line: with 50
-    clients on `GET /api/projects` (PostgreSQL + Redis), p99 was 400-850 ms against a p50 of
-    26 ms (docs/performance.md). A line of places in front of it (db/turns.py `Line`, as the
+    of those already waiting, and sends the waiter it woke to the back of the line: under load
+    a few commands waited many times the median (docs/architecture.md, the departures from the
+    plain libraries). A line of places in front of it (db/turns.py `Line`, as the
     database's pools have) hands them out in turn, and a command that holds one always finds a
     connection in the pool. The wait for a place counts against the pool's own `timeout` and
     ends in the pool's own error."""

@@ -3,10 +3,9 @@
 SQLAlchemy's async pool waits on an `asyncio.Queue`: a task that asks just as a connection comes
 back takes it ahead of those already waiting, and the waiter it woke goes to the back of the
 line (sqlalchemy/sqlalchemy#7679). With every connection busy, a few requests waited many times
-the median: reads 2 s at p99 against 20 ms at p50, writes 3.5-4.8 s against 81-113 ms
-(docs/performance.md; bench/updates.py, bench/writes.py). A semaphore of the pool's size in
-front of it hands its places out in turn, and a task that holds a place always finds a
-connection in the pool. The wait for a place is bounded by the pool's own timeout
+the median (bench/updates.py, bench/writes.py; the figures are docs/performance.md's). A
+semaphore of the pool's size in front of it hands its places out in turn, and a task that holds
+a place always finds a connection in the pool. The wait for a place is bounded by the pool's own timeout
 (`pool_timeout`, 30 s by default) and ends in the pool's own error (a 503), as a wait for a
 connection did.
 
