@@ -31,6 +31,9 @@ INTERNAL_MODULES = (
 # is its machinery.
 DOCUMENTED_ONLY = {"fastapi.routing": {"APIRoute", "APIRouter"}}
 FIRST_PARTY = ("buildbay", "buildbay_client")
+# Names that start with an underscore and are documented public API all the same: `os._exit`
+# (docs.python.org/3/library/os.html#os._exit), what a child process calls to end at once.
+DOCUMENTED_UNDERSCORED = {("os", "_exit")}
 
 
 def _private(name: str) -> bool:
@@ -67,7 +70,8 @@ def private_uses(path: Path) -> list[str]:
                     found.append(f"{path.name}:{node.lineno}: import {alias.name}")
         elif isinstance(node, ast.Attribute) and _private(node.attr):
             owner = node.value
-            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+            named = owner.id if isinstance(owner, ast.Name) else None
+            if named not in ("self", "cls") and (named, node.attr) not in DOCUMENTED_UNDERSCORED:
                 found.append(f"{path.name}:{node.lineno}: ._{node.attr.lstrip('_')}")
     return found
 

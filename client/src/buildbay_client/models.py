@@ -80,6 +80,7 @@ class User(Model):
     name: str
     plan: Plan
     created_at: datetime
+    email_verified: bool  # the address proved by a mailed link (or not yet)
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ class Member(Model):
     name: str
     role: ProjectRole
     created_at: datetime
+    email_verified: bool  # "e-mail not verified" where false
 
 
 @dataclass(frozen=True)

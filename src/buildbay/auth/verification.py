@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
 from buildbay.auth.tokens import derive_key
+from buildbay.constant_time import same_secret
 from buildbay.context import AppContext
 from buildbay.errors import Conflict, RateLimited, ValidationFailed
 from buildbay.ids import ID_PATTERN
@@ -84,10 +85,7 @@ class VerificationLinks:
             return False
         expires = int(parts[1])
         mac = self._mac(user.id, user.email, expires)
-        return (
-            hmac.compare_digest(parts[2].encode(), mac.encode())
-            and datetime.fromtimestamp(expires, UTC) > now
-        )
+        return same_secret(parts[2], mac) and datetime.fromtimestamp(expires, UTC) > now
 
 
 def _is_seconds(text: str) -> bool:

@@ -5,9 +5,9 @@ back takes it ahead of those already waiting, and the waiter it woke goes to the
 line (sqlalchemy/sqlalchemy#7679). With every connection busy, a few requests waited many times
 the median (bench/updates.py, bench/writes.py; the figures are docs/performance.md's). A
 semaphore of the pool's size in front of it hands its places out in turn, and a task that holds
-a place always finds a connection in the pool. The wait for a place is bounded by the pool's own timeout
-(`pool_timeout`, 30 s by default) and ends in the pool's own error (a 503), as a wait for a
-connection did.
+a place always finds a connection in the pool. The wait for a place is bounded by the pool's
+own timeout (`pool_timeout`, 30 s by default) and ends in the pool's own error (a 503), as a
+wait for a connection did.
 
 Both engines of an app on PostgreSQL wait so: the read-only requests' (`Reads.on`) and the units
 of work's (`UnitOfWorkSession`). SQLite's, whose pool grows past its size, does not.

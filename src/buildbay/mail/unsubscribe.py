@@ -66,6 +66,6 @@ class UnsubscribeLinks:
             address = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
         except ValueError:  # not base64, or not UTF-8 (UnicodeDecodeError is a ValueError)
             return None
-        if not hmac.compare_digest(mac.encode(), self._address_mac(address).encode()):
+        if not same_secret(mac, self._address_mac(address)):
             return None
         return address
