@@ -246,3 +246,31 @@ async def test_what_is_done_through_a_personal_link_is_its_person_s_and_no_one_e
     assert by_email[tess.email]["downloads"] == 2
     assert by_email[tom.email]["downloads"] == 0
     assert (r.json()["anonymousOpens"], r.json()["anonymousDownloads"]) == (0, 0)
+
+
+async def test_a_tester_is_never_handed_the_shared_link_which_would_outlive_their_access(
+    team: Team,
+) -> None:
+    """A build's installUrl is its newest shared link: a developer's to hand out. A tester
+    reads it null (their own link is their mail's), so removing them from the project leaves
+    them no link that still opens."""
+    tess = await team.member("tess@example.com")
+    build = await team.upload()
+    await team.run_jobs()
+    r = await team.client.post(
+        f"{team.builds}/{build['buildId']}/install-link", json=None,
+        headers=team.owner.headers,
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    shared = r.json()["url"]
+
+    for path in (f"/{build['buildId']}", "", "/latest"):
+        as_owner = await team.client.get(team.builds + path, headers=team.owner.headers)
+        as_tester = await team.client.get(team.builds + path, headers=tess.headers)
+        assert as_owner.status_code == as_tester.status_code == 200, as_tester.text
+        owners, testers = as_owner.json(), as_tester.json()
+        if path == "":
+            [owners], [testers] = owners["builds"], testers["builds"]
+        assert owners["installUrl"] == shared
+        assert testers["installUrl"] is None
+        assert shared not in as_tester.text

@@ -117,17 +117,27 @@ Version = Annotated[VersionFilter | None, Depends(version_filter)]
 BuildId = Annotated[str, Path(alias="buildId")]
 
 
-async def present(builds: list[BuildRecord], links: InstallLinkReads) -> list[schemas.Build]:
+async def present(
+    builds: list[BuildRecord], links: InstallLinkReads, *, shared_link: bool = True
+) -> list[schemas.Build]:
     """The builds as the API shows them (after a change: one statement reads their extras)."""
     extras = await build_extras(links.reads, [b.id for b in builds], links.now)
-    return [shown_schema(ShownBuild(b, extras.get(b.id, NO_EXTRAS)), links) for b in builds]
+    return [
+        shown_schema(ShownBuild(b, extras.get(b.id, NO_EXTRAS)), links, shared_link=shared_link)
+        for b in builds
+    ]
 
 
-def shown_schema(shown: ShownBuild, links: InstallLinkReads) -> schemas.Build:
-    """A build as the API shows it, with its newest live install link's address, its channels
-    and its download count."""
+def shown_schema(
+    shown: ShownBuild, links: InstallLinkReads, *, shared_link: bool = True
+) -> schemas.Build:
+    """A build as the API shows it, with its newest live shared install link's address (not to
+    a tester: `shared_link` false), its channels and its download count.
+
+    A tester installs through a link of their own, which dies with their access (their mail's,
+    or the console's Install); a shared link handed to them would outlive it."""
     build, extras = shown.build, shown.extras
-    url = links.url(extras.link) if extras.link else None
+    url = links.url(extras.link) if extras.link and shared_link else None
     return to_schema(build, links.public_url, url, extras.channels, extras.downloads)
 
 
@@ -179,7 +189,8 @@ async def list_builds(
         access.application.id, page.limit, page.after_id, status, version, sort, tester(access)
     )
     found, next_cursor = await builds.shown_page(query)
-    shown = [shown_schema(build, links) for build in found]
+    viewer = tester(access)
+    shown = [shown_schema(build, links, shared_link=viewer is None) for build in found]
     return schemas.BuildList(builds=shown, next_cursor=next_cursor)
 
 
@@ -311,8 +322,9 @@ async def verify_upload(
 async def latest_build(
     access: BuildsReader, builds: Builds, links: LinkReads, version: Version
 ) -> schemas.Build:
-    build = await builds.latest(access.application.id, version, tester(access))
-    return (await present([build], links))[0]
+    viewer = tester(access)
+    build = await builds.latest(access.application.id, version, viewer)
+    return (await present([build], links, shared_link=viewer is None))[0]
 
 
 # After /latest: a path parameter would take that word for a build id.
@@ -324,7 +336,9 @@ async def latest_build(
 async def get_build(
     build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
 ) -> schemas.Build:
-    return shown_schema(await builds.shown(access.application.id, build_id, tester(access)), links)
+    viewer = tester(access)
+    shown = await builds.shown(access.application.id, build_id, viewer)
+    return shown_schema(shown, links, shared_link=viewer is None)
 
 
 @router.put(

@@ -280,7 +280,9 @@ class Build(ApiModel):
         description="The tester download endpoint (302 to the file), once the build is ready"
     )
     install_url: str | None = Field(
-        description="The public install page of the build's newest live install link, if any"
+        description="The public install page of the build's newest live shared install link, "
+        "if any; null for a tester, who installs through a link of their own (their mail's, or "
+        "the console's Install), which ends with their access"
     )
     icon_url: str | None = Field(
         description="The app icon the build's file carries (PNG, tester+), if it has one"
