@@ -126,13 +126,20 @@ def _reaches_a_backend(item: pytest.Item, sources: dict[str, str]) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests (real processes, browsers, faults) first, each group in its order: xdist
     then hands them out across the workers at the start, instead of one worker taking a
-    minutes-long test at the end while the others sit idle."""
+    minutes-long test at the end while the others sit idle. Among them the browser tests come
+    last and one after the other: a worker hands each of its tests out in this order, so it
+    launches Chromium once for all of them rather than once a module (tests/console/conftest.py)."""
     if BACKEND_TESTS_ONLY:
         sources: dict[str, str] = {}
         reaches = {item: _reaches_a_backend(item, sources) for item in items}
         config.hook.pytest_deselected(items=[item for item in items if not reaches[item]])
         items[:] = [item for item in items if reaches[item]]
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("slow") is None,
+            "browser" in getattr(item, "fixturenames", ()),
+        )
+    )
 
 
 async def _create_postgres_database(url: str) -> None:
