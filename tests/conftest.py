@@ -106,6 +106,19 @@ _SAME_ON_ANY_BACKEND = (
     "tests/faults/test_webhooks.py",
     # SMTP down for a while: the outbox's retries, whose PostgreSQL side tests/jobs proves.
     "tests/faults/test_mail.py::test_mails_written_while_smtp_is_down_all_arrive_once_it_is_back",
+    # The OpenAPI document, /docs and /redoc: made from the routes and their models, which are
+    # the same whatever the app's database or Redis (create_app mounts every router alike).
+    "tests/test_openapi.py",
+    # `buildbay` processes that take `server_env` only for its data directory and key: each
+    # sets a database of its own (an SQLite file, an unreachable PostgreSQL address, the
+    # embedded default) or stops at a setting before reaching any database.
+    "tests/test_server_process.py::test_production_refuses_to_start_without_a_secret_key",
+    "tests/test_server_process.py::test_db_upgrade_and_set_plan_commands",
+    "tests/test_server_process.py::test_several_workers_need_redis",
+    "tests/test_server_process.py::test_several_workers_share_one_port_and_one_migrated_schema",
+    "tests/test_server_process.py::test_a_schema_a_newer_version_migrated_is_served_with_a_warning",
+    "tests/test_server_process.py::test_a_database_not_reachable_yet_does_not_stop_the_server_",
+    "tests/test_operator_commands.py::test_serve_refuses_a_database_",
 )
 
 
