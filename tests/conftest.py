@@ -109,7 +109,7 @@ _SAME_ON_ANY_BACKEND = (
     # The OpenAPI document, /docs and /redoc: made from the routes and their models, which are
     # the same whatever the app's database or Redis (create_app mounts every router alike).
     "tests/test_openapi.py",
-    # `buildbay` processes that take `server_env` only for its data directory and key: each
+    # `buildbay` commands that take `server_env` only for its data directory and key: each
     # sets a database of its own (an SQLite file, an unreachable PostgreSQL address, the
     # embedded default) or stops at a setting before reaching any database.
     "tests/test_server_process.py::test_production_refuses_to_start_without_a_secret_key",

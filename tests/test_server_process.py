@@ -19,6 +19,7 @@ from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 from tests.builds.android_files import apk_of_size
 from tests.conftest import TEST_SECRET
 from tests.processes import buildbay, free_port, running
+from tests.test_operator_commands import serve_refusing
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +85,7 @@ def test_the_whole_product_flow_over_real_http(server: str) -> None:
 def test_production_refuses_to_start_without_a_secret_key(server_env: dict[str, str]) -> None:
     env = {k: v for k, v in server_env.items() if k != "BUILDBAY_SECRET_KEY"}
     env["BUILDBAY_ENV"] = "production"
-    result = buildbay("serve", "--port", str(free_port()), env=env, check=False)
+    result = serve_refusing(env)
     assert result.returncode == 2
     assert "BUILDBAY_SECRET_KEY must be set in production" in result.stderr
 
@@ -130,9 +131,7 @@ def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, 
 
 
 def test_several_workers_need_redis(server_env: dict[str, str]) -> None:
-    result = buildbay(
-        "serve", "--port", str(free_port()), "--workers", "2", env=server_env, check=False
-    )
+    result = serve_refusing(server_env, "--workers", "2")
     assert result.returncode == 2
     assert "--workers above 1 needs BUILDBAY_REDIS_URL" in result.stderr
 
