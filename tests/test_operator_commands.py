@@ -107,34 +107,37 @@ def _production(server_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
 
 
 @dataclass
-class Refused:
+class Done:
     returncode: int
+    stdout: str
     stderr: str
 
 
-def serve_refusing(env: dict[str, str], *args: str) -> Refused:
-    """`buildbay serve ARGS` with exactly `env` for its settings, in this process, up to where
-    it would start listening: each check it makes before that is the command's own code, which
-    a process of its own ran only after seconds of imports. Were a check to let it through, the
-    test fails there instead of serving. (`python -m buildbay serve` as a program has the tests
-    that serve: tests/test_server_process.py.)"""
+def operator_command(env: dict[str, str], *args: str) -> Done:
+    """`buildbay ARGS`, one of the server's commands, with exactly `env` for its settings (no
+    other BUILDBAY_* variable), in this process: the command's own code, which a process of
+    its own ran only after seconds of imports. (`python -m buildbay serve` as a program has
+    the tests that serve: tests/test_server_process.py.)"""
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("BUILDBAY_")}
+    result = CliRunner().invoke(operator_commands(), list(args), env={**unset, **env})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a traceback is a bug, never an answer
+    return Done(result.exit_code, result.stdout, result.stderr)
+
+
+def serve_refusing(env: dict[str, str], *args: str) -> Done:
+    """`buildbay serve ARGS` (operator_command) up to where it would start listening: were a
+    check to let it through, the test fails there instead of serving."""
 
     def listening(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("`buildbay serve` started listening instead of refusing")
 
-    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("BUILDBAY_")}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(uvicorn, "run", listening)
-        result = CliRunner().invoke(
-            operator_commands(), ["serve", "--port", str(free_port()), *args],
-            env={**unset, **env},
-        )  # fmt: skip
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception  # a traceback is a bug, never an answer
-    return Refused(result.exit_code, result.stderr)
+        return operator_command(env, "serve", "--port", str(free_port()), *args)
 
 
-def _serve(env: dict[str, str]) -> Refused:
+def _serve(env: dict[str, str]) -> Done:
     return serve_refusing(env)
 
 

@@ -18,8 +18,8 @@ from buildbay.config import Settings
 from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 from tests.builds.android_files import apk_of_size
 from tests.conftest import TEST_SECRET
-from tests.processes import buildbay, free_port, running
-from tests.test_operator_commands import serve_refusing
+from tests.processes import free_port, running
+from tests.test_operator_commands import operator_command, serve_refusing
 
 pytestmark = pytest.mark.slow
 
@@ -102,9 +102,9 @@ def test_development_keeps_its_generated_secret_key_in_the_data_dir(
 
 def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, str]) -> None:
     env = dict(server_env, BUILDBAY_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}")
-    assert "up to date" in buildbay("db", "upgrade", env=env).stdout
+    assert "up to date" in operator_command(env, "db", "upgrade").stdout
 
-    result = buildbay("users", "set-plan", "nobody@example.com", "pro", env=env, check=False)
+    result = operator_command(env, "users", "set-plan", "nobody@example.com", "pro")
     assert result.returncode == 1
     assert "no user with e-mail nobody@example.com" in result.stderr
 
@@ -124,9 +124,9 @@ def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, 
         await app.state.ctx.dispose()
 
     asyncio.run(register())
-    result = buildbay("users", "set-plan", "pro@example.com", "pro", env=env)
+    result = operator_command(env, "users", "set-plan", "pro@example.com", "pro")
     assert "pro@example.com is now on the pro plan" in result.stdout
-    result = buildbay("users", "set-plan", "pro@example.com", "gold", env=env, check=False)
+    result = operator_command(env, "users", "set-plan", "pro@example.com", "gold")
     assert result.returncode == 2
 
 
@@ -199,7 +199,7 @@ def test_a_schema_a_newer_version_migrated_is_served_with_a_warning(
     env = dict(
         server_env, BUILDBAY_ENV="production", BUILDBAY_DATABASE_URL=f"sqlite+inline:///{database}"
     )
-    buildbay("db", "upgrade", env=env)
+    assert operator_command(env, "db", "upgrade").returncode == 0
     with sqlite3.connect(database) as db:
         db.execute("UPDATE alembic_version SET version_num = '9999'")
     port = free_port()
