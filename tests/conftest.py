@@ -353,6 +353,40 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+@pytest.fixture(scope="session")
+def served_openapi(migrated_database: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The app's /openapi.json as it serves it (over ASGI), fetched once a session: the
+    document is made from the routes and their models, the same for every test that reads it
+    (an app built for each such test cost most of their time). Tests parse a copy each."""
+    work = tmp_path_factory.mktemp("openapi")
+    database_url = PG_URL
+    if not database_url:
+        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
+        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
+    settings = Settings(
+        data_dir=work / "data",
+        database_url=database_url,
+        secret_key=TEST_SECRET,  # type: ignore[arg-type]
+        public_url=BASE_URL,
+        sweep_interval_seconds=0,
+    )
+
+    async def fetch() -> httpx.Response:
+        app = create_app(settings, migrate_on_start=False)
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+                return await client.get("/openapi.json")
+        finally:
+            await app.state.ctx.dispose()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # an event loop of its own
+        r = thread.submit(asyncio.run, fetch()).result()
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    return r.text
+
+
 @pytest.fixture
 def no_leaks(client: httpx.AsyncClient, settings: Settings) -> LeakGuard:
     """Fails any request of `client` whose response carries a hash, a secret shown before, the

@@ -11,26 +11,19 @@ and the enums have the same values.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 import json
 import re
-import shutil
 import types
 import typing
 from enum import Enum
 from typing import Any, get_args, get_origin
 
-import httpx
 import pytest
 
-from buildbay.app import create_app
-from buildbay.config import Settings
 from buildbay_client import ops
 from buildbay_client.models import MAX_NOTES_LENGTH, Model, fields_of, json_name
 from buildbay_client.ops import Op
-from tests.conftest import BASE_URL, PG_URL, TEST_SECRET
 
 P, A, B = "prj_01", "app_01", "bld_01"
 SHA = "0" * 64
@@ -109,43 +102,11 @@ CASES: dict[str, Op[Any]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def served_document(migrated_database: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The server's /openapi.json, fetched once for the module: the document is made from the
-    app's routes and models, the same for every op checked here (an app built for each of
-    them cost most of the module's time)."""
-    work = tmp_path_factory.mktemp("contract")
-    database_url = PG_URL
-    if not database_url:
-        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
-        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
-    settings = Settings(
-        data_dir=work / "data",
-        database_url=database_url,
-        secret_key=TEST_SECRET,  # type: ignore[arg-type]
-        public_url=BASE_URL,
-        sweep_interval_seconds=0,
-    )
-
-    async def fetch() -> str:
-        app = create_app(settings, migrate_on_start=False)
-        try:
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
-                r = await client.get("/openapi.json")
-        finally:
-            await app.state.ctx.dispose()
-        assert r.status_code == 200, r.text
-        return r.text
-
-    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # an event loop of its own
-        return thread.submit(asyncio.run, fetch()).result()
-
-
 @pytest.fixture
-def document(served_document: str) -> dict[str, Any]:
-    """A copy of its own for each test."""
-    doc: dict[str, Any] = json.loads(served_document)
+def document(served_openapi: str) -> dict[str, Any]:
+    """The server's /openapi.json (fetched once a session, tests/conftest.py), a copy of its
+    own for each test."""
+    doc: dict[str, Any] = json.loads(served_openapi)
     return doc
 
 
