@@ -119,6 +119,10 @@ _SAME_ON_ANY_BACKEND = (
     "tests/test_server_process.py::test_a_schema_a_newer_version_migrated_is_served_with_a_warning",
     "tests/test_server_process.py::test_a_database_not_reachable_yet_does_not_stop_the_server_",
     "tests/test_operator_commands.py::test_serve_refuses_a_database_",
+    # Each plan's requests a minute, counted by the app's in-process limiter (the `app` fixture
+    # has no Redis: the shared counters are tests/ratelimit/test_shared_counters.py's); the
+    # database only reads the user's plan, as every authenticated request does in tests/auth.
+    "tests/ratelimit/test_plan_limits.py",
 )
 
 
