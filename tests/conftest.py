@@ -106,6 +106,23 @@ _SAME_ON_ANY_BACKEND = (
     "tests/faults/test_webhooks.py",
     # SMTP down for a while: the outbox's retries, whose PostgreSQL side tests/jobs proves.
     "tests/faults/test_mail.py::test_mails_written_while_smtp_is_down_all_arrive_once_it_is_back",
+    # The OpenAPI document, /docs and /redoc: made from the routes and their models, which are
+    # the same whatever the app's database or Redis (create_app mounts every router alike).
+    "tests/test_openapi.py",
+    # `buildbay` commands that take `server_env` only for its data directory and key: each
+    # sets a database of its own (an SQLite file, an unreachable PostgreSQL address, the
+    # embedded default) or stops at a setting before reaching any database.
+    "tests/test_server_process.py::test_production_refuses_to_start_without_a_secret_key",
+    "tests/test_server_process.py::test_db_upgrade_and_set_plan_commands",
+    "tests/test_server_process.py::test_several_workers_need_redis",
+    "tests/test_server_process.py::test_several_workers_share_one_port_and_one_migrated_schema",
+    "tests/test_server_process.py::test_a_schema_a_newer_version_migrated_is_served_with_a_warning",
+    "tests/test_server_process.py::test_a_database_not_reachable_yet_does_not_stop_the_server_",
+    "tests/test_operator_commands.py::test_serve_refuses_a_database_",
+    # Each plan's requests a minute, counted by the app's in-process limiter (the `app` fixture
+    # has no Redis: the shared counters are tests/ratelimit/test_shared_counters.py's); the
+    # database only reads the user's plan, as every authenticated request does in tests/auth.
+    "tests/ratelimit/test_plan_limits.py",
 )
 
 
@@ -126,13 +143,20 @@ def _reaches_a_backend(item: pytest.Item, sources: dict[str, str]) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests (real processes, browsers, faults) first, each group in its order: xdist
     then hands them out across the workers at the start, instead of one worker taking a
-    minutes-long test at the end while the others sit idle."""
+    minutes-long test at the end while the others sit idle. Among them the browser tests come
+    last and one after the other: a worker hands each of its tests out in this order, so it
+    launches Chromium once for all of them rather than once a module (tests/console/conftest.py)."""
     if BACKEND_TESTS_ONLY:
         sources: dict[str, str] = {}
         reaches = {item: _reaches_a_backend(item, sources) for item in items}
         config.hook.pytest_deselected(items=[item for item in items if not reaches[item]])
         items[:] = [item for item in items if reaches[item]]
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("slow") is None,
+            "browser" in getattr(item, "fixturenames", ()),
+        )
+    )
 
 
 async def _create_postgres_database(url: str) -> None:
@@ -331,6 +355,40 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def served_openapi(migrated_database: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The app's /openapi.json as it serves it (over ASGI), fetched once a session: the
+    document is made from the routes and their models, the same for every test that reads it
+    (an app built for each such test cost most of their time). Tests parse a copy each."""
+    work = tmp_path_factory.mktemp("openapi")
+    database_url = PG_URL
+    if not database_url:
+        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
+        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
+    settings = Settings(
+        data_dir=work / "data",
+        database_url=database_url,
+        secret_key=TEST_SECRET,  # type: ignore[arg-type]
+        public_url=BASE_URL,
+        sweep_interval_seconds=0,
+    )
+
+    async def fetch() -> httpx.Response:
+        app = create_app(settings, migrate_on_start=False)
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as client:
+                return await client.get("/openapi.json")
+        finally:
+            await app.state.ctx.dispose()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # an event loop of its own
+        r = thread.submit(asyncio.run, fetch()).result()
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    return r.text
 
 
 @pytest.fixture

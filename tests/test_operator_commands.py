@@ -4,12 +4,14 @@ says what to do, exit code 1, and nothing written (not a traceback of SQL)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
-import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import typer
+import uvicorn
 from alembic.script import ScriptDirectory
 from typer.testing import CliRunner
 
@@ -17,7 +19,7 @@ from buildbay.cli import register
 from buildbay.db import migrate
 from buildbay.db.engine import create_engine
 from tests.conftest import TEST_SECRET
-from tests.processes import buildbay, free_port
+from tests.processes import free_port
 
 
 def operator_commands() -> typer.Typer:
@@ -104,8 +106,39 @@ def _production(server_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     return dict(server_env, BUILDBAY_ENV="production", BUILDBAY_DATABASE_URL=database)
 
 
-def _serve(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return buildbay("serve", "--port", str(free_port()), env=env, check=False)
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def operator_command(env: dict[str, str], *args: str) -> Done:
+    """`buildbay ARGS`, one of the server's commands, with exactly `env` for its settings (no
+    other BUILDBAY_* variable), in this process: the command's own code, which a process of
+    its own ran only after seconds of imports. (`python -m buildbay serve` as a program has
+    the tests that serve: tests/test_server_process.py.)"""
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("BUILDBAY_")}
+    result = CliRunner().invoke(operator_commands(), list(args), env={**unset, **env})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a traceback is a bug, never an answer
+    return Done(result.exit_code, result.stdout, result.stderr)
+
+
+def serve_refusing(env: dict[str, str], *args: str) -> Done:
+    """`buildbay serve ARGS` (operator_command) up to where it would start listening: were a
+    check to let it through, the test fails there instead of serving."""
+
+    def listening(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("`buildbay serve` started listening instead of refusing")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(uvicorn, "run", listening)
+        return operator_command(env, "serve", "--port", str(free_port()), *args)
+
+
+def _serve(env: dict[str, str]) -> Done:
+    return serve_refusing(env)
 
 
 def test_serve_refuses_a_database_never_migrated_instead_of_answering_500s(

@@ -10,50 +10,76 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.builds.android_files import apk_of_size
-from tests.conftest import PG_URL, TEST_SECRET, S3Server
+from tests.conftest import (
+    PG_URL,
+    REDIS_URL,
+    REQUIRE_SERVICES,
+    TEST_SECRET,
+    S3Server,
+    _truncate_postgres,
+    run_apart,
+)
 from tests.processes import free_port, running
+from tests.test_operator_commands import operator_command
 
 pytestmark = pytest.mark.slow
 
 UPLOADS = 50
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def shared_env(
-    tmp_path: Path, database_url: str, redis_url: str, s3_server: S3Server
-) -> dict[str, str]:
+    migrated_database: str, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """What both processes share, for the whole module: each test signs up a user of its own
+    (its own projects, builds, token and request counts), so the tests need no more than one
+    pair of processes between them (a pair for each test cost seconds of imports each). The
+    database and Redis are emptied at the end, as `database_url` and `redis_url` do."""
     if not PG_URL:
         # .ci/run's PostgreSQL pass runs it; its SQLite pass has no database to share.
         pytest.skip("BUILDBAY_TEST_DATABASE_URL is not set: several processes need PostgreSQL")
+    if not REDIS_URL:
+        if REQUIRE_SERVICES:
+            pytest.fail("BUILDBAY_REQUIRE_SERVICES is set but BUILDBAY_TEST_REDIS_URL is not")
+        pytest.skip("BUILDBAY_TEST_REDIS_URL is not set: several processes need Redis")
+    counters = redis.Redis.from_url(REDIS_URL)
+    counters.flushdb()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
     env.update(s3_server.env)
     env.update(
-        BUILDBAY_DATA_DIR=str(tmp_path / "data"),
-        BUILDBAY_DATABASE_URL=database_url,
-        BUILDBAY_REDIS_URL=redis_url,
+        BUILDBAY_DATA_DIR=str(tmp_path_factory.mktemp("scale-out") / "data"),
+        BUILDBAY_DATABASE_URL=migrated_database,
+        BUILDBAY_REDIS_URL=REDIS_URL,
         BUILDBAY_SECRET_KEY=TEST_SECRET,
         BUILDBAY_STORAGE="s3",
         BUILDBAY_S3_BUCKET=s3_server.new_bucket(),
         BUILDBAY_S3_ENDPOINT_URL=s3_server.endpoint_url,
         BUILDBAY_S3_REGION="us-east-1",
     )
-    return env
+    try:
+        yield env
+    finally:
+        run_apart(_truncate_postgres(migrated_database))
+        counters.flushdb()
+        counters.close()
 
 
-@pytest.fixture
-def servers(shared_env: dict[str, str], tmp_path: Path) -> Iterator[list[str]]:
+@pytest.fixture(scope="module")
+def servers(
+    shared_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[str]]:
+    logs = tmp_path_factory.mktemp("scale-out-logs")
     with ExitStack() as stack:
         bases = []
         for n in range(2):
@@ -63,7 +89,7 @@ def servers(shared_env: dict[str, str], tmp_path: Path) -> Iterator[list[str]]:
                 running(
                     [sys.executable, "-m", "buildbay", "serve", "--port", str(port)],
                     env=shared_env,
-                    log_path=tmp_path / f"server-{n}.log",
+                    log_path=logs / f"server-{n}.log",
                     ready_url=f"{base}/readyz",
                 )
             )
@@ -72,13 +98,9 @@ def servers(shared_env: dict[str, str], tmp_path: Path) -> Iterator[list[str]]:
 
 
 def _set_plan(env: dict[str, str], email: str, plan: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "buildbay", "users", "set-plan", email, plan],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    """`buildbay users set-plan` (in this process: tests/test_operator_commands.py)."""
+    done = operator_command(env, "users", "set-plan", email, plan)
+    assert done.returncode == 0, done.stderr
 
 
 async def _register(http: httpx.AsyncClient, base: str) -> tuple[str, dict[str, str]]:
@@ -177,7 +199,8 @@ async def test_concurrent_uploads_spread_over_both_processes_all_land(
     limits = httpx.Limits(max_connections=UPLOADS, max_keepalive_connections=UPLOADS)
     async with httpx.AsyncClient(timeout=60, limits=limits) as http:
         email, auth = await _register(http, one)
-        _set_plan(shared_env, email, "enterprise")  # 100 API calls would spend a free minute
+        # 100 API calls would spend a free minute.
+        await asyncio.to_thread(_set_plan, shared_env, email, "enterprise")
         _, _, builds = await _app_of(http, one, auth)
 
         results = await asyncio.gather(

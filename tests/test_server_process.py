@@ -19,7 +19,8 @@ from buildbay.config import Settings
 from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 from tests.builds.android_files import apk_of_size
 from tests.conftest import TEST_SECRET
-from tests.processes import buildbay, free_port, running
+from tests.processes import free_port, running
+from tests.test_operator_commands import operator_command, serve_refusing
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +86,7 @@ def test_the_whole_product_flow_over_real_http(server: str) -> None:
 def test_production_refuses_to_start_without_a_secret_key(server_env: dict[str, str]) -> None:
     env = {k: v for k, v in server_env.items() if k != "BUILDBAY_SECRET_KEY"}
     env["BUILDBAY_ENV"] = "production"
-    result = buildbay("serve", "--port", str(free_port()), env=env, check=False)
+    result = serve_refusing(env)
     assert result.returncode == 2
     assert "BUILDBAY_SECRET_KEY must be set in production" in result.stderr
 
@@ -102,9 +103,9 @@ def test_development_keeps_its_generated_secret_key_in_the_data_dir(
 
 def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, str]) -> None:
     env = dict(server_env, BUILDBAY_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}")
-    assert "up to date" in buildbay("db", "upgrade", env=env).stdout
+    assert "up to date" in operator_command(env, "db", "upgrade").stdout
 
-    result = buildbay("users", "set-plan", "nobody@example.com", "pro", env=env, check=False)
+    result = operator_command(env, "users", "set-plan", "nobody@example.com", "pro")
     assert result.returncode == 1
     assert "no user with e-mail nobody@example.com" in result.stderr
 
@@ -124,16 +125,14 @@ def test_db_upgrade_and_set_plan_commands(tmp_path: Path, server_env: dict[str, 
         await app.state.ctx.dispose()
 
     asyncio.run(register())
-    result = buildbay("users", "set-plan", "pro@example.com", "pro", env=env)
+    result = operator_command(env, "users", "set-plan", "pro@example.com", "pro")
     assert "pro@example.com is now on the pro plan" in result.stdout
-    result = buildbay("users", "set-plan", "pro@example.com", "gold", env=env, check=False)
+    result = operator_command(env, "users", "set-plan", "pro@example.com", "gold")
     assert result.returncode == 2
 
 
 def test_several_workers_need_redis(server_env: dict[str, str]) -> None:
-    result = buildbay(
-        "serve", "--port", str(free_port()), "--workers", "2", env=server_env, check=False
-    )
+    result = serve_refusing(server_env, "--workers", "2")
     assert result.returncode == 2
     assert "--workers above 1 needs BUILDBAY_REDIS_URL" in result.stderr
 
@@ -201,7 +200,7 @@ def test_a_schema_a_newer_version_migrated_is_served_with_a_warning(
     env = dict(
         server_env, BUILDBAY_ENV="production", BUILDBAY_DATABASE_URL=f"sqlite+inline:///{database}"
     )
-    buildbay("db", "upgrade", env=env)
+    assert operator_command(env, "db", "upgrade").returncode == 0
     with sqlite3.connect(database) as db:
         db.execute("UPDATE alembic_version SET version_num = '9999'")
     port = free_port()

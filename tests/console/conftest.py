@@ -5,6 +5,7 @@ page in test-artifacts/."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -39,20 +40,68 @@ def server(threaded_server: str) -> str:
     return threaded_server
 
 
-# Per module, not per session: Playwright's sync API keeps an event loop running in this thread
-# while it is open, which the asyncio tests of other modules cannot share.
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+class _Chromium:
+    """One browser per test process (xdist worker), launched by the first browser test and
+    closed after the last of a run of them (`pytest_runtest_teardown` below).
+
+    Not a session-scoped fixture: Playwright's sync API keeps an event loop running in this
+    thread while it is open, which the asyncio tests cannot share, so the browser closes before
+    any test that does not use it. tests/conftest.py orders the browser tests one after the
+    other, so a worker launches it about once a run, not once a module (each launch is a
+    Playwright driver and a Chromium of several processes: seconds of CPU). Each test still
+    gets fresh contexts (`new_page`: cookies, storage, cache of its own), as it did when the
+    tests of a module shared the browser."""
+
+    def __init__(self) -> None:
+        self._running: contextlib.ExitStack | None = None
+        self._browser: Browser | None = None
+
+    def get(self) -> Browser:
+        if self._browser is None:
+            with contextlib.ExitStack() as stack:
+                playwright = stack.enter_context(sync_playwright())
+                self._browser = playwright.chromium.launch(
+                    executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
+                )
+                self._running = stack.pop_all()
+        return self._browser
+
+    def close(self) -> None:
+        browser, running = self._browser, self._running
+        self._browser = self._running = None
+        try:
+            if browser is not None:
+                browser.close()
+        finally:
+            if running is not None:
+                running.close()
+
+
+_CHROMIUM = _Chromium()
+
+
+@pytest.fixture
+def browser() -> Browser:
     if not CHROMIUM.exists():
         if os.environ.get("BUILDBAY_TEST_BROWSER") == "required":
             pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium) for the browser tests")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-        )
-        yield launched
-        launched.close()
+    return _CHROMIUM.get()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """After the test's own fixtures (its pages' contexts) are gone: the browser closes unless
+    the next test uses it too."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ()):
+            _CHROMIUM.close()
+
+
+def pytest_sessionfinish() -> None:
+    _CHROMIUM.close()  # a run stopped early (-x) may not have reached the teardown above
 
 
 @pytest.hookimpl(wrapper=True)

@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import TEST_SECRET
 from tests.faults.conftest import Server, assert_sqlite_files_not_deleted, wait_for
+from tests.test_operator_commands import operator_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -54,10 +55,11 @@ def test_writes_survive_operator_commands_a_backup_and_a_kill(
     server's WAL, and every write after it was lost at the kill."""
     server = servers(sqlite_env)
     database = server.data_dir / "buildbay.sqlite3"
-    # The loss needs an existing database: the first start creates it, the second is "any
-    # restart after the first".
-    server.start()
-    server.stop()
+    # The loss needs an existing database, which the server then starts on, as on any restart
+    # after its first: `buildbay db upgrade` makes it (in this process: the server's first
+    # start would make the same schema in the same file, after seconds of imports).
+    assert operator_command(sqlite_env, "db", "upgrade").returncode == 0
+    assert database.exists()
     server.start()
     with httpx.Client(base_url=server.base, timeout=30) as http:
         r = http.post(
