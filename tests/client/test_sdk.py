@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from buildbay.clock import FrozenClock
 from buildbay_client import (
+    ApiError,
     AsyncBuildbay,
     Buildbay,
     BuildbayClientError,
@@ -230,6 +231,23 @@ def test_retry_after_is_waited_for_as_the_server_asked(monkeypatch: pytest.Monke
     )
     client.get_project("prj_1")
     assert waited == [7.0, 0.0]  # a date in the past: at once
+
+
+def test_a_429_that_asks_to_wait_past_max_retry_after_is_an_answer_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An invitation cap answers 429 with Retry-After until the next UTC day, after the
+    request's writes (a verify and its distribution) stood: waiting minutes and sending it
+    again would only repeat them."""
+    waited: list[float] = []
+    monkeypatch.setattr("buildbay_client.sync_client.time.sleep", waited.append)
+    client, calls = _client(
+        [_problem(429, "invitation_limit", **{"Retry-After": "50000"}), httpx.Response(200)]
+    )
+    with pytest.raises(ApiError) as raised:
+        client.get_project("prj_1")
+    assert (raised.value.status, raised.value.code) == (429, "invitation_limit")
+    assert (len(calls), waited) == (1, [])
 
 
 async def test_concurrent_calls_refresh_an_expired_token_once(

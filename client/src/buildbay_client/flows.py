@@ -68,7 +68,7 @@ class RetryPolicy:
     attempts: int = 8  # tries of one step in all
     base_delay: float = 0.5
     max_delay: float = 15.0
-    max_retry_after: float = 120.0
+    max_retry_after: float = 120.0  # a Retry-After beyond it is an answer, not retried
     on_retry: Callable[[str, float, int], None] | None = None
 
     def backoff(self, attempt: int) -> float:
@@ -230,7 +230,9 @@ class Core:
         if response.status_code in (429, 503):
             after = _retry_after(response.headers.get("retry-after", ""))
             if after is not None:
-                return min(after, self.retry.max_retry_after)
+                # Longer than we wait (an invitation cap says: tomorrow): an answer, not a
+                # passing failure; trying again meanwhile would only repeat the request's work.
+                return after if after <= self.retry.max_retry_after else -1
             return self.retry.backoff(attempt)
         if response.status_code in (502, 504) and (op is None or op.idempotent):
             return self.retry.backoff(attempt)
