@@ -16,7 +16,7 @@ from buildbay.builds.models import Build
 from buildbay.builds.reads import BuildRecord
 from buildbay.clock import FrozenClock
 from buildbay.db.reads import Reads
-from buildbay.errors import Conflict, Gone, NotFound
+from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.projects.enums import ProjectRole
 from tests.conftest import BASE_URL
 from tests.services.conftest import Given, raises
@@ -187,3 +187,24 @@ async def test_a_persons_own_link_is_personal_reused_and_never_a_shared_one(
     assert listed[shared.id].owner is None
     await links.now.revoke(mine)
     assert (await links.now.own(ready, tester, HOURS)).id not in {mine.id, shared.id}
+
+
+async def test_a_shared_link_opens_without_asking_who_is_signed_in(
+    links: Links, ready: BuildRecord, owner: User
+) -> None:
+    """Who is signed in on the browser matters only for a personal link: a shared link's opens
+    (the busiest install pages) cost no look-up of the console's session."""
+    asked: list[str] = []
+
+    async def visitor() -> str | None:
+        asked.append("asked")
+        return "usr_someone_else"
+
+    shared = await links.now.share(ready, owner, HOURS)
+    target = await links.read.open(links.tokens.token(shared.id), visitor)
+    assert (target.link.id, asked) == (shared.id, [])
+
+    personal = await links.now.own(ready, owner, HOURS)  # the owner's own link: theirs alone
+    with raises(Forbidden, "not_your_install_link"):
+        await links.read.open(links.tokens.token(personal.id), visitor)
+    assert asked == ["asked"]

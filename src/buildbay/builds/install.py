@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -196,7 +197,9 @@ class InstallLinkReads:
         # The newest wins: ids sort by time.
         return {row["build_id"]: LINK.of(row) for row in rows}
 
-    async def open(self, token: str, visitor_id: str | None = None) -> InstallTarget:
+    async def open(
+        self, token: str, visitor: Callable[[], Awaitable[str | None]] | None = None
+    ) -> InstallTarget:
         """The link, build and application behind a token; 404 if it is not one, 410 if it
         expired or was revoked (or its build was deleted), or if it is a personal link whose
         person may no longer open the build (the same answer as a revoked link: a holder of the
@@ -216,7 +219,12 @@ class InstallLinkReads:
             raise Gone("This install link has expired", code="install_link_expired")
         if not row["owner_may_open"]:
             raise Gone("This install link was revoked", code="install_link_revoked")
-        if link.owner_id is not None and visitor_id is not None and visitor_id != link.owner_id:
+        if (
+            link.owner_id is not None
+            and visitor is not None
+            and (visitor_id := await visitor()) is not None
+            and visitor_id != link.owner_id
+        ):
             raise Forbidden(
                 "This install link was made for someone else: what is done through it counts "
                 "as theirs. Sign out to use it, or open the build from your own account",

@@ -102,7 +102,7 @@ Token = Annotated[str, Path(description="The signed token of the install link")]
 async def _open(token: str, request: Request, links: InstallLinkReads) -> InstallTarget:
     """The link's target, for whoever is signed in on this browser (if anyone)."""
     console: ConsoleSessions = request.app.state.console
-    return await links.open(token, await console.signed_in(request, links.reads, links.now))
+    return await links.open(token, lambda: console.signed_in(request, links.reads, links.now))
 
 
 def _when(moment: datetime) -> str:
