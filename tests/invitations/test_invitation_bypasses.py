@@ -12,14 +12,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from buildbay.config import Settings
 from buildbay.mail.message import ONE_CLICK
-from tests.conftest import Account, Api, assert_problem
+from tests.conftest import PG_URL, Account, Api, assert_problem
 from tests.invitations.test_invitation_caps import (
     FORM,
     ctx_of,
@@ -35,6 +37,7 @@ from tests.invitations.test_invitation_caps import (
 from tests.smtp import SmtpSink
 
 __all__ = ["owner", "project", "settings", "smtp"]
+TRIALS = 8
 
 
 async def add_member(
@@ -235,3 +238,22 @@ async def test_no_new_build_mail_goes_to_a_blocked_address_whatever_made_it_a_me
         headers=carol.headers,
     )
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.skipif(not PG_URL, reason="the race needs PostgreSQL")
+@pytest.mark.postgres
+async def test_adds_of_unverified_accounts_and_invites_at_once_all_finish(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account, project: dict[str, Any]
+) -> None:
+    """Both take the project's row, then the counters: an add and invites of one project at
+    the same moment never wait on each other in a circle (PostgreSQL would abort one)."""
+    for trial in range(TRIALS):
+        strangers = [await api.register(f"s{trial}-{n}@example.com") for n in range(2)]
+
+        answers = await asyncio.gather(
+            *(add_member(client, owner, project, s.email) for s in strangers),
+            *(invite(client, owner, project, f"i{trial}-{n}@example.com") for n in range(2)),
+        )
+
+        assert [r.status_code for r in answers] == [201] * 4, [r.text for r in answers]
+    assert len(await mails_in_outbox(app)) == 2 * TRIALS

@@ -140,6 +140,10 @@ class ProjectService:
         nothing counted for someone who is a member already (409 `already_member`)."""
         if self.caps is None:
             raise RuntimeError("adding an unverified account needs the invitation caps")
+        # The project's row first, as every invitation path takes it before the counters: an
+        # invite holding it and waiting for a counter this add holds, while this add's member
+        # row waits for the project's key lock, would be a deadlock.
+        await self._lock_members(access.project)
         if await member(self.reads, access.project.id, user.id) is not None:
             raise already_member()
         admission = await InvitationCaps(self.db, self.now, self.caps).admit(access, [user.email])
