@@ -214,6 +214,8 @@ async def test_no_new_build_mail_goes_to_a_blocked_address_whatever_made_it_a_me
     dave = await verify_address(app, await api.register("dave@example.com"))
     for person in (carol, dave):
         assert (await add_member(client, owner, project, person.email)).status_code == 201
+    page = await client.get(ctx_of(app).unsubscribe.address_url("carol@example.com"))
+    assert "It also stops every new-build e-mail to it, from any project." in page.text
     await block(client, app, "carol@example.com")  # from an invitation mail of another project
     application = await api.application(owner, project["id"], "Urgent - verify your payroll")
 
