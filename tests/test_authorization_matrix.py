@@ -322,6 +322,10 @@ def _expected_of_token(case: RouteCase, principal: str) -> tuple[int, str | None
 def settings(settings: Settings) -> Settings:
     # The matrix makes many more requests than a minute's free-plan quota (and failed logins).
     settings.rate_limit_enabled = False
+    # It also adds the same unverified accounts as members (invitations' worth) far more often
+    # than a day's invitation caps allow: those are tested in tests/invitations.
+    settings.invitations_per_account_per_day_unverified = 0
+    settings.invitations_per_recipient_per_day = 0
     return settings
 
 

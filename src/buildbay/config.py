@@ -62,6 +62,8 @@ class InvitationCaps:
     per_recipient: int | None
     per_account: int | None
     per_project: int | None
+    # An account whose e-mail address is not verified: at most this, whatever its plan.
+    per_unverified_account: int | None = None
 
 
 class ConfigurationError(Exception):
@@ -128,6 +130,12 @@ class Settings(BaseSettings):
     invitations_per_project_per_day_free: NonNegativeInt = 200
     invitations_per_project_per_day_pro: NonNegativeInt = 2000
     invitations_per_project_per_day_enterprise: NonNegativeInt = 20000
+    # An account that has not verified its e-mail address sends at most this many a day,
+    # whatever its plan (a throwaway account must not reach a plan's hundred strangers).
+    invitations_per_account_per_day_unverified: NonNegativeInt = 10
+    # Verification mails asked for again (POST /api/auth/email-verification, the console's
+    # "send it again"), per address in a UTC day (the sign-up's own mail not counted).
+    verification_mails_per_address_per_day: PositiveInt = 3
 
     sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300
     # How long a request body may take to arrive (an upload's: the longest pause between two
@@ -315,6 +323,7 @@ class Settings(BaseSettings):
                 Plan.ENTERPRISE: self.invitations_per_project_per_day_enterprise,
             }[project_plan]
             or None,
+            per_unverified_account=self.invitations_per_account_per_day_unverified or None,
         )
 
     @property

@@ -4,6 +4,7 @@ Nothing is refused to an unverified account; admins see `emailVerified` on membe
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -143,8 +144,9 @@ async def test_a_link_lasts_seven_days_and_only_for_the_address_it_was_sent_to(
 
 
 async def test_a_new_mail_can_be_asked_for_a_few_times_an_hour_until_verified(
-    client: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink, api: Api
+    client: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink, api: Api, settings: Settings
 ) -> None:
+    settings.verification_mails_per_address_per_day = 10  # the hour's limit, not the day's
     ada = await api.register("ada@example.com")
     for _ in range(5):
         r = await client.post(RESEND, headers=ada.headers)
@@ -162,6 +164,58 @@ async def test_a_new_mail_can_be_asked_for_a_few_times_an_hour_until_verified(
     assert await verified(client, ada) is True
     r = await client.post(RESEND, headers=ada.headers)
     assert_problem(r, 409, "email_already_verified")
+
+
+LURE = "Security team: your account is locked, call +1 555 0100 or visit evil.example/reset"
+
+
+async def test_the_mail_to_an_unproven_address_carries_no_text_the_sign_up_typed(
+    client: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink
+) -> None:
+    """An attacker signs up with a stranger's address and a name that reads as a warning: the
+    stranger's mail greets them generically and says nothing the attacker wrote."""
+    r = await client.post("/api/auth/register", json={
+        "email": "victim@example.com", "password": "correct horse", "name": LURE,
+    })  # fmt: skip
+    assert r.status_code == 201, r.text
+
+    [mail] = await sign_up_mails(app, smtp, "victim@example.com")
+
+    assert mail.text.splitlines()[0] == "Hello,"
+    for part in (mail.text, mail.html, str(mail.message)):
+        assert "Security team" not in part
+        assert "evil.example" not in part
+    assert "<p>Hello,</p>" in mail.html
+
+
+async def test_at_most_three_more_verification_mails_a_day_reach_an_address(
+    client: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink, api: Api, clock: FrozenClock
+) -> None:
+    victim = await api.register("victim@example.com")
+    for _ in range(3):
+        r = await client.post(RESEND, headers=victim.headers)
+        assert (r.status_code, r.content) == (202, b"")
+
+    clock.advance(hours=2)  # past the hour's limit: the day's holds
+    r = await client.post(RESEND, headers=victim.headers)
+
+    problem = assert_problem(r, 429, "verification_throttled")
+    assert problem["detail"] == (
+        "This address has been sent as many verification mails as it takes in a day (3); use "
+        "the link of one of them, or ask again tomorrow"
+    )
+    now = clock.now()
+    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
+    assert int(r.headers["Retry-After"]) == int((midnight - now).total_seconds())
+    assert len(await sign_up_mails(app, smtp, "victim@example.com")) == 4  # the sign-up's + 3
+    # The next day, one more; the mails of the day before still work.
+    clock.advance(days=1)
+    victim = await api.login(victim)
+    r = await client.post(RESEND, headers=victim.headers)
+    assert r.status_code == 202, r.text
+    mails = await sign_up_mails(app, smtp, "victim@example.com")
+    assert len(mails) == 5
+    assert (await client.post(CONFIRM, json={"token": token_of(mails[1])})).status_code == 204
 
 
 async def test_an_api_token_cannot_ask_for_a_verification_mail(

@@ -176,3 +176,33 @@ async def test_a_request_that_is_not_an_email_is_refused(
     r = await client.post(RESET, json=body)
     assert_problem(r, 422, "validation_error")
     assert await jobs_written(app) == 0
+
+
+async def test_the_reset_mail_names_nobody_until_the_address_is_proven(
+    client: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink
+) -> None:
+    """Anyone may ask for a reset mail to any address: an account signed up with a stranger's
+    address and a lure for a name must not write that name to them."""
+    lure = "Security team: your account is locked, visit evil.example/reset"
+    r = await client.post("/api/auth/register", json={
+        "email": "victim@example.com", "password": "correct horse", "name": lure,
+    })  # fmt: skip
+    assert r.status_code == 201, r.text
+
+    token = await reset_token(client, app, smtp, "victim@example.com")
+
+    mail = smtp.messages()[-1]
+    assert mail.text.splitlines()[0] == "Hello,"
+    assert "<p>Hello,</p>" in mail.html
+    assert "evil.example" not in mail.text + mail.html
+    # Once the address is proven (following the link proves it), the name is the owner's own.
+    r = await client.post(f"{RESET}/confirm", json={"token": token, "password": "new horse 1"})
+    assert r.status_code == 204, r.text
+    r = await client.post(
+        "/api/auth/login", json={"email": "victim@example.com", "password": "new horse 1"}
+    )
+    headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+    r = await client.put("/api/auth/me", json={"name": "Vic"}, headers=headers)
+    assert r.status_code == 200, r.text
+    await reset_token(client, app, smtp, "victim@example.com")
+    assert smtp.messages()[-1].text.splitlines()[0] == "Hello Vic,"

@@ -146,3 +146,42 @@ async def test_the_unsubscribe_pages_form_blocks_and_allows_invitations(
         headers=team.owner.headers,
     )
     assert r.status_code == (201 if action == "allow" else 409), r.text
+
+
+async def test_the_add_member_form_says_why_an_unverified_account_was_not_added(
+    team: Team, browser: httpx.AsyncClient, settings: Settings
+) -> None:
+    """Adding an account that never verified its address is an invitation in all but name: a
+    blocked address is refused, and the adds count against the day's caps."""
+    settings.invitations_per_account_per_day_free = 1
+    await block(team, "victim@example.com")
+    for email in ("victim@example.com", "first@example.com", "second@example.com"):
+        r = await team.client.post(
+            "/api/auth/register", json={"email": email, "password": "correct horse"}
+        )
+        assert r.status_code == 201, r.text
+    await sign_in(browser, team.owner.email)
+    here = f"/projects/{team.project['id']}"
+
+    def add(email: str) -> dict[str, str]:
+        return {"email": email, "role": "tester", "unverifiedOk": "on"}
+
+    r = await post(browser, f"{here}/members", add("victim@example.com"), here)
+
+    assert r.status_code == 409
+    assert (
+        "victim@example.com was not added: this address does not accept invitations from "
+        "Buildbay" in text(r)
+    )
+    r = await post(browser, f"{here}/members", add("first@example.com"), here)
+    assert (r.status_code, r.headers["location"]) == (303, f"{here}#members")
+    r = await post(browser, f"{here}/members", add("second@example.com"), here)
+    assert r.status_code == 429
+    assert (
+        "second@example.com was not added: your account has sent as many invitations as its "
+        "plan allows today; try again tomorrow" in text(r)
+    )
+    page = (await browser.get(here)).text
+    assert "first@example.com" in page
+    assert "victim@example.com" not in page
+    assert "second@example.com" not in page

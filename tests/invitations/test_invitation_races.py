@@ -8,8 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from tests.conftest import PG_URL, Account, Api, assert_problem
+from tests.invitations.test_invitation_caps import verify_address
 from tests.invitations.test_invitations import Invites, invites, project, settings
 from tests.smtp import smtp
 
@@ -19,6 +21,12 @@ pytestmark = [
     pytest.mark.skipif(not PG_URL, reason="the race needs PostgreSQL"),
     pytest.mark.postgres,
 ]
+
+
+@pytest.fixture
+async def owner(app: FastAPI, api: Api) -> Account:
+    """Verified: its trials send more invitations than an unverified account may in a day."""
+    return await verify_address(app, await api.register("owner@example.com"))
 
 
 async def test_a_double_clicked_accept_joins_once(

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.clock import FrozenClock
+from buildbay.config import Settings
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
@@ -26,8 +27,8 @@ DEVELOPER, TESTER = ProjectRole.DEVELOPER, ProjectRole.TESTER
 
 
 @pytest.fixture
-def projects(db: AsyncSession, clock: FrozenClock) -> ProjectService:
-    return ProjectService(db, clock.now())
+def projects(db: AsyncSession, clock: FrozenClock, settings: Settings) -> ProjectService:
+    return ProjectService(db, clock.now(), settings.invitations_per_day)
 
 
 async def roles(db: AsyncSession, project: Project) -> dict[str, ProjectRole]:

@@ -132,7 +132,9 @@ def password_reset_handler(ctx: AppContext) -> Handler:
             "password_reset",
             user.email,
             "Reset your Buildbay password",
-            name=user.name,
+            # The name only once the address is proven: whoever signed up with a stranger's
+            # address chose it, and anyone may ask for this mail to be sent.
+            name=user.name if user.email_verified else "",
             email=user.email,
             link=reset_link(ctx.settings.resolved_public_url, token),
         )

@@ -9,8 +9,14 @@ an unverified account: admins are told, wherever they add or see members.
 
 The link's token names the user and its expiry and carries an HMAC of the server's key over
 them and the account's e-mail: no table, nothing to sweep, and a link made for an address the
-account no longer has is worthless. Following it twice is harmless. A new mail may be asked for
-a few times an hour."""
+account no longer has is worthless. Following it twice is harmless.
+
+The mail goes to an address nobody has proven yet, so it carries nothing the sign-up typed
+but the address itself: no name (it greets generically), since an attacker signing up with a
+stranger's address would otherwise write to them in the server's own voice. A new mail may be
+asked for a few times an hour, and at most VERIFICATION_MAILS_PER_ADDRESS_PER_DAY times a UTC
+day per address, counted in the database's shared mail counters (invitations/counts.py) in
+the same transaction as the mail."""
 
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from buildbay.constant_time import same_secret
 from buildbay.context import AppContext
 from buildbay.errors import Conflict, RateLimited, ValidationFailed
 from buildbay.ids import ID_PATTERN
+from buildbay.invitations.counts import address_hash, seconds_to_next_day, spend_one
 from buildbay.mail.message import render
 from buildbay.mail.outbox import MailOutbox
 from buildbay.ratelimit.limiter import RateLimiter
@@ -102,17 +109,20 @@ def invalid_link() -> ValidationFailed:
 
 class EmailVerifications:
     def __init__(
-        self, db: AsyncSession, now: datetime, links: VerificationLinks, mail: MailOutbox
-    ) -> None:
+        self, db: AsyncSession, now: datetime, links: VerificationLinks, mail: MailOutbox,
+        resends_per_day: int = 3,
+    ) -> None:  # fmt: skip
         self.db = db
         self.now = now
         self.links = links
         self.mail = mail
+        self.resends_per_day = resends_per_day
 
     @classmethod
     def of(cls, ctx: AppContext, db: AsyncSession) -> EmailVerifications:
         links = VerificationLinks(ctx.settings.signing_key, ctx.settings.resolved_public_url)
-        return cls(db, ctx.clock.now(), links, ctx.mail)
+        per_day = ctx.settings.verification_mails_per_address_per_day
+        return cls(db, ctx.clock.now(), links, ctx.mail, per_day)
 
     def send(self, user: User) -> bool:
         """Write the verification mail of `user` to the outbox (in the caller's unit of work).
@@ -123,7 +133,6 @@ class EmailVerifications:
             "email_verification",
             user.email,
             "Confirm your e-mail address for Buildbay",
-            name=user.name,
             email=user.email,
             link=link,
             days=LINK_LIFETIME.days,
@@ -137,7 +146,7 @@ class EmailVerifications:
 
     async def resend(self, user_id: str, limiter: RateLimiter) -> None:
         """Mail the link again to the account's address: 409 if it is verified already, 429
-        past RESENDS_PER_ACCOUNT."""
+        past RESENDS_PER_ACCOUNT or past the address's mails of the day."""
         user = await self.db.get_one(User, user_id)
         if user.email_verified:
             raise Conflict("Your e-mail address is verified already", code="email_already_verified")
@@ -147,6 +156,14 @@ class EmailVerifications:
                 "Too many verification mails asked for; wait before asking again",
                 code="verification_throttled",
                 headers={"Retry-After": str(wait)},
+            )
+        key = f"verification:{address_hash(user.email)}"
+        if not await spend_one(self.db, self.now, key, self.resends_per_day):
+            raise RateLimited(
+                f"This address has been sent as many verification mails as it takes in a day "
+                f"({self.resends_per_day}); use the link of one of them, or ask again tomorrow",
+                code="verification_throttled",
+                headers={"Retry-After": str(seconds_to_next_day(self.now))},
             )
         if not self.send(user):
             raise ValidationFailed.for_field(

@@ -177,7 +177,8 @@ async def add_member(request: Request, project_id: str) -> Response:
                                      "role": fields.get("role", "tester")})  # fmt: skip
         assert isinstance(body, MemberCreate)
         # Unverified addresses are added only once the admin says so (a second step).
-        await ProjectService(db, now(request)).add_member(
+        caps = get_context(request).settings.invitations_per_day
+        await ProjectService(db, now(request), caps).add_member(
             access, str(body.email), body.role, unverified_ok=fields.get("unverifiedOk") == "on"
         )
     except FormError as exc:

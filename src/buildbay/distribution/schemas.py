@@ -53,9 +53,13 @@ class TesterList(ApiModel):
 
 class NotInvited(ApiModel):
     email: str
-    reason: Literal["blocked", "recipient_limit", "account_limit", "project_limit"] = Field(
+    reason: Literal[
+        "blocked", "recipient_limit", "account_limit", "unverified_account_limit", "project_limit"
+    ] = Field(
         description="`blocked`: the address refuses invitations from this server; the others: "
-        "a day's invitation cap (the address's, the inviting account's, the project's) is spent"
+        "a day's invitation cap (the address's, the inviting account's, the project's) is spent; "
+        "`unverified_account_limit`: the inviting account's, smaller until it verifies its "
+        "e-mail address"
     )
     detail: str = Field(description="The reason as a sentence")
 

@@ -62,7 +62,7 @@ from buildbay.distribution.membership import insert_ignoring_duplicates, insert_
 from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
 from buildbay.errors import Conflict
 from buildbay.ids import new_id
-from buildbay.invitations.caps import Admission
+from buildbay.invitations.caps import Admission, blocked_addresses
 from buildbay.invitations.service import InvitationService, TestersInvited
 from buildbay.jobs.queue import enqueue
 from buildbay.mail.message import Mail, notification
@@ -86,6 +86,8 @@ DISTRIBUTION_JOB = "distribution"
 # Testers whose install links one UPDATE sets (3 parameters each: within both databases'
 # limits).
 LINKS_PER_STATEMENT = 1000
+# Why a recipient whose address blocked mail from this server was not mailed (the installs list).
+BLOCKED_ADDRESS = "this address asked for no mail from Buildbay"
 _INSTALL_LINKS = cast("Table", InstallLink.__table__)
 
 
@@ -427,6 +429,18 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
                 .execution_options(synchronize_session=False)
             )
         ).all()
+        # A block from the unsubscribe page means no unsolicited mail from this server at all,
+        # whatever made the address a member (an admin may add an account without asking it):
+        # recorded as not mailed, and why, like an address mail cannot reach.
+        blocked = await blocked_addresses(db, [email for email, _ in claimed])
+        if blocked:
+            await db.execute(
+                update(BuildRecipient)
+                .where(BuildRecipient.build_id == build.id, BuildRecipient.email.in_(blocked))
+                .values(notified_at=None, mail_error=BLOCKED_ADDRESS)
+                .execution_options(synchronize_session=False)
+            )
+            claimed = [row for row in claimed if row[0] not in blocked]
         if not claimed:
             return
         expires_at = now + timedelta(days=link_days)

@@ -9,6 +9,9 @@ it (BUILDBAY_INVITATIONS_PER_*, per plan):
 - per recipient address, whatever project or account invites it, resends included: nobody is
   mailed more than a few invitations a day, however many accounts ask;
 - per inviting account (its plan): a new free account reaches about a hundred addresses a day;
+  an account that has not verified its own e-mail address, a handful
+  (INVITATIONS_PER_ACCOUNT_PER_DAY_UNVERIFIED), whatever its plan: throwaway accounts signed
+  up with made-up addresses must not each reach a plan's hundred strangers;
 - per project (the plan of its best-paid owner).
 
 The counters are rows of `invitation_counts` in the database, written in the same transaction
@@ -17,18 +20,21 @@ they count, and taken back with them if the request fails. They are locked in on
 account's, the project's, then the recipients' by key), so two requests never wait on each
 other in a circle. An address blocked from the unsubscribe page is refused before any counter.
 
+Adding an account whose address is not verified as a member (projects/service.py) is an
+invitation in all but name, and is counted and refused here the same way; adding a verified
+account is not (its owner chose to be reachable by mail here).
+
 New-build mails are not counted: they go only to members of the project (people who accepted
 an invitation or were added by their account), at most one per build, and each carries its
-one-click unsubscribe link.
+one-click unsubscribe link; none goes to a blocked address (distribution/service.py): a block
+means no unsolicited mail from this server at all.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import case, delete, select, update
@@ -40,6 +46,7 @@ from buildbay.config import InvitationCaps as Caps
 from buildbay.config import Plan
 from buildbay.db.concurrency import insert_unless_present
 from buildbay.errors import Conflict, RateLimited
+from buildbay.invitations.counts import address_hash, day_of, seconds_to_next_day
 from buildbay.invitations.models import InvitationBlock, InvitationCount
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
@@ -56,6 +63,8 @@ class Refusal(StrEnum):
     BLOCKED = "blocked"  # its owner asked for no invitations from this server
     RECIPIENT_LIMIT = "recipient_limit"  # it had as many invitations today as it takes
     ACCOUNT_LIMIT = "account_limit"  # the inviting account sent as many as its plan allows
+    # the inviting account, its address unverified, sent as many as such an account may
+    UNVERIFIED_LIMIT = "unverified_account_limit"
     PROJECT_LIMIT = "project_limit"  # the project sent as many as its plan allows
 
 
@@ -64,6 +73,11 @@ REASONS = {
     Refusal.RECIPIENT_LIMIT: "this address has had as many invitations as it takes in a day",
     Refusal.ACCOUNT_LIMIT: "your account has sent as many invitations as its plan allows today",
     Refusal.PROJECT_LIMIT: "the project has sent as many invitations as its plan allows today",
+    Refusal.UNVERIFIED_LIMIT: (
+        "your account has sent as many invitations as an account with an unverified e-mail "
+        "address may today; verify your address (the link in the mail sent at sign-up) to raise "
+        "the cap to your plan's"
+    ),
 }
 
 
@@ -92,12 +106,6 @@ class Admission:
         return any(r.reason is not Refusal.BLOCKED for r in self.refused)
 
 
-def address_hash(email: str) -> str:
-    """How the counters and the block list name an address (normalised, as invitations'
-    are): the table holds no address in clear."""
-    return hashlib.sha256(email.encode()).hexdigest()
-
-
 def _recipient_key(email: str) -> str:
     return f"recipient:{address_hash(email)}"
 
@@ -107,7 +115,7 @@ class InvitationCaps:
         self.db = db
         self.now = now
         self.caps_of = caps
-        self.day = now.astimezone(UTC).date().toordinal()
+        self.day = day_of(now)
 
     async def admit(self, access: ProjectAccess, emails: Sequence[str]) -> Admission:
         """Count the invitation mails to `emails` (normalised, each once) that may leave now;
@@ -119,6 +127,14 @@ class InvitationCaps:
         if not candidates:
             return admission
         caps = self.caps_of(access.caller.user.plan, await self._project_plan(access))
+        per_account, account_refusal = caps.per_account, Refusal.ACCOUNT_LIMIT
+        lower = caps.per_unverified_account
+        if (
+            lower is not None
+            and (per_account is None or lower < per_account)
+            and not await self._caller_verified(access)
+        ):
+            per_account, account_refusal = lower, Refusal.UNVERIFIED_LIMIT
         account_key = f"account:{access.caller.user.id}"
         project_key = f"project:{access.project.id}"
         keys = {email: _recipient_key(email) for email in candidates}
@@ -129,9 +145,9 @@ class InvitationCaps:
         def budget(counts: dict[str, int]) -> tuple[int, Refusal]:
             """How many may be mailed by the account's and the project's counts, and which
             of the two says no past that."""
-            left, short = len(candidates), Refusal.ACCOUNT_LIMIT
+            left, short = len(candidates), account_refusal
             for key, cap, refusal in (
-                (account_key, caps.per_account, Refusal.ACCOUNT_LIMIT),
+                (account_key, per_account, account_refusal),
                 (project_key, caps.per_project, Refusal.PROJECT_LIMIT),
             ):
                 if cap is not None and max(cap - counts.get(key, 0), 0) < left:
@@ -166,13 +182,7 @@ class InvitationCaps:
 
     async def blocked(self, emails: Sequence[str]) -> set[str]:
         """Those of `emails` whose owner blocked invitations."""
-        if not emails:
-            return set()
-        hashes = {address_hash(e): e for e in emails}
-        found = await self.db.scalars(
-            select(InvitationBlock.address_hash).where(InvitationBlock.address_hash.in_(hashes))
-        )
-        return {hashes[h] for h in found}
+        return await blocked_addresses(self.db, emails)
 
     async def block(self, email: str) -> None:
         """No invitation of any project reaches `email` from now on (a second block is
@@ -186,6 +196,14 @@ class InvitationCaps:
         )
 
     # -- the counters -------------------------------------------------------------------------
+
+    async def _caller_verified(self, access: ProjectAccess) -> bool:
+        """Whether the inviting account has verified its address: read from the database, not
+        from the caller's record (which the access cache may have kept from before)."""
+        verified_at = await self.db.scalar(
+            select(User.email_verified_at).where(User.id == access.caller.user.id)
+        )
+        return verified_at is not None
 
     async def _project_plan(self, access: ProjectAccess) -> Plan:
         """The plan of the project's best-paid owner."""
@@ -243,13 +261,28 @@ class InvitationCaps:
         )
 
     def _seconds_to_next_day(self) -> int:
-        start = datetime.fromordinal(self.day + 1).replace(tzinfo=UTC)
-        return max(math.ceil((start - self.now).total_seconds()), 1)
+        return seconds_to_next_day(self.now)
+
+
+async def blocked_addresses(db: AsyncSession, emails: Sequence[str]) -> set[str]:
+    """Those of `emails` (normalised) whose owner blocked mail from this server."""
+    found: set[str] = set()
+    unique = list(dict.fromkeys(emails))
+    for start in range(0, len(unique), _BLOCKS_PER_STATEMENT):
+        hashes = {address_hash(e): e for e in unique[start : start + _BLOCKS_PER_STATEMENT]}
+        rows = await db.scalars(
+            select(InvitationBlock.address_hash).where(InvitationBlock.address_hash.in_(hashes))
+        )
+        found.update(hashes[h] for h in rows)
+    return found
+
+
+_BLOCKS_PER_STATEMENT = 1000
 
 
 async def sweep_invitation_counts(db: AsyncSession, now: datetime) -> None:
     """Forget the counters of days before yesterday (the sweeper's)."""
-    today = now.astimezone(UTC).date().toordinal()
+    today = day_of(now)
     await db.execute(delete(InvitationCount).where(InvitationCount.day < today - 1))
 
 
@@ -262,14 +295,18 @@ class InvitationsLimited(RateLimited):
 
     code = "invitation_limit"
 
-    def __init__(self, admission: Admission, invited: Sequence[str], **extensions: object) -> None:
+    def __init__(
+        self, admission: Admission, invited: Sequence[str], *, verb: str = "invited",
+        **extensions: object,
+    ) -> None:  # fmt: skip
+        """`verb`: what was not done to the addresses ("added", for a member)."""
         refused = admission.refused
         capped = [r for r in refused if r.reason is not Refusal.BLOCKED]
         detail = (
-            f"{len(capped)} of the addresses were not invited: {capped[0].message}; try them "
+            f"{len(capped)} of the addresses were not {verb}: {capped[0].message}; try them "
             "again tomorrow"
             if len(capped) > 1
-            else f"{capped[0].email} was not invited: {capped[0].message}; try again tomorrow"
+            else f"{capped[0].email} was not {verb}: {capped[0].message}; try again tomorrow"
         )
         super().__init__(
             detail,
@@ -287,9 +324,9 @@ def not_invited_body(refused: Sequence[NotInvited]) -> list[dict[str, str]]:
     return [{"email": r.email, "reason": r.reason.value, "detail": r.message} for r in refused]
 
 
-def recipient_blocked(email: str) -> Conflict:
+def recipient_blocked(email: str, verb: str = "invited") -> Conflict:
     return Conflict(
-        f"{email} was not invited: {REASONS[Refusal.BLOCKED]}",
+        f"{email} was not {verb}: {REASONS[Refusal.BLOCKED]}",
         code="invitations_blocked",
         extensions={
             "invited": [],

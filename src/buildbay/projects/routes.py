@@ -59,7 +59,7 @@ def _member_links(user_id: str) -> dict[str, dict[str, Any]]:
 
 
 def project_service(ctx: AppContext, db: AsyncSession) -> ProjectService:
-    return ProjectService(db, ctx.clock.now())
+    return ProjectService(db, ctx.clock.now(), ctx.settings.invitations_per_day)
 
 
 Service = Annotated[ProjectService, in_unit_of_work(project_service)]

@@ -1,5 +1,13 @@
 """Projects and their members: what changes them, in a unit of work (reading is
-projects/reads.py's)."""
+projects/reads.py's).
+
+Adding an account as a member by its e-mail, when the account has not verified that address,
+is an invitation in all but name: whoever signed up with the address may be a stranger who
+never asked, and membership brings them new-build mails. So it is counted against the day's
+invitation caps (the address's, the adding account's, the project's) and refused for an
+address that blocked mail from this server, with the invitation paths' 429 and 409
+(invitations/caps.py). Adding a verified account is not counted: its owner proved the address
+and chose to be reachable here."""
 
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ from buildbay.db.reads import Reads
 from buildbay.distribution.membership import leave_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
+from buildbay.invitations.caps import CapsOf, InvitationCaps, InvitationsLimited, recipient_blocked
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
@@ -38,10 +47,13 @@ from buildbay.webhooks import events as webhook_events
 
 
 class ProjectService:
-    def __init__(self, db: AsyncSession, now: datetime) -> None:
+    def __init__(self, db: AsyncSession, now: datetime, caps: CapsOf | None = None) -> None:
+        """`caps`: the day's invitation caps (Settings.invitations_per_day), which adding an
+        unverified account as a member needs."""
         self.db = db
         self.now = now
         self.reads = Reads.within(db)
+        self.caps = caps
 
     async def create(self, owner: UserRecord, name: str) -> ProjectView:
         # The owner's row lock makes two creations of one name by one owner take turns.
@@ -108,6 +120,8 @@ class ProjectService:
                 "address instead (accepting the invitation proves it)",
                 code="email_not_verified",
             )
+        if not user.email_verified:
+            await self._admit_unverified(access, user)
         # Not a look-up then an insert: two requests at once (a double-click) would both find
         # no membership, and the second insert would break the primary key.
         fields = {"project_id": access.project.id, "user_id": user.id,
@@ -119,6 +133,24 @@ class ProjectService:
                              user.email_verified)  # fmt: skip
         await webhook_events.member_added(self.db, added, self.now)
         return added
+
+    async def _admit_unverified(self, access: ProjectAccess, user: User) -> None:
+        """Count adding `user` (unverified) as one invitation to its address: 409
+        `invitations_blocked` for a blocked address, 429 `invitation_limit` past a cap, and
+        nothing counted for someone who is a member already (409 `already_member`)."""
+        if self.caps is None:
+            raise RuntimeError("adding an unverified account needs the invitation caps")
+        # The project's row first, as every invitation path takes it before the counters: an
+        # invite holding it and waiting for a counter this add holds, while this add's member
+        # row waits for the project's key lock, would be a deadlock.
+        await self._lock_members(access.project)
+        if await member(self.reads, access.project.id, user.id) is not None:
+            raise already_member()
+        admission = await InvitationCaps(self.db, self.now, self.caps).admit(access, [user.email])
+        if admission.capped:
+            raise InvitationsLimited(admission, [], verb="added")
+        if admission.refused:
+            raise recipient_blocked(user.email, "added")
 
     async def change_role(
         self, access: ProjectAccess, user_id: str, role: ProjectRole
