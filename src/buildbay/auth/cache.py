@@ -64,6 +64,13 @@ class AccessTokenCache:
             del self._entries[next(iter(self._entries))]
         self._entries[token] = entry
 
+    def forget_user(self, user_id: str) -> None:
+        """Called once a change that ends every credential of the user has committed."""
+        self.generation += 1
+        stale = [t for t, e in self._entries.items() if e.claims.user_id == user_id]
+        for token in stale:
+            del self._entries[token]
+
     def forget_session(self, session_id: str) -> None:
         """Called once a session's revocation has committed."""
         self.generation += 1
