@@ -160,10 +160,10 @@ async def test_with_redis_unreachable_every_request_looks_its_session_up(
     assert_problem(refused, 401, "token_revoked")
 
 
-def _entry(session_id: str, stored_at: datetime) -> CachedAccess:
-    claims = AccessClaims("usr_1", session_id, "jti", stored_at + timedelta(days=1))
+def _entry(session_id: str, stored_at: datetime, user_id: str = "usr_1") -> CachedAccess:
+    claims = AccessClaims(user_id, session_id, "jti", stored_at + timedelta(days=1))
     user = UserRecord(
-        "usr_1", "ada@example.com", "Ada", Plan.FREE, stored_at, stored_at, True, None
+        user_id, "ada@example.com", "Ada", Plan.FREE, stored_at, stored_at, True, None, 0
     )
     return CachedAccess(claims, user, stored_at)
 
@@ -188,6 +188,21 @@ def test_forgetting_a_session_drops_every_token_of_it_and_only_those() -> None:
 
     assert cache.get("a1", now) is None
     assert cache.get("a2", now) is None
+    assert cache.get("b", now) is not None
+
+
+def test_forgetting_a_user_drops_every_token_of_theirs_and_what_runs_meanwhile() -> None:
+    """A password reset: every session of the user, those the reset could not name too."""
+    cache, now = AccessTokenCache(), datetime.now(UTC)
+    cache.put("a", _entry("ses_a", now), cache.generation)
+    cache.put("a2", _entry("ses_a2", now), cache.generation)
+    cache.put("b", _entry("ses_b", now, user_id="usr_2"), cache.generation)
+    generation = cache.generation  # a lookup running while the reset commits
+
+    cache.forget_user("usr_1")
+    cache.put("a3", _entry("ses_a3", now), generation)
+
+    assert [cache.get(t, now) for t in ("a", "a2", "a3")] == [None, None, None]
     assert cache.get("b", now) is not None
 
 

@@ -1,13 +1,13 @@
 """A few seconds' memory of access-token lookups, so that a client sending the same token again
 and again costs one signature check and one database query per few seconds, not one per request.
 
-Revocation stays immediate: AuthService makes the cache forget a session the moment the
-transaction revoking it commits, and a lookup that was running meanwhile is not stored (see
-`generation`). With several processes (Redis configured), a process also has to learn of the
-others' revocations: each entry keeps the user's revocation mark as it was read before the
-lookup (auth/revocations.py), and serves only while the mark in Redis is still the same. What
-can lag, by at most ACCESS_CACHE_TTL, is a change made to the user's row from outside the API,
-such as `buildbay users set-plan`.
+Revocation stays immediate: AuthService makes the cache forget a session (a password reset:
+every session of the user) the moment the transaction revoking it commits, and a lookup that
+was running meanwhile is not stored (see `generation`). With several processes (Redis
+configured), a process also has to learn of the others' revocations: each entry keeps the
+user's revocation mark as it was read before the lookup (auth/revocations.py), and serves
+only while the mark in Redis is still the same. What can lag, by at most ACCESS_CACHE_TTL, is a
+change made to the user's row from outside the API, such as `buildbay users set-plan`.
 """
 
 from __future__ import annotations
@@ -63,6 +63,13 @@ class AccessTokenCache:
             # Entries share one TTL, so the first inserted is the first to go stale.
             del self._entries[next(iter(self._entries))]
         self._entries[token] = entry
+
+    def forget_user(self, user_id: str) -> None:
+        """Called once a change that ends every credential of the user has committed."""
+        self.generation += 1
+        stale = [t for t, e in self._entries.items() if e.claims.user_id == user_id]
+        for token in stale:
+            del self._entries[token]
 
     def forget_session(self, session_id: str) -> None:
         """Called once a session's revocation has committed."""

@@ -25,6 +25,11 @@ class User(Base):
     # When the account proved it receives mail at `email` (auth/verification.py): null until
     # then. Whoever signs up may type any address; this says whether it is theirs.
     email_verified_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Moves on when a password reset takes the account back. Each session and API token keeps
+    # the epoch of the proof it was made from (the password read at login, the credential that
+    # asked for a token), and one older than the user's never authenticates again: whatever a
+    # request that began before the reset committed made is dead with the rest (issue 34).
+    credentials_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
     @property
     def email_verified(self) -> bool:
@@ -45,6 +50,8 @@ class Session(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
+    # The user's `credentials_epoch` as the password read at login had it (see User).
+    credentials_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
 
 class BrowserSession(Base):
@@ -89,6 +96,8 @@ class ApiToken(Base):
     # Null: every project of the user; otherwise only these (ids of projects deleted since
     # stay, naming nothing).
     project_ids: Mapped[list[str] | None] = mapped_column(JSON)
+    # The user's `credentials_epoch` as the login that made the token had it (see User).
+    credentials_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
 
 class PasswordReset(Base):

@@ -110,8 +110,7 @@ class PasswordResets:
             .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
             .values(used_at=self.now)
         )
-        await auth.revoke_sessions_of(user.id, keep=None)
-        await auth.delete_api_tokens_of(user.id)
+        await auth.end_every_credential(user.id)
         return user
 
 

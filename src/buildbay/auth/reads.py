@@ -24,6 +24,8 @@ class UserRecord:
     updated_at: datetime
     notify_new_builds: bool
     email_verified_at: datetime | None
+    # As read with the credential that authenticated: that credential's epoch (auth/models.py).
+    credentials_epoch: int
 
     @property
     def email_verified(self) -> bool:

@@ -2,8 +2,9 @@
 (auth/cache.py) when there are several.
 
 Each user has a revocation mark in Redis: a random value, replaced whenever one of the user's
-sessions is revoked (logout, a password change, a reused refresh token), once the revoking
-transaction has committed and before its response goes out. A cached access token keeps the
+sessions is revoked (logout, a password change, a reused refresh token) or a password reset
+ends every credential of theirs, once the revoking transaction has committed and before its
+response goes out. A cached access token keeps the
 mark read before its session was looked up, and serves a request only while the mark is still
 the same: one Redis GET instead of the token's signature check and a database query. From the
 moment the revoking request answers, every process refuses the token.

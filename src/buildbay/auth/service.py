@@ -56,6 +56,8 @@ _USER_OF_LIVE_SESSION = (
         _sessions.c.id == bindparam("session_id"),
         _users.c.id == bindparam("user_id"),
         _sessions.c.revoked_at.is_(None),
+        # Made before a password reset took the account back: dead (models.User).
+        _sessions.c.credentials_epoch >= _users.c.credentials_epoch,
     )
 )
 
@@ -69,7 +71,10 @@ _TOKEN_FIELDS = tuple(column.name for column in _TOKEN_COLUMNS)
 _USER_OF_API_TOKEN = (
     select(*USER.columns, *_TOKEN_COLUMNS)
     .join(_API_TOKENS, _API_TOKENS.c.user_id == _users.c.id)
-    .where(_API_TOKENS.c.token_hash == bindparam("token_hash"))
+    .where(
+        _API_TOKENS.c.token_hash == bindparam("token_hash"),
+        _API_TOKENS.c.credentials_epoch >= _users.c.credentials_epoch,
+    )
 )
 
 
@@ -273,7 +278,7 @@ class AuthService:
         user = await self.create_account(email, password, name)
         if self.verification is not None:
             self.verification.send(user)
-        return await self._start_session(user)
+        return await self._start_session(user, user.credentials_epoch)
 
     async def _may_sign_up(self, email: str) -> None:
         if self.signup is SignupMode.CLOSED:
@@ -303,6 +308,7 @@ class AuthService:
             plan=Plan.FREE,
             created_at=self.now,
             updated_at=self.now,
+            credentials_epoch=0,
         )
         self.db.add(user)
         try:
@@ -319,13 +325,15 @@ class AuthService:
         email = normalise_email(email)
         keys = _password_guess_keys(email, client_ip)
         user = await self._user_by_email(email)
-        password_hash = user.password_hash if user else None
+        # The epoch read with the password: a reset that commits while this login checks the
+        # old password moves the user's on, and the session made here is dead at once.
+        password_hash, epoch = (user.password_hash, user.credentials_epoch) if user else (None, 0)
         if not await _password_is_right(
             limiter, keys, "Too many failed logins", password, password_hash
         ):
             raise NotAuthenticated("E-mail or password is wrong", code="invalid_credentials")
         assert user is not None
-        return await self._start_session(user)
+        return await self._start_session(user, epoch)
 
     async def change_password(
         self,
@@ -382,15 +390,20 @@ class AuthService:
     async def refresh(self, refresh_token: str) -> IssuedTokens:
         row = (
             await self.db.execute(
-                select(RefreshToken, Session)
+                select(RefreshToken, Session, User.credentials_epoch)
                 .join(Session, Session.id == RefreshToken.session_id)
+                .join(User, User.id == Session.user_id)
                 .where(RefreshToken.token_hash == hash_token(refresh_token))
             )
         ).first()
         if row is None:
             raise NotAuthenticated("The refresh token is invalid", code="invalid_token")
-        token, session = row
-        if session.revoked_at is not None or session.expires_at <= self.now:
+        token, session, epoch = row
+        if (
+            session.revoked_at is not None
+            or session.expires_at <= self.now
+            or session.credentials_epoch < epoch
+        ):
             raise NotAuthenticated("The session has ended; log in again", code="session_ended")
         # Single use: the conditional update is what decides, so two concurrent refreshes with
         # the same token cannot both win.
@@ -466,6 +479,9 @@ class AuthService:
             last_used_at=None,
             scope=scope,
             project_ids=project_ids,
+            # The epoch of the login asking (as its authentication read it): a reset committed
+            # since leaves this token dead, though it is written after.
+            credentials_epoch=user.credentials_epoch,
         )
         self.db.add(api_token)
         await self.db.flush()
@@ -482,6 +498,29 @@ class AuthService:
     async def delete_api_tokens_of(self, user_id: str) -> None:
         """Every API token of the user stops working at once (each request looks its token up)."""
         await self.db.execute(delete(ApiToken).where(ApiToken.user_id == user_id))
+
+    async def end_every_credential(self, user_id: str) -> None:
+        """Take the account back (a password reset): every session, access token, console
+        cookie and API token of the user stops working once this commits, and so does any that
+        a request running meanwhile makes from a proof read before the commit (a login with
+        the old password, a token asked for by a session ended here): the user's epoch moves
+        on, and those keep the older one (models.User)."""
+        await self.db.execute(
+            update(User)
+            .where(User.id == user_id)
+            .values(credentials_epoch=User.credentials_epoch + 1)
+        )
+        await self.revoke_sessions_of(user_id, keep=None)
+        await self.delete_api_tokens_of(user_id)
+        # Cached access tokens of the user go, those of sessions made meanwhile too (the
+        # revocation above cannot name them), in this process and, by the user's mark, in the
+        # others.
+        cache = self.access_cache
+        if cache is not None:
+            event.listen(self.db.sync_session, "after_commit", lambda _: cache.forget_user(user_id))
+        shared = self.revocations
+        if shared is not None:
+            after_commit(self.db, lambda: shared.announce((user_id,)))
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -507,13 +546,15 @@ class AuthService:
     async def _user_by_email(self, email: str) -> User | None:
         return await self.db.scalar(select(User).where(User.email == email))
 
-    async def _start_session(self, user: User) -> IssuedTokens:
+    async def _start_session(self, user: User, epoch: int) -> IssuedTokens:
+        """A new login, made from a proof read at the user's `epoch` (models.User)."""
         session = Session(
             id=new_id("ses"),
             user_id=user.id,
             created_at=self.now,
             expires_at=self.now + self.refresh_lifetime,
             revoked_at=None,
+            credentials_epoch=epoch,
         )
         self.db.add(session)
         await self.db.flush()  # the session row before the refresh token that points at it

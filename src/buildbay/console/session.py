@@ -89,6 +89,8 @@ _VISITOR = (
         BrowserSession.token_hash == bindparam("token_hash"),
         Session.revoked_at.is_(None),
         Session.expires_at > bindparam("now"),
+        # Made before a password reset took the account back: dead (auth/models.py User).
+        Session.credentials_epoch >= User.credentials_epoch,
     )
 )
 
