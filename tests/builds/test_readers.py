@@ -438,7 +438,9 @@ async def test_a_verify_past_the_projects_share_of_reads_is_429_and_the_build_st
         await builds.put(link, b"slow")
         links.append(link)
     waiting = [asyncio.create_task(builds.verify(link["buildId"])) for link in links[:3]]
-    while pool.files_of(builds.project_id) < 3:  # one read, two waiting (the default)
+    for _ in range(3000):  # until they are in: one read, two waiting (the default)
+        if pool.files_of(builds.project_id) == 3:
+            break
         await asyncio.sleep(0.01)
 
     r = await builds.verify(links[3]["buildId"])
