@@ -310,6 +310,7 @@ def flood_costs(args: argparse.Namespace) -> tuple[list[list[str]], str]:
                 alone = [victim_verify()[0] for _ in range(5)]
                 builds = [uploaded(attacker, big, "flood.ipa") for _ in range(args.flood)]
                 answered: list[tuple[float, str]] = []
+                first_answer = threading.Event()
                 began = time.perf_counter()
 
                 def flood(build: str) -> None:
@@ -318,11 +319,14 @@ def flood_costs(args: argparse.Namespace) -> tuple[list[list[str]], str]:
                     ) as own:
                         status = own.post("verify", json={"buildId": build}).status_code
                     answered.append((time.perf_counter() - began, f"B:{status}"))
+                    first_answer.set()
 
                 threads = [threading.Thread(target=flood, args=(b,)) for b in builds]
                 for thread in threads:
                     thread.start()
-                time.sleep(3.0)  # the flood's verifies are in: reading, waiting
+                # The flood's verifies are in (reading, waiting, refused) once one is answered.
+                first_answer.wait()
+                time.sleep(0.5)
                 flooded = []
                 for _ in range(args.victims):
                     took, status = victim_verify()
