@@ -334,7 +334,7 @@ def flood_costs(args: argparse.Namespace) -> tuple[list[list[str]], str]:
                     answered.append((time.perf_counter() - began, f"A:{status}"))
                 for thread in threads:
                     thread.join()
-    order = " ".join(who for _, who in sorted(answered))
+    order = " ".join(f"{who}@{at:.1f}s" for at, who in sorted(answered))
     base = median_ms(alone)
     return [
         [
@@ -389,7 +389,7 @@ def main() -> int:
         print(f"4. One account's flood of verifies ({where}, {database}, one process)\n")
         rows, order = flood_costs(args)
         print(table(["verify", "median ms", "max ms", "ratio"], rows))
-        print(f"\nanswered in this order (A: the other account; B: the flood): {order}")
+        print(f"\nanswered (A: the other account; B: the flood; s from the flood's start): {order}")
     return 0
 
 
