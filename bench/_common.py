@@ -54,6 +54,24 @@ class Server:
         return self.process.pid
 
 
+# The benches add the same new accounts as members again and again (webhooks.py's member
+# changes) and thousands at once (mail.py): the daily invitation caps (docs/operations.md),
+# which tests/invitations proves, would refuse them. Off in every bench server.
+NO_INVITATION_CAPS = {
+    f"BUILDBAY_INVITATIONS_PER_{kind}": "0"
+    for kind in (
+        "RECIPIENT_PER_DAY",
+        "ACCOUNT_PER_DAY_UNVERIFIED",
+        "ACCOUNT_PER_DAY_FREE",
+        "ACCOUNT_PER_DAY_PRO",
+        "ACCOUNT_PER_DAY_ENTERPRISE",
+        "PROJECT_PER_DAY_FREE",
+        "PROJECT_PER_DAY_PRO",
+        "PROJECT_PER_DAY_ENTERPRISE",
+    )
+}
+
+
 @contextlib.contextmanager
 def running_server(
     argv: Sequence[str], data_dir: Path, port: int, env: dict[str, str] | None = None
@@ -66,6 +84,7 @@ def running_server(
     log_path = data_dir.parent / f"server-{port}.log"
     full_env = {
         **os.environ,
+        **NO_INVITATION_CAPS,
         "BUILDBAY_DATA_DIR": str(data_dir),
         "BUILDBAY_HOST": "127.0.0.1",
         "BUILDBAY_PORT": str(port),
