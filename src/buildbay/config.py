@@ -146,14 +146,12 @@ class Settings(BaseSettings):
     # PARSE_MEMORY_MIB of memory (address space), and within PARSE_TIMEOUT_SECONDS of the
     # verify's call (waiting for a process included); past a limit the process is killed and
     # the file is unreadable. A process reads PARSE_FILES_PER_PROCESS files, then a fresh one
-    # takes over (1: a process per file). A project, and an account, reads in all processes but
-    # one at most, with PARSE_WAITING_PER_TENANT more files waiting; past that verify is 429.
+    # takes over (1: a process per file).
     parse_processes: PositiveInt = 2
     parse_cpu_seconds: Annotated[float, Field(gt=0)] = 10.0
     parse_memory_mib: Annotated[int, Field(ge=64)] = 1024
     parse_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
     parse_files_per_process: PositiveInt = 100
-    parse_waiting_per_tenant: NonNegativeInt = 2
 
     storage: StorageKind = StorageKind.LOCAL
     s3_bucket: str | None = None

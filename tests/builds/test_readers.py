@@ -23,7 +23,6 @@ from buildbay.builds.archive import ENTRIES_LIMIT, MetadataError, open_archive
 from buildbay.builds.ipa import ICON_NAMES_LIMIT, ICON_TRIES_LIMIT, parse_ipa
 from buildbay.builds.metadata import Reading
 from buildbay.builds.readers import MetadataReaders, ReadLimits
-from buildbay.errors import RateLimited
 from buildbay.storage.base import StorageUnavailable
 from tests.builds.android_files import APK_V1, expected
 from tests.builds.conftest import Builds
@@ -384,79 +383,3 @@ async def test_a_multi_gib_build_is_read_without_its_bytes_reaching_the_process(
     assert reading.metadata is not None, reading.error
     assert reading.metadata["bundleId"] == "com.example.app"
     assert build.served < 1 * MiB  # of 3 GiB, with a process limited to 512 MiB
-
-
-async def test_an_account_flooding_reads_gets_its_share_and_another_account_is_served_next(
-    readers: Callable[..., MetadataReaders],
-) -> None:
-    """Two processes; account A sends files that never end, over two of its projects (the
-    outside attack sent a dozen verifies of a slow file at once). A reads in one process and
-    may have one more file waiting: the next is refused at once, with when to try again. The
-    other account's file is the first served, while A's wait."""
-    limits = ReadLimits(cpu_seconds=3, memory_bytes=1024 * MiB, timeout_seconds=6)
-    pool = MetadataReaders(2, limits, read=hang_on_slow, waiting_per_tenant=1)
-    data = ipa().getvalue()
-    try:
-        first = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", "prj_a1", "usr_a"))
-        second = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", "prj_a2", "usr_a"))
-        await asyncio.sleep(0)  # both are in: one read, one waiting
-
-        with pytest.raises(RateLimited) as refused:
-            await pool.read(opener(b"x"), "slow.ipa", "prj_a3", "usr_a")
-        assert refused.value.status == 429
-        assert refused.value.code == "reads_busy"
-        assert refused.value.headers == {"Retry-After": "3"}
-        assert refused.value.detail == (
-            "2 build files of this account are being read or waiting to be; verify this build "
-            "once one of them is done"
-        )
-        other = asyncio.create_task(pool.read(opener(data), "Example.ipa", "prj_b", "usr_b"))
-
-        done, _ = await asyncio.wait({first, second, other}, return_when=asyncio.FIRST_COMPLETED)
-
-        assert done == {other}
-        reading = other.result()
-        assert reading.metadata is not None
-        assert reading.metadata["bundleId"] == "com.example.app"
-        stopped = Reading(error="Not a readable .ipa: reading it took longer than 6 seconds")
-        assert await first == stopped
-        assert await second == stopped
-        # Their places are given back: A reads again.
-        assert (await pool.read(opener(data), "Example.ipa", "prj_a1", "usr_a")).metadata
-    finally:
-        await pool.aclose()
-
-
-async def test_a_verify_past_the_projects_share_of_reads_is_429_and_the_build_stays_pending(
-    app: FastAPI, builds: Builds
-) -> None:
-    limits = ReadLimits(cpu_seconds=3, memory_bytes=1024 * MiB, timeout_seconds=6)
-    pool = app.state.ctx.readers = MetadataReaders(2, limits, read=hang_on_slow)
-    links = []
-    for _ in range(4):
-        link = await builds.link(b"slow", fileName="slow.ipa")
-        await builds.put(link, b"slow")
-        links.append(link)
-    waiting = [asyncio.create_task(builds.verify(link["buildId"])) for link in links[:3]]
-    for _ in range(3000):  # until they are in: one read, two waiting (the default)
-        if pool.files_of(builds.project_id) == 3:
-            break
-        await asyncio.sleep(0.01)
-
-    r = await builds.verify(links[3]["buildId"])
-
-    problem = assert_problem(r, 429, "reads_busy")
-    assert r.headers["Retry-After"] == "3"
-    assert problem["detail"] == (
-        "3 build files of this account are being read or waiting to be; verify this build "
-        "once one of them is done"
-    )
-    build = (await builds.get(links[3]["buildId"])).json()
-    assert build["status"] == "pending"
-    for task in waiting:  # the others end at the wall clock, unread (an `other` app takes them)
-        answer = await task
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["metadataError"] == (
-            "Not a readable .ipa: reading it took longer than 6 seconds"
-        )
-    await pool.aclose()

@@ -11,10 +11,6 @@ server's process neither its event loop (the interpreter's lock) nor a thread be
   the limit the process is ended (by the kernel's signal, whose default action ends it even in
   the middle of C code, or SIGKILL from here) and a new one takes its place.
 - The processes are `processes` at most: a verify waits for a free one without holding a thread.
-- A tenant (a project, and the account that asks) reads in all processes but one at most, and
-  has at most `waiting_per_tenant` more files waiting: past that a verify is refused at once
-  (429, Retry-After), as a verify that waits holds its request's database connection, of which
-  the pool has a few for every tenant (docs/operations.md "Reading build files").
 - A process does not open the file: it asks this process for byte ranges of it over its pipe,
   so it holds only what the parser reads (a multi-GiB build is never loaded) and needs neither
   storage, the bucket's credentials nor a network. What it answers is JSON and bytes, never
@@ -47,7 +43,7 @@ from typing import IO, Any
 
 from buildbay.builds.metadata import Reading, has_parser, read_metadata, suffix_of
 from buildbay.config import Settings
-from buildbay.errors import RateLimited, ServiceUnavailable
+from buildbay.errors import ServiceUnavailable
 from buildbay.storage.base import StorageUnavailable
 
 CHUNK = 1024 * 1024  # bytes of the file sent to a reading process per request
@@ -75,7 +71,6 @@ class MetadataReaders:
         limits: ReadLimits,
         tasks_per_process: int = 100,
         *,
-        waiting_per_tenant: int = 2,
         read: Callable[[Callable[[], IO[bytes]], str], Reading] = read_metadata,
     ) -> None:
         """`read` is what each process runs on a file: `read_metadata`, or (tests) another
@@ -93,8 +88,6 @@ class MetadataReaders:
         # but one (all, with one process).
         self._tenants: dict[str, _Turn] = {}
         self._per_tenant = max(1, processes - 1)
-        # Each tenant's files read and waiting at once, at most: the rest are refused.
-        self._in_flight = self._per_tenant + waiting_per_tenant
 
     @classmethod
     def of(cls, settings: Settings) -> MetadataReaders:
@@ -104,82 +97,46 @@ class MetadataReaders:
             memory_bytes=settings.parse_memory_mib * 1024 * 1024,
             timeout_seconds=settings.parse_timeout_seconds,
         )
-        return cls(
-            settings.parse_processes,
-            limits,
-            settings.parse_files_per_process,
-            waiting_per_tenant=settings.parse_waiting_per_tenant,
-        )
+        return cls(settings.parse_processes, limits, settings.parse_files_per_process)
 
     async def read(
-        self,
-        open_file: Callable[[], IO[bytes]],
-        file_name: str,
-        tenant: str = "",
-        account: str = "",
+        self, open_file: Callable[[], IO[bytes]], file_name: str, tenant: str = ""
     ) -> Reading:
         """What the file says, as `read_metadata` reads it, within the limits: past one, a
         Reading whose error says which.
 
-        A `tenant` (a project), and an `account` (the caller, whatever its project), read in
-        at most all processes but one at a time: their files wait for each other, so that
-        another tenant's file always finds a process within one file's limit, however many
-        files the first sends at once. Each has at most `waiting_per_tenant` files waiting
-        beyond those: another is refused at once (RateLimited, 429 with Retry-After), for a
-        verify that waits holds its request's database connection, and a tenant that held
-        them all would stall every other tenant's requests (the pool hands them out in the
-        order they were asked for)."""
+        A `tenant` (a project) reads in at most all processes but one at a time: its files wait
+        for each other, so that another tenant's file always finds a process within one file's
+        limit, however many files the first sends at once."""
         if not has_parser(file_name):
             return Reading()
-        keys = [f"account:{account}"] if account else []
-        keys.append(f"project:{tenant}")  # the account's first: its places are taken in order
-        for key in keys:
-            turn = self._tenants.get(key)
-            if turn is not None and turn.users >= self._in_flight:
-                raise RateLimited(
-                    f"{turn.users} build files of this "
-                    f"{key.partition(':')[0]} are being read or waiting to be; verify this "
-                    "build once one of them is done",
-                    code="reads_busy",
-                    headers={"Retry-After": str(max(1, math.ceil(self.limits.cpu_seconds)))},
-                )
         deadline = time.monotonic() + self.limits.timeout_seconds
         loop = asyncio.get_running_loop()
-        turns = []
-        for key in keys:
-            turn = self._tenants.get(key)
-            if turn is None:
-                turn = self._tenants[key] = _Turn(asyncio.Semaphore(self._per_tenant))
-            turn.users += 1
-            turns.append((key, turn))
-        held: list[tuple[str, _Turn]] = []
+        turn = self._tenants.get(tenant)
+        if turn is None:
+            turn = self._tenants[tenant] = _Turn(asyncio.Semaphore(self._per_tenant))
+        turn.users += 1
         try:
-            for key, turn in turns:
-                await asyncio.wait_for(turn.places.acquire(), deadline - time.monotonic())
-                held.append((key, turn))
+            await asyncio.wait_for(turn.places.acquire(), deadline - time.monotonic())
         except TimeoutError:
-            self._leave(turns, held)
+            self._leave(tenant, turn, holding=False)
             return Reading(error=f"Not a readable .{suffix_of(file_name)}: {self._took_too_long()}")
         except BaseException:
-            self._leave(turns, held)
+            self._leave(tenant, turn, holding=False)
             raise
         reading = self._threads.submit(self._read, open_file, file_name, deadline)
-        # The places are given back when the file is read, not when this verify stops waiting.
-        reading.add_done_callback(lambda _: loop.call_soon_threadsafe(self._leave, turns, turns))
+        # The place is given back when the file is read, not when this verify stops waiting.
+        reading.add_done_callback(
+            lambda _: loop.call_soon_threadsafe(self._leave, tenant, turn, True)
+        )
         return await asyncio.wrap_future(reading)
 
-    def files_of(self, project: str) -> int:
-        """The project's files being read or waiting for a process."""
-        turn = self._tenants.get(f"project:{project}")
-        return turn.users if turn is not None else 0
-
-    def _leave(self, turns: list[tuple[str, _Turn]], held: list[tuple[str, _Turn]]) -> None:
-        for _, turn in held:
+    def _leave(self, tenant: str, turn: _Turn, holding: bool) -> None:
+        if holding:
             turn.places.release()
-        for key, turn in turns:
-            turn.users -= 1
-            if not turn.users:
-                del self._tenants[key]
+        turn.users -= 1
+        if not turn.users:
+            del self._tenants[tenant]
 
     def _read(self, open_file: Callable[[], IO[bytes]], file_name: str, deadline: float) -> Reading:
         not_readable = f"Not a readable .{suffix_of(file_name)}: "
@@ -243,7 +200,7 @@ class MetadataReaders:
 @dataclass
 class _Turn:
     places: asyncio.Semaphore
-    users: int = 0  # the tenant's reads holding a place or waiting for one (or the other key's)
+    users: int = 0  # the tenant's reads holding a place or waiting for one
 
 
 # The reading processes waiting for a file, by the memory limit they were started with and what

@@ -50,9 +50,8 @@ async def verify_and_release(
     if asked.distribute is not None:
         await distributor.check_may_invite(access, asked.distribute.emails)
     build = await builds.verify(
-        access.application, asked.build_id, asked.notes, asked.channels, asked.mandatory,
-        account=access.caller.user.id,
-    )  # fmt: skip
+        access.application, asked.build_id, asked.notes, asked.channels, asked.mandatory
+    )
     if build.status is not BuildStatus.READY:
         return build
     if asked.link_hours is not None:

@@ -260,11 +260,9 @@ class BuildService:
         notes: str | None,
         channels: list[str] | None = None,
         mandatory: bool = False,
-        account: str = "",
     ) -> BuildRecord:
         """`channels`: the release channels to publish it to (None: `default`, if the build
-        goes to everyone: ChannelService.publish_verified). `account`: the caller's id, whose
-        files are read within its share (builds/readers.py).
+        goes to everyone: ChannelService.publish_verified).
 
         A multipart build's parts are joined first; if it is larger than
         `verify_inline_max_bytes` its check is left to a job and the build answered is
@@ -288,7 +286,7 @@ class BuildService:
             # committed: an upload that is still streaming either lands before the check or
             # finds the build ready and is refused.
             await hold_until_ended(self.db, self.storage.guard(build.storage_key))
-            sha256, version, reading = await self._checked_file(application, build, account)
+            sha256, version, reading = await self._checked_file(application, build)
         except ValidationFailed as refused:
             if build.multipart and refused.code == "checksum_mismatch":
                 await self._reopen_parts(build)
@@ -408,7 +406,7 @@ class BuildService:
         )
 
     async def _checked_file(
-        self, application: ApplicationRecord, build: BuildRecord, account: str = ""
+        self, application: ApplicationRecord, build: BuildRecord
     ) -> tuple[str, str | None, Reading]:
         """The stored bytes' sha256 and version, and what the file says about itself, once
         they match what was declared and the file belongs to the application."""
@@ -416,7 +414,7 @@ class BuildService:
         platform = application.platform
         if problem := wrong_platform_problem(platform, build.file_name):
             raise ValidationFailed(problem, code="wrong_platform")  # the platform changed
-        reading = await self._metadata(build, version, account)
+        reading = await self._metadata(build, version)
         if reading.refused is not None:
             raise ValidationFailed(reading.refused, code="unreadable_build")
         if reading.metadata is None and platform in PLATFORM_FILES:
@@ -500,7 +498,7 @@ class BuildService:
             await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
         return ready
 
-    async def _metadata(self, build: BuildRecord, version: str | None, account: str) -> Reading:
+    async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
         """What the file says about itself, read by a reading process within its limits
         (builds/readers.py): past one, a Reading whose error says which."""
         storage = self.storage
@@ -508,7 +506,7 @@ class BuildService:
         def open_file() -> IO[bytes]:
             return storage.open_reader(build.storage_key, build.file_size, version)
 
-        return await self.readers.read(open_file, build.file_name, build.project_id, account)
+        return await self.readers.read(open_file, build.file_name, build.project_id)
 
     async def _adopt_identity(
         self, application: ApplicationRecord, bundle_id: str, platform: Platform

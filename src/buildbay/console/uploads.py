@@ -75,7 +75,6 @@ async def finish_upload(request: Request, project_id: str, app_id: str, build_id
          "channels": sent.get("channels"), "mandatory": sent.get("mandatory", False)},
     )  # fmt: skip
     build = await BuildService.of(get_context(request), db).verify(
-        access.application, build_id, body.notes, body.channels, body.mandatory,
-        account=access.caller.user.id,
-    )  # fmt: skip
+        access.application, build_id, body.notes, body.channels, body.mandatory
+    )
     return JSONResponse({"buildId": build.id, "status": build.status.value})
