@@ -11,7 +11,7 @@ from buildbay.applications.schemas import application_schema
 from buildbay.applications.service import ApplicationService
 from buildbay.context import AppContext
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
-from buildbay.distribution.visibility import project_tester_of, tester_of
+from buildbay.distribution.visibility import tester_of
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppAdmin, AppReader, ProjectAdmin, ProjectReader
@@ -67,7 +67,7 @@ async def list_applications(
     access: ProjectReader, reads: ReadsDep, page: Page
 ) -> schemas.ApplicationList:
     views, next_cursor = await applications_page(
-        reads, access.project.id, page.limit, page.after_id, project_tester_of(access)
+        reads, access.project.id, page.limit, page.after_id, tester_of(access)
     )
     return schemas.ApplicationList(
         applications=[application_schema(v, access.role) for v in views], next_cursor=next_cursor

@@ -25,7 +25,7 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.visibility import project_tester_of
+from buildbay.distribution.visibility import tester_of
 from buildbay.errors import BuildbayError, Conflict
 from buildbay.invitations.reads import invitations_of
 from buildbay.projects.authorization import project_of
@@ -92,7 +92,7 @@ async def render_project(
     reads = Reads.within(db)
     access = await project_of(reads, visitor.principal, project_id, ProjectRole.TESTER)
     view = await project_view(reads, access.project)
-    viewer = project_tester_of(access)
+    viewer = tester_of(access)
     applications, _ = await applications_page(reads, access.project.id, 100, None, viewer)
     found = await members(reads, access.project.id)
     invitations = []

@@ -42,14 +42,9 @@ def viewer_of(role: ProjectRole, user_id: str, email: str) -> Viewer | None:
     return None if role.includes(ProjectRole.DEVELOPER) else Viewer(user_id, email)
 
 
-def tester_of(access: ApplicationAccess) -> Viewer | None:
-    """The caller of `access`, if they see only the builds distributed to them (a tester)."""
-    user = access.caller.user
-    return viewer_of(access.role, user.id, user.email)
-
-
-def project_tester_of(access: ProjectAccess) -> Viewer | None:
-    """The caller of a project's `access`, if they see only the builds distributed to them."""
+def tester_of(access: ApplicationAccess | ProjectAccess) -> Viewer | None:
+    """The caller of `access` (to an application or a project), if they see only the builds
+    distributed to them (a tester)."""
     user = access.caller.user
     return viewer_of(access.role, user.id, user.email)
 
