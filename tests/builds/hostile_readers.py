@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO
 
 from buildbay.builds.metadata import Reading, read_metadata
@@ -47,3 +48,16 @@ def hang_on_slow(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
     if file_name.startswith("slow."):
         return hang(open_file, file_name)
     return read_metadata(open_file, file_name)
+
+
+def wait_for_go(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading:
+    """A file whose bytes are `wait:<path>` is read once a file at <path> exists (a reading that
+    takes as long as the test wants); the others are read as they should be."""
+    with open_file() as file:
+        head = file.read(4096)
+    if not head.startswith(b"wait:"):
+        return read_metadata(open_file, file_name)
+    go = Path(head.removeprefix(b"wait:").decode())
+    while not go.exists():
+        time.sleep(0.01)
+    return Reading()

@@ -8,15 +8,20 @@ reach: each reading process imports them by name, as it imports `read_metadata`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import os
 import plistlib
 import zipfile
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from buildbay.builds.android import SIGNATURES_LIMIT, parse_apk
 from buildbay.builds.archive import ENTRIES_LIMIT, MetadataError, open_archive
@@ -26,7 +31,15 @@ from buildbay.builds.readers import MetadataReaders, ReadLimits
 from buildbay.storage.base import StorageUnavailable
 from tests.builds.android_files import APK_V1, expected
 from tests.builds.conftest import Builds
-from tests.builds.hostile_readers import balloon, crash, hang, hang_on_slow, read_size, spin
+from tests.builds.hostile_readers import (
+    balloon,
+    crash,
+    hang,
+    hang_on_slow,
+    read_size,
+    spin,
+    wait_for_go,
+)
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
 from tests.conftest import assert_problem
 
@@ -289,6 +302,112 @@ async def test_verify_of_a_file_whose_reading_hits_a_limit_is_422_and_the_build_
     assert r.json()["status"] == "ready"
 
 
+class _Holders(dict[object, "asyncio.Task[Any] | None"]):
+    """The engines' connections checked out, each with the task that took it (the job worker's
+    run beside a test's requests)."""
+
+    def __init__(self, *engines: AsyncEngine) -> None:
+        super().__init__()
+        self._engines = {engine.sync_engine for engine in engines}  # one, on SQLite
+        for engine in self._engines:
+            event.listen(engine, "checkout", self._out)
+            event.listen(engine, "checkin", self._in)
+
+    def _out(self, _dbapi: object, record: object, _proxy: object) -> None:
+        self[record] = asyncio.current_task()
+
+    def _in(self, _dbapi: object, record: object) -> None:
+        self.pop(record, None)
+
+    def stop(self) -> None:
+        for engine in self._engines:
+            event.remove(engine, "checkout", self._out)
+            event.remove(engine, "checkin", self._in)
+
+
+async def test_an_accounts_verifies_waiting_for_reads_hold_no_connection_nor_every_process(
+    app: FastAPI, builds: Builds, tmp_path: Path
+) -> None:
+    """An account verifies four builds at once, from two projects, whose reading takes until the
+    test says go. Meanwhile none of them holds a database connection (they held one each: on
+    PostgreSQL, a pool of ten held by ten such verifies stalled every other request), and
+    another account's verify finds a reading process: an account reads in all processes but
+    one, whatever the project (a project's share alone let two projects take both)."""
+    ctx = app.state.ctx
+    pool = ctx.readers = MetadataReaders(2, LIMITS, read=wait_for_go)
+    go = tmp_path / "go"
+    second = await builds.api.project(builds.owner, "Second")
+    apps = [
+        builds,
+        replace(
+            builds,
+            project_id=second["id"],
+            app_id=(await builds.api.application(builds.owner, second["id"]))["id"],
+        ),
+    ]
+    held = f"wait:{go}".encode()
+    links = []
+    for where in apps * 2:
+        link = await where.link(held, fileName="hold.apk")
+        await where.put(link, held)
+        links.append((where, link))
+    holders = _Holders(ctx.engine, ctx.read_engine)
+    waiting = [asyncio.create_task(where.verify(link["buildId"])) for where, link in links]
+    try:
+        projects = [f"project:{where.project_id}" for where in apps]
+        for _ in range(3000):  # until all four are in: one read, three waiting
+            if sum(map(pool.waiting, projects)) == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert sum(map(pool.waiting, projects)) == 4
+
+        assert [task for task in holders.values() if task in waiting] == []
+
+        other = await builds.api.register()
+        theirs = await builds.api.project(other, "Theirs")
+        their_app = await builds.api.application(other, theirs["id"])
+        them = replace(builds, owner=other, project_id=theirs["id"], app_id=their_app["id"])
+        ready = await asyncio.wait_for(them.ready(APK_V1.read_bytes()), 30)
+        assert ready["status"] == "ready"
+        assert ready["metadata"]["packageName"] == expected()["packageName"]
+        assert not any(task.done() for task in waiting)  # A's still wait
+    finally:
+        go.touch()
+        answers = await asyncio.gather(*waiting)
+        await pool.aclose()
+        holders.stop()
+    assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
+    assert {r.json()["status"] for r in answers} == {"ready"}
+
+
+async def test_a_put_landing_while_verify_reads_the_file_is_what_verify_checks(
+    app: FastAPI, builds: Builds, tmp_path: Path
+) -> None:
+    """Verify holds no lock on the object while it reads the file (the lock's stripe is shared
+    with other builds' uploads): a PUT lands meanwhile, and verify, seeing the bytes replaced,
+    checks the new ones."""
+    pool = app.state.ctx.readers = MetadataReaders(1, LIMITS, read=wait_for_go)
+    first, second = f"wait:{tmp_path / 'go1'}".encode(), f"wait:{tmp_path / 'go2'}".encode()
+    (tmp_path / "go2").touch()  # the second bytes read at once, the first when the test says
+    link = await builds.pending(first, fileName="hold.apk")
+    verify = asyncio.create_task(builds.verify(link["buildId"]))
+    try:
+        for _ in range(3000):  # until verify reads the first bytes
+            if pool.waiting(f"project:{builds.project_id}"):
+                break
+            await asyncio.sleep(0.01)
+        put = await asyncio.wait_for(builds.put(link, second), 10)
+        assert put.status_code == 200, put.text
+    finally:
+        (tmp_path / "go1").touch()
+        verified = await verify
+        await pool.aclose()
+
+    assert verified.status_code == 200, verified.text
+    assert verified.json()["status"] == "ready"
+    assert verified.json()["sha256"] == hashlib.sha256(second).hexdigest()
+
+
 class _FailingStorageFile(io.BytesIO):
     """A stored file whose reads fail past its first bytes, as a bucket that stops answering."""
 
@@ -321,9 +440,9 @@ async def test_a_tenant_sending_many_files_leaves_a_process_for_the_others(
     pool = MetadataReaders(2, limits, read=hang_on_slow)
     data = ipa().getvalue()
     try:
-        first = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", "prj_a"))
-        second = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", "prj_a"))
-        other = asyncio.create_task(pool.read(opener(data), "Example.ipa", "prj_b"))
+        first = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", ("prj_a",)))
+        second = asyncio.create_task(pool.read(opener(b"x"), "slow.ipa", ("prj_a",)))
+        other = asyncio.create_task(pool.read(opener(data), "Example.ipa", ("prj_b",)))
 
         done, _ = await asyncio.wait({first, second, other}, return_when=asyncio.FIRST_COMPLETED)
 

@@ -16,7 +16,13 @@ from sqlalchemy import delete, event, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from buildbay.db.engine import after_commit, finish, hold_until_ended
+from buildbay.db.engine import (
+    after_commit,
+    connection_released,
+    finish,
+    hold_until_ended,
+    insert_pair,
+)
 from buildbay.db.reads import Reads
 from buildbay.deps import SessionDep, TransactionRoute
 from buildbay.errors import Conflict
@@ -257,6 +263,87 @@ async def test_what_a_unit_of_work_holds_is_let_go_after_a_rollback(
     await finish(session, ok=False)
     assert not lock.locked()
     assert await _project_names(sessions) == []
+
+
+async def test_a_unit_of_work_that_wrote_nothing_gives_its_connection_back_for_a_long_wait(
+    app: FastAPI, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """`connection_released` (a verify reading its file): the connection is back in the pool
+    during the wait, what `hold_until_ended` took stays held, and the unit of work reads and
+    writes after it, on a connection taken again."""
+    engine: AsyncEngine = app.state.ctx.engine
+    lock = asyncio.Lock()
+    session = sessions()
+    await hold_until_ended(session, lock)
+    reads = Reads.within(session)
+    assert await reads.all(select(Project.id)) == []
+    assert engine.pool.checkedout() == 1
+
+    async with connection_released(session):
+        assert engine.pool.checkedout() == 0
+        assert lock.locked()
+        async with sessions() as other, other.begin():  # what another request writes meanwhile
+            other.add(_project("prj_meanwhile"))
+
+    assert [row["id"] for row in await reads.all(select(Project.id))] == ["prj_meanwhile"]
+    session.add(_project("prj_after"))
+    await finish(session, ok=True)
+    assert not lock.locked()
+    assert engine.pool.checkedout() == 0
+    assert await _project_names(sessions) == ["prj_after", "prj_meanwhile"]
+
+
+async def _wrote_a_row(session: AsyncSession) -> None:
+    await session.execute(
+        insert(Project).values(id="prj_x", name="x", created_at=NOW, updated_at=NOW)
+    )
+
+
+async def _flushed_a_row(session: AsyncSession) -> None:
+    session.add(_project("prj_x"))
+    await session.flush()
+
+
+async def _added_a_row(session: AsyncSession) -> None:
+    session.add(_project("prj_x"))
+
+
+async def _wrote_a_pair(session: AsyncSession) -> None:
+    project = {"id": "prj_x", "name": "x", "created_at": NOW, "updated_at": NOW}
+    other = {**project, "id": "prj_y", "name": "y"}
+    await insert_pair(session, (Project.__table__, project), (Project.__table__, other))
+
+
+async def _waits_for_a_commit(session: AsyncSession) -> None:
+    await session.scalar(select(Project.id))
+    after_commit(session, _noting([], _told))
+
+
+@pytest.mark.parametrize(
+    ("wrote", "names"),
+    [
+        (_wrote_a_row, ["x"]),
+        (_flushed_a_row, ["prj_x"]),
+        (_added_a_row, ["prj_x"]),
+        (_wrote_a_pair, ["x", "y"]),
+        (_waits_for_a_commit, []),
+    ],
+)
+async def test_a_unit_of_work_that_wrote_keeps_its_connection_and_its_writes(
+    sessions: async_sessionmaker[AsyncSession],
+    wrote: Callable[[AsyncSession], Awaitable[None]],
+    names: list[str],
+) -> None:
+    """Giving the connection back ends the transaction: after a write (an INSERT, a flush, an
+    object added, a row written on the connection, an action waiting for the commit) it is
+    refused, and what was written still commits."""
+    session = sessions()
+    await wrote(session)
+    with pytest.raises(RuntimeError, match="a unit of work that wrote"):
+        async with connection_released(session):
+            pass
+    await finish(session, ok=True)
+    assert await _project_names(sessions) == names
 
 
 def _noting(done: list[str], what: Callable[[], Awaitable[str]]) -> Callable[[], Awaitable[None]]:

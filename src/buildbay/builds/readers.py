@@ -10,7 +10,10 @@ server's process neither its event loop (the interpreter's lock) nor a thread be
   backstop), of memory (RLIMIT_AS) and of wall-clock time, counted from the verify's call: at
   the limit the process is ended (by the kernel's signal, whose default action ends it even in
   the middle of C code, or SIGKILL from here) and a new one takes its place.
-- The processes are `processes` at most: a verify waits for a free one without holding a thread.
+- The processes are `processes` at most: a verify waits for a free one without holding a thread
+  (nor a database connection: builds/service.py gives it back while the file is checked).
+- An account, and a project, reads in all processes but one at most: another tenant's file
+  finds a process within one file's limit, however many the first sends.
 - A process does not open the file: it asks this process for byte ranges of it over its pipe,
   so it holds only what the parser reads (a multi-GiB build is never loaded) and needs neither
   storage, the bucket's credentials nor a network. What it answers is JSON and bytes, never
@@ -100,43 +103,56 @@ class MetadataReaders:
         return cls(settings.parse_processes, limits, settings.parse_files_per_process)
 
     async def read(
-        self, open_file: Callable[[], IO[bytes]], file_name: str, tenant: str = ""
+        self, open_file: Callable[[], IO[bytes]], file_name: str, tenants: tuple[str, ...] = ()
     ) -> Reading:
         """What the file says, as `read_metadata` reads it, within the limits: past one, a
         Reading whose error says which.
 
-        A `tenant` (a project) reads in at most all processes but one at a time: its files wait
-        for each other, so that another tenant's file always finds a process within one file's
-        limit, however many files the first sends at once."""
+        Each of `tenants` (the account that uploaded it, then its project: every caller names
+        its kinds in the same order) reads in at most all processes but one at a time: their
+        files wait for each other, so that another tenant's file always finds a process within
+        one file's limit, however many files the first sends at once, from however many
+        projects."""
         if not has_parser(file_name):
             return Reading()
         deadline = time.monotonic() + self.limits.timeout_seconds
         loop = asyncio.get_running_loop()
-        turn = self._tenants.get(tenant)
-        if turn is None:
-            turn = self._tenants[tenant] = _Turn(asyncio.Semaphore(self._per_tenant))
-        turn.users += 1
+        turns = [self._turn_of(tenant) for tenant in dict.fromkeys(tenants)]
+        held: list[_Turn] = []
         try:
-            await asyncio.wait_for(turn.places.acquire(), deadline - time.monotonic())
+            for turn in turns:  # in the order given: two reads never wait on each other
+                await asyncio.wait_for(turn.places.acquire(), deadline - time.monotonic())
+                held.append(turn)
         except TimeoutError:
-            self._leave(tenant, turn, holding=False)
+            self._leave(turns, held)
             return Reading(error=f"Not a readable .{suffix_of(file_name)}: {self._took_too_long()}")
         except BaseException:
-            self._leave(tenant, turn, holding=False)
+            self._leave(turns, held)
             raise
         reading = self._threads.submit(self._read, open_file, file_name, deadline)
-        # The place is given back when the file is read, not when this verify stops waiting.
-        reading.add_done_callback(
-            lambda _: loop.call_soon_threadsafe(self._leave, tenant, turn, True)
-        )
+        # The places are given back when the file is read, not when this verify stops waiting.
+        reading.add_done_callback(lambda _: loop.call_soon_threadsafe(self._leave, turns, turns))
         return await asyncio.wrap_future(reading)
 
-    def _leave(self, tenant: str, turn: _Turn, holding: bool) -> None:
-        if holding:
+    def waiting(self, tenant: str) -> int:
+        """The tenant's files being read or waiting for a process."""
+        turn = self._tenants.get(tenant)
+        return turn.users if turn is not None else 0
+
+    def _turn_of(self, tenant: str) -> _Turn:
+        turn = self._tenants.get(tenant)
+        if turn is None:
+            turn = self._tenants[tenant] = _Turn(tenant, asyncio.Semaphore(self._per_tenant))
+        turn.users += 1
+        return turn
+
+    def _leave(self, turns: list[_Turn], held: list[_Turn]) -> None:
+        for turn in held:
             turn.places.release()
-        turn.users -= 1
-        if not turn.users:
-            del self._tenants[tenant]
+        for turn in turns:
+            turn.users -= 1
+            if not turn.users:
+                del self._tenants[turn.tenant]
 
     def _read(self, open_file: Callable[[], IO[bytes]], file_name: str, deadline: float) -> Reading:
         not_readable = f"Not a readable .{suffix_of(file_name)}: "
@@ -199,6 +215,7 @@ class MetadataReaders:
 
 @dataclass
 class _Turn:
+    tenant: str
     places: asyncio.Semaphore
     users: int = 0  # the tenant's reads holding a place or waiting for one
 

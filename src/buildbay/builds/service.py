@@ -13,6 +13,7 @@ file too large to hash within a request is checked by a job (`VERIFY_JOB`): the 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.reads import BUILD, BuildReads, BuildRecord, storage_usage
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
-from buildbay.db.engine import after_commit, hold_until_ended
+from buildbay.db.engine import after_commit, connection_released, hold_until_ended
 from buildbay.db.reads import Reads
 from buildbay.distribution.models import EVERYONE
 from buildbay.distribution.service import distribute_when_ready
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
     from buildbay.context import AppContext
 
 VERIFY_JOB = "builds.verify"  # checks a large multipart build's bytes in the background
+# A verify checks the bytes again when an upload replaced them while they were read, this many
+# times at most (then 409 `upload_changing`).
+CHECKS_WHILE_REPLACED = 3
 MiB = 1024 * 1024
 SINGLE_PUT_MAX = 5 * 1024 * MiB  # one S3 PUT takes at most 5 GiB: above it, parts
 MIN_PART = 8 * MiB
@@ -282,17 +286,36 @@ class BuildService:
                 await self._join_parts(build)
                 if build.file_size > self.settings.verify_inline_max_bytes:
                     return await self._verify_later(build, notes, channels, mandatory)
-            # Under the object's guard, let go only once the request's unit of work has
-            # committed: an upload that is still streaming either lands before the check or
-            # finds the build ready and is refused.
-            await hold_until_ended(self.db, self.storage.guard(build.storage_key))
-            sha256, version, reading = await self._checked_file(application, build)
+            sha256, version, reading = await self._checked_bytes_under_guard(application, build)
         except ValidationFailed as refused:
             if build.multipart and refused.code == "checksum_mismatch":
                 await self._reopen_parts(build)
             raise await self._refused(build, refused) from None
         return await self.mark_ready(
             application, build, sha256, version, reading, notes, channels, mandatory
+        )
+
+    async def _checked_bytes_under_guard(
+        self, application: ApplicationRecord, build: BuildRecord
+    ) -> tuple[str, str | None, Reading]:
+        """`_checked_file`, then the object's guard, held until the request's unit of work has
+        ended, over bytes seen unchanged since they were checked: an upload still streaming
+        either landed before (its bytes are checked in turn) or finds the build ready and is
+        refused. The guard is taken only once the file is read, not for the seconds a file
+        takes to read: its lock stripe is shared with other builds' uploads and verifies."""
+        for _ in range(CHECKS_WHILE_REPLACED):
+            sha256, version, reading = await self._checked_file(application, build)
+            guard = contextlib.AsyncExitStack()
+            await guard.enter_async_context(self.storage.guard(build.storage_key))
+            now = await self.storage.stat(build.storage_key)
+            if now is not None and now.version == version and now.sha256 in (None, sha256):  # same
+                await hold_until_ended(self.db, guard)
+                return sha256, version, reading
+            await guard.aclose()  # replaced while it was read: read what is there now
+        raise Conflict(
+            "This build's file was replaced again and again while it was checked; verify it "
+            "once its upload is over",
+            code="upload_changing",
         )
 
     async def _refused(self, build: BuildRecord, refused: ValidationFailed) -> ValidationFailed:
@@ -409,12 +432,18 @@ class BuildService:
         self, application: ApplicationRecord, build: BuildRecord
     ) -> tuple[str, str | None, Reading]:
         """The stored bytes' sha256 and version, and what the file says about itself, once
-        they match what was declared and the file belongs to the application."""
-        sha256, version = await self._checked_bytes(build)
+        they match what was declared and the file belongs to the application.
+
+        The unit of work, which has written nothing yet, gives its database connection back
+        while the bytes are hashed and read (seconds for a large or crafted file, waiting for a
+        reading process included): an account's many verifies at once hold none of the
+        connections that everyone else's requests need. What follows writes conditionally."""
         platform = application.platform
-        if problem := wrong_platform_problem(platform, build.file_name):
-            raise ValidationFailed(problem, code="wrong_platform")  # the platform changed
-        reading = await self._metadata(build, version)
+        async with connection_released(self.db):
+            sha256, version = await self._checked_bytes(build)
+            if problem := wrong_platform_problem(platform, build.file_name):
+                raise ValidationFailed(problem, code="wrong_platform")  # the platform changed
+            reading = await self._metadata(build, version)
         if reading.refused is not None:
             raise ValidationFailed(reading.refused, code="unreadable_build")
         if reading.metadata is None and platform in PLATFORM_FILES:
@@ -506,7 +535,8 @@ class BuildService:
         def open_file() -> IO[bytes]:
             return storage.open_reader(build.storage_key, build.file_size, version)
 
-        return await self.readers.read(open_file, build.file_name, build.project_id)
+        tenants = (f"account:{build.uploaded_by}", f"project:{build.project_id}")
+        return await self.readers.read(open_file, build.file_name, tenants)
 
     async def _adopt_identity(
         self, application: ApplicationRecord, bundle_id: str, platform: Platform

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 import buildbay.db.sqlite_inline  # noqa: F401  (registers the sqlite+inline dialect)
@@ -278,6 +278,7 @@ class UnitOfWorkSession(AsyncSession):
 
 
 _HELD = "buildbay.held"
+_WROTE = "buildbay.wrote"  # the current transaction has written (`connection_released`)
 _PENDING = "buildbay.after_commit.pending"
 _COMMITTED = "buildbay.after_commit.committed"
 
@@ -289,6 +290,31 @@ async def hold_until_ended(session: AsyncSession, resource: AbstractAsyncContext
     if held is None:
         held = session.info[_HELD] = contextlib.AsyncExitStack()
     return await held.enter_async_context(resource)
+
+
+@contextlib.asynccontextmanager
+async def connection_released(session: AsyncSession) -> AsyncIterator[None]:
+    """Give `session`'s connection back to the pool (and its place in line) for the time of a
+    long wait outside the database, such as reading a build file: the first statement after
+    it takes a connection again, in a new transaction. A unit of work waiting so holds none of
+    the few connections the other requests need.
+
+    Only before the unit of work has written anything, as the transaction it had ends here:
+    what it had written would be lost, so a session that wrote (or has `after_commit` actions
+    waiting) raises RuntimeError. What it read may have changed when it reads again, and locks
+    it took are let go: write conditionally after it. What `hold_until_ended` took stays held.
+    """
+    if session.info.get(_WROTE) or session.info.get(_PENDING) or _unflushed(session):
+        raise RuntimeError("a unit of work that wrote cannot give its connection back")
+    if session.in_transaction():
+        await session.rollback()  # it wrote nothing: this ends the transaction, nothing more
+    if isinstance(session, UnitOfWorkSession):
+        session.leave_line()
+    yield
+
+
+def _unflushed(session: AsyncSession) -> bool:
+    return bool(session.new or session.dirty or session.deleted)
 
 
 def after_commit(session: AsyncSession, action: Callable[[], Awaitable[None]]) -> None:
@@ -333,6 +359,7 @@ async def insert_pair(session: AsyncSession, first: Row, second: Row) -> None:
     where two INSERTs cost two. SQLite has no such statement; its two INSERTs run in one pass
     through SQLAlchemy's async layer (`run_sync`), not one each."""
     connection = await session.connection()
+    session.info[_WROTE] = True  # written on the connection: no event of the session sees it
     if connection.dialect.name == "postgresql":
         params = {f"{_FIRST}{k}": v for k, v in first[1].items()}
         params |= {f"{_SECOND}{k}": v for k, v in second[1].items()}
@@ -363,14 +390,27 @@ def _insert_both(first: Table, second: Table) -> Insert:
     return insert(second).values(values(second, _SECOND)).add_cte(written)
 
 
+@event.listens_for(UnitOfWork, "do_orm_execute")
+def _note_a_write(state: ORMExecuteState) -> None:
+    if not state.is_select:
+        state.session.info[_WROTE] = True
+
+
+@event.listens_for(UnitOfWork, "after_flush")
+def _note_a_flush(session: Session, _context: Any) -> None:
+    session.info[_WROTE] = True
+
+
 @event.listens_for(UnitOfWork, "after_commit")
 def _move_to_committed(session: Session) -> None:
+    session.info.pop(_WROTE, None)
     if pending := session.info.pop(_PENDING, None):
         session.info.setdefault(_COMMITTED, []).extend(pending)
 
 
 @event.listens_for(UnitOfWork, "after_rollback")
 def _drop_pending(session: Session) -> None:
+    session.info.pop(_WROTE, None)
     session.info.pop(_PENDING, None)
 
 

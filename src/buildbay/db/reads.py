@@ -80,7 +80,9 @@ class Reads:
         if not isinstance(statement, Select):
             raise TypeError(f"Reads only run SELECT statements, not {type(statement).__name__}")
         connection = self._connection
-        if connection is None:
+        # A unit of work's connection is its transaction's: a new one after the session gave
+        # it back (db/engine.py `connection_released`).
+        if connection is None or connection.closed:
             connection = self._connection = await self._connect()
         return await connection.execute(statement, params)
 
