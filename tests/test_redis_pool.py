@@ -1,14 +1,17 @@
-"""The process's Redis pool (redis_pool.py): bounded, and waited for in turn."""
+"""The process's Redis pool (redis_pool.py): bounded, and waited for in turn; and what its users
+do when Redis fails them (`Setbacks`), timed on the app's clock."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import pytest
 import redis.asyncio
 
-from buildbay.redis_pool import FairConnectionPool
+from buildbay.clock import FrozenClock
+from buildbay.redis_pool import SKIP_SECONDS, WARN_EVERY_SECONDS, FairConnectionPool, Setbacks
 from tests.conftest import redis_clients
 
 
@@ -87,3 +90,36 @@ async def test_a_failed_connect_gives_its_place_back() -> None:
             assert "No connection available" not in str(failed.value)
     finally:
         await client.aclose()
+
+
+def test_after_a_setback_redis_is_left_alone_for_skip_seconds_on_the_app_s_clock() -> None:
+    clock = FrozenClock()
+    setbacks = Setbacks(logging.getLogger("tests.setbacks"), clock)
+    assert not setbacks.skipping()
+
+    setbacks.skip()
+    assert setbacks.skipping()
+    clock.advance(seconds=SKIP_SECONDS - 1)
+    assert setbacks.skipping()
+    clock.advance(seconds=1)
+    assert not setbacks.skipping()
+
+
+def test_a_redis_that_stays_down_is_logged_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FrozenClock()
+    setbacks = Setbacks(logging.getLogger("tests.setbacks"), clock)
+    down = ConnectionError("refused")
+
+    with caplog.at_level(logging.WARNING, logger="tests.setbacks"):
+        setbacks.warn("cannot count", down)
+        clock.advance(seconds=WARN_EVERY_SECONDS - 1)
+        setbacks.warn("cannot count", down)
+        clock.advance(seconds=1)
+        setbacks.warn("still cannot count", down)
+
+    assert [r.getMessage() for r in caplog.records] == [
+        "cannot count: refused",
+        "still cannot count: refused",
+    ]

@@ -133,7 +133,7 @@ def create_app(
     # Redis means several processes: they share request counts and tell each other of revoked
     # sessions through it.
     shared_redis = redis_pool.connect(settings.redis_url) if settings.redis_url else None
-    revocations = SharedRevocations(shared_redis) if shared_redis is not None else None
+    revocations = SharedRevocations(shared_redis, clock) if shared_redis is not None else None
     job_signal = JobSignal()
     ctx = AppContext(
         settings=settings,
@@ -146,7 +146,7 @@ def create_app(
         storage=storage,
         signer=signer,
         install_tokens=InstallTokens(settings.signing_key),
-        limiter=RateLimiter(settings, shared_redis),
+        limiter=RateLimiter(settings, clock, shared_redis),
         access_tokens=AccessTokenCodec(
             settings.signing_key, timedelta(seconds=settings.access_token_ttl_seconds)
         ),

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
 class Clock(Protocol):
     def now(self) -> datetime: ...
+
+    def monotonic(self) -> float:
+        """Seconds from some fixed moment, never going back: for how long something lasts
+        (the time of day may be set back or forward meanwhile)."""
+        ...
 
 
 class SystemClock:
@@ -16,15 +22,22 @@ class SystemClock:
         # a timestamp read back needs no rounding before it is written out.
         return datetime.now(UTC).replace(microsecond=0)
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
 
 class FrozenClock:
-    """A clock that stands still until told to move (for tests)."""
+    """A clock that stands still until told to move (for tests); `advance` moves its
+    `monotonic` by as much."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or SystemClock().now()
+        self._now = self._start = start or SystemClock().now()
 
     def now(self) -> datetime:
         return self._now
+
+    def monotonic(self) -> float:
+        return (self._now - self._start).total_seconds()
 
     def advance(self, **delta: float) -> None:
         self._now += timedelta(**delta)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import redis.asyncio as redis
 from redis.asyncio.connection import AbstractConnection
 
+from buildbay.clock import Clock
 from buildbay.db.turns import Line
 
 CONNECTIONS = 10
@@ -40,21 +40,23 @@ WARN_EVERY_SECONDS = 60.0  # a Redis that stays down is logged once a minute, no
 
 class Setbacks:
     """What a user of the shared client does when Redis fails it: `skip` leaves Redis alone
-    for SKIP_SECONDS (`skipping` says so meanwhile), and `warn` logs at most once a minute."""
+    for SKIP_SECONDS (`skipping` says so meanwhile), and `warn` logs at most once a minute.
+    Both are measured on the app's clock (its `monotonic`), which tests move."""
 
-    def __init__(self, log: logging.Logger) -> None:
+    def __init__(self, log: logging.Logger, clock: Clock) -> None:
         self._log = log
-        self._skip_until = 0.0  # time.monotonic()
+        self._clock = clock
+        self._skip_until: float | None = None  # clock.monotonic()
         self._last_warning: float | None = None
 
     def skipping(self) -> bool:
-        return time.monotonic() < self._skip_until
+        return self._skip_until is not None and self._clock.monotonic() < self._skip_until
 
     def skip(self) -> None:
-        self._skip_until = time.monotonic() + SKIP_SECONDS
+        self._skip_until = self._clock.monotonic() + SKIP_SECONDS
 
     def warn(self, text: str, exc: BaseException) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._last_warning is None or now - self._last_warning >= WARN_EVERY_SECONDS:
             self._last_warning = now
             self._log.warning("%s: %s", text, exc)

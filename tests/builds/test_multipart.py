@@ -24,7 +24,8 @@ from buildbay.builds.sweeper import GRACE, sweep
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.context import AppContext
-from buildbay.storage.local import BOOT_ID, LocalStorage
+from buildbay.storage.local import LocalStorage
+from buildbay.storage.local_multipart import BOOT_ID
 from tests.builds.conftest import Builds
 
 MiB = 1024 * 1024

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 
 from buildbay.auth.dependencies import count_request
+from buildbay.clock import SystemClock
 from buildbay.config import Plan, Settings
 from buildbay.errors import RateLimited
 from buildbay.ratelimit.limiter import WINDOW_SECONDS, RateLimiter, RateLimitState
@@ -41,7 +42,7 @@ class Clock:
 
 
 def limiter(per_minute: int) -> RateLimiter:
-    return RateLimiter(Settings(rate_limit_free_per_minute=per_minute))
+    return RateLimiter(Settings(rate_limit_free_per_minute=per_minute), SystemClock())
 
 
 async def counted(limiter: RateLimiter) -> tuple[RateLimitState, dict[str, str] | None]:

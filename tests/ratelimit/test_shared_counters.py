@@ -8,7 +8,6 @@ import re
 from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 import redis.asyncio as redis
 
 from buildbay import redis_pool
@@ -79,12 +78,11 @@ async def test_an_unreachable_redis_fails_open_and_readyz_says_so(
 
 
 async def test_after_a_failed_count_requests_go_uncounted_a_moment_without_asking_redis(
-    settings: Settings, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, clock: FrozenClock
 ) -> None:
     # While Redis hangs, every count would wait out the client's timeout (a second): after one
-    # does, the requests of the next moment are served without asking. The update check counts
-    # its caller's IP before it looks at the key.
-    monkeypatch.setattr(redis_pool, "SKIP_SECONDS", 2.0)
+    # does, the requests of the next SKIP_SECONDS, on the app's clock, are served without
+    # asking. The update check counts its caller's IP before it looks at the key.
     settings = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
     app = create_app(settings, clock=clock, migrate_on_start=False)
     counters = app.state.ctx.limiter
@@ -95,16 +93,21 @@ async def test_after_a_failed_count_requests_go_uncounted_a_moment_without_askin
             async def check() -> None:
                 r = await client.get("/api/updates/check", params={"key": "bbu_unknown"})
                 assert r.status_code == 404, r.text
+                assert r.json()["code"] == "unknown_update_key"
                 assert "RateLimit" not in r.headers
 
             await check()
             assert counters.store_failures == 1
             for _ in range(3):
                 await check()
+            clock.advance(seconds=redis_pool.SKIP_SECONDS - 1)
+            await check()
             assert counters.store_failures == 1  # not asked
-            await asyncio.sleep(2.05)
+            clock.advance(seconds=1)
             await check()
             assert counters.store_failures == 2  # asked again, and failed again
+            await check()
+            assert counters.store_failures == 2  # and left alone again
     finally:
         await app.state.ctx.dispose()
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from buildbay.storage.base import BodyTooLarge, BodyTooShort, ObjectNotFound
-from buildbay.storage.local import WRITE_BLOCK, LocalStorage
+from buildbay.storage.disk import WRITE_BLOCK
+from buildbay.storage.local import LocalStorage
 from tests.storage.conftest import chunks_of, new_key
 
 

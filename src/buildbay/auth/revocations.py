@@ -25,6 +25,7 @@ from collections.abc import Iterable
 import redis.asyncio as redis
 
 from buildbay import redis_pool
+from buildbay.clock import Clock
 
 log = logging.getLogger("buildbay.auth")
 
@@ -34,10 +35,11 @@ NO_REVOCATION = b""  # the mark of a user none of whose sessions was revoked lat
 
 
 class SharedRevocations:
-    def __init__(self, shared: redis.Redis) -> None:
-        """`shared`: the process's Redis client (redis_pool.py), which its owner closes."""
+    def __init__(self, shared: redis.Redis, clock: Clock) -> None:
+        """`shared`: the process's Redis client (redis_pool.py), which its owner closes;
+        `clock`: the app's, on which a failing Redis is left alone a while."""
         self._redis = shared
-        self._setbacks = redis_pool.Setbacks(log)
+        self._setbacks = redis_pool.Setbacks(log, clock)
 
     async def mark(self, user_id: str) -> bytes | None:
         """The user's revocation mark now; None if it cannot be known (Redis unreachable)."""

@@ -6,6 +6,8 @@ body is read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,6 +27,7 @@ from buildbay.storage.local import (
     LocalStorage,
     part_resource,
 )
+from buildbay.storage.signing import UrlSigner
 
 router = APIRouter(tags=["storage"], route_class=TransactionRoute)
 
@@ -48,15 +51,43 @@ def _signed_query(*names: str) -> dict[str, Any]:
     }
 
 
-def _part(request: Request, name: str) -> str | None:
-    return request.query_params.get(name)
-
-
 def _number(value: str | None) -> int:
     number = whole_number(value, max_digits=16) if value is not None else None
     if number is None:
         raise Forbidden("The storage URL is incomplete or altered", code="invalid_signature")
     return number
+
+
+# What each address reads of its signed URL, before anything else: `key` is the URL's path after
+# the address, `query` its query. Each returns what the URL was signed for, or raises Forbidden
+# (invalid_signature: not signed as it stands; url_expired: signed, but no longer valid at `now`).
+
+
+def read_upload_url(signer: UrlSigner, key: str, query: Mapping[str, str], now: datetime) -> int:
+    """An upload URL (LocalStorage.upload_target): the size its build file was signed for."""
+    size = _number(query.get("size"))
+    expires, signature = _number(query.get("expires")), query.get("signature")
+    signer.verify("PUT", key, expires, signature or "", now, size)
+    return size
+
+
+def read_part_url(
+    signer: UrlSigner, key: str, query: Mapping[str, str], now: datetime
+) -> tuple[int, int]:
+    """A part's URL (LocalStorage.part_target): the part's number and size."""
+    number, size = _number(query.get("part")), _number(query.get("size"))
+    expires, signature = _number(query.get("expires")), query.get("signature")
+    signer.verify("PUT", part_resource(key, number), expires, signature or "", now, size)
+    return number, size
+
+
+def read_download_url(signer: UrlSigner, key: str, query: Mapping[str, str], now: datetime) -> str:
+    """A download URL (LocalStorage.download_url): the file name it serves the file under."""
+    name = query.get("name", "build")
+    expires = _number(query.get("expires"))
+    signature = query.get("signature")
+    signer.verify("GET", f"{key}\n{name}", expires, signature or "", now)
+    return name
 
 
 # A PUT's body, in the OpenAPI document: the raw bytes.
@@ -83,9 +114,7 @@ def _local(ctx: Context) -> LocalStorage:
 )
 async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUpload:
     storage = _local(ctx)
-    size_ = _number(_part(request, "size"))
-    expires, signature = _number(_part(request, "expires")), _part(request, "signature")
-    ctx.signer.verify("PUT", key, expires, signature or "", ctx.clock.now(), size_)
+    size_ = read_upload_url(ctx.signer, key, request.query_params, ctx.clock.now())
     build = await _pending_build(ctx, key)
     _check_length(request, size_, "the build's declared")
     # Checked again once the bytes are in: the build may have been verified or deleted meanwhile.
@@ -107,11 +136,7 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
 )
 async def receive_part(key: str, request: Request, ctx: Context) -> StoredPart:
     storage = _local(ctx)
-    number, size_ = _number(_part(request, "part")), _number(_part(request, "size"))
-    expires, signature = _number(_part(request, "expires")), _part(request, "signature")
-    ctx.signer.verify(
-        "PUT", part_resource(key, number), expires, signature or "", ctx.clock.now(), size_
-    )
+    number, size_ = read_part_url(ctx.signer, key, request.query_params, ctx.clock.now())
     build = await _pending_build(ctx, key)
     _check_length(request, size_, "the part's")
     # Verify and delete take the upload away under the storage's own locks: a part that
@@ -155,10 +180,7 @@ def _check_length(request: Request, size: int, what: str) -> None:
 )
 async def serve_file(key: str, request: Request, ctx: Context) -> FileResponse:
     storage = _local(ctx)
-    name = request.query_params.get("name", "build")
-    expires = _number(_part(request, "expires"))
-    signature = _part(request, "signature")
-    ctx.signer.verify("GET", f"{key}\n{name}", expires, signature or "", ctx.clock.now())
+    name = read_download_url(ctx.signer, key, request.query_params, ctx.clock.now())
     path = storage.path_of(key)
     if not path.is_file():
         raise NotFound("This build file no longer exists", code="object_not_found")

@@ -35,6 +35,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 
 from buildbay import redis_pool
+from buildbay.clock import Clock
 from buildbay.config import Plan, Settings
 
 log = logging.getLogger("buildbay.ratelimit")
@@ -120,8 +121,9 @@ class PasswordCheck:
 
 
 class RateLimiter:
-    def __init__(self, settings: Settings, shared: redis.Redis | None = None) -> None:
-        """`shared`: the process's Redis client (redis_pool.py), which its owner closes;
+    def __init__(self, settings: Settings, clock: Clock, shared: redis.Redis | None = None) -> None:
+        """`clock`: the app's, on which a failing Redis is left alone a while (redis_pool.py);
+        `shared`: the process's Redis client (redis_pool.py), which its owner closes;
         needed when `settings` name a Redis."""
         self._redis: redis.Redis | None = None
         if settings.redis_url:
@@ -159,7 +161,7 @@ class RateLimiter:
         self._login_failures = RateLimitItemPerMinute(settings.login_failures_per_minute)
         self._budgets: dict[int, RateLimitItem] = {}
         self._in_memory = asyncio.Lock()
-        self._setbacks = redis_pool.Setbacks(log)  # requests are not counted while it skips
+        self._setbacks = redis_pool.Setbacks(log, clock)  # requests are not counted while it skips
         self.degraded = False
         self.store_failures = 0  # operations the store did not answer (each served unlimited)
 
