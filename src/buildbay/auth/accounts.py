@@ -35,6 +35,8 @@ from buildbay.ratelimit.limiter import RateLimiter
 
 
 class AccountService:
+    """An account's changes, in the request's unit of work."""
+
     def __init__(
         self,
         db: AsyncSession,
