@@ -25,9 +25,9 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.authentication import Principal
 from buildbay.auth.models import User
 from buildbay.auth.password_reset import PasswordResets
-from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import LINK_LIFETIME, EmailVerifications
 from buildbay.clock import FrozenClock

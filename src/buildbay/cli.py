@@ -208,8 +208,8 @@ def set_plan(
 
     from sqlalchemy import update
 
+    from buildbay.auth.logins import normalise_email
     from buildbay.auth.models import User
-    from buildbay.auth.service import normalise_email
     from buildbay.config import Plan
     from buildbay.db.engine import create_sessionmaker
 
@@ -247,7 +247,7 @@ def create_user(
     from pydantic import ValidationError
 
     from buildbay.app import create_app
-    from buildbay.auth.dependencies import make_auth_service
+    from buildbay.auth.dependencies import make_account_service
     from buildbay.auth.password_reset import PasswordResets, reset_link
     from buildbay.auth.schemas import RegisterRequest
     from buildbay.errors import BuildbayError
@@ -264,7 +264,7 @@ def create_user(
 
     async def run(_: AsyncEngine) -> tuple[str, str]:
         async with ctx.sessions() as db, db.begin():
-            user = await make_auth_service(ctx, db).create_account(
+            user = await make_account_service(ctx, db).create_account(
                 str(asked.email), password, asked.name
             )
             return user.email, await PasswordResets(db, ctx.clock.now()).issue(user)

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.app import create_app
 from buildbay.auth.cache import ACCESS_CACHE_TTL, AccessTokenCache, CachedAccess
+from buildbay.auth.dependencies import make_account_service, make_login_service
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import AccessClaims
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings
+from buildbay.context import AppContext
+from buildbay.db.engine import finish
 from tests.conftest import BASE_URL, Account, Api, assert_problem, statements_run
 
 
@@ -45,6 +49,41 @@ async def test_refresh_token_reuse_revokes_cached_access_tokens_at_once(
     assert_problem(r, 401, "refresh_token_reused")
 
     assert_problem(await client.get("/api/auth/me", headers=new_headers), 401, "token_revoked")
+
+
+def _end_the_login(ctx: AppContext, db: AsyncSession, cached: CachedAccess) -> Awaitable[None]:
+    return make_login_service(ctx, db).end_session(cached.claims.session_id)
+
+
+def _take_the_account_back(
+    ctx: AppContext, db: AsyncSession, cached: CachedAccess
+) -> Awaitable[None]:
+    return make_account_service(ctx, db).end_every_credential(cached.user.id)
+
+
+@pytest.mark.parametrize("revoke", [_end_the_login, _take_the_account_back])
+async def test_a_revocation_is_forgotten_by_the_cache_only_once_it_commits(
+    client: httpx.AsyncClient,
+    owner: Account,
+    app: FastAPI,
+    revoke: Callable[[AppContext, AsyncSession, CachedAccess], Awaitable[None]],
+) -> None:
+    ctx: AppContext = app.state.ctx
+    cache = ctx.access_cache
+    assert cache is not None
+    assert (await client.get("/api/auth/me", headers=owner.headers)).status_code == 200
+    now = ctx.clock.now()
+    cached = cache.get(owner.access_token, now)
+    assert cached is not None
+
+    for commits in (False, True):
+        db = ctx.sessions()
+        await revoke(ctx, db, cached)
+        assert cache.get(owner.access_token, now) is cached  # not before the commit
+        await finish(db, ok=commits)
+        assert (cache.get(owner.access_token, now) is None) is commits, commits
+
+    assert_problem(await client.get("/api/auth/me", headers=owner.headers), 401, "token_revoked")
 
 
 async def test_a_plan_changed_outside_the_api_shows_within_the_cache_lifetime(

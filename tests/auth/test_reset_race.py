@@ -22,9 +22,9 @@ from fastapi import FastAPI
 from sqlalchemy import event, select
 
 from buildbay.app import create_app
+from buildbay.auth.accounts import AccountService
 from buildbay.auth.models import User
 from buildbay.auth.password_reset import PasswordResets
-from buildbay.auth.service import AuthService
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.db.engine import finish
@@ -46,9 +46,9 @@ class HeldReset:
         confirm = PasswordResets.confirm
 
         async def held(
-            resets: PasswordResets, token: str, password: str, auth: AuthService
+            resets: PasswordResets, token: str, password: str, accounts: AccountService
         ) -> User:
-            user = await confirm(resets, token, password, auth)
+            user = await confirm(resets, token, password, accounts)
             self.reached.set()
             await self.released.wait()
             return user

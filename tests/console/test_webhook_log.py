@@ -127,3 +127,33 @@ async def test_the_console_log_says_refused_not_a_public_address_and_nothing_mor
             assert "127.0.0.1" not in text
             assert "::1" not in text
             assert "resolve" not in text
+
+
+async def test_a_download_from_the_console_is_told_as_the_api_s_is(
+    console: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    """The console's download calls the builds service as the API's does: one install event
+    and one build.downloaded event."""
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    r = await api.client.post(
+        f"/api/projects/{project['id']}/webhooks",
+        json={"url": "https://hooks.nowhere.invalid/x", "events": ["build.downloaded"]},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    deliveries = f"/api/projects/{project['id']}/webhooks/{r.json()['id']}/deliveries"
+    build = await api.upload(owner, project["id"], app["id"])
+    await _sign_in(console, owner)
+
+    path = f"/projects/{project['id']}/apps/{app['id']}/builds/{build['buildId']}/download"
+    r = await console.get(path)
+    assert r.status_code == 302, r.text[:300]
+
+    shown = await api.client.get(
+        f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}",
+        headers=owner.headers,
+    )
+    assert shown.json()["downloadsCount"] == 1
+    listed = (await api.client.get(deliveries, headers=owner.headers)).json()["deliveries"]
+    assert [d["eventType"] for d in listed] == ["build.downloaded"]

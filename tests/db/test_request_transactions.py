@@ -5,8 +5,10 @@ a TransactionRoute, and the routes that only read declare it."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,6 +18,7 @@ from sqlalchemy import delete, event, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+import buildbay
 from buildbay.db.engine import (
     after_commit,
     connection_released,
@@ -408,6 +411,20 @@ async def test_after_commit_actions_of_a_commit_made_before_an_error_still_run(
     assert await _project_names(sessions) == ["prj_kept"]
 
 
+def test_work_after_a_commit_is_told_to_one_mechanism() -> None:
+    """`after_commit` (db/engine.py) is the only way to act once a unit of work commits: its
+    actions run once, before the response, and are dropped with a rollback. A listener of a
+    session's own would be a second way, with rules of its own."""
+    source = Path(buildbay.__file__).parent
+    engine = source / "db" / "engine.py"
+    listening = [
+        str(path.relative_to(source))
+        for path in sorted(source.rglob("*.py"))
+        if path != engine and re.search(r"""["']after_(commit|rollback)["']""", path.read_text())
+    ]
+    assert listening == []
+
+
 async def test_the_api_reads_clients_poll_open_no_unit_of_work(
     app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account
 ) -> None:
@@ -444,6 +461,8 @@ async def test_the_api_reads_clients_poll_open_no_unit_of_work(
             f"{builds}/latest",
             f"{builds}/{build['buildId']}",
             f"{builds}/{build['buildId']}/install-links",
+            "/api/auth/me",
+            "/api/account/api-tokens",
         ):
             r = await client.get(path, headers=owner.headers)
             assert r.status_code == 200, (path, r.text)
@@ -454,4 +473,4 @@ async def test_the_api_reads_clients_poll_open_no_unit_of_work(
         ctx.sessions = real_sessions
     assert "unit of work" not in opened[:-1]  # the reads
     assert opened[-1] == "unit of work"  # the create
-    assert opened.count("read") >= 9
+    assert opened.count("read") >= 11

@@ -31,8 +31,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION, ApplicationRecord
+from buildbay.auth.authentication import Principal
 from buildbay.auth.models import User
-from buildbay.auth.service import Principal
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.models import Build

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.authentication import Authentication
 from buildbay.auth.cache import AccessTokenCache
 from buildbay.auth.models import Session
 from buildbay.auth.reads import UserRecord
-from buildbay.auth.service import Authentication
 from buildbay.auth.tokens import AccessTokenCodec
 from buildbay.clock import FrozenClock
 from buildbay.db.reads import Reads

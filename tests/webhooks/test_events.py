@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from buildbay.webhooks.events import SUBSCRIBABLE
 from tests.conftest import Account, Api, statements_run
@@ -75,6 +76,48 @@ async def test_a_download_no_webhook_listens_for_sends_nothing(
     r = await hooks.client.get(f"{base}/download", headers=owner.headers)
     assert r.status_code == 302
     assert [p["type"] for p in await _events(hooks, receiver)] == ["build.ready"]
+
+
+async def test_a_download_is_one_unit_of_work_on_one_connection(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    """The install and its event are written by one service call, in the unit of work that
+    also read the build: the request never holds a read connection beside it (two pooled
+    connections at once)."""
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    await hooks.create(owner, project["id"], receiver.url, ["build.downloaded"], receiver=receiver)
+    build = await api.upload(owner, project["id"], app["id"])
+    base = f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}"
+    ctx = hooks.ctx
+    held: list[int] = [0]
+    most: list[int] = [0]
+
+    def taken(*_: object) -> None:
+        held[0] += 1
+        most[0] = max(most[0], held[0])
+
+    def given_back(*_: object) -> None:
+        held[0] -= 1
+
+    pools = {ctx.engine.sync_engine, ctx.read_engine.sync_engine}
+    for pool in pools:
+        event.listen(pool, "checkout", taken)
+        event.listen(pool, "checkin", given_back)
+    try:
+        r = await hooks.client.get(f"{base}/download", headers=owner.headers)
+    finally:
+        for pool in pools:
+            event.remove(pool, "checkout", taken)
+            event.remove(pool, "checkin", given_back)
+    assert r.status_code == 302, r.text
+    assert (most[0], held[0]) == (1, 0)
+    shown = (await hooks.client.get(base, headers=owner.headers)).json()
+    assert shown["downloadsCount"] == 1
+    [downloaded] = await _events(hooks, receiver)
+    assert downloaded["type"] == "build.downloaded"
+    assert downloaded["data"]["downloadsCount"] == 1
+    assert downloaded["data"]["downloadedBy"]["userId"] == owner.user["id"]
 
 
 async def test_application_events_carry_the_application_without_its_update_key(

@@ -1,9 +1,10 @@
 """A few seconds' memory of access-token lookups, so that a client sending the same token again
 and again costs one signature check and one database query per few seconds, not one per request.
 
-Revocation stays immediate: AuthService makes the cache forget a session (a password reset:
-every session of the user) the moment the transaction revoking it commits, and a lookup that
-was running meanwhile is not stored (see `generation`). With several processes (Redis
+Revocation stays immediate: auth/logins.py makes the cache forget a session (a password reset:
+every session of the user) once the transaction revoking it has committed, before its response
+goes out (db/engine.py `after_commit`), and a lookup that was running meanwhile is not stored
+(see `generation`). With several processes (Redis
 configured), a process also has to learn of the others' revocations: each entry keeps the
 user's revocation mark as it was read before the lookup (auth/revocations.py), and serves
 only while the mark in Redis is still the same. What can lag, by at most ACCESS_CACHE_TTL, is a

@@ -20,8 +20,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.accounts import AccountService
+from buildbay.auth.authentication import Authentication, Principal
 from buildbay.auth.enums import TokenScope
-from buildbay.auth.service import Authentication, AuthService, Principal
+from buildbay.auth.logins import LoginService
 from buildbay.auth.tokens import API_TOKEN_PREFIX
 from buildbay.auth.verification import EmailVerifications
 from buildbay.config import Plan
@@ -32,20 +34,29 @@ from buildbay.errors import NotAuthenticated, RateLimited
 from buildbay.ratelimit.limiter import RateLimitState
 
 
-def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
-    return AuthService(
+def make_login_service(ctx: AppContext, db: AsyncSession) -> LoginService:
+    return LoginService(
         db,
         ctx.access_tokens,
         ctx.clock.now(),
         timedelta(days=ctx.settings.refresh_token_ttl_days),
         ctx.access_cache,
         ctx.revocations,
+    )
+
+
+def make_account_service(ctx: AppContext, db: AsyncSession) -> AccountService:
+    return AccountService(
+        db,
+        ctx.clock.now(),
+        make_login_service(ctx, db),
         ctx.settings.signup,
         EmailVerifications.of(ctx, db),
     )
 
 
-AuthServiceDep = Annotated[AuthService, in_unit_of_work(make_auth_service)]
+LoginServiceDep = Annotated[LoginService, in_unit_of_work(make_login_service)]
+AccountServiceDep = Annotated[AccountService, in_unit_of_work(make_account_service)]
 
 
 def client_ip(request: Request) -> str:
@@ -161,7 +172,7 @@ async def authenticate(ctx: AppContext, token: str) -> Principal:
     if service.needs_touch(principal):
         assert principal.api_token_id is not None  # needs_touch says so
         async with ctx.sessions() as db, db.begin():
-            await make_auth_service(ctx, db).touch_api_token(principal.api_token_id)
+            await make_account_service(ctx, db).touch_api_token(principal.api_token_id)
     return principal
 
 

@@ -21,8 +21,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
+from buildbay.auth.accounts import AccountService
+from buildbay.auth.logins import normalise_email
 from buildbay.auth.models import PasswordReset, User
-from buildbay.auth.service import AuthService, normalise_email
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import mark_verified
 from buildbay.context import AppContext
@@ -80,7 +81,7 @@ class PasswordResets:
         await self.db.flush()
         return token
 
-    async def confirm(self, token: str, password: str, auth: AuthService) -> User:
+    async def confirm(self, token: str, password: str, accounts: AccountService) -> User:
         """Set the password of the link's user, end all their sessions and delete all their API
         tokens; 422 `invalid_token` for a link that is unknown, used or expired."""
         user_id = await self.db.scalar(
@@ -110,7 +111,7 @@ class PasswordResets:
             .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
             .values(used_at=self.now)
         )
-        await auth.end_every_credential(user.id)
+        await accounts.end_every_credential(user.id)
         return user
 
 

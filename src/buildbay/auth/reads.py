@@ -1,13 +1,17 @@
-"""A user as a read gives it: the caller of every request (auth/service.py `Principal`)."""
+"""Users and API tokens as reads give them: the caller of every request (auth/authentication.py
+`Principal`), the account's own page and its list of tokens."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from buildbay.auth.models import User
+from sqlalchemy import bindparam, select
+
+from buildbay.auth.enums import TokenScope
+from buildbay.auth.models import ApiToken, User
 from buildbay.config import Plan
-from buildbay.db.reads import RecordOf
+from buildbay.db.reads import Reads, RecordOf
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,3 +37,37 @@ class UserRecord:
 
 
 USER = RecordOf(UserRecord, User)
+_USER_BY_ID = select(*USER.columns).where(User.id == bindparam("user_id"))
+
+
+async def user_by_id(reads: Reads, user_id: str) -> UserRecord | None:
+    """The users row as it is now (a caller's `Principal.user` may be a cached copy)."""
+    row = await reads.first(_USER_BY_ID, {"user_id": user_id})
+    return USER.of(row) if row is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiTokenRecord:
+    """An API token as its owner sees it listed: never its hash."""
+
+    id: str
+    name: str
+    prefix: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    scope: TokenScope | None
+    project_ids: list[str] | None
+
+
+API_TOKEN = RecordOf(ApiTokenRecord, ApiToken)
+_API_TOKENS_OF = (
+    select(*API_TOKEN.columns)
+    .where(ApiToken.user_id == bindparam("user_id"))
+    .order_by(ApiToken.id.desc())
+)
+
+
+async def api_tokens_of(reads: Reads, user_id: str) -> list[ApiTokenRecord]:
+    """The user's API tokens, newest first."""
+    return [API_TOKEN.of(row) for row in await reads.all(_API_TOKENS_OF, {"user_id": user_id})]

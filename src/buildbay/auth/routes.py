@@ -3,25 +3,26 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Request, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import schemas
 from buildbay.auth.dependencies import (
+    AccountServiceDep,
     Authenticated,
-    AuthServiceDep,
     CurrentUser,
     InteractiveUser,
+    LoginServiceDep,
     PublicRateLimit,
     client_ip,
 )
-from buildbay.auth.models import User
+from buildbay.auth.logins import IssuedTokens
 from buildbay.auth.password_reset import PasswordResets
-from buildbay.auth.service import IssuedTokens
+from buildbay.auth.reads import USER, UserRecord, api_tokens_of, user_by_id
 from buildbay.auth.verification import EmailVerifications
 from buildbay.builds.reads import storage_usage
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
-from buildbay.deps import Context, SessionDep, TransactionRoute
+from buildbay.deps import Context, ReadsDep, SessionDep, TransactionRoute
+from buildbay.errors import NotAuthenticated
 from buildbay.problems import problem_responses
 
 router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=TransactionRoute)
@@ -45,7 +46,9 @@ def _token_response(issued: IssuedTokens) -> schemas.TokenResponse:
     summary="Create an account and log in (403 when the server's sign-up is closed or "
     "invite-only and this e-mail has no invitation)",
 )
-async def register(body: schemas.RegisterRequest, service: AuthServiceDep) -> schemas.TokenResponse:
+async def register(
+    body: schemas.RegisterRequest, service: AccountServiceDep
+) -> schemas.TokenResponse:
     return _token_response(await service.register(body.email, body.password, body.name))
 
 
@@ -56,7 +59,7 @@ async def register(body: schemas.RegisterRequest, service: AuthServiceDep) -> sc
     summary="Log in with e-mail and password",
 )
 async def login(
-    body: schemas.LoginRequest, service: AuthServiceDep, ctx: Context, request: Request
+    body: schemas.LoginRequest, service: LoginServiceDep, ctx: Context, request: Request
 ) -> schemas.TokenResponse:
     issued = await service.login(body.email, body.password, client_ip(request), ctx.limiter)
     return _token_response(issued)
@@ -69,7 +72,7 @@ async def login(
     summary="Exchange a refresh token for a new token pair (the old one is spent)",
 )
 async def refresh_token(
-    body: schemas.RefreshRequest, service: AuthServiceDep
+    body: schemas.RefreshRequest, service: LoginServiceDep
 ) -> schemas.TokenResponse:
     return _token_response(await service.refresh(body.refresh_token))
 
@@ -82,7 +85,7 @@ async def refresh_token(
 )
 async def logout(
     principal: Authenticated,
-    service: AuthServiceDep,
+    service: LoginServiceDep,
     body: Annotated[schemas.LogoutRequest | None, Body()] = None,
 ) -> Response:
     await service.logout(principal, body.refresh_token if body else None)
@@ -99,7 +102,7 @@ async def logout(
 async def change_password(
     body: schemas.ChangePasswordRequest,
     principal: InteractiveUser,
-    service: AuthServiceDep,
+    service: AccountServiceDep,
     ctx: Context,
     request: Request,
 ) -> Response:
@@ -138,7 +141,7 @@ async def request_password_reset(
     "of the account ends, and its e-mail address is verified",
 )
 async def confirm_password_reset(
-    body: schemas.PasswordResetConfirm, service: AuthServiceDep, ctx: Context, db: SessionDep
+    body: schemas.PasswordResetConfirm, service: AccountServiceDep, ctx: Context, db: SessionDep
 ) -> Response:
     await PasswordResets(db, ctx.clock.now()).confirm(body.token, body.password, service)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -182,10 +185,13 @@ async def confirm_email_verification(
     responses=problem_responses(401, 429),
     summary="The calling user, with storage usage and the plan's limits",
 )
-async def me(principal: Authenticated, ctx: Context, db: SessionDep) -> schemas.Me:
+async def me(principal: Authenticated, ctx: Context, reads: ReadsDep) -> schemas.Me:
     # The row as it is now: the caller's `user` may be a cached copy from before a change of
     # it (PUT /me, a one-click unsubscribe).
-    return await _me(await db.get_one(User, principal.user.id), ctx, db)
+    user = await user_by_id(reads, principal.user.id)
+    if user is None:  # deleted since its token was checked
+        raise NotAuthenticated("The access token has been revoked", code="token_revoked")
+    return await _me(user, ctx, reads)
 
 
 @router.put(
@@ -196,17 +202,17 @@ async def me(principal: Authenticated, ctx: Context, db: SessionDep) -> schemas.
 async def update_me(
     body: schemas.MeUpdate,
     principal: CurrentUser,
-    service: AuthServiceDep,
+    service: AccountServiceDep,
     ctx: Context,
     db: SessionDep,
 ) -> schemas.Me:
     user = await service.update_profile(principal, body.name, body.notify_new_builds)
-    return await _me(user, ctx, db)
+    return await _me(USER.of_entity(user), ctx, Reads.within(db))
 
 
-async def _me(user: User, ctx: AppContext, db: AsyncSession) -> schemas.Me:
+async def _me(user: UserRecord, ctx: AppContext, reads: Reads) -> schemas.Me:
     settings = ctx.settings
-    usage = await storage_usage(Reads.within(db), user.id, ctx.clock.now())
+    usage = await storage_usage(reads, user.id, ctx.clock.now())
     return schemas.Me(
         id=user.id,
         email=user.email,
@@ -231,10 +237,8 @@ async def _me(user: User, ctx: AppContext, db: AsyncSession) -> schemas.Me:
     responses=problem_responses(401, 403, 429),
     summary="List your API tokens (a login only, not an API token)",
 )
-async def list_api_tokens(
-    principal: InteractiveUser, service: AuthServiceDep
-) -> schemas.ApiTokenList:
-    tokens = await service.list_api_tokens(principal.user)
+async def list_api_tokens(principal: InteractiveUser, reads: ReadsDep) -> schemas.ApiTokenList:
+    tokens = await api_tokens_of(reads, principal.user.id)
     return schemas.ApiTokenList(api_tokens=[schemas.ApiToken.model_validate(t) for t in tokens])
 
 
@@ -246,7 +250,7 @@ async def list_api_tokens(
     "the secret is shown once)",
 )
 async def create_api_token(
-    body: schemas.CreateApiTokenRequest, principal: InteractiveUser, service: AuthServiceDep
+    body: schemas.CreateApiTokenRequest, principal: InteractiveUser, service: AccountServiceDep
 ) -> schemas.CreatedApiToken:
     api_token, secret = await service.create_api_token(
         principal.user, body.name, body.expires_in_days, body.scope, body.project_ids
@@ -265,7 +269,7 @@ async def create_api_token(
 async def delete_api_token(
     token_id: Annotated[str, Path(alias="id")],
     principal: InteractiveUser,
-    service: AuthServiceDep,
+    service: AccountServiceDep,
 ) -> Response:
     await service.delete_api_token(principal.user, token_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

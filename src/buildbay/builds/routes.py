@@ -15,17 +15,14 @@ from buildbay.builds.install import InstallLinkReads, ListedLink
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildRecord, ShownBuild, VersionFilter
 from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
-from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
-from buildbay.distribution.installs import record as record_install
-from buildbay.distribution.models import InstallEventKind
+from buildbay.deps import Context, Page, TransactionRoute
 from buildbay.distribution.service import Distributor
 from buildbay.distribution.visibility import tester_of as tester
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
-from buildbay.projects.access import BuildsDeveloper, BuildsReader
+from buildbay.projects.access import BuildsDeveloper, BuildsDownloader, BuildsReader
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
 from buildbay.storage.base import parts_count
-from buildbay.webhooks import events as webhook_events
 
 router = APIRouter(
     prefix="/api/app-distribution/{projectId}/{appId}/builds",
@@ -390,28 +387,14 @@ async def set_build_channels(
     summary="Download a ready build (tester+): 302 to a short-lived signed URL",
 )
 async def download_build(
-    build_id: BuildId,
-    access: BuildsReader,
-    builds: Builds,
-    db: SessionDep,
-    request: Request,
-    reads: ReadsDep,
-    ctx: Context,
+    build_id: BuildId, access: BuildsDownloader, service: Service, request: Request
 ) -> RedirectResponse:
-    build = await builds.get(access.application.id, build_id, tester(access))
-    url = await builds.ready_file_url(build)
-    await record_install(
-        db, build, InstallEventKind.DOWNLOAD, builds.now, request.headers.get("user-agent"),
-        user_id=access.caller.user.id,
-    )  # fmt: skip
-    await webhook_events.build_downloaded(
-        db,
-        reads,
-        access.project.id,
-        lambda: builds.get(access.application.id, build_id, tester(access)),
+    url = await service.download(
+        access.application,
+        build_id,
         access.caller.user,
-        ctx.settings.resolved_public_url,
-        ctx.clock.now(),
+        request.headers.get("user-agent"),
+        tester(access),
     )
     return RedirectResponse(url, status_code=status.HTTP_302_FOUND)
 

@@ -40,8 +40,10 @@ from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.engine import after_commit, connection_released, hold_until_ended
 from buildbay.db.reads import Reads
-from buildbay.distribution.models import EVERYONE
+from buildbay.distribution.installs import record as record_install
+from buildbay.distribution.models import EVERYONE, InstallEventKind
 from buildbay.distribution.service import distribute_when_ready
+from buildbay.distribution.visibility import Viewer
 from buildbay.errors import BuildbayError, Conflict, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue
@@ -622,6 +624,27 @@ class BuildService:
                 .execution_options(synchronize_session=False)
             )
         return await self.reads.get(application.id, build.id)
+
+    # -- downloading -------------------------------------------------------------------------------
+
+    async def download(
+        self,
+        application: ApplicationRecord,
+        build_id: str,
+        by: UserRecord,
+        user_agent: str | None,
+        viewer: Viewer | None = None,
+    ) -> str:
+        """A short-lived signed address of a ready build's file, for `by` (who sees the build
+        only if it was given to them, when `viewer` says so); the download is an install event
+        and a `build.downloaded` event, written here."""
+        build = await self.reads.get(application.id, build_id, viewer)
+        url = await self.reads.ready_file_url(build)
+        await record_install(
+            self.db, build, InstallEventKind.DOWNLOAD, self.now, user_agent, user_id=by.id
+        )
+        await webhook_events.build_downloaded(self.db, build, by, self.public_url, self.now)
+        return url
 
     # -- deleting ----------------------------------------------------------------------------------
 

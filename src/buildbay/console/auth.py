@@ -6,7 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from buildbay.auth.dependencies import client_ip, make_auth_service
+from buildbay.auth.dependencies import (
+    client_ip,
+    make_account_service,
+    make_login_service,
+)
 from buildbay.auth.password_reset import RESET_PAGE, PasswordResets
 from buildbay.auth.schemas import (
     EmailVerificationConfirm,
@@ -79,7 +83,7 @@ async def login(request: Request) -> Response:
     try:
         body = parse_form(LoginRequest, {k: fields.get(k, "") for k in ("email", "password")})
         assert isinstance(body, LoginRequest)
-        service = make_auth_service(ctx, db)
+        service = make_login_service(ctx, db)
         issued = await service.login(body.email, body.password, client_ip(request), ctx.limiter)
     except FormError as exc:
         return _auth_page(
@@ -105,7 +109,7 @@ async def login(request: Request) -> Response:
         refused.headers.update(exc.headers)  # Retry-After, when throttled
         return refused
     if visitor.session_id is not None:  # signing in again: the old login ends
-        await make_auth_service(ctx, db).end_session(visitor.session_id)
+        await make_login_service(ctx, db).end_session(visitor.session_id)
     await sessions(request).sign_in(visitor, db, issued.session_id, now(request))
     return see_other(next_page)
 
@@ -132,7 +136,7 @@ async def signup(request: Request) -> Response:
         body = parse_form(RegisterRequest, {k: fields.get(k) or None for k in ("email", "name")}
                       | {"password": fields.get("password", "")})  # fmt: skip
         assert isinstance(body, RegisterRequest)
-        issued = await make_auth_service(get_context(request), db).register(
+        issued = await make_account_service(get_context(request), db).register(
             body.email, body.password, body.name
         )
     except FormError as exc:
@@ -166,7 +170,7 @@ async def signup(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     visitor, db = await visit(request, signed_in=False)
     if visitor.session_id is not None:
-        await make_auth_service(get_context(request), db).end_session(visitor.session_id)
+        await make_login_service(get_context(request), db).end_session(visitor.session_id)
     sessions(request).sign_out(visitor)
     return see_other("/login?signed_out=1")
 
@@ -221,7 +225,7 @@ async def reset_password(request: Request) -> Response:
             PasswordResetConfirm, {"token": token, "password": fields.get("password", "")}
         )
         assert isinstance(body, PasswordResetConfirm)
-        service = make_auth_service(get_context(request), db)
+        service = make_account_service(get_context(request), db)
         await PasswordResets(db, now(request)).confirm(body.token, body.password, service)
     except FormError as exc:
         errors = {"password": "Choose a password of 8 to 128 characters."}

@@ -33,8 +33,6 @@ from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.installs import downloads_by_day
-from buildbay.distribution.installs import record as record_install
-from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.visibility import tester_of
 from buildbay.errors import ValidationFailed
 from buildbay.projects.authorization import application_of
@@ -156,13 +154,13 @@ async def delete_build(request: Request, project_id: str, app_id: str, build_id:
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}/download")
 async def download_build(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
-    builds = _build_reads(request, db)
-    build = await builds.get(access.application.id, build_id, tester_of(access))
-    url = await builds.ready_file_url(build)
-    await record_install(
-        db, build, InstallEventKind.DOWNLOAD, builds.now, request.headers.get("user-agent"),
-        user_id=visitor.principal.user.id,
-    )  # fmt: skip
+    url = await BuildService.of(get_context(request), db).download(
+        access.application,
+        build_id,
+        visitor.principal.user,
+        request.headers.get("user-agent"),
+        tester_of(access),
+    )
     return RedirectResponse(url, status_code=302)
 
 

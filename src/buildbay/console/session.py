@@ -32,9 +32,9 @@ from fastapi import Request, Response
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.authentication import Principal
 from buildbay.auth.models import BrowserSession, Session, User
 from buildbay.auth.reads import USER, UserRecord
-from buildbay.auth.service import Principal
 from buildbay.auth.tokens import derive_key, hash_token
 from buildbay.builds.devices import Device, device_of
 from buildbay.constant_time import same_secret, secret_bytes

@@ -13,7 +13,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 
-from buildbay.auth.dependencies import make_auth_service
+from buildbay.auth.dependencies import make_account_service
 from buildbay.auth.models import User
 from buildbay.console.pages import ConsoleRoute, posted_form, see_other
 from buildbay.deps import get_context, request_session
@@ -74,7 +74,7 @@ async def unsubscribe(request: Request, token: str) -> Response:
     if user is None:
         await _invitations(request).caps.block(address)
         return await _page(request, token, None, address, invitations_done="blocked")
-    service = make_auth_service(get_context(request), request_session(request))
+    service = make_account_service(get_context(request), request_session(request))
     unsubscribed = await service.unsubscribe_from_new_builds(user.id)
     if unsubscribed is None:
         raise NotFound("This account no longer exists", code="invalid_unsubscribe_link")

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.authentication import Principal
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
-from buildbay.auth.service import Principal
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import mark_verified
 from buildbay.db.concurrency import insert_unless_present, lock_row

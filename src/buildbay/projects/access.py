@@ -102,6 +102,10 @@ ProjectOwner = Annotated[ProjectAccess, _project(_OWNER, read_only=False, scope=
 AppAdmin = Annotated[ApplicationAccess, _app(_ADMIN, read_only=False, scope=_UNSCOPED)]
 # Release channels: part of publishing builds, so a builds:write token (CI) may change them.
 AppDeveloper = Annotated[ApplicationAccess, _app(_DEVELOPER, read_only=False, scope=_BUILDS_WRITE)]
+# A download (tester+, as reading): it writes who downloaded, so it is a unit of work.
+BuildsDownloader = Annotated[
+    ApplicationAccess, _app(_TESTER, "projectId", read_only=False, scope=_READ)
+]
 # Builds and their install links (sharing a build is a developer's: issue 34).
 BuildsDeveloper = Annotated[
     ApplicationAccess, _app(_DEVELOPER, "projectId", read_only=False, scope=_BUILDS_WRITE)

@@ -18,8 +18,8 @@ from sqlalchemy.engine import RowMapping
 
 from buildbay.applications.models import Application
 from buildbay.applications.reads import ApplicationRecord
+from buildbay.auth.authentication import Principal
 from buildbay.auth.enums import TokenScope
-from buildbay.auth.service import Principal
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import Forbidden, NotFound
 from buildbay.projects.enums import ProjectRole

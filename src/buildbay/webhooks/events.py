@@ -212,24 +212,12 @@ async def build_distributed(
 
 
 async def build_downloaded(
-    db: AsyncSession,
-    reads: Reads,
-    project_id: str,
-    build: Callable[[], Awaitable[BuildRecord]],
-    user: UserRecord,
-    public_url: str,
-    now: datetime,
+    db: AsyncSession, build: BuildRecord, user: UserRecord, public_url: str, now: datetime
 ) -> None:
-    """A download is a read: whether anyone listens is asked of the request's `reads`, and
-    only then is the build read and the delivery written (a download that no webhook listens
-    for costs one query)."""
-    targets = await subscribers(reads, project_id, EventType.BUILD_DOWNLOADED)
-    if not targets:
-        return
-    data = _build_data(db, await build(), public_url, now)
+    """A download by `user` (a download that no webhook listens for costs one query)."""
     by = {"userId": user.id, "email": user.email, "name": user.name}
-    event = EventType.BUILD_DOWNLOADED
-    await emit(db, project_id, event, data, now, targets=targets, downloadedBy=by)
+    data = _build_data(db, build, public_url, now)
+    await emit(db, build.project_id, EventType.BUILD_DOWNLOADED, data, now, downloadedBy=by)
 
 
 def _application_data(view: ApplicationView) -> Data:
