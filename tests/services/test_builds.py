@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.reads import APPLICATION, ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build
@@ -190,7 +190,7 @@ async def test_verify_without_bytes_is_upload_incomplete_and_can_be_retried_once
     await finish(db, ok=False)
 
     await given.bytes(key, DATA)
-    application = await db.get_one(Application, application_id)
+    application = APPLICATION.of_entity(await db.get_one(Application, application_id))
     assert (await builds.verify(application, build_id, None)).status is BuildStatus.READY
 
 
