@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build

@@ -11,10 +11,10 @@ from buildbay.applications.schemas import application_schema
 from buildbay.applications.service import ApplicationService
 from buildbay.context import AppContext
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
-from buildbay.distribution.visibility import tester_of
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppAdmin, AppReader, ProjectAdmin, ProjectReader
+from buildbay.projects.authorization import tester_of
 from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(

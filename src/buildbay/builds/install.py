@@ -27,14 +27,15 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import derive_key
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import SHARED_AND_LIVE, LiveLink
 from buildbay.builds.models import Build, InstallLink
-from buildbay.builds.reads import BuildRecord, not_in_application
+from buildbay.builds.reads import not_in_application
+from buildbay.builds.records import BuildRecord
 from buildbay.constant_time import same_secret
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf

@@ -14,6 +14,7 @@ from sqlalchemy.engine import RowMapping
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import EXTRA_COLUMNS, BuildExtras, extras_of
 from buildbay.builds.models import Build, BuildIcon
+from buildbay.builds.records import BuildRecord
 from buildbay.config import Settings
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import (
@@ -28,36 +29,6 @@ from buildbay.storage.base import PartInfo, Storage, UploadGone, part_bounds, pa
 
 if TYPE_CHECKING:
     from buildbay.context import AppContext
-
-
-@dataclass(frozen=True, slots=True)
-class BuildRecord:
-    id: str
-    project_id: str
-    application_id: str
-    file_name: str
-    file_size: int
-    expected_sha256: str | None
-    sha256: str | None
-    status: BuildStatus
-    notes: str | None
-    storage_key: str
-    storage_version: str | None
-    uploaded_by: str | None
-    metadata_: dict[str, Any] | None
-    metadata_error: str | None
-    has_icon: bool
-    mandatory: bool
-    created_at: datetime
-    expires_at: datetime
-    verified_at: datetime | None
-    part_size: int | None
-    upload_id: str | None
-    failure_code: str | None
-
-    @property
-    def multipart(self) -> bool:
-        return self.part_size is not None
 
 
 BUILD = RecordOf(BuildRecord, Build)

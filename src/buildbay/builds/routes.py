@@ -12,17 +12,18 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, ListedLink
-from buildbay.builds.reads import BuildOrder, BuildQuery, BuildRecord, ShownBuild, VersionFilter
+from buildbay.builds.reads import BuildOrder, BuildQuery, ShownBuild, VersionFilter
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.deps import Context, Page, ReadsDep, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
 from buildbay.distribution.service import Distributor
-from buildbay.distribution.visibility import tester_of as tester
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsReader
+from buildbay.projects.authorization import tester_of as tester
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
 from buildbay.storage.base import parts_count
 from buildbay.webhooks import events as webhook_events

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.builds.enums import BuildStatus
@@ -34,7 +34,8 @@ from buildbay.builds.metadata import (
 )
 from buildbay.builds.models import Build, BuildIcon
 from buildbay.builds.readers import MetadataReaders
-from buildbay.builds.reads import BUILD, BuildReads, BuildRecord, storage_usage
+from buildbay.builds.reads import BUILD, BuildReads, storage_usage
+from buildbay.builds.records import BuildRecord
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.engine import after_commit, hold_until_ended

@@ -10,9 +10,9 @@ from buildbay.channels.reads import ChannelView, channels_of
 from buildbay.channels.service import ChannelService
 from buildbay.context import AppContext
 from buildbay.deps import ReadsDep, TransactionRoute, in_unit_of_work
-from buildbay.distribution.visibility import tester_of
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppDeveloper, AppReader
+from buildbay.projects.authorization import tester_of
 
 router = APIRouter(
     prefix="/api/projects/{id}/applications/{appId}/channels",

@@ -20,7 +20,8 @@ from buildbay.builds.install import (
     LinkOwner,
     ListedLink,
 )
-from buildbay.builds.reads import BuildReads, BuildRecord
+from buildbay.builds.reads import BuildReads
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.routes import ICON_CACHE
 from buildbay.builds.schemas import (
     DEFAULT_HOURS,
@@ -45,9 +46,8 @@ from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import installs_of
-from buildbay.distribution.visibility import tester_of
 from buildbay.numbers import whole_number
-from buildbay.projects.authorization import application_of
+from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 from buildbay.updates.check import release_of

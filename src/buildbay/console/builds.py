@@ -35,9 +35,8 @@ from buildbay.deps import get_context
 from buildbay.distribution.installs import downloads_by_day
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
-from buildbay.distribution.visibility import tester_of
 from buildbay.errors import ValidationFailed
-from buildbay.projects.authorization import application_of
+from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 from buildbay.schemas import page_of

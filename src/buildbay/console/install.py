@@ -14,7 +14,7 @@ from buildbay.builds.schemas import DEFAULT_HOURS
 from buildbay.console.pages import ConsoleRoute, see_other, visit_application
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.visibility import tester_of
+from buildbay.projects.authorization import tester_of
 from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

@@ -25,10 +25,9 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.visibility import tester_of
 from buildbay.errors import BuildbayError, Conflict
 from buildbay.invitations.reads import invitations_of
-from buildbay.projects.authorization import project_of
+from buildbay.projects.authorization import project_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members, project_view, projects_of_member, roles_of_user
 from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite

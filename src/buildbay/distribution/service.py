@@ -48,11 +48,11 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, InstallLink
-from buildbay.builds.reads import BuildRecord
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import version_label
 from buildbay.channels.service import ChannelService
 from buildbay.db.engine import insert_rows

@@ -11,7 +11,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
-from buildbay.builds.reads import BuildReads, BuildRecord
+from buildbay.builds.reads import BuildReads
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import StoredPart, StoredUpload
 from buildbay.db.reads import Reads
 from buildbay.deps import Context, TransactionRoute

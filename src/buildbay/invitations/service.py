@@ -49,7 +49,7 @@ from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
-from buildbay.projects.reads import MemberRecord, ProjectRecord
+from buildbay.projects.records import MemberRecord, ProjectRecord
 from buildbay.projects.service import require_owner_for_owner_role
 from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events

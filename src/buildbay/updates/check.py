@@ -23,7 +23,8 @@ from buildbay.builds.extras import LIVE_LINK_COLUMNS, live_link_of
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.metadata import platform_of_name
 from buildbay.builds.models import Build, BuildChannel, Channel
-from buildbay.builds.reads import BUILD, BuildRecord
+from buildbay.builds.reads import BUILD
+from buildbay.builds.records import BuildRecord
 from buildbay.db.reads import Reads
 from buildbay.distribution.visibility import DISTRIBUTED_TO_EVERYONE
 from buildbay.errors import NotFound, ValidationFailed
