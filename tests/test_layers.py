@@ -1,7 +1,9 @@
 """The layers read one way: the domain (models, reads, services, rules, storage, schemas) never
 imports the web (FastAPI, the route dependencies, the routes, the console), domain errors import
 neither FastAPI nor SQLAlchemy, storage and the schemas reach neither the web nor the database
-(SQLAlchemy, the ORM's models), and no module imports itself back through others.
+(SQLAlchemy, the ORM's models), only the web side takes the app's context (the domain is handed
+what it needs), the console makes services as the API does rather than through its routes, and
+no module imports itself back through others.
 
 Imports are read from the source (module level, those under `if TYPE_CHECKING:` included: a type
 one module names is a dependency on the module that defines it, even if only the type checker
@@ -104,6 +106,28 @@ def test_the_domain_never_imports_the_web(module: str) -> None:
         f"{MODULES[module].name}:{line}: {name}" for line, name in imports(module) if _is_web(name)
     ]
     assert web == [], f"{module} imports the web side"
+
+
+def test_only_the_web_side_takes_the_app_context() -> None:
+    """Services, reads, rules and jobs take what they need (a session, the clock, a setting, the
+    storage); each domain's dependencies.py makes them from the app's context."""
+    takers = [
+        f"{m}:{line}" for m in DOMAIN for line, name in imports(m) if name == "buildbay.context"
+    ]
+    assert takers == [], "the context is taken by: " + ", ".join(takers)
+
+
+def test_the_console_calls_the_services_not_the_routes() -> None:
+    """The console makes its services as the API does (the domains' dependencies.py), and takes
+    nothing of the API's routes."""
+    console = [m for m in MODULES if m.startswith("buildbay.console")]
+    routes = [
+        f"{m}:{line}: {name}"
+        for m in console
+        for line, name in imports(m)
+        if name.endswith(".routes") and not name.startswith("buildbay.console")
+    ]
+    assert routes == [], "the console imports routes: " + ", ".join(routes)
 
 
 def test_domain_errors_import_neither_fastapi_nor_sqlalchemy() -> None:

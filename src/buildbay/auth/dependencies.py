@@ -21,9 +21,10 @@ from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.enums import TokenScope
+from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.service import Authentication, AuthService, Principal
 from buildbay.auth.tokens import API_TOKEN_PREFIX
-from buildbay.auth.verification import EmailVerifications
+from buildbay.auth.verification import EmailVerifications, VerificationLinks
 from buildbay.config import Plan
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
@@ -31,8 +32,11 @@ from buildbay.deps import Context, get_context, in_unit_of_work
 from buildbay.errors import NotAuthenticated, RateLimited
 from buildbay.ratelimit.limiter import RateLimitState
 
+# How the account services are made from the app's context: one factory each, named for what it
+# makes, called by the routes, the console and the operator commands alike.
 
-def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
+
+def auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
     return AuthService(
         db,
         ctx.access_tokens,
@@ -41,11 +45,22 @@ def make_auth_service(ctx: AppContext, db: AsyncSession) -> AuthService:
         ctx.access_cache,
         ctx.revocations,
         ctx.settings.signup,
-        EmailVerifications.of(ctx, db),
+        email_verifications(ctx, db),
     )
 
 
-AuthServiceDep = Annotated[AuthService, in_unit_of_work(make_auth_service)]
+def email_verifications(ctx: AppContext, db: AsyncSession) -> EmailVerifications:
+    settings = ctx.settings
+    links = VerificationLinks(settings.signing_key, settings.resolved_public_url)
+    per_day = settings.verification_mails_per_address_per_day
+    return EmailVerifications(db, ctx.clock.now(), links, ctx.mail, per_day)
+
+
+def password_resets(ctx: AppContext, db: AsyncSession) -> PasswordResets:
+    return PasswordResets(db, ctx.clock.now())
+
+
+AuthServiceDep = Annotated[AuthService, in_unit_of_work(auth_service)]
 
 
 def client_ip(request: Request) -> str:
@@ -161,7 +176,7 @@ async def authenticate(ctx: AppContext, token: str) -> Principal:
     if service.needs_touch(principal):
         assert principal.api_token_id is not None  # needs_touch says so
         async with ctx.sessions() as db, db.begin():
-            await make_auth_service(ctx, db).touch_api_token(principal.api_token_id)
+            await auth_service(ctx, db).touch_api_token(principal.api_token_id)
     return principal
 
 

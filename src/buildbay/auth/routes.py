@@ -13,11 +13,11 @@ from buildbay.auth.dependencies import (
     InteractiveUser,
     PublicRateLimit,
     client_ip,
+    email_verifications,
+    password_resets,
 )
 from buildbay.auth.models import User
-from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.service import IssuedTokens
-from buildbay.auth.verification import EmailVerifications
 from buildbay.builds.reads import storage_usage
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
@@ -123,9 +123,7 @@ async def change_password(
 async def request_password_reset(
     body: schemas.PasswordResetRequest, ctx: Context, db: SessionDep, request: Request
 ) -> Response:
-    await PasswordResets(db, ctx.clock.now()).request(
-        str(body.email), client_ip(request), ctx.limiter
-    )
+    await password_resets(ctx, db).request(str(body.email), client_ip(request), ctx.limiter)
     return Response(status_code=status.HTTP_202_ACCEPTED)
 
 
@@ -140,7 +138,7 @@ async def request_password_reset(
 async def confirm_password_reset(
     body: schemas.PasswordResetConfirm, service: AuthServiceDep, ctx: Context, db: SessionDep
 ) -> Response:
-    await PasswordResets(db, ctx.clock.now()).confirm(body.token, body.password, service)
+    await password_resets(ctx, db).confirm(body.token, body.password, service)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -158,7 +156,7 @@ async def confirm_password_reset(
 async def resend_email_verification(
     principal: InteractiveUser, ctx: Context, db: SessionDep
 ) -> Response:
-    await EmailVerifications.of(ctx, db).resend(principal.user.id, ctx.limiter)
+    await email_verifications(ctx, db).resend(principal.user.id, ctx.limiter)
     return Response(status_code=status.HTTP_202_ACCEPTED)
 
 
@@ -173,7 +171,7 @@ async def resend_email_verification(
 async def confirm_email_verification(
     body: schemas.EmailVerificationConfirm, ctx: Context, db: SessionDep
 ) -> Response:
-    await EmailVerifications.of(ctx, db).confirm(body.token)
+    await email_verifications(ctx, db).confirm(body.token)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -20,7 +20,6 @@ import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import RowMapping
@@ -42,9 +41,6 @@ from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import LINK_OWNER, OPENED_BY_OWNER
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
-
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
 
 _SIGNATURE_BYTES = 18  # 144 bits, 24 characters
 
@@ -159,10 +155,6 @@ _TARGET = (
 class InstallLinkReads:
     """Install links as read: on a read-only request's reads, or a unit of work's."""
 
-    @classmethod
-    def of(cls, ctx: AppContext, reads: Reads) -> InstallLinkReads:
-        return cls(reads, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
-
     def __init__(self, reads: Reads, now: datetime, tokens: InstallTokens, public_url: str) -> None:
         self.reads = reads
         self.now = now
@@ -236,11 +228,6 @@ class InstallLinkReads:
 
 class InstallLinks:
     """Creating and revoking install links, in a unit of work."""
-
-    @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> InstallLinks:
-        """The request's install links, from the app's context."""
-        return cls(db, InstallLinkReads.of(ctx, Reads.within(db)))
 
     def __init__(self, db: AsyncSession, reads: InstallLinkReads) -> None:
         self.db = db

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -56,9 +56,6 @@ from buildbay.storage.base import (
     parts_count,
 )
 from buildbay.webhooks import events as webhook_events
-
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
 
 VERIFY_JOB = "builds.verify"  # checks a large multipart build's bytes in the background
 MiB = 1024 * 1024
@@ -107,11 +104,6 @@ def human_size(size: int) -> str:
 
 
 class BuildService:
-    @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> BuildService:
-        """The request's build service, from the app's context."""
-        return cls(db, ctx.clock.now(), ctx.settings, ctx.storage, ctx.readers)
-
     def __init__(
         self,
         db: AsyncSession,

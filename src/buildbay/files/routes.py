@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
-from buildbay.builds.reads import BuildReads
+from buildbay.builds.dependencies import build_reads
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import StoredPart, StoredUpload
 from buildbay.db.reads import Reads
@@ -126,7 +126,7 @@ async def _pending_build(ctx: Context, key: str) -> BuildRecord:
     A short read of its own: no database connection is held while the bytes stream in."""
     reads = Reads.on(ctx.read_engine)
     try:
-        return await BuildReads.of(ctx, reads).pending_upload(key)
+        return await build_reads(ctx, reads).pending_upload(key)
     finally:
         await reads.close()
 
