@@ -1,6 +1,6 @@
-"""How the distribution services are made from the app's context, one factory each named for what it
-makes, and as a route dependency on the request's unit of work. Routes, the console and
-anything else that needs one call these."""
+"""How the distribution services are made from the app's context (`group_service`,
+`distributor`), and the groups service as a route dependency on the request's unit of work
+(`Service`). The routes take `Service` or call a factory; so does the console."""
 
 from __future__ import annotations
 

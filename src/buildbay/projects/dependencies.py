@@ -1,6 +1,6 @@
-"""How the projects service is made from the app's context, one factory each named for what it
-makes, and as a route dependency on the request's unit of work. Routes, the console and
-anything else that needs one call these."""
+"""How the projects service is made from the app's context (`project_service`), and the same
+as a route dependency on the request's unit of work (`Service`). The routes take `Service`; the
+console and anything else that needs the service call `project_service`."""
 
 from __future__ import annotations
 
