@@ -26,10 +26,11 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.authentication import Principal
+from buildbay.auth.dependencies import email_verifications
 from buildbay.auth.models import User
 from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.tokens import hash_token
-from buildbay.auth.verification import LINK_LIFETIME, EmailVerifications
+from buildbay.auth.verification import LINK_LIFETIME
 from buildbay.clock import FrozenClock
 from buildbay.config import InvitationCaps
 from buildbay.context import AppContext
@@ -281,7 +282,7 @@ class World:
 
         async def issue(db: AsyncSession) -> str:
             user = await db.get_one(User, account.user["id"])
-            links = EmailVerifications.of(self.ctx, db).links
+            links = email_verifications(self.ctx, db).links
             return links.token(user, self.ctx.clock.now() + LINK_LIFETIME)
 
         return await self._unit_of_work(issue)

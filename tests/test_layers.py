@@ -1,10 +1,13 @@
 """The layers read one way: the domain (models, reads, services, rules, storage, schemas) never
 imports the web (FastAPI, the route dependencies, the routes, the console), domain errors import
 neither FastAPI nor SQLAlchemy, storage and the schemas reach neither the web nor the database
-(SQLAlchemy, the ORM's models), and no module imports itself back through others.
+(SQLAlchemy, the ORM's models), only the web side takes the app's context (the domain is handed
+what it needs), the console makes services as the API does rather than through its routes, and
+no module imports itself back through others.
 
-Imports are read from the source (module level, outside `if TYPE_CHECKING:`), so a violation is
-named with its file and line before anything runs."""
+Imports are read from the source (module level, those under `if TYPE_CHECKING:` included: a type
+one module names is a dependency on the module that defines it, even if only the type checker
+follows it), so a violation is named with its file and line before anything runs."""
 
 from __future__ import annotations
 
@@ -51,18 +54,15 @@ def _is_web(module: str) -> bool:
     return module.endswith(WEB_SUFFIXES)
 
 
-def _type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def imports(module: str) -> Iterator[tuple[int, str]]:
-    """(line, module) of each module-level import of `module` that runs when it is imported."""
+    """(line, module) of each module-level import of `module`: those that run when it is imported,
+    and those only the type checker reads (`if TYPE_CHECKING:`)."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return _imports_in(path.read_text(encoding="utf-8"), package)
 
+
+def _imports_in(source: str, package: str) -> Iterator[tuple[int, str]]:
     def walk(nodes: list[ast.stmt]) -> Iterator[tuple[int, str]]:
         for node in nodes:
             if isinstance(node, ast.Import):
@@ -77,13 +77,13 @@ def imports(module: str) -> Iterator[tuple[int, str]]:
                 for alias in node.names:  # `from buildbay.x import y`, y a module
                     if f"{base}.{alias.name}" in MODULES:
                         yield node.lineno, f"{base}.{alias.name}"
-            elif isinstance(node, ast.If) and not _type_checking(node):
+            elif isinstance(node, ast.If):  # `if TYPE_CHECKING:` included
                 yield from walk(node.body)
                 yield from walk(node.orelse)
             elif isinstance(node, ast.Try):
                 yield from walk(node.body)
 
-    yield from walk(ast.parse(path.read_text(encoding="utf-8")).body)
+    yield from walk(ast.parse(source).body)
 
 
 def _first_party(module: str) -> str | None:
@@ -106,6 +106,28 @@ def test_the_domain_never_imports_the_web(module: str) -> None:
         f"{MODULES[module].name}:{line}: {name}" for line, name in imports(module) if _is_web(name)
     ]
     assert web == [], f"{module} imports the web side"
+
+
+def test_only_the_web_side_takes_the_app_context() -> None:
+    """Services, reads, rules and jobs take what they need (a session, the clock, a setting, the
+    storage); each domain's dependencies.py makes them from the app's context."""
+    takers = [
+        f"{m}:{line}" for m in DOMAIN for line, name in imports(m) if name == "buildbay.context"
+    ]
+    assert takers == [], "the context is taken by: " + ", ".join(takers)
+
+
+def test_the_console_calls_the_services_not_the_routes() -> None:
+    """The console makes its services as the API does (the domains' dependencies.py), and takes
+    nothing of the API's routes."""
+    console = [m for m in MODULES if m.startswith("buildbay.console")]
+    routes = [
+        f"{m}:{line}: {name}"
+        for m in console
+        for line, name in imports(m)
+        if name.endswith(".routes") and not name.startswith("buildbay.console")
+    ]
+    assert routes == [], "the console imports routes: " + ", ".join(routes)
 
 
 def test_domain_errors_import_neither_fastapi_nor_sqlalchemy() -> None:
@@ -185,11 +207,14 @@ def test_no_module_imports_itself_back() -> None:
 
 def test_the_checks_see_a_violation() -> None:
     """The rules above would notice: a module of the web side is recognised as such, and this
-    reader finds a module's imports (here, routes importing FastAPI)."""
+    reader finds a module's imports (here, routes importing FastAPI), those under
+    `if TYPE_CHECKING:` too."""
     assert _is_web("buildbay.builds.routes")
     assert _is_web("fastapi.routing")
     assert not _is_web("buildbay.builds.service")
     assert any(name == "fastapi" for _, name in imports("buildbay.builds.routes"))
+    typed_only = "if TYPE_CHECKING:\n    from ..context import AppContext\n"
+    assert (2, "buildbay.context") in _imports_in(typed_only, "buildbay.builds")
     assert "buildbay.builds.schemas" in PLAIN
     assert "buildbay.storage.local" in PLAIN
     assert _web_or_database("sqlalchemy.orm")

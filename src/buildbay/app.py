@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from buildbay.auth.routes import account_router
 from buildbay.auth.routes import router as auth_router
 from buildbay.auth.tokens import AccessTokenCodec
 from buildbay.builds.background import VERIFY_JOB, verify_handler
+from buildbay.builds.dependencies import build_service
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.install_page import router as install_page_router
 from buildbay.builds.readers import MetadataReaders
@@ -251,12 +253,15 @@ def create_app(
 
 
 def job_handlers(ctx: AppContext) -> dict[str, Handler]:
-    """What runs each kind of job of the outbox (jobs/)."""
+    """What runs each kind of job of the outbox (jobs/), each given what it needs."""
+    public_url = ctx.settings.resolved_public_url
     return {
         MAIL_JOB: mail_handler(transport_for(ctx.settings)),
-        PASSWORD_RESET_JOB: password_reset_handler(ctx),
-        DISTRIBUTION_JOB: distribution_mail_handler(ctx),
-        VERIFY_JOB: verify_handler(ctx),
+        PASSWORD_RESET_JOB: password_reset_handler(ctx.clock, public_url, ctx.mail),
+        DISTRIBUTION_JOB: distribution_mail_handler(
+            ctx.clock, public_url, ctx.install_tokens, ctx.unsubscribe, ctx.mail
+        ),
+        VERIFY_JOB: verify_handler(functools.partial(build_service, ctx)),
         WEBHOOK_JOB: webhook_handler(
             lambda: Reads.on(ctx.read_engine), ctx.webhook_sender, ctx.clock, ctx.mail
         ),

@@ -247,8 +247,8 @@ def create_user(
     from pydantic import ValidationError
 
     from buildbay.app import create_app
-    from buildbay.auth.dependencies import make_account_service
-    from buildbay.auth.password_reset import PasswordResets, reset_link
+    from buildbay.auth.dependencies import account_service, password_resets
+    from buildbay.auth.password_reset import reset_link
     from buildbay.auth.schemas import RegisterRequest
     from buildbay.errors import BuildbayError
 
@@ -264,10 +264,10 @@ def create_user(
 
     async def run(_: AsyncEngine) -> tuple[str, str]:
         async with ctx.sessions() as db, db.begin():
-            user = await make_account_service(ctx, db).create_account(
+            user = await account_service(ctx, db).create_account(
                 str(asked.email), password, asked.name
             )
-            return user.email, await PasswordResets(db, ctx.clock.now()).issue(user)
+            return user.email, await password_resets(ctx, db).issue(user)
 
     try:
         created, token = _on_database(settings, run, ctx)

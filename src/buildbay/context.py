@@ -1,32 +1,29 @@
-"""Everything a request may need, built once by create_app: the one object services are made
-from (`Service.of(ctx, ...)`). Free of FastAPI, so services can name it."""
+"""Everything a request may need, built once by create_app. Each domain's dependencies.py makes
+its services from it (`build_service(ctx, db)`), handing each only what it needs: no service,
+read or rule takes or imports the context."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import redis.asyncio as redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from buildbay.auth.cache import AccessTokenCache
+from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.tokens import AccessTokenCodec
+from buildbay.builds.install import InstallTokens
+from buildbay.builds.readers import MetadataReaders
 from buildbay.clock import Clock
 from buildbay.config import Settings
+from buildbay.jobs.worker import JobWorker
+from buildbay.mail.outbox import MailOutbox
+from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.ratelimit.limiter import RateLimiter
-
-if TYPE_CHECKING:
-    import redis.asyncio as redis
-
-    from buildbay.auth.revocations import SharedRevocations
-    from buildbay.builds.install import InstallTokens
-    from buildbay.builds.readers import MetadataReaders
-    from buildbay.jobs.worker import JobWorker
-    from buildbay.mail.outbox import MailOutbox
-    from buildbay.mail.unsubscribe import UnsubscribeLinks
-    from buildbay.storage.base import Storage
-    from buildbay.storage.signing import UrlSigner
-    from buildbay.webhooks.delivery import WebhookSender
+from buildbay.storage.base import Storage
+from buildbay.storage.signing import UrlSigner
+from buildbay.webhooks.delivery import WebhookSender
 
 
 @dataclass

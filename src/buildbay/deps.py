@@ -134,10 +134,11 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]  # a unit of work: it
 ReadsDep = Annotated[Reads, Depends(get_reads)]  # the route only reads
 
 
-# A service as a dependency: `Annotated[BuildService, in_unit_of_work(BuildService.of)]`. One
-# dependency, which takes the context and the session or reads from the request itself: declared
-# as `Context` and `SessionDep` of its own, each would be one dependency more, which FastAPI
-# solves anew on every request (docs/performance.md).
+# A service as a dependency: `Annotated[BuildService, in_unit_of_work(build_service)]`, with the
+# factory of its domain's dependencies.py. One dependency, which takes the context and the
+# session or reads from the request itself: declared as `Context` and `SessionDep` of its own,
+# each would be one dependency more, which FastAPI solves anew on every request
+# (docs/performance.md).
 
 
 def in_unit_of_work(make: Callable[[AppContext, AsyncSession], S]) -> Any:

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.app import create_app
 from buildbay.auth.cache import ACCESS_CACHE_TTL, AccessTokenCache, CachedAccess
-from buildbay.auth.dependencies import make_account_service, make_login_service
+from buildbay.auth.dependencies import account_service, login_service
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import AccessClaims
@@ -52,13 +52,13 @@ async def test_refresh_token_reuse_revokes_cached_access_tokens_at_once(
 
 
 def _end_the_login(ctx: AppContext, db: AsyncSession, cached: CachedAccess) -> Awaitable[None]:
-    return make_login_service(ctx, db).end_session(cached.claims.session_id)
+    return login_service(ctx, db).end_session(cached.claims.session_id)
 
 
 def _take_the_account_back(
     ctx: AppContext, db: AsyncSession, cached: CachedAccess
 ) -> Awaitable[None]:
-    return make_account_service(ctx, db).end_every_credential(cached.user.id)
+    return account_service(ctx, db).end_every_credential(cached.user.id)
 
 
 @pytest.mark.parametrize("revoke", [_end_the_login, _take_the_account_back])

@@ -10,7 +10,7 @@ import httpx
 from fastapi import FastAPI
 
 from buildbay.app import create_app
-from buildbay.auth.dependencies import make_account_service
+from buildbay.auth.dependencies import account_service
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings, SignupMode
 from tests.conftest import BASE_URL, assert_problem
@@ -26,7 +26,7 @@ async def _owner_headers(app: FastAPI, client: httpx.AsyncClient) -> dict[str, s
     """An account made as the operator makes them (whatever the sign-up mode), logged in."""
     ctx = app.state.ctx
     async with ctx.sessions() as db, db.begin():
-        accounts = make_account_service(ctx, db)
+        accounts = account_service(ctx, db)
         await accounts.create_account("lead@example.com", "correct horse", "Lea")
     r = await client.post(
         "/api/auth/login", json={"email": "lead@example.com", "password": "correct horse"}

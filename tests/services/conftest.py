@@ -30,13 +30,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
-from buildbay.applications.reads import APPLICATION, ApplicationRecord
+from buildbay.applications.reads import APPLICATION
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.authentication import Principal
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.models import Build
-from buildbay.builds.reads import BUILD, BuildRecord
+from buildbay.builds.reads import BUILD
+from buildbay.builds.records import BuildRecord
 from buildbay.clock import FrozenClock
 from buildbay.config import Plan, Settings
 from buildbay.db.engine import UnitOfWork, create_engine, create_sessionmaker, finish
@@ -46,7 +48,8 @@ from buildbay.ids import new_id
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
-from buildbay.projects.reads import PROJECT, ProjectRecord
+from buildbay.projects.reads import PROJECT
+from buildbay.projects.records import ProjectRecord
 from buildbay.storage.local import LocalStorage
 from buildbay.storage.signing import UrlSigner
 from tests.conftest import BASE_URL, PG_URL, TEST_SECRET

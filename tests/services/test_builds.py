@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
-from buildbay.applications.reads import APPLICATION, ApplicationRecord
+from buildbay.applications.reads import APPLICATION
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build

@@ -13,7 +13,7 @@ from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinkReads, InstallLinks, InstallTokens
 from buildbay.builds.models import Build
-from buildbay.builds.reads import BuildRecord
+from buildbay.builds.records import BuildRecord
 from buildbay.clock import FrozenClock
 from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound

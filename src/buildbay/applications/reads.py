@@ -2,44 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, select
 
-from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
+from buildbay.applications.records import ApplicationRecord, ApplicationView
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import DISTRIBUTED_TO_VIEWER, Viewer, viewer_params
 from buildbay.ids import split_page
 
-
-@dataclass(frozen=True, slots=True)
-class ApplicationRecord:
-    id: str
-    project_id: str
-    name: str
-    platform: Platform
-    bundle_id: str | None
-    retention_keep_last: int | None
-    retention_keep_days: int | None
-    update_key: str | None
-    auto_distribute_groups: list[str]
-    install_link_days: int
-    created_at: datetime
-    updated_at: datetime
-
-
 APPLICATION = RecordOf(ApplicationRecord, Application)
-
-
-@dataclass(frozen=True, slots=True)
-class ApplicationView:
-    application: ApplicationRecord
-    builds_count: int
 
 
 def _ready_builds_of(application_id: Any, *seen: Any) -> Any:

@@ -1,20 +1,18 @@
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications import schemas
+from buildbay.applications.dependencies import Service
 from buildbay.applications.reads import application_view, applications_page
 from buildbay.applications.schemas import application_schema
-from buildbay.applications.service import ApplicationService
-from buildbay.context import AppContext
-from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
-from buildbay.distribution.visibility import tester_of
+from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppAdmin, AppReader, ProjectAdmin, ProjectReader
+from buildbay.projects.authorization import tester_of
 from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(
@@ -43,13 +41,6 @@ def _application_links(app: str) -> dict[str, dict[str, Any]]:
             "POST", f"{_BUILDS}/upload-link", "Upload a build (step 1)", builds
         ),
     }
-
-
-def application_service(ctx: AppContext, db: AsyncSession) -> ApplicationService:
-    return ApplicationService(db, ctx.clock.now())
-
-
-Service = Annotated[ApplicationService, in_unit_of_work(application_service)]  # the unit of work
 
 
 @router.get(

@@ -1,16 +1,14 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from buildbay.applications.enums import Platform
+from buildbay.applications.records import ApplicationView
 from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, JsonInteger, Name, NotNull, RequestModel, Timestamp
 from buildbay.text import BUNDLE_ID_MAX, BUNDLE_ID_PATTERN
-
-if TYPE_CHECKING:  # the records it presents; the schemas need no database
-    from buildbay.applications.reads import ApplicationView
 
 ApplicationName = Name
 BundleId = Annotated[

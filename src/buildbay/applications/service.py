@@ -11,13 +11,8 @@ from sqlalchemy import delete, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
-from buildbay.applications.reads import (
-    APPLICATION,
-    ApplicationRecord,
-    ApplicationView,
-    application_named,
-    application_view,
-)
+from buildbay.applications.reads import APPLICATION, application_named, application_view
+from buildbay.applications.records import ApplicationRecord, ApplicationView
 from buildbay.applications.update_keys import add_update_key, new_update_key, rotate_update_key
 from buildbay.builds.models import Build
 from buildbay.builds.removal import keys_of_builds_under, remove_stored_files
@@ -30,7 +25,7 @@ from buildbay.distribution.models import EVERYONE
 from buildbay.errors import Conflict
 from buildbay.ids import new_id
 from buildbay.projects.models import Project
-from buildbay.projects.reads import ProjectRecord
+from buildbay.projects.records import ProjectRecord
 from buildbay.storage.base import Storage
 from buildbay.webhooks import events as webhook_events
 

@@ -24,8 +24,9 @@ from buildbay.auth.accounts import AccountService
 from buildbay.auth.authentication import Authentication, Principal
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.logins import LoginService
+from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.tokens import API_TOKEN_PREFIX
-from buildbay.auth.verification import EmailVerifications
+from buildbay.auth.verification import EmailVerifications, VerificationLinks
 from buildbay.config import Plan
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
@@ -34,7 +35,9 @@ from buildbay.errors import NotAuthenticated, RateLimited
 from buildbay.ratelimit.limiter import RateLimitState
 
 
-def make_login_service(ctx: AppContext, db: AsyncSession) -> LoginService:
+# How the account services are made from the app's context: one factory each, named for what it
+# makes, called by the routes, the console and the operator commands alike.
+def login_service(ctx: AppContext, db: AsyncSession) -> LoginService:
     return LoginService(
         db,
         ctx.access_tokens,
@@ -45,18 +48,29 @@ def make_login_service(ctx: AppContext, db: AsyncSession) -> LoginService:
     )
 
 
-def make_account_service(ctx: AppContext, db: AsyncSession) -> AccountService:
+def account_service(ctx: AppContext, db: AsyncSession) -> AccountService:
     return AccountService(
         db,
         ctx.clock.now(),
-        make_login_service(ctx, db),
+        login_service(ctx, db),
         ctx.settings.signup,
-        EmailVerifications.of(ctx, db),
+        email_verifications(ctx, db),
     )
 
 
-LoginServiceDep = Annotated[LoginService, in_unit_of_work(make_login_service)]
-AccountServiceDep = Annotated[AccountService, in_unit_of_work(make_account_service)]
+def email_verifications(ctx: AppContext, db: AsyncSession) -> EmailVerifications:
+    settings = ctx.settings
+    links = VerificationLinks(settings.signing_key, settings.resolved_public_url)
+    per_day = settings.verification_mails_per_address_per_day
+    return EmailVerifications(db, ctx.clock.now(), links, ctx.mail, per_day)
+
+
+def password_resets(ctx: AppContext, db: AsyncSession) -> PasswordResets:
+    return PasswordResets(db, ctx.clock.now())
+
+
+LoginServiceDep = Annotated[LoginService, in_unit_of_work(login_service)]
+AccountServiceDep = Annotated[AccountService, in_unit_of_work(account_service)]
 
 
 def client_ip(request: Request) -> str:
@@ -172,7 +186,7 @@ async def authenticate(ctx: AppContext, token: str) -> Principal:
     if service.needs_touch(principal):
         assert principal.api_token_id is not None  # needs_touch says so
         async with ctx.sessions() as db, db.begin():
-            await make_account_service(ctx, db).touch_api_token(principal.api_token_id)
+            await account_service(ctx, db).touch_api_token(principal.api_token_id)
     return principal
 
 

@@ -26,13 +26,14 @@ from buildbay.auth.logins import normalise_email
 from buildbay.auth.models import PasswordReset, User
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import mark_verified
-from buildbay.context import AppContext
+from buildbay.clock import Clock
 from buildbay.errors import RateLimited, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue
 from buildbay.jobs.worker import Handler, JobFailed, JobRun
 from buildbay.mail.headers import UnmailableAddress
 from buildbay.mail.message import render
+from buildbay.mail.outbox import MailOutbox
 from buildbay.ratelimit.limiter import RateLimiter
 
 PASSWORD_RESET_JOB = "password_reset"
@@ -119,16 +120,16 @@ def reset_link(public_url: str, token: str) -> str:
     return f"{public_url}{RESET_PAGE}?{urlencode({'token': token})}"
 
 
-def password_reset_handler(ctx: AppContext) -> Handler:
+def password_reset_handler(clock: Clock, public_url: str, outbox: MailOutbox) -> Handler:
     """The worker's side of `request`: the link and its mail, if an account has the e-mail."""
 
     async def handle(run: JobRun) -> None:
-        now = ctx.clock.now()
+        now = clock.now()
         user = await run.db.scalar(select(User).where(User.email == run.payload["email"]))
         if user is None:
             return  # nobody to tell; the caller was answered the same
         token = await PasswordResets(run.db, now).issue(user)
-        mail = render(
+        message = render(
             "password_reset",
             user.email,
             "Reset your Buildbay password",
@@ -136,10 +137,10 @@ def password_reset_handler(ctx: AppContext) -> Handler:
             # address chose it, and anyone may ask for this mail to be sent.
             name=user.name if user.email_verified else "",
             email=user.email,
-            link=reset_link(ctx.settings.resolved_public_url, token),
+            link=reset_link(public_url, token),
         )
         try:
-            ctx.mail.send(run.db, mail, now)
+            outbox.send(run.db, message, now)
         except UnmailableAddress as exc:  # stored before today's rules: no retry mends it
             raise JobFailed(f"the reset link cannot be mailed: {exc.detail}") from None
 

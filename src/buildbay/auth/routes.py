@@ -13,11 +13,11 @@ from buildbay.auth.dependencies import (
     LoginServiceDep,
     PublicRateLimit,
     client_ip,
+    email_verifications,
+    password_resets,
 )
 from buildbay.auth.logins import IssuedTokens
-from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.reads import USER, UserRecord, api_tokens_of, user_by_id
-from buildbay.auth.verification import EmailVerifications
 from buildbay.builds.reads import storage_usage
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
@@ -126,9 +126,7 @@ async def change_password(
 async def request_password_reset(
     body: schemas.PasswordResetRequest, ctx: Context, db: SessionDep, request: Request
 ) -> Response:
-    await PasswordResets(db, ctx.clock.now()).request(
-        str(body.email), client_ip(request), ctx.limiter
-    )
+    await password_resets(ctx, db).request(str(body.email), client_ip(request), ctx.limiter)
     return Response(status_code=status.HTTP_202_ACCEPTED)
 
 
@@ -143,7 +141,7 @@ async def request_password_reset(
 async def confirm_password_reset(
     body: schemas.PasswordResetConfirm, service: AccountServiceDep, ctx: Context, db: SessionDep
 ) -> Response:
-    await PasswordResets(db, ctx.clock.now()).confirm(body.token, body.password, service)
+    await password_resets(ctx, db).confirm(body.token, body.password, service)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -161,7 +159,7 @@ async def confirm_password_reset(
 async def resend_email_verification(
     principal: InteractiveUser, ctx: Context, db: SessionDep
 ) -> Response:
-    await EmailVerifications.of(ctx, db).resend(principal.user.id, ctx.limiter)
+    await email_verifications(ctx, db).resend(principal.user.id, ctx.limiter)
     return Response(status_code=status.HTTP_202_ACCEPTED)
 
 
@@ -176,7 +174,7 @@ async def resend_email_verification(
 async def confirm_email_verification(
     body: schemas.EmailVerificationConfirm, ctx: Context, db: SessionDep
 ) -> Response:
-    await EmailVerifications.of(ctx, db).confirm(body.token)
+    await email_verifications(ctx, db).confirm(body.token)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

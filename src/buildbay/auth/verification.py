@@ -33,7 +33,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.auth.models import User
 from buildbay.auth.tokens import derive_key
 from buildbay.constant_time import same_secret
-from buildbay.context import AppContext
 from buildbay.errors import Conflict, RateLimited, ValidationFailed
 from buildbay.ids import ID_PATTERN
 from buildbay.invitations.counts import address_hash, seconds_to_next_day, spend_one
@@ -117,12 +116,6 @@ class EmailVerifications:
         self.links = links
         self.mail = mail
         self.resends_per_day = resends_per_day
-
-    @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> EmailVerifications:
-        links = VerificationLinks(ctx.settings.signing_key, ctx.settings.resolved_public_url)
-        per_day = ctx.settings.verification_mails_per_address_per_day
-        return cls(db, ctx.clock.now(), links, ctx.mail, per_day)
 
     def send(self, user: User) -> bool:
         """Write the verification mail of `user` to the outbox (in the caller's unit of work).

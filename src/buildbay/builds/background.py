@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION
@@ -13,13 +14,12 @@ from buildbay.builds.service import VERIFY_JOB, BuildService
 from buildbay.db.reads import Reads
 from buildbay.jobs.worker import Handler, JobRun
 
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
-
 __all__ = ["VERIFY_JOB", "verify_handler"]
 
 
-def verify_handler(ctx: AppContext) -> Handler:
+def verify_handler(build_service: Callable[[AsyncSession], BuildService]) -> Handler:
+    """`build_service`: the build service on a job's unit of work (builds/dependencies.py)."""
+
     async def handle(run: JobRun) -> None:
         payload = run.payload
         row = await Reads.within(run.db).first(
@@ -27,7 +27,7 @@ def verify_handler(ctx: AppContext) -> Handler:
         )
         if row is None:
             return  # the application, and its builds, were deleted meanwhile
-        service = BuildService.of(ctx, run.db)
+        service = build_service(run.db)
         await service.finish_verify(
             APPLICATION.of(row),
             payload["buildId"],

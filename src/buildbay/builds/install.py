@@ -20,30 +20,27 @@ import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import derive_key
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import SHARED_AND_LIVE, LiveLink
 from buildbay.builds.models import Build, InstallLink
-from buildbay.builds.reads import BuildRecord, not_in_application
+from buildbay.builds.reads import not_in_application
+from buildbay.builds.records import BuildRecord
 from buildbay.constant_time import same_secret
 from buildbay.db.concurrency import lock_row
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import LINK_OWNER, OPENED_BY_OWNER
 from buildbay.errors import Conflict, Forbidden, Gone, NotFound
 from buildbay.ids import new_id
-
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
 
 _SIGNATURE_BYTES = 18  # 144 bits, 24 characters
 
@@ -158,10 +155,6 @@ _TARGET = (
 class InstallLinkReads:
     """Install links as read: on a read-only request's reads, or a unit of work's."""
 
-    @classmethod
-    def of(cls, ctx: AppContext, reads: Reads) -> InstallLinkReads:
-        return cls(reads, ctx.clock.now(), ctx.install_tokens, ctx.settings.resolved_public_url)
-
     def __init__(self, reads: Reads, now: datetime, tokens: InstallTokens, public_url: str) -> None:
         self.reads = reads
         self.now = now
@@ -235,11 +228,6 @@ class InstallLinkReads:
 
 class InstallLinks:
     """Creating and revoking install links, in a unit of work."""
-
-    @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> InstallLinks:
-        """The request's install links, from the app's context."""
-        return cls(db, InstallLinkReads.of(ctx, Reads.within(db)))
 
     def __init__(self, db: AsyncSession, reads: InstallLinkReads) -> None:
         self.db = db

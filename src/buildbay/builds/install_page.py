@@ -25,10 +25,9 @@ from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import client_ip, count_budget
-from buildbay.builds.dependencies import LinkReads
+from buildbay.builds.dependencies import LinkReads, build_reads
 from buildbay.builds.devices import device_of, is_android_build, is_ios_build
 from buildbay.builds.install import InstallLinkReads, InstallTarget
-from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import version_label
 from buildbay.builds.service import human_size
 from buildbay.console.session import ConsoleSessions
@@ -197,7 +196,7 @@ def _shown(value: object) -> str | None:
 
 async def _file_url(ctx: AppContext, links: InstallLinkReads, target: InstallTarget) -> str:
     # file_url reads nothing: it signs the address.
-    return await BuildReads.of(ctx, links.reads).file_url(target.build)
+    return await build_reads(ctx, links.reads).file_url(target.build)
 
 
 @router.get(
@@ -266,5 +265,5 @@ async def install_manifest(
 )
 async def install_icon(token: Token, links: LinkReads, ctx: Context, request: Request) -> Response:
     target = await _open(token, request, links)
-    png = await BuildReads.of(ctx, links.reads).icon(target.build)
+    png = await build_reads(ctx, links.reads).icon(target.build)
     return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, String, and_, bindparam, cast, func, or_, select
 from sqlalchemy.engine import RowMapping
@@ -14,6 +14,7 @@ from sqlalchemy.engine import RowMapping
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import EXTRA_COLUMNS, BuildExtras, extras_of
 from buildbay.builds.models import Build, BuildIcon
+from buildbay.builds.records import BuildRecord
 from buildbay.config import Settings
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import (
@@ -25,40 +26,6 @@ from buildbay.distribution.visibility import (
 from buildbay.errors import Conflict, NotFound
 from buildbay.ids import split_page
 from buildbay.storage.base import PartInfo, Storage, UploadGone, part_bounds, parts_count
-
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
-
-
-@dataclass(frozen=True, slots=True)
-class BuildRecord:
-    id: str
-    project_id: str
-    application_id: str
-    file_name: str
-    file_size: int
-    expected_sha256: str | None
-    sha256: str | None
-    status: BuildStatus
-    notes: str | None
-    storage_key: str
-    storage_version: str | None
-    uploaded_by: str | None
-    metadata_: dict[str, Any] | None
-    metadata_error: str | None
-    has_icon: bool
-    mandatory: bool
-    created_at: datetime
-    expires_at: datetime
-    verified_at: datetime | None
-    part_size: int | None
-    upload_id: str | None
-    failure_code: str | None
-
-    @property
-    def multipart(self) -> bool:
-        return self.part_size is not None
-
 
 BUILD = RecordOf(BuildRecord, Build)
 
@@ -199,12 +166,13 @@ def not_in_application() -> NotFound:
     return NotFound("No build with this id in the application", code="build_not_found")
 
 
+# How long a browser or client may keep a build's icon (the API's and the console's answer): a
+# build's bytes, and so its icon, never change.
+ICON_CACHE = {"Cache-Control": "private, max-age=31536000, immutable"}
+
+
 class BuildReads:
     """Builds as a reader sees them: on a read-only request's reads, or a unit of work's."""
-
-    @classmethod
-    def of(cls, ctx: AppContext, reads: Reads) -> BuildReads:
-        return cls(reads, ctx.clock.now(), ctx.settings, ctx.storage)
 
     def __init__(self, reads: Reads, now: datetime, settings: Settings, storage: Storage) -> None:
         self.reads = reads

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinks
-from buildbay.builds.reads import BuildRecord
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.service import BuildService
 from buildbay.distribution.service import Distributor
 from buildbay.invitations.caps import InvitationsLimited

@@ -12,15 +12,16 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, ListedLink
-from buildbay.builds.reads import BuildOrder, BuildQuery, BuildRecord, ShownBuild, VersionFilter
+from buildbay.builds.reads import ICON_CACHE, BuildOrder, BuildQuery, ShownBuild, VersionFilter
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.deps import Context, Page, TransactionRoute
-from buildbay.distribution.service import Distributor
-from buildbay.distribution.visibility import tester_of as tester
+from buildbay.distribution.dependencies import distributor
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsDownloader, BuildsReader
+from buildbay.projects.authorization import tester_of as tester
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
 from buildbay.storage.base import parts_count
 
@@ -80,8 +81,6 @@ _INSTALL_LINK_LINKS = {
         {**_IN_PATH, "buildId": "$request.path.buildId", "linkId": "$response.body#/linkId"},
     ),
 }
-# A build's bytes, and so its icon, never change.
-ICON_CACHE = {"Cache-Control": "private, max-age=31536000, immutable"}
 
 
 async def version_filter(
@@ -302,7 +301,7 @@ async def verify_upload(
         distribute=Distribution(wanted.groups, [str(e) for e in wanted.emails], wanted.notify)
         if wanted is not None else None,
     )  # fmt: skip
-    build = await verify_and_release(service, links, Distributor.of(ctx, service.db), access, asked)
+    build = await verify_and_release(service, links, distributor(ctx, service.db), access, asked)
     if build.status is BuildStatus.PROCESSING:
         response.status_code = status.HTTP_202_ACCEPTED
     return (await present([build], links.reads))[0]

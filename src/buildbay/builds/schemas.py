@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from buildbay.builds.enums import BuildStatus
+from buildbay.builds.records import BuildRecord
 from buildbay.channels.schemas import ChannelNames
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.schemas import ApiModel, JsonInteger, NotNull, RequestModel, Timestamp, Trimmed
@@ -16,9 +17,6 @@ from buildbay.text import (
     WHITESPACE_CLASS,
     file_name_problem,
 )
-
-if TYPE_CHECKING:  # the records it presents; the schemas need no database
-    from buildbay.builds.reads import BuildRecord
 
 # What the rules below allow, for the OpenAPI document: a character other than `/`, `\`, the
 # control, bidirectional-control and invisible characters (buildbay.text), at least one of them

@@ -16,14 +16,14 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.builds.enums import BuildStatus
@@ -35,7 +35,8 @@ from buildbay.builds.metadata import (
 )
 from buildbay.builds.models import Build, BuildIcon
 from buildbay.builds.readers import MetadataReaders
-from buildbay.builds.reads import BUILD, BuildReads, BuildRecord, storage_usage
+from buildbay.builds.reads import BUILD, BuildReads, storage_usage
+from buildbay.builds.records import BuildRecord
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.engine import after_commit, connection_released, hold_until_ended
@@ -58,9 +59,6 @@ from buildbay.storage.base import (
     parts_count,
 )
 from buildbay.webhooks import events as webhook_events
-
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
 
 VERIFY_JOB = "builds.verify"  # checks a large multipart build's bytes in the background
 # A verify checks the bytes again when an upload replaced them while they were read, this many
@@ -112,11 +110,6 @@ def human_size(size: int) -> str:
 
 
 class BuildService:
-    @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> BuildService:
-        """The request's build service, from the app's context."""
-        return cls(db, ctx.clock.now(), ctx.settings, ctx.storage, ctx.readers)
-
     def __init__(
         self,
         db: AsyncSession,

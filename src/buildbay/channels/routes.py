@@ -3,29 +3,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.channels import schemas
+from buildbay.channels.dependencies import Service
 from buildbay.channels.reads import ChannelView, channels_of
-from buildbay.channels.service import ChannelService
-from buildbay.context import AppContext
-from buildbay.deps import ReadsDep, TransactionRoute, in_unit_of_work
-from buildbay.distribution.visibility import tester_of
+from buildbay.deps import ReadsDep, TransactionRoute
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppDeveloper, AppReader
+from buildbay.projects.authorization import tester_of
 
 router = APIRouter(
     prefix="/api/projects/{id}/applications/{appId}/channels",
     tags=["channels"],
     route_class=TransactionRoute,
 )
-
-
-def channel_service(ctx: AppContext, db: AsyncSession) -> ChannelService:
-    return ChannelService(db, ctx.clock.now())
-
-
-Service = Annotated[ChannelService, in_unit_of_work(channel_service)]
 
 
 def to_schema(view: ChannelView) -> schemas.Channel:

@@ -7,12 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.auth.dependencies import make_account_service
+from buildbay.auth.dependencies import account_service, email_verifications
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.models import User
 from buildbay.auth.reads import api_tokens_of
 from buildbay.auth.schemas import CreateApiTokenRequest
-from buildbay.auth.verification import EmailVerifications
 from buildbay.builds.reads import storage_usage
 from buildbay.builds.service import human_size
 from buildbay.console.pages import (
@@ -98,7 +97,7 @@ async def create_token(request: Request) -> Response:
     try:
         body = parse_form(CreateApiTokenRequest, data)
         assert isinstance(body, CreateApiTokenRequest)
-        token, secret = await make_account_service(get_context(request), db).create_api_token(
+        token, secret = await account_service(get_context(request), db).create_api_token(
             visitor.principal.user, body.name, body.expires_in_days, body.scope, body.project_ids
         )
     except FormError as exc:
@@ -132,7 +131,7 @@ def _token_errors(errors: dict[str, str]) -> dict[str, str]:
 @router.post("/account/tokens/{token_id}/revoke")
 async def revoke_token(request: Request, token_id: str) -> Response:
     visitor, db = await visit(request)
-    await make_account_service(get_context(request), db).delete_api_token(
+    await account_service(get_context(request), db).delete_api_token(
         visitor.principal.user, token_id
     )
     return see_other("/account#api-tokens")
@@ -143,7 +142,7 @@ async def resend_verification(request: Request) -> Response:
     visitor, db = await visit(request)
     ctx = get_context(request)
     try:
-        await EmailVerifications.of(ctx, db).resend(visitor.principal.user.id, ctx.limiter)
+        await email_verifications(ctx, db).resend(visitor.principal.user.id, ctx.limiter)
     except Conflict:  # verified meanwhile (another tab): the page says so
         return see_other("/account#notifications")
     except RateLimited as exc:
@@ -158,7 +157,7 @@ async def resend_verification(request: Request) -> Response:
 async def notifications(request: Request) -> Response:
     visitor, db = await visit(request)
     fields = await form_fields(request)
-    await make_account_service(get_context(request), db).update_profile(
+    await account_service(get_context(request), db).update_profile(
         visitor.principal, None, notify_new_builds=fields.get("notifyNewBuilds") == "on"
     )
     return see_other("/account?saved=1#notifications")

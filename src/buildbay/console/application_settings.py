@@ -8,15 +8,14 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.applications.dependencies import application_service
 from buildbay.applications.enums import Platform
 from buildbay.applications.schemas import ApplicationUpdate, RetentionRule
-from buildbay.applications.service import ApplicationService
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
     can,
     form_fields,
-    now,
     page,
     parse_form,
     see_other,
@@ -124,7 +123,7 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
     fields = await form_fields(request)
     try:
         changes = _changes(fields)
-        await ApplicationService(db, now(request)).update(access.application, changes)
+        await application_service(get_context(request), db).update(access.application, changes)
     except FormError as exc:
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, exc.by_field, 422)  # fmt: skip
@@ -145,7 +144,7 @@ async def delete_application(request: Request, project_id: str, app_id: str) -> 
         errors = {"confirm": "Type the application's name exactly to delete it."}
         return await render_settings(request, visitor, db, project_id, app_id, "delete",
                                      fields, errors, 422)  # fmt: skip
-    await ApplicationService(db, now(request)).delete(
+    await application_service(get_context(request), db).delete(
         access.application, get_context(request).storage
     )
     visitor.tell(f"Deleted {name} and its builds.")

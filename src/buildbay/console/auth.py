@@ -7,11 +7,13 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from buildbay.auth.dependencies import (
+    account_service,
     client_ip,
-    make_account_service,
-    make_login_service,
+    email_verifications,
+    login_service,
+    password_resets,
 )
-from buildbay.auth.password_reset import RESET_PAGE, PasswordResets
+from buildbay.auth.password_reset import RESET_PAGE
 from buildbay.auth.schemas import (
     EmailVerificationConfirm,
     LoginRequest,
@@ -19,7 +21,7 @@ from buildbay.auth.schemas import (
     PasswordResetRequest,
     RegisterRequest,
 )
-from buildbay.auth.verification import VERIFY_PAGE, EmailVerifications
+from buildbay.auth.verification import VERIFY_PAGE
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -83,7 +85,7 @@ async def login(request: Request) -> Response:
     try:
         body = parse_form(LoginRequest, {k: fields.get(k, "") for k in ("email", "password")})
         assert isinstance(body, LoginRequest)
-        service = make_login_service(ctx, db)
+        service = login_service(ctx, db)
         issued = await service.login(body.email, body.password, client_ip(request), ctx.limiter)
     except FormError as exc:
         return _auth_page(
@@ -109,7 +111,7 @@ async def login(request: Request) -> Response:
         refused.headers.update(exc.headers)  # Retry-After, when throttled
         return refused
     if visitor.session_id is not None:  # signing in again: the old login ends
-        await make_login_service(ctx, db).end_session(visitor.session_id)
+        await login_service(ctx, db).end_session(visitor.session_id)
     await sessions(request).sign_in(visitor, db, issued.session_id, now(request))
     return see_other(next_page)
 
@@ -136,7 +138,7 @@ async def signup(request: Request) -> Response:
         body = parse_form(RegisterRequest, {k: fields.get(k) or None for k in ("email", "name")}
                       | {"password": fields.get("password", "")})  # fmt: skip
         assert isinstance(body, RegisterRequest)
-        issued = await make_account_service(get_context(request), db).register(
+        issued = await account_service(get_context(request), db).register(
             body.email, body.password, body.name
         )
     except FormError as exc:
@@ -170,7 +172,7 @@ async def signup(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     visitor, db = await visit(request, signed_in=False)
     if visitor.session_id is not None:
-        await make_login_service(get_context(request), db).end_session(visitor.session_id)
+        await login_service(get_context(request), db).end_session(visitor.session_id)
     sessions(request).sign_out(visitor)
     return see_other("/login?signed_out=1")
 
@@ -194,7 +196,7 @@ async def forgot_password(request: Request) -> Response:
     try:
         body = parse_form(PasswordResetRequest, values)
         assert isinstance(body, PasswordResetRequest)
-        await PasswordResets(db, now(request)).request(
+        await password_resets(get_context(request), db).request(
             str(body.email), client_ip(request), ctx.limiter
         )
     except FormError:
@@ -225,8 +227,8 @@ async def reset_password(request: Request) -> Response:
             PasswordResetConfirm, {"token": token, "password": fields.get("password", "")}
         )
         assert isinstance(body, PasswordResetConfirm)
-        service = make_account_service(get_context(request), db)
-        await PasswordResets(db, now(request)).confirm(body.token, body.password, service)
+        service = account_service(get_context(request), db)
+        await password_resets(get_context(request), db).confirm(body.token, body.password, service)
     except FormError as exc:
         errors = {"password": "Choose a password of 8 to 128 characters."}
         if "token" in exc.by_field:
@@ -265,7 +267,7 @@ async def verify_email(request: Request) -> Response:
     try:
         body = parse_form(EmailVerificationConfirm, {"token": token})
         assert isinstance(body, EmailVerificationConfirm)
-        await EmailVerifications.of(get_context(request), db).confirm(body.token)
+        await email_verifications(get_context(request), db).confirm(body.token)
     except (FormError, ValidationFailed):
         return page("console/verify_email.html", visitor, 422, token=token, verified=False,
                     errors={"form": INVALID_VERIFICATION_LINK})  # fmt: skip

@@ -13,22 +13,27 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.builds.dependencies import (
+    build_reads,
+    build_service,
+    install_link_reads,
+    install_links,
+)
 from buildbay.builds.install import (
     InstallLinkReads,
     InstallLinkRecord,
-    InstallLinks,
     LinkOwner,
     ListedLink,
 )
-from buildbay.builds.reads import BuildReads, BuildRecord
-from buildbay.builds.routes import ICON_CACHE
+from buildbay.builds.reads import ICON_CACHE
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import (
     DEFAULT_HOURS,
     MAX_NOTES_LENGTH,
     BuildUpdate,
     version_label,
 )
-from buildbay.builds.service import BuildService, human_size
+from buildbay.builds.service import human_size
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -45,9 +50,8 @@ from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import installs_of
-from buildbay.distribution.visibility import tester_of
 from buildbay.numbers import whole_number
-from buildbay.projects.authorization import application_of
+from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 from buildbay.updates.check import release_of
@@ -144,9 +148,9 @@ async def render_build(
     access = await application_of(
         reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
     )
-    build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
+    build = await build_reads(ctx, reads).get(access.application.id, build_id)
     groups, _ = await groups_page(reads, access.project, 100, None)
-    links = InstallLinkReads.of(ctx, reads)
+    links = install_link_reads(ctx, reads)
     team = await members(reads, access.project.id)
     uploader = next((m for m in team if m.user_id == build.uploaded_by), None)
     names = {m.user_id: m.name or m.email for m in team}
@@ -168,7 +172,7 @@ async def build_icon(request: Request, project_id: str, app_id: str, build_id: s
     """The app icon the file carries (tester+, of a build given to them), as the API's."""
     _, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
     reads = Reads.within(db)
-    builds = BuildReads.of(get_context(request), reads)
+    builds = build_reads(get_context(request), reads)
     build = await builds.get(access.application.id, build_id, tester_of(access))
     return Response(await builds.icon(build), media_type="image/png", headers=ICON_CACHE)
 
@@ -186,7 +190,7 @@ async def save_notes(request: Request, project_id: str, app_id: str, build_id: s
         return await render_build(request, visitor, db, project_id, app_id, build_id, "notes",
                                   fields, errors, 422)  # fmt: skip
     changes = body.model_dump(exclude_unset=True)
-    await BuildService.of(get_context(request), db).update(access.application, build_id, changes)
+    await build_service(get_context(request), db).update(access.application, build_id, changes)
     visitor.tell("Notes saved.")
     return see_other(f"{build_path(project_id, app_id, build_id)}#notes")
 
@@ -206,8 +210,8 @@ async def create_link(request: Request, project_id: str, app_id: str, build_id: 
         return await render_build(request, visitor, db, project_id, app_id, build_id, "link",
                                   fields, errors, 422)  # fmt: skip
     ctx = get_context(request)
-    build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
-    link = await InstallLinks.of(ctx, db).create(build, visitor.principal.user, hours)
+    build = await build_reads(ctx, reads).get(access.application.id, build_id)
+    link = await install_links(ctx, db).create(build, visitor.principal.user, hours)
     return see_other(f"{build_path(project_id, app_id, build_id)}?link={link.id}#install-links")
 
 
@@ -222,8 +226,8 @@ async def revoke_link(
     )
     reads = Reads.within(db)
     ctx = get_context(request)
-    build = await BuildReads.of(ctx, reads).get(access.application.id, build_id)
-    links = InstallLinks.of(ctx, db)
+    build = await build_reads(ctx, reads).get(access.application.id, build_id)
+    links = install_links(ctx, db)
     link = await links.reads.find(build, link_id)
     await links.revoke(link)
     visitor.tell("Install link revoked: its page now says so.")

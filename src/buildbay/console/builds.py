@@ -11,14 +11,20 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.builds.install import InstallLinkReads, InstallLinks
+from buildbay.builds.dependencies import (
+    build_reads,
+    build_service,
+    install_link_reads,
+    install_links,
+)
+from buildbay.builds.install import InstallLinks
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildReads
 from buildbay.builds.schemas import (
     DEFAULT_HOURS,
     MAX_NOTES_LENGTH,
     version_label,
 )
-from buildbay.builds.service import BuildService, human_size
+from buildbay.builds.service import human_size
 from buildbay.channels.reads import channels_of
 from buildbay.console.charts import downloads_chart
 from buildbay.console.pages import (
@@ -33,9 +39,8 @@ from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.installs import downloads_by_day
-from buildbay.distribution.visibility import tester_of
 from buildbay.errors import ValidationFailed
-from buildbay.projects.authorization import application_of
+from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 from buildbay.schemas import page_of
@@ -45,11 +50,11 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 
 def _links(request: Request, db: AsyncSession) -> InstallLinks:
-    return InstallLinks.of(get_context(request), db)
+    return install_links(get_context(request), db)
 
 
 def _build_reads(request: Request, db: AsyncSession) -> BuildReads:
-    return BuildReads.of(get_context(request), Reads.within(db))
+    return build_reads(get_context(request), Reads.within(db))
 
 
 @router.get("/projects/{project_id}/apps/{app_id}")
@@ -76,10 +81,10 @@ async def render_application(
         viewer=tester_of(access),
         search=shown.search,
     )
-    found, next_cursor = await BuildReads.of(get_context(request), reads).shown_page(query)
+    found, next_cursor = await build_reads(get_context(request), reads).shown_page(query)
     builds = [b.build for b in found]
     extras = {b.build.id: b.extras for b in found}
-    links = InstallLinkReads.of(get_context(request), reads)
+    links = install_link_reads(get_context(request), reads)
     # Sharing is a developer's: a tester is offered neither the shared link nor a new one.
     sharing = access.role.includes(ProjectRole.DEVELOPER)
     current = {k: e.link for k, e in extras.items() if e.link is not None and sharing}
@@ -147,14 +152,14 @@ def application_path(project_id: str, app_id: str) -> str:
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/delete")
 async def delete_build(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
-    await BuildService.of(get_context(request), db).delete(access.application, build_id)
+    await build_service(get_context(request), db).delete(access.application, build_id)
     return see_other(application_path(project_id, app_id))
 
 
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}/download")
 async def download_build(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
-    url = await BuildService.of(get_context(request), db).download(
+    url = await build_service(get_context(request), db).download(
         access.application,
         build_id,
         visitor.principal.user,

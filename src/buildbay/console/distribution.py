@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from buildbay.applications.dependencies import application_service
 from buildbay.applications.schemas import ApplicationUpdate
-from buildbay.applications.service import ApplicationService
-from buildbay.builds.reads import BuildReads
+from buildbay.builds.dependencies import build_reads
 from buildbay.console.application_settings import render_settings
 from buildbay.console.build_page import build_path, render_build
 from buildbay.console.groups import emails_of
@@ -21,8 +21,8 @@ from buildbay.console.pages import (
 )
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.distribution.dependencies import distributor
 from buildbay.distribution.schemas import DistributionRequest
-from buildbay.distribution.service import Distributor
 from buildbay.errors import BuildbayError
 from buildbay.invitations.caps import not_invited_sentences
 from buildbay.numbers import whole_number
@@ -52,11 +52,9 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
         assert isinstance(body, DistributionRequest)
         if not body.groups and not body.emails:
             raise FormError({"groups": "Choose a group or enter an e-mail."})
-        build = await BuildReads.of(get_context(request), reads).get(
-            access.application.id, build_id
-        )
+        build = await build_reads(get_context(request), reads).get(access.application.id, build_id)
         async with db.begin_nested():
-            result = await Distributor.of(get_context(request), db).distribute(
+            result = await distributor(get_context(request), db).distribute(
                 access, build, body.groups, [str(e) for e in body.emails], body.notify
             )
     except FormError as exc:
@@ -97,7 +95,5 @@ async def distribution_settings(request: Request, project_id: str, app_id: str) 
             settings_error="Enter a number of days from 1 to 90.",
         )  # fmt: skip
     changes = body.model_dump(exclude_unset=True)
-    await ApplicationService(db, get_context(request).clock.now()).update(
-        access.application, changes
-    )
+    await application_service(get_context(request), db).update(access.application, changes)
     return see_other(f"{app_path}#distribution")

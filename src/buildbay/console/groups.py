@@ -22,8 +22,8 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.distribution.dependencies import group_service
 from buildbay.distribution.groups import groups_page, invited_to_groups, testers_of
-from buildbay.distribution.routes import make_group_service
 from buildbay.distribution.schemas import GroupCreate, TestersAdd
 from buildbay.errors import BuildbayError
 from buildbay.invitations.caps import not_invited_sentences
@@ -81,9 +81,7 @@ async def create_group(request: Request, project_id: str) -> Response:
         body = parse_form(GroupCreate, {"name": fields.get("name", "")})
         assert isinstance(body, GroupCreate)
         async with db.begin_nested():
-            group = await make_group_service(get_context(request), db).create(
-                access.project, body.name
-            )
+            group = await group_service(get_context(request), db).create(access.project, body.name)
     except FormError as exc:
         errors = {"name": exc.by_field.get("name", "Enter a name.")}
         return await _render(request, visitor, db, project_id, "new", errors, fields, 422)
@@ -103,7 +101,7 @@ async def add_testers(request: Request, project_id: str, group_id: str) -> Respo
         Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
     )
     fields = await form_fields(request)
-    service = make_group_service(get_context(request), db)
+    service = group_service(get_context(request), db)
     try:
         body = parse_form(TestersAdd, {"emails": emails_of(fields.get("emails", ""))})
         assert isinstance(body, TestersAdd)
@@ -139,9 +137,7 @@ async def remove_tester(request: Request, project_id: str, group_id: str, user_i
     access = await project_of(
         Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
     )
-    await make_group_service(get_context(request), db).remove_tester(
-        access.project, group_id, user_id
-    )
+    await group_service(get_context(request), db).remove_tester(access.project, group_id, user_id)
     return see_other(_groups_path(project_id) + f"#{group_id}")
 
 
@@ -151,6 +147,6 @@ async def delete_group(request: Request, project_id: str, group_id: str) -> Resp
     access = await project_of(
         Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
     )
-    await make_group_service(get_context(request), db).delete(access.project, group_id)
+    await group_service(get_context(request), db).delete(access.project, group_id)
     visitor.tell("Group deleted.")
     return see_other(_groups_path(project_id))

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from buildbay.builds.install import InstallLinks
-from buildbay.builds.reads import BuildReads
+from buildbay.builds.dependencies import build_reads, install_links
 from buildbay.builds.schemas import DEFAULT_HOURS
 from buildbay.console.pages import ConsoleRoute, see_other, visit_application
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.visibility import tester_of
+from buildbay.projects.authorization import tester_of
 from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -25,8 +24,8 @@ async def install_build(request: Request, project_id: str, app_id: str, build_id
     visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.TESTER)
     reads = Reads.within(db)
     ctx = get_context(request)
-    build = await BuildReads.of(ctx, reads).get(access.application.id, build_id, tester_of(access))
-    links = InstallLinks.of(ctx, db)
+    build = await build_reads(ctx, reads).get(access.application.id, build_id, tester_of(access))
+    links = install_links(ctx, db)
     user = visitor.principal.user
     if tester_of(access) is None:
         link = await links.share(build, user, DEFAULT_HOURS)

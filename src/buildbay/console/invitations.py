@@ -22,8 +22,8 @@ from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError
+from buildbay.invitations.dependencies import invitation_service
 from buildbay.invitations.enums import InvitationStatus
-from buildbay.invitations.routes import make_invitation_service
 from buildbay.invitations.schemas import InvitationCreate
 from buildbay.invitations.service import INVITATION_PAGE
 from buildbay.projects.authorization import project_of
@@ -37,7 +37,7 @@ async def invite(request: Request, project_id: str) -> Response:
     visitor, db = await visit(request)
     access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
     fields = await form_fields(request)
-    service = make_invitation_service(get_context(request), db)
+    service = invitation_service(get_context(request), db)
     try:
         body = parse_form(InvitationCreate, {"email": fields.get("email", ""),
                                              "role": fields.get("role", "tester")})  # fmt: skip
@@ -63,7 +63,7 @@ async def resend(request: Request, project_id: str, invitation_id: str) -> Respo
     access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
     try:
         async with db.begin_nested():
-            invitation = await make_invitation_service(get_context(request), db).resend(
+            invitation = await invitation_service(get_context(request), db).resend(
                 access, invitation_id
             )
     except BuildbayError as exc:
@@ -80,7 +80,7 @@ async def resend(request: Request, project_id: str, invitation_id: str) -> Respo
 async def revoke(request: Request, project_id: str, invitation_id: str) -> Response:
     visitor, db = await visit(request)
     access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
-    await make_invitation_service(get_context(request), db).revoke(access.project, invitation_id)
+    await invitation_service(get_context(request), db).revoke(access.project, invitation_id)
     return see_other(f"/projects/{project_id}#invitations")
 
 
@@ -94,7 +94,7 @@ async def _invitation(
     request: Request, visitor: Visitor, db: AsyncSession, token: str,
     error: str | None = None, status_code: int = 200,
 ) -> Response:  # fmt: skip
-    view = await make_invitation_service(get_context(request), db).view(token)
+    view = await invitation_service(get_context(request), db).view(token)
     here = f"{INVITATION_PAGE}/{token}"
     email = visitor.user.email if visitor.user else None
     return page(
@@ -110,7 +110,7 @@ async def accept(request: Request, token: str) -> Response:
     visitor, db = await visit(request, signed_in=False)
     if visitor.user is None:
         return see_other(f"{INVITATION_PAGE}/{token}")
-    service = make_invitation_service(get_context(request), db)
+    service = invitation_service(get_context(request), db)
     try:
         async with db.begin_nested():  # a refused accept takes back its claim
             joined = await service.accept(visitor.principal, token)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.applications.dependencies import application_service
 from buildbay.applications.enums import Platform
 from buildbay.applications.reads import applications_page
 from buildbay.applications.schemas import ApplicationCreate
-from buildbay.applications.service import ApplicationService
 from buildbay.console.pages import (
     ROLES,
     ConsoleRoute,
@@ -25,14 +25,13 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.visibility import tester_of
 from buildbay.errors import BuildbayError, Conflict
 from buildbay.invitations.reads import invitations_of
-from buildbay.projects.authorization import project_of
+from buildbay.projects.authorization import project_of, tester_of
+from buildbay.projects.dependencies import project_service
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members, project_view, projects_of_member, roles_of_user
 from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite
-from buildbay.projects.service import ProjectService
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -70,7 +69,7 @@ async def create_project(request: Request) -> Response:
     assert isinstance(body, ProjectWrite)
     assert visitor.user is not None
     try:
-        view = await ProjectService(db, now(request)).create(visitor.user, body.name)
+        view = await project_service(get_context(request), db).create(visitor.user, body.name)
     except Conflict as exc:  # a name taken: refused before anything was written
         return await _projects(request, visitor, db, fields, {"name": exc.detail}, exc.status)
     return see_other(f"/projects/{view.project.id}")
@@ -123,7 +122,7 @@ async def rename_project(request: Request, project_id: str) -> Response:
         return await render_project(request, visitor, db, project_id, "rename", fields, errors, 422)
     assert isinstance(body, ProjectWrite)
     try:
-        await ProjectService(db, now(request)).rename(access.project, body.name)
+        await project_service(get_context(request), db).rename(access.project, body.name)
     except Conflict as exc:
         return await render_project(
             request, visitor, db, project_id, "rename", fields, {"name": exc.detail}, exc.status
@@ -139,7 +138,8 @@ async def delete_project(request: Request, project_id: str) -> Response:
     if fields.get("confirm", "").strip() != access.project.name:
         errors = {"confirm": "Type the project's name exactly to delete it"}
         return await render_project(request, visitor, db, project_id, "delete", fields, errors, 422)
-    await ProjectService(db, now(request)).delete(access.project, get_context(request).storage)
+    ctx = get_context(request)
+    await project_service(ctx, db).delete(access.project, ctx.storage)
     return see_other("/projects")
 
 
@@ -159,7 +159,9 @@ async def create_application(request: Request, project_id: str) -> Response:
         )
     assert isinstance(body, ApplicationCreate)
     try:
-        view = await ApplicationService(db, now(request)).create(access.project, body.model_dump())
+        view = await application_service(get_context(request), db).create(
+            access.project, body.model_dump()
+        )
     except Conflict as exc:
         return await render_project(
             request, visitor, db, project_id, "app", fields, {"name": exc.detail}, exc.status
@@ -177,8 +179,7 @@ async def add_member(request: Request, project_id: str) -> Response:
                                      "role": fields.get("role", "tester")})  # fmt: skip
         assert isinstance(body, MemberCreate)
         # Unverified addresses are added only once the admin says so (a second step).
-        caps = get_context(request).settings.invitations_per_day
-        await ProjectService(db, now(request), caps).add_member(
+        await project_service(get_context(request), db).add_member(
             access, str(body.email), body.role, unverified_ok=fields.get("unverifiedOk") == "on"
         )
     except FormError as exc:
@@ -210,7 +211,7 @@ async def change_role(request: Request, project_id: str, user_id: str) -> Respon
         errors = {"email": f"Choose one of the roles: {', '.join(ROLES)}"}
         return await render_project(request, visitor, db, project_id, "member", {}, errors, 422)
     assert isinstance(body, MemberUpdate)
-    await ProjectService(db, now(request)).change_role(access, user_id, body.role)
+    await project_service(get_context(request), db).change_role(access, user_id, body.role)
     return see_other(f"/projects/{project_id}#members")
 
 
@@ -219,7 +220,7 @@ async def remove_member(request: Request, project_id: str, user_id: str) -> Resp
     visitor, db = await visit(request)
     reads = Reads.within(db)
     access = await project_of(reads, visitor.principal, project_id, ProjectRole.TESTER)
-    await ProjectService(db, now(request)).remove_member(access, user_id)
+    await project_service(get_context(request), db).remove_member(access, user_id)
     assert visitor.user is not None
     if user_id == visitor.user.id:
         return see_other("/projects")  # left the project

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from buildbay.applications.service import ApplicationService
-from buildbay.builds.service import BuildService
+from buildbay.applications.dependencies import application_service
+from buildbay.builds.dependencies import build_service
+from buildbay.channels.dependencies import channel_service
 from buildbay.channels.schemas import NAME_RULE, ChannelCreate
-from buildbay.channels.service import ChannelService
 from buildbay.console.builds import application_path, render_application
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
     form_fields,
-    now,
     parse_form,
     posted_form,
     see_other,
@@ -36,7 +35,7 @@ async def create_channel(request: Request, project_id: str, app_id: str) -> Resp
     try:
         body = parse_form(ChannelCreate, {"name": fields.get("name", "").strip()})
         assert isinstance(body, ChannelCreate)
-        await ChannelService(db, now(request)).create(access.application.id, body.name)
+        await channel_service(get_context(request), db).create(access.application.id, body.name)
     except (FormError, Conflict) as exc:
         message = (
             exc.detail if isinstance(exc, Conflict) else NAME_RULE[0].upper() + NAME_RULE[1:] + "."
@@ -53,7 +52,7 @@ async def delete_channel(
     request: Request, project_id: str, app_id: str, channel_id: str
 ) -> Response:
     _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
-    await ChannelService(db, now(request)).delete(access.application.id, channel_id)
+    await channel_service(get_context(request), db).delete(access.application.id, channel_id)
     return see_other(f"{application_path(project_id, app_id)}#channels")
 
 
@@ -63,7 +62,7 @@ async def set_release(request: Request, project_id: str, app_id: str, build_id: 
     _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
     form = await posted_form(request)
     channels = [str(name) for name in form.getlist("channel")]
-    builds = BuildService.of(get_context(request), db)
+    builds = build_service(get_context(request), db)
     await builds.set_channels(access.application, build_id, channels)
     await builds.update(access.application, build_id, {"mandatory": form.get("mandatory") == "on"})
     return see_other(f"{application_path(project_id, app_id)}#build-{build_id}")
@@ -72,7 +71,7 @@ async def set_release(request: Request, project_id: str, app_id: str, build_id: 
 @router.post("/projects/{project_id}/apps/{app_id}/update-key")
 async def rotate_update_key(request: Request, project_id: str, app_id: str) -> Response:
     visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
-    await ApplicationService(db, now(request)).rotate_update_key(access.application)
+    await application_service(get_context(request), db).rotate_update_key(access.application)
     visitor.tell(
         "The update key changed. Apps that ship the old key get answers for 7 more days: "
         "release builds with the new one before then."

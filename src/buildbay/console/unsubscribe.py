@@ -13,11 +13,12 @@ from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 
-from buildbay.auth.dependencies import make_account_service
+from buildbay.auth.dependencies import account_service
 from buildbay.auth.models import User
 from buildbay.console.pages import ConsoleRoute, posted_form, see_other
 from buildbay.deps import get_context, request_session
 from buildbay.errors import NotFound
+from buildbay.invitations.dependencies import invitation_service
 from buildbay.invitations.service import InvitationService
 from buildbay.mail.unsubscribe import UNSUBSCRIBE_PATH
 from buildbay.templates import NO_STORE, render
@@ -44,7 +45,7 @@ async def _whose(request: Request, token: str) -> tuple[User | None, str]:
 
 
 def _invitations(request: Request) -> InvitationService:
-    return InvitationService.of(get_context(request), request_session(request))
+    return invitation_service(get_context(request), request_session(request))
 
 
 async def _page(
@@ -74,7 +75,7 @@ async def unsubscribe(request: Request, token: str) -> Response:
     if user is None:
         await _invitations(request).caps.block(address)
         return await _page(request, token, None, address, invitations_done="blocked")
-    service = make_account_service(get_context(request), request_session(request))
+    service = account_service(get_context(request), request_session(request))
     unsubscribed = await service.unsubscribe_from_new_builds(user.id)
     if unsubscribed is None:
         raise NotFound("This account no longer exists", code="invalid_unsubscribe_link")

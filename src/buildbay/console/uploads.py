@@ -7,8 +7,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from buildbay.builds.dependencies import build_service
 from buildbay.builds.schemas import PartsRequest, UploadLinkRequest, VerifyRequest
-from buildbay.builds.service import BuildService
 from buildbay.console.pages import ConsoleJsonRoute, json_body, read_json, visit_application
 from buildbay.deps import get_context
 from buildbay.projects.enums import ProjectRole
@@ -23,7 +23,7 @@ async def start_upload(request: Request, project_id: str, app_id: str) -> Respon
         request, project_id, app_id, ProjectRole.DEVELOPER
     )
     body = json_body(UploadLinkRequest, await read_json(request))
-    build, target = await BuildService.of(get_context(request), db).create_upload_link(
+    build, target = await build_service(get_context(request), db).create_upload_link(
         access.application,
         visitor.principal.user,
         body.file_name,
@@ -55,7 +55,7 @@ async def upload_part_targets(
     """Addresses for parts of a large file the browser sends in parts."""
     _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
     body = json_body(PartsRequest, await read_json(request))
-    targets = await BuildService.of(get_context(request), db).part_targets(
+    targets = await build_service(get_context(request), db).part_targets(
         access.application, build_id, body.part_numbers
     )
     return JSONResponse(
@@ -74,7 +74,7 @@ async def finish_upload(request: Request, project_id: str, app_id: str, build_id
         {"buildId": build_id, "notes": sent.get("notes") or None,
          "channels": sent.get("channels"), "mandatory": sent.get("mandatory", False)},
     )  # fmt: skip
-    build = await BuildService.of(get_context(request), db).verify(
+    build = await build_service(get_context(request), db).verify(
         access.application, build_id, body.notes, body.channels, body.mandatory
     )
     return JSONResponse({"buildId": build.id, "status": build.status.value})

@@ -14,7 +14,6 @@ from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
     domain_field_errors,
-    now,
     page,
     parse_form,
     posted_form,
@@ -27,10 +26,10 @@ from buildbay.deps import get_context
 from buildbay.errors import BuildbayError
 from buildbay.projects.authorization import ProjectAccess, project_of
 from buildbay.projects.enums import ProjectRole
+from buildbay.webhooks.dependencies import webhook_service
 from buildbay.webhooks.events import SUBSCRIBABLE
 from buildbay.webhooks.reads import deliveries_of, delivery_detail, webhook_of, webhooks_of
 from buildbay.webhooks.schemas import WebhookCreate, WebhookUpdate
-from buildbay.webhooks.service import WebhookService
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 EVENTS = [e.value for e in SUBSCRIBABLE]
@@ -41,10 +40,6 @@ async def _admin(request: Request, project_id: str) -> tuple[Visitor, AsyncSessi
     visitor, db = await visit(request)
     access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
     return visitor, db, access
-
-
-def _service(request: Request, db: AsyncSession) -> WebhookService:
-    return WebhookService(db, now(request), get_context(request).settings)
 
 
 async def _form(request: Request) -> dict[str, Any]:
@@ -91,7 +86,7 @@ async def add_webhook(request: Request, project_id: str) -> Response:
         body = parse_form(WebhookCreate, {k: fields[k] for k in ("url", "events", "description")})
         assert isinstance(body, WebhookCreate)
         async with db.begin_nested():
-            created = await _service(request, db).create(
+            created = await webhook_service(get_context(request), db).create(
                 access.project, body.url, body.events, body.description
             )
     except FormError as exc:
@@ -144,7 +139,7 @@ async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Re
         body = parse_form(WebhookUpdate, {k: fields[k] for k in ("url", "events", "description")})
         assert isinstance(body, WebhookUpdate)
         async with db.begin_nested():
-            await _service(request, db).update(
+            await webhook_service(get_context(request), db).update(
                 access.project, webhook_id, body.model_dump(exclude_none=True)
             )
     except FormError as exc:
@@ -162,21 +157,27 @@ async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Re
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/enable")
 async def enable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
-    await _service(request, db).update(access.project, webhook_id, {"enabled": True})
+    await webhook_service(get_context(request), db).update(
+        access.project, webhook_id, {"enabled": True}
+    )
     return _back(visitor, project_id, webhook_id, "Webhook enabled.")
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/disable")
 async def disable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
-    await _service(request, db).update(access.project, webhook_id, {"enabled": False})
+    await webhook_service(get_context(request), db).update(
+        access.project, webhook_id, {"enabled": False}
+    )
     return _back(visitor, project_id, webhook_id, "Webhook disabled: nothing is sent to it.")
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/rotate")
 async def rotate_secret(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
-    secret = await _service(request, db).rotate_secret(access.project, webhook_id)
+    secret = await webhook_service(get_context(request), db).rotate_secret(
+        access.project, webhook_id
+    )
     notice = "New secret made: the previous one also signs for 24 hours."
     return await _webhook(request, visitor, db, access, webhook_id, secret=secret, notice=notice)
 
@@ -184,7 +185,7 @@ async def rotate_secret(request: Request, project_id: str, webhook_id: str) -> R
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/test")
 async def send_test(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
-    await _service(request, db).send_test(access.project, webhook_id)
+    await webhook_service(get_context(request), db).send_test(access.project, webhook_id)
     return _back(
         visitor, project_id, webhook_id, "Test event sent: see the delivery log.", "#deliveries"
     )
@@ -193,7 +194,7 @@ async def send_test(request: Request, project_id: str, webhook_id: str) -> Respo
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/delete")
 async def delete_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
     _, db, access = await _admin(request, project_id)
-    await _service(request, db).delete(access.project, webhook_id)
+    await webhook_service(get_context(request), db).delete(access.project, webhook_id)
     return see_other(f"/projects/{project_id}/webhooks")
 
 
@@ -215,6 +216,6 @@ async def retry_delivery(
     request: Request, project_id: str, webhook_id: str, delivery_id: str
 ) -> Response:
     visitor, db, access = await _admin(request, project_id)
-    await _service(request, db).retry(access.project, webhook_id, delivery_id)
+    await webhook_service(get_context(request), db).retry(access.project, webhook_id, delivery_id)
     visitor.tell("Sent again: reload to see the new attempt.")
     return see_other(f"/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}")

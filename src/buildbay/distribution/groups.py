@@ -40,7 +40,7 @@ from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import ProjectMember
-from buildbay.projects.reads import ProjectRecord
+from buildbay.projects.records import ProjectRecord
 from buildbay.text import normal_email_text
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
-from buildbay.builds.reads import BuildRecord
+from buildbay.builds.records import BuildRecord
 from buildbay.db.reads import Reads
 from buildbay.distribution.models import BuildRecipient, InstallEvent, InstallEventKind
 from buildbay.ids import new_id

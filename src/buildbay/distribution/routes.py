@@ -3,24 +3,21 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.builds.dependencies import Builds
 from buildbay.builds.dependencies import Service as BuildService
-from buildbay.context import AppContext
-from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
+from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.distribution import schemas
+from buildbay.distribution.dependencies import Service, distributor
 from buildbay.distribution.groups import (
     GroupRecord,
-    GroupService,
     TesterRecord,
     groups_page,
     testers_of,
 )
 from buildbay.distribution.installs import installs_of
-from buildbay.distribution.service import DistributionResult, Distributor
+from buildbay.distribution.service import DistributionResult
 from buildbay.invitations.caps import Admission, InvitationsLimited
-from buildbay.invitations.service import InvitationService
 from buildbay.problems import problem_responses
 from buildbay.projects.access import (
     BuildsDeveloper,
@@ -38,11 +35,6 @@ BY_ID = problem_responses(401, 403, 404, 429)
 WRITE = problem_responses(400, 401, 403, 404, 409, 413, 422, 429)
 
 
-def make_group_service(ctx: AppContext, db: AsyncSession) -> GroupService:
-    return GroupService(db, ctx.clock.now(), InvitationService.of(ctx, db))
-
-
-Service = Annotated[GroupService, in_unit_of_work(make_group_service)]
 GroupId = Annotated[str, Path(alias="groupId", max_length=64)]
 BuildId = Annotated[str, Path(alias="buildId")]
 
@@ -166,7 +158,7 @@ async def distribute_build(
     ctx: Context,
 ) -> schemas.Distribution:
     build = await builds.reads.get(access.application.id, build_id)
-    result = await Distributor.of(ctx, builds.db).distribute(
+    result = await distributor(ctx, builds.db).distribute(
         access, build, body.groups, [str(e) for e in body.emails], body.notify
     )
     answer = distribution_schema(result)

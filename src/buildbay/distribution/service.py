@@ -48,13 +48,15 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
+from buildbay.builds.install import InstallTokens
 from buildbay.builds.models import Build, InstallLink
-from buildbay.builds.reads import BuildRecord
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import version_label
 from buildbay.channels.service import ChannelService
+from buildbay.clock import Clock
 from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
 from buildbay.distribution.groups import check_group_ids
@@ -66,6 +68,8 @@ from buildbay.invitations.caps import Admission, blocked_addresses
 from buildbay.invitations.service import InvitationService, TestersInvited
 from buildbay.jobs.queue import enqueue
 from buildbay.mail.message import Mail, notification
+from buildbay.mail.outbox import MailOutbox
+from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.projects.authorization import (
     ApplicationAccess,
     ProjectAccess,
@@ -77,7 +81,6 @@ from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events
 
 if TYPE_CHECKING:
-    from buildbay.context import AppContext
     from buildbay.jobs.worker import Handler, JobRun
 
 log = logging.getLogger("buildbay.distribution")
@@ -113,11 +116,6 @@ _EVERYONE_OF_BUILD = select(BuildGroup.group_id).where(
 
 
 class Distributor:
-    @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> Distributor:
-        return cls(db, ctx.clock.now(), ctx.settings.resolved_public_url,
-                   InvitationService.of(ctx, db))  # fmt: skip
-
     def __init__(
         self, db: AsyncSession, now: datetime, public_url: str, invitations: InvitationService
     ) -> None:
@@ -396,9 +394,15 @@ async def distribute_when_ready(
 # -- the job: each newly reached tester's link and mail ----------------------------------------
 
 
-def distribution_mail_handler(ctx: AppContext) -> Handler:
+def distribution_mail_handler(
+    clock: Clock,
+    public_url: str,
+    install_tokens: InstallTokens,
+    unsubscribe: UnsubscribeLinks,
+    outbox: MailOutbox,
+) -> Handler:
     async def handle(run: JobRun) -> None:
-        db, now = run.db, ctx.clock.now()
+        db, now = run.db, clock.now()
         row = (
             await db.execute(
                 select(Build, Application.name, Application.install_link_days, Project.name)
@@ -470,7 +474,7 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
             )
         version = version_label(build.metadata_) or ""
         subject = f"{application} {version} is ready to test".replace("  ", " ")
-        base = f"{ctx.settings.resolved_public_url}/install/"
+        base = f"{public_url}/install/"
         link_of = dict(links)
 
         def mails() -> list[Mail]:
@@ -479,17 +483,17 @@ def distribution_mail_handler(ctx: AppContext) -> Handler:
                     "new_build",
                     email,
                     subject,
-                    ctx.unsubscribe.url(user_id or ""),  # set: only members are mailed
+                    unsubscribe.url(user_id or ""),  # set: only members are mailed
                     application=application,
                     version=version,
                     project=project,
                     notes=build.notes,
-                    link=base + ctx.install_tokens.token(link_of[email]),
+                    link=base + install_tokens.token(link_of[email]),
                 )
                 for email, user_id in claimed
             ]
 
-        refused = await ctx.mail.send_all(db, mails, now)
+        refused = await outbox.send_all(db, mails, now)
         if refused:
             await _record_refused(db, build.id, refused)
 

@@ -1,18 +1,18 @@
 """Which builds a tester sees: those distributed to them, directly (by e-mail) or through a
 group they are in, `everyone` included. Developers and above see all.
 
-The one rule of who may open a build: the API and the console ask it of the caller (`tester_of`,
-DISTRIBUTED_TO_VIEWER), and an install link made for one person asks it of that person each
-time the link is opened (`OPENED_BY_OWNER`, builds/install.py). So a personal link stops working
-the moment its person loses the build (removed from the project, a lower role, out of the only
-group it reached them through, the group deleted) and works again if they get it back; nothing
-has to be revoked when membership changes.
+The one rule of who may open a build: the API and the console ask it of the caller (`viewer_of`,
+by way of projects/authorization.py's `tester_of`; DISTRIBUTED_TO_VIEWER), and an install link
+made for one person asks it of that person each time the link is opened (`OPENED_BY_OWNER`,
+builds/install.py). So a personal link stops working the moment its person loses the build
+(removed from the project, a lower role, out of the only group it reached them through, the
+group deleted) and works again if they get it back; nothing has to be revoked when membership
+changes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlalchemy import ColumnElement, and_, bindparam, exists, or_, select
 
@@ -22,11 +22,6 @@ from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, G
 from buildbay.errors import Forbidden
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import ProjectMember
-
-if TYPE_CHECKING:
-    # For the annotation only: the reads that count what a viewer sees (applications/reads.py)
-    # are imported by authorization, and import this module.
-    from buildbay.projects.authorization import ApplicationAccess, ProjectAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +35,6 @@ class Viewer:
 def viewer_of(role: ProjectRole, user_id: str, email: str) -> Viewer | None:
     """None for a role that sees every build (developer and above)."""
     return None if role.includes(ProjectRole.DEVELOPER) else Viewer(user_id, email)
-
-
-def tester_of(access: ApplicationAccess | ProjectAccess) -> Viewer | None:
-    """The caller of `access` (to an application or a project), if they see only the builds
-    distributed to them (a tester)."""
-    user = access.caller.user
-    return viewer_of(access.role, user.id, user.email)
 
 
 def _distributed_to(

@@ -13,7 +13,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
-from buildbay.builds.reads import BuildReads, BuildRecord
+from buildbay.builds.dependencies import build_reads
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import StoredPart, StoredUpload
 from buildbay.db.reads import Reads
 from buildbay.deps import Context, TransactionRoute
@@ -150,7 +151,7 @@ async def _pending_build(ctx: Context, key: str) -> BuildRecord:
     A short read of its own: no database connection is held while the bytes stream in."""
     reads = Reads.on(ctx.read_engine)
     try:
-        return await BuildReads.of(ctx, reads).pending_upload(key)
+        return await build_reads(ctx, reads).pending_upload(key)
     finally:
         await reads.close()
 

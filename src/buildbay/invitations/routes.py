@@ -4,15 +4,13 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import InteractiveUser
-from buildbay.context import AppContext
-from buildbay.deps import Context, ReadsDep, TransactionRoute, in_unit_of_work
+from buildbay.deps import Context, ReadsDep, TransactionRoute
 from buildbay.invitations import schemas
+from buildbay.invitations.dependencies import Service
 from buildbay.invitations.models import Invitation
 from buildbay.invitations.reads import InvitationRecord, invitations_of
-from buildbay.invitations.service import InvitationService
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
 from buildbay.projects.schemas import Member, member_schema
@@ -20,11 +18,6 @@ from buildbay.projects.schemas import Member, member_schema
 router = APIRouter(tags=["invitations"], route_class=TransactionRoute)
 
 
-def make_invitation_service(ctx: AppContext, db: AsyncSession) -> InvitationService:
-    return InvitationService.of(ctx, db)
-
-
-Service = Annotated[InvitationService, in_unit_of_work(make_invitation_service)]
 InvitationId = Annotated[str, Path(alias="invitationId")]
 
 

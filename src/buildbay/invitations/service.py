@@ -20,7 +20,6 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -49,13 +48,10 @@ from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
-from buildbay.projects.reads import MemberRecord, ProjectRecord
+from buildbay.projects.records import MemberRecord, ProjectRecord
 from buildbay.projects.service import require_owner_for_owner_role
 from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events
-
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
 
 INVITATION_LIFETIME = timedelta(days=7)
 INVITATION_TOKEN_PREFIX = "bbi_"
@@ -87,11 +83,6 @@ def invitation_link(public_url: str, token: str) -> str:
 
 
 class InvitationService:
-    @classmethod
-    def of(cls, ctx: AppContext, db: AsyncSession) -> InvitationService:
-        return cls(db, ctx.clock.now(), ctx.mail, ctx.settings.resolved_public_url,
-                   ctx.settings.invitations_per_day, ctx.unsubscribe)  # fmt: skip
-
     def __init__(
         self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str,
         caps: CapsOf, unsubscribe: UnsubscribeLinks,

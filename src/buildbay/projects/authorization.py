@@ -17,14 +17,15 @@ from sqlalchemy import and_, bindparam, select
 from sqlalchemy.engine import RowMapping
 
 from buildbay.applications.models import Application
-from buildbay.applications.reads import ApplicationRecord
+from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.authentication import Principal
 from buildbay.auth.enums import TokenScope
 from buildbay.db.reads import Reads, RecordOf
+from buildbay.distribution.visibility import Viewer, viewer_of
 from buildbay.errors import Forbidden, NotFound
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
-from buildbay.projects.reads import ProjectRecord
+from buildbay.projects.records import ProjectRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,13 @@ class ApplicationAccess:
     application: ApplicationRecord
     role: ProjectRole
     caller: Principal
+
+
+def tester_of(access: ApplicationAccess | ProjectAccess) -> Viewer | None:
+    """The caller of `access` (to an application or a project), if they see only the builds
+    distributed to them (a tester: distribution/visibility.py)."""
+    user = access.caller.user
+    return viewer_of(access.role, user.id, user.email)
 
 
 _PROJECT = RecordOf(ProjectRecord, Project, "project_")

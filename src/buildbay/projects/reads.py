@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, select
@@ -15,15 +14,7 @@ from buildbay.db.reads import Reads, RecordOf
 from buildbay.ids import split_page
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectRecord:
-    id: str
-    name: str
-    created_at: datetime
-    updated_at: datetime
-
+from buildbay.projects.records import MemberRecord, ProjectRecord
 
 PROJECT = RecordOf(ProjectRecord, Project)
 
@@ -32,18 +23,6 @@ PROJECT = RecordOf(ProjectRecord, Project)
 class ProjectView:
     project: ProjectRecord
     applications_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class MemberRecord:
-    project_id: str
-    user_id: str
-    email: str
-    name: str
-    role: ProjectRole
-    created_at: datetime
-    # Whether the account proved its address (auth/verification.py): an admin is told when not.
-    email_verified: bool = False
 
 
 def _applications_count(project_id: Any) -> Any:

@@ -3,15 +3,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import Authenticated, CurrentUser
-from buildbay.context import AppContext
-from buildbay.deps import Context, Page, ReadsDep, TransactionRoute, in_unit_of_work
+from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects import schemas
 from buildbay.projects.access import ProjectAdmin, ProjectOwner, ProjectReader, ProjectTester
+from buildbay.projects.dependencies import Service
 from buildbay.projects.reads import (
     ProjectView,
     members,
@@ -19,7 +18,6 @@ from buildbay.projects.reads import (
     projects_of_member,
 )
 from buildbay.projects.schemas import member_schema
-from buildbay.projects.service import ProjectService
 from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(tags=["projects"], route_class=TransactionRoute)
@@ -58,11 +56,6 @@ def _member_links(user_id: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def project_service(ctx: AppContext, db: AsyncSession) -> ProjectService:
-    return ProjectService(db, ctx.clock.now(), ctx.settings.invitations_per_day)
-
-
-Service = Annotated[ProjectService, in_unit_of_work(project_service)]
 MemberId = Annotated[str, Path(alias="userId")]
 
 

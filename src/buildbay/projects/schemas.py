@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from buildbay.auth.schemas import EMAIL_VERIFIED_DESCRIPTION
 from buildbay.projects.enums import ProjectRole
+from buildbay.projects.records import MemberRecord
 from buildbay.schemas import ApiModel, Email, Name, RequestModel, Timestamp
-
-if TYPE_CHECKING:  # the records it presents; the schemas need no database
-    from buildbay.projects.reads import MemberRecord
 
 ProjectName = Name
 

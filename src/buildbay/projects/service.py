@@ -33,14 +33,13 @@ from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.reads import (
     PROJECT,
-    MemberRecord,
-    ProjectRecord,
     ProjectView,
     member,
     owned_project_named,
     owner_ids,
     project_view,
 )
+from buildbay.projects.records import MemberRecord, ProjectRecord
 from buildbay.storage.base import Storage
 from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events

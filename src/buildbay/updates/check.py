@@ -11,11 +11,10 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.version import Version
 from sqlalchemy import bindparam, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application, UpdateKey
 from buildbay.builds.enums import BuildStatus
@@ -23,14 +22,13 @@ from buildbay.builds.extras import LIVE_LINK_COLUMNS, live_link_of
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.metadata import platform_of_name
 from buildbay.builds.models import Build, BuildChannel, Channel
-from buildbay.builds.reads import BUILD, BuildRecord
+from buildbay.builds.reads import BUILD
+from buildbay.builds.records import BuildRecord
 from buildbay.db.reads import Reads
 from buildbay.distribution.visibility import DISTRIBUTED_TO_EVERYONE
 from buildbay.errors import NotFound, ValidationFailed
+from buildbay.storage.base import Storage
 from buildbay.updates.versions import app_version, os_version
-
-if TYPE_CHECKING:
-    from buildbay.context import AppContext
 
 MAX_CANDIDATES = 500  # the newest ready builds of a channel that a check looks at
 LINK_HOURS = 24 * 7  # the life of an install link the check creates
@@ -254,44 +252,46 @@ def url_expiry(now: datetime, ttl_seconds: int) -> datetime:
 
 
 async def answer(
-    ctx: AppContext,
     reads: Reads,
     owner: KeyOwner,
     caller: Caller,
-    unit_of_work: Callable[[], AsyncSession],
+    links: InstallLinkReads,
+    new_links: Callable[[], InstallLinks],
+    storage: Storage,
+    url_ttl_seconds: int,
 ) -> Answer:
-    """The offer for `caller`. `unit_of_work` gives the request's unit of work, which the
-    check uses only when the offered build needs a new install link (and never commits)."""
+    """The offer for `caller`. `new_links` gives install links on the request's unit of work,
+    which the check uses only when the offered build needs a new one (and never commits);
+    `url_ttl_seconds`: the life of the file address offered, past its time slot."""
     rule = UpdateCheck(caller)
     best, mandatory = rule.choose(await candidates(reads, owner.application_id, caller))
     if best is None:
         return Answer(None, False)
-    now = ctx.clock.now()
+    now = links.now
     row = await reads.first(_BUILD, {"build_id": best.build_id, "now": now})
     if row is None:
         return Answer(None, False)  # deleted since it was read
     build = BUILD.of(row)
     link = live_link_of(row)
     if link is None or link.expires_at - now < LINK_MIN_LEFT:
-        link_url = await _new_link(ctx, unit_of_work(), build)
+        link_url = await _new_link(new_links(), build)
         if link_url is None:
             return Answer(None, False)  # deleted since it was read
     else:
-        link_url = InstallLinkReads.of(ctx, reads).url(link)
-    download_url = await ctx.storage.download_url(
+        link_url = links.url(link)
+    download_url = await storage.download_url(
         build.storage_key,
         build.file_name,
-        url_expiry(now, ctx.settings.download_link_ttl_seconds),
+        url_expiry(now, url_ttl_seconds),
         build.storage_version,
     )
     offer = Offer(build, best.version_name, best.version_code, link_url, download_url)
     return Answer(offer, mandatory)
 
 
-async def _new_link(ctx: AppContext, db: AsyncSession, build: BuildRecord) -> str | None:
+async def _new_link(links: InstallLinks, build: BuildRecord) -> str | None:
     """A live install link of the build with LINK_MIN_LEFT to live at least (the reuse rule
     of `InstallLinks.share`). None if the build is gone."""
-    links = InstallLinks.of(ctx, db)
     try:
         link = await links.share(build, None, LINK_HOURS, min_left=LINK_MIN_LEFT)
     except NotFound:

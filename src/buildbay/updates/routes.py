@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from buildbay.auth.dependencies import client_ip, count_budget
+from buildbay.builds.dependencies import install_link_reads, install_links
 from buildbay.deps import Context, ReadsDep, TransactionRoute, request_session
 from buildbay.problems import problem_responses
 from buildbay.schemas import NO_NUL_PATTERN
@@ -114,7 +115,11 @@ async def check_for_update(
         "More than {limit} update checks in a minute (updates-key)",
     )  # fmt: skip
     caller = Caller(channel, version_code, version_name, platform, os)
-    result = await answer(ctx, reads, owner, caller, lambda: request_session(request))
+    result = await answer(
+        reads, owner, caller, install_link_reads(ctx, reads),
+        lambda: install_links(ctx, request_session(request)),
+        ctx.storage, settings.download_link_ttl_seconds,
+    )  # fmt: skip
     body = _schema(result).model_dump_json(by_alias=True).encode()
     etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
     headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}

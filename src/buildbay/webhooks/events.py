@@ -19,18 +19,19 @@ from pydantic import BaseModel
 from sqlalchemy import Table, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.reads import ApplicationRecord, ApplicationView, application_view
+from buildbay.applications.reads import application_view
+from buildbay.applications.records import ApplicationRecord, ApplicationView
 from buildbay.applications.schemas import application_schema
 from buildbay.auth.reads import UserRecord
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
-from buildbay.builds.reads import BuildRecord
+from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import build_schema
 from buildbay.db.reads import Reads
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue, enqueue_all, new_job
 from buildbay.projects.enums import ProjectRole
-from buildbay.projects.reads import MemberRecord
+from buildbay.projects.records import MemberRecord
 from buildbay.projects.schemas import member_schema
 from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent
 from buildbay.webhooks.models import Webhook, WebhookDelivery

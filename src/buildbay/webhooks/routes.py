@@ -4,14 +4,13 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.context import AppContext
-from buildbay.deps import Page, ReadsDep, TransactionRoute, in_unit_of_work
+from buildbay.deps import Page, ReadsDep, TransactionRoute
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
 from buildbay.schemas import PAGE_QUERY
 from buildbay.webhooks import schemas
+from buildbay.webhooks.dependencies import Service
 from buildbay.webhooks.reads import (
     DeliveryDetail,
     DeliveryRecord,
@@ -21,18 +20,12 @@ from buildbay.webhooks.reads import (
     webhook_of,
     webhooks_of,
 )
-from buildbay.webhooks.service import WebhookService
 
 router = APIRouter(
     prefix="/api/projects/{id}/webhooks", tags=["webhooks"], route_class=TransactionRoute
 )
 
 
-def webhook_service(ctx: AppContext, db: AsyncSession) -> WebhookService:
-    return WebhookService(db, ctx.clock.now(), ctx.settings)
-
-
-Service = Annotated[WebhookService, in_unit_of_work(webhook_service)]
 WebhookId = Annotated[str, Path(alias="webhookId")]
 DeliveryId = Annotated[str, Path(alias="deliveryId")]
 

@@ -12,7 +12,7 @@ from buildbay.config import Settings
 from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, ValidationFailed
 from buildbay.ids import new_id
-from buildbay.projects.reads import ProjectRecord
+from buildbay.projects.records import ProjectRecord
 from buildbay.webhooks.enums import SubscribableEvent
 from buildbay.webhooks.events import EventType, event_body, queue_delivery, schedule
 from buildbay.webhooks.models import Webhook, WebhookDelivery
