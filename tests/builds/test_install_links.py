@@ -12,10 +12,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import pytest
 import zxingcpp
 from fastapi import FastAPI
 from PIL import Image, ImageDraw
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from buildbay.applications.models import Application
 from buildbay.builds.models import Build
@@ -206,6 +207,41 @@ async def test_an_ipa_link_offers_itms_services_and_a_valid_manifest(
     assert (await client.get(package["url"])).content == data  # iOS sends no token either
     image = next(a for a in item["assets"] if a["kind"] == "display-image")
     assert (await client.get(image["url"])).headers["content-type"] == "image/png"
+
+
+@pytest.mark.parametrize("served", ["", "/download", "/manifest.plist"])
+async def test_what_an_install_link_serves_and_records_takes_one_connection(
+    app: FastAPI, builds: Builds, client: httpx.AsyncClient, served: str
+) -> None:
+    """The page, the download and the manifest record an install event: they read the link in
+    the unit of work that writes it, never holding a read connection beside it (two pooled
+    connections at once, for a request anyone with the link can send)."""
+    build = await _ready(builds, ipa().getvalue(), "Example.ipa")
+    link = (await _install_link(builds, build["buildId"])).json()
+    ctx = app.state.ctx
+    held, most = [0], [0]
+
+    def taken(*_: object) -> None:
+        held[0] += 1
+        most[0] = max(most[0], held[0])
+
+    def given_back(*_: object) -> None:
+        held[0] -= 1
+
+    engines = {ctx.engine.sync_engine, ctx.read_engine.sync_engine}
+    for engine in engines:
+        event.listen(engine, "checkout", taken)
+        event.listen(engine, "checkin", given_back)
+    try:
+        r = await client.get(_path(link["url"]) + served, headers=HTML)
+    finally:
+        for engine in engines:
+            event.remove(engine, "checkout", taken)
+            event.remove(engine, "checkin", given_back)
+    assert r.status_code in (200, 302), r.text
+    assert (most[0], held[0]) == (1, 0)
+    shown = (await builds.get(build["buildId"])).json()
+    assert shown["downloadsCount"] == (0 if not served else 1)
 
 
 async def test_an_android_link_has_no_ios_manifest(

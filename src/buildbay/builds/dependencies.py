@@ -31,8 +31,14 @@ def install_link_reads(ctx: AppContext, reads: Reads) -> InstallLinkReads:
     )
 
 
+def install_link_reads_within(ctx: AppContext, db: AsyncSession) -> InstallLinkReads:
+    """An install link's reads inside the unit of work that records its opens and downloads:
+    one connection for the request, never a read connection held beside it."""
+    return install_link_reads(ctx, Reads.within(db))
+
+
 def install_links(ctx: AppContext, db: AsyncSession) -> InstallLinks:
-    return InstallLinks(db, install_link_reads(ctx, Reads.within(db)))
+    return InstallLinks(db, install_link_reads_within(ctx, db))
 
 
 # Writes: the request's unit of work.
@@ -41,3 +47,5 @@ Links = Annotated[InstallLinks, in_unit_of_work(install_links)]
 # Reads: its read-only reads.
 Builds = Annotated[BuildReads, on_reads(build_reads)]
 LinkReads = Annotated[InstallLinkReads, on_reads(install_link_reads)]
+# An install link's routes that record what they serve read in their unit of work.
+RecordingLinkReads = Annotated[InstallLinkReads, in_unit_of_work(install_link_reads_within)]

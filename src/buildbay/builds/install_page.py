@@ -25,7 +25,7 @@ from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import client_ip, count_budget
-from buildbay.builds.dependencies import LinkReads, build_reads
+from buildbay.builds.dependencies import LinkReads, RecordingLinkReads, build_reads
 from buildbay.builds.devices import device_of, is_android_build, is_ios_build
 from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.schemas import version_label
@@ -126,7 +126,7 @@ def _is_ios(target: InstallTarget) -> bool:
     summary="A build's public install page (a signed link; no token)",
 )
 async def install_page(
-    token: Token, request: Request, links: LinkReads, db: SessionDep
+    token: Token, request: Request, links: RecordingLinkReads, db: SessionDep
 ) -> Response:
     target = await _open(token, request, links)  # refused: a page for a browser (InstallPageRoute)
     await _record(db, request, links, target, InstallEventKind.OPEN)
@@ -210,7 +210,7 @@ async def _file_url(ctx: AppContext, links: InstallLinkReads, target: InstallTar
     summary="Download the build of an install link: 302 to a short-lived signed URL",
 )
 async def install_download(
-    token: Token, links: LinkReads, ctx: Context, db: SessionDep, request: Request
+    token: Token, links: RecordingLinkReads, ctx: Context, db: SessionDep, request: Request
 ) -> RedirectResponse:
     target = await _open(token, request, links)
     await _record(db, request, links, target, InstallEventKind.DOWNLOAD)
@@ -227,7 +227,7 @@ async def install_download(
     summary="The iOS over-the-air install manifest of an .ipa's install link",
 )
 async def install_manifest(
-    token: Token, links: LinkReads, ctx: Context, db: SessionDep, request: Request
+    token: Token, links: RecordingLinkReads, ctx: Context, db: SessionDep, request: Request
 ) -> Response:
     target = await _open(token, request, links)
     if not _is_ios(target):
