@@ -16,7 +16,7 @@ import pytest
 import zxingcpp
 from fastapi import FastAPI
 from PIL import Image, ImageDraw
-from sqlalchemy import event, update
+from sqlalchemy import update
 
 from buildbay.applications.models import Application
 from buildbay.builds.models import Build
@@ -26,6 +26,7 @@ from tests.builds.conftest import Builds
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
 from tests.conftest import Account, assert_problem
 from tests.devices import ANDROID, DESKTOP, IPHONE
+from tests.pools import Checkouts
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 
@@ -219,27 +220,10 @@ async def test_what_an_install_link_serves_and_records_takes_one_connection(
     build = await _ready(builds, ipa().getvalue(), "Example.ipa")
     link = (await _install_link(builds, build["buildId"])).json()
     ctx = app.state.ctx
-    held, most = [0], [0]
-
-    def taken(*_: object) -> None:
-        held[0] += 1
-        most[0] = max(most[0], held[0])
-
-    def given_back(*_: object) -> None:
-        held[0] -= 1
-
-    engines = {ctx.engine.sync_engine, ctx.read_engine.sync_engine}
-    for engine in engines:
-        event.listen(engine, "checkout", taken)
-        event.listen(engine, "checkin", given_back)
-    try:
+    with Checkouts(ctx.engine, ctx.read_engine) as checkouts:
         r = await client.get(_path(link["url"]) + served, headers=HTML)
-    finally:
-        for engine in engines:
-            event.remove(engine, "checkout", taken)
-            event.remove(engine, "checkin", given_back)
     assert r.status_code in (200, 302), r.text
-    assert (most[0], held[0]) == (1, 0)
+    assert (checkouts.most, checkouts.held) == (1, {})
     shown = (await builds.get(build["buildId"])).json()
     assert shown["downloadsCount"] == (0 if not served else 1)
 

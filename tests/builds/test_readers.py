@@ -20,8 +20,6 @@ from typing import IO, Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from buildbay.builds.android import SIGNATURES_LIMIT, parse_apk
 from buildbay.builds.archive import ENTRIES_LIMIT, MetadataError, open_archive
@@ -42,6 +40,7 @@ from tests.builds.hostile_readers import (
 )
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
 from tests.conftest import assert_problem
+from tests.pools import Checkouts
 
 MiB = 1024 * 1024
 
@@ -302,29 +301,6 @@ async def test_verify_of_a_file_whose_reading_hits_a_limit_is_422_and_the_build_
     assert r.json()["status"] == "ready"
 
 
-class _Holders(dict[object, "asyncio.Task[Any] | None"]):
-    """The engines' connections checked out, each with the task that took it (the job worker's
-    run beside a test's requests)."""
-
-    def __init__(self, *engines: AsyncEngine) -> None:
-        super().__init__()
-        self._engines = {engine.sync_engine for engine in engines}  # one, on SQLite
-        for engine in self._engines:
-            event.listen(engine, "checkout", self._out)
-            event.listen(engine, "checkin", self._in)
-
-    def _out(self, _dbapi: object, record: object, _proxy: object) -> None:
-        self[record] = asyncio.current_task()
-
-    def _in(self, _dbapi: object, record: object) -> None:
-        self.pop(record, None)
-
-    def stop(self) -> None:
-        for engine in self._engines:
-            event.remove(engine, "checkout", self._out)
-            event.remove(engine, "checkin", self._in)
-
-
 async def test_an_accounts_verifies_waiting_for_reads_hold_no_connection_nor_every_process(
     app: FastAPI, builds: Builds, tmp_path: Path
 ) -> None:
@@ -351,31 +327,30 @@ async def test_an_accounts_verifies_waiting_for_reads_hold_no_connection_nor_eve
         link = await where.link(held, fileName="hold.apk")
         await where.put(link, held)
         links.append((where, link))
-    holders = _Holders(ctx.engine, ctx.read_engine)
-    waiting = [asyncio.create_task(where.verify(link["buildId"])) for where, link in links]
-    try:
-        projects = [f"project:{where.project_id}" for where in apps]
-        for _ in range(3000):  # until all four are in: one read, three waiting
-            if sum(map(pool.waiting, projects)) == 4:
-                break
-            await asyncio.sleep(0.01)
-        assert sum(map(pool.waiting, projects)) == 4
+    with Checkouts(ctx.engine, ctx.read_engine) as checkouts:
+        waiting = [asyncio.create_task(where.verify(link["buildId"])) for where, link in links]
+        try:
+            projects = [f"project:{where.project_id}" for where in apps]
+            for _ in range(3000):  # until all four are in: one read, three waiting
+                if sum(map(pool.waiting, projects)) == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert sum(map(pool.waiting, projects)) == 4
 
-        assert [task for task in holders.values() if task in waiting] == []
+            assert [task for task in checkouts.held.values() if task in waiting] == []
 
-        other = await builds.api.register()
-        theirs = await builds.api.project(other, "Theirs")
-        their_app = await builds.api.application(other, theirs["id"])
-        them = replace(builds, owner=other, project_id=theirs["id"], app_id=their_app["id"])
-        ready = await asyncio.wait_for(them.ready(APK_V1.read_bytes()), 30)
-        assert ready["status"] == "ready"
-        assert ready["metadata"]["packageName"] == expected()["packageName"]
-        assert not any(task.done() for task in waiting)  # A's still wait
-    finally:
-        go.touch()
-        answers = await asyncio.gather(*waiting)
-        await pool.aclose()
-        holders.stop()
+            other = await builds.api.register()
+            theirs = await builds.api.project(other, "Theirs")
+            their_app = await builds.api.application(other, theirs["id"])
+            them = replace(builds, owner=other, project_id=theirs["id"], app_id=their_app["id"])
+            ready = await asyncio.wait_for(them.ready(APK_V1.read_bytes()), 30)
+            assert ready["status"] == "ready"
+            assert ready["metadata"]["packageName"] == expected()["packageName"]
+            assert not any(task.done() for task in waiting)  # A's still wait
+        finally:
+            go.touch()
+            answers = await asyncio.gather(*waiting)
+            await pool.aclose()
     assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
     assert {r.json()["status"] for r in answers} == {"ready"}
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from buildbay.webhooks.events import SUBSCRIBABLE
 from tests.conftest import Account, Api, statements_run
+from tests.pools import Checkouts
 from tests.webhooks.conftest import Hooks
 from tests.webhooks.receiver import Receiver
 
@@ -90,28 +90,10 @@ async def test_a_download_is_one_unit_of_work_on_one_connection(
     build = await api.upload(owner, project["id"], app["id"])
     base = f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}"
     ctx = hooks.ctx
-    held: list[int] = [0]
-    most: list[int] = [0]
-
-    def taken(*_: object) -> None:
-        held[0] += 1
-        most[0] = max(most[0], held[0])
-
-    def given_back(*_: object) -> None:
-        held[0] -= 1
-
-    pools = {ctx.engine.sync_engine, ctx.read_engine.sync_engine}
-    for pool in pools:
-        event.listen(pool, "checkout", taken)
-        event.listen(pool, "checkin", given_back)
-    try:
+    with Checkouts(ctx.engine, ctx.read_engine) as checkouts:
         r = await hooks.client.get(f"{base}/download", headers=owner.headers)
-    finally:
-        for pool in pools:
-            event.remove(pool, "checkout", taken)
-            event.remove(pool, "checkin", given_back)
     assert r.status_code == 302, r.text
-    assert (most[0], held[0]) == (1, 0)
+    assert (checkouts.most, checkouts.held) == (1, {})
     shown = (await hooks.client.get(base, headers=owner.headers)).json()
     assert shown["downloadsCount"] == 1
     [downloaded] = await _events(hooks, receiver)
