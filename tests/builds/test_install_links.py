@@ -21,14 +21,28 @@ from sqlalchemy import update
 from buildbay.applications.models import Application
 from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
+from buildbay.config import Settings
 from tests.builds.android_files import APK, aab, expected
 from tests.builds.conftest import Builds
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
-from tests.conftest import Account, assert_problem
+from tests.conftest import BASE_URL, Account, assert_problem
 from tests.devices import ANDROID, DESKTOP, IPHONE
 from tests.pools import Checkouts
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
+HTTPS = "https://testserver"  # iOS installs over the air only from an https:// public URL
+
+
+@pytest.fixture
+def public_url() -> str:
+    """The server's public URL: plain http, as most tests run; https where a test says so."""
+    return BASE_URL
+
+
+@pytest.fixture
+def settings(settings: Settings, public_url: str) -> Settings:
+    settings.public_url = public_url
+    return settings
 
 
 async def _ready(builds: Builds, data: bytes, file_name: str, **verify: Any) -> dict[str, Any]:
@@ -121,6 +135,7 @@ async def test_a_developer_shares_a_link_and_the_page_shows_the_build(
     assert file.content == APK.read_bytes()
 
 
+@pytest.mark.parametrize("public_url", [HTTPS])
 async def test_the_install_page_offers_the_button_that_works_on_the_device(
     builds: Builds, client: httpx.AsyncClient
 ) -> None:
@@ -158,6 +173,39 @@ async def test_the_install_page_offers_the_button_that_works_on_the_device(
     assert 'class="install"' not in apk_on_iphone
 
 
+async def test_an_ipa_page_on_a_plain_http_server_turns_install_off_and_says_why(
+    builds: Builds, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    ios_app = await builds.api.application(builds.owner, builds.project_id, "Acme iOS",
+                                           platform="ios")  # fmt: skip
+    ios_builds = replace(builds, app_id=ios_app["id"])
+    ios_build = await _ready(ios_builds, ipa().getvalue(), "Example.ipa")
+    link = (await _install_link(ios_builds, ios_build["buildId"])).json()
+    token = _path(link["url"]).rsplit("/", 1)[-1]
+
+    with caplog.at_level("WARNING", logger="buildbay.install"):
+        page = await client.get(_path(link["url"]), headers=HTML | {"User-Agent": IPHONE})
+
+    assert page.status_code == 200
+    shown = unescape(page.text)
+    assert "itms-services" not in shown
+    assert re.search(r'<button class="install" type="button" disabled[^>]*>Install</button>', shown)
+    assert "Installing is turned off on this server." in shown
+    assert "iPhones and iPads install apps only from a secure (https://) address" in shown
+    assert "BUILDBAY_PUBLIC_URL" not in shown  # the operator's detail is for the log
+    [logged] = [r.getMessage() for r in caplog.records if r.name == "buildbay.install"]
+    assert ios_build["buildId"] in logged
+    assert BASE_URL in logged
+    assert "BUILDBAY_PUBLIC_URL" in logged
+    assert token not in logged
+    # An Android build's page on the same server downloads as before.
+    apk = await _ready(builds, APK.read_bytes(), "demo.apk")
+    apk_link = (await _install_link(builds, apk["buildId"])).json()["url"]
+    android = await client.get(_path(apk_link), headers=HTML | {"User-Agent": ANDROID})
+    assert f'href="{apk_link}/download"' in android.text
+    assert "Installing is turned off" not in android.text
+
+
 async def test_the_default_expiry_is_a_week_and_can_be_chosen(
     builds: Builds, clock: FrozenClock
 ) -> None:
@@ -177,6 +225,7 @@ def _seconds(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
+@pytest.mark.parametrize("public_url", [HTTPS])
 async def test_an_ipa_link_offers_itms_services_and_a_valid_manifest(
     builds: Builds, client: httpx.AsyncClient
 ) -> None:

@@ -290,8 +290,9 @@ def test_an_owner_manages_members_and_the_project(server: str, new_page: NewPage
     # Errors beside the field: no such account, then the member twice.
     page.get_by_label("Add by e-mail").fill("nobody@example.com")
     page.get_by_role("button", name="Add member").click()
-    expect(page.locator("#e-email")).to_contain_text("no Buildbay account has this e-mail")
+    expect(page.locator("#e-email")).to_contain_text("No Buildbay account has this e-mail yet")
     expect(page.get_by_label("Add by e-mail")).to_be_focused()
+    expect(page.get_by_role("button", name="Invite nobody@example.com as a tester")).to_be_visible()
     helper = new_page(server)
     sign_up(helper, "dev@example.com", "Dev")
     add_unverified_member(page, "dev@example.com")

@@ -52,7 +52,7 @@ async def test_a_developer_makes_a_group_and_adds_testers_from_the_groups_page(
     )
     assert r.status_code == 303, r.text
     page = text(await browser.get(r.headers["location"]))
-    assert "1 tester(s) in the group, invited new@example.com" in page
+    assert "1 tester in the group, invited new@example.com" in page
     assert "QA (1 tester)" in page
     assert "Invited, joining when they accept: new@example.com" in page
     r = await post(browser, groups, {"name": "everyone"}, page=groups)

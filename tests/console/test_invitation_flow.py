@@ -56,7 +56,7 @@ def test_an_invited_person_signs_up_from_the_mail_and_joins_the_project(
 
     expect(erin.get_by_text("Welcome: you are a member of this project now.")).to_be_visible()
     expect(erin.get_by_role("heading", level=1)).to_have_text("Acme")
-    expect(erin.get_by_text(re.compile(r"Your role:\s*developer"))).to_be_visible()
+    expect(erin.get_by_text(re.compile(r"Your role:\s*Developer"))).to_be_visible()
     owner.reload()
     expect(owner.locator("table.invitations td.status")).to_have_text(["accepted"])
     expect(owner.get_by_role("cell", name="erin@example.com").first).to_be_visible()

@@ -98,7 +98,7 @@ def test_an_invited_tester_installs_a_build_distributed_to_their_group(
     dev.goto(f"/projects/{project_id}/apps/{app_id}")
     dev.get_by_role("link", name="Details of demo.apk").click()
     expect(dev.get_by_text("Nobody has this build yet.")).to_be_visible()
-    dev.get_by_label("QA (1)").check()
+    dev.get_by_label("QA (1 tester)").check()
     dev.get_by_role("button", name="Distribute").click()
     expect(dev.get_by_text("Distributed: 1 new tester reached, 1 mailed.")).to_be_visible()
 

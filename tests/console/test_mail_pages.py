@@ -12,6 +12,8 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from buildbay.auth.password_reset import RESET_LIFETIME
+from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.deps import AppContext
 from tests.conftest import BASE_URL, Account, Api
@@ -86,10 +88,51 @@ async def test_a_forgotten_password_is_reset_from_the_mailed_link(
     assert "Choose a password of 8 to 128 characters." in short.text
     r = await post(browser, "/reset-password", {"token": token, "password": "a new password"}, path)
     assert (r.status_code, r.headers["location"]) == (303, "/login?reset=1")
-    again = await post(browser, "/reset-password", {"token": token, "password": "other one!"}, path)
+    again = await post(browser, "/reset-password", {"token": token, "password": "other one!"},
+                       "/forgot-password")  # fmt: skip
     assert again.status_code == 422
     assert "This link is unknown, was used already" in again.text
     await sign_in(browser, "ada@example.com", "a new password")
+
+
+async def test_a_used_or_unknown_reset_link_says_so_before_the_form(
+    browser: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink, api: Api
+) -> None:
+    await api.register("ada@example.com", PASSWORD)
+    await post(browser, "/forgot-password", {"email": "ada@example.com"})
+    [link] = await mails(app, smtp)
+    path = link.removeprefix("http://testserver")
+    token = parse_qs(urlsplit(link).query)["token"][0]
+    r = await post(browser, "/reset-password", {"token": token, "password": "a new password"}, path)
+    assert r.status_code == 303
+
+    used = await browser.get(path)
+    assert used.status_code == 410
+    assert "This link was used already" in used.text
+    assert 'name="password"' not in used.text
+    assert 'name="token"' not in used.text
+    assert 'href="/forgot-password"' in used.text
+    assert 'href="/login"' in used.text
+
+    unknown = await browser.get(path[:-4])  # cut short
+    assert unknown.status_code == 404
+    assert "This link is not one Buildbay sent" in unknown.text
+    assert 'name="password"' not in unknown.text
+
+
+async def test_an_expired_reset_link_says_so_before_the_form(
+    browser: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink, api: Api, clock: FrozenClock
+) -> None:
+    await api.register("ada@example.com", PASSWORD)
+    await post(browser, "/forgot-password", {"email": "ada@example.com"})
+    [link] = await mails(app, smtp)
+    clock.advance(seconds=RESET_LIFETIME.total_seconds())
+
+    r = await browser.get(link.removeprefix("http://testserver"))
+
+    assert r.status_code == 410
+    assert "This link is more than an hour old" in r.text
+    assert 'name="password"' not in r.text
 
 
 async def test_forgot_password_says_the_same_for_an_unknown_email_and_checks_the_field(
@@ -101,6 +144,41 @@ async def test_forgot_password_says_the_same_for_an_unknown_email_and_checks_the
     assert r.status_code == 422
     assert "Enter the e-mail address of your account." in r.text
     assert await mails(app, smtp) == []
+
+
+async def test_add_member_offers_to_invite_someone_without_an_account(
+    browser: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink, api: Api, owner: Account
+) -> None:
+    project = await api.project(owner, "Acme")
+    await sign_in(browser, owner.email)
+    here = f"/projects/{project['id']}"
+
+    r = await post(browser, f"{here}/members", {"email": "erin@example.com", "role": "developer"},
+                   here)  # fmt: skip
+
+    assert r.status_code == 422
+    assert "No Buildbay account has this e-mail yet. Invite them instead" in r.text
+    assert "email:" not in r.text  # the API's detail names the field; the page does not
+    offer = re.search(r'<form method="post" action="([^"]+)" class="row offer-invite">(.*?)</form>',
+                      r.text, re.S)  # fmt: skip
+    assert offer, r.text
+    assert offer.group(1) == f"{here}/invitations"
+    assert 'name="email" value="erin@example.com"' in offer.group(2)
+    assert 'name="role" value="developer"' in offer.group(2)
+    assert "Invite erin@example.com as a developer</button>" in offer.group(2)
+
+    r = await post(browser, offer.group(1), {"email": "erin@example.com", "role": "developer"},
+                   here)  # fmt: skip
+    assert r.status_code == 303
+    [link] = await mails(app, smtp)
+    assert "/invitations/" in link
+    page = await browser.get(here)
+    assert re.search(r"erin@example.com</td><td[^>]*>Developer</td>\s*<td[^>]*>pending", page.text)
+    # An address with an account is added, not offered an invitation.
+    await api.register("dev@example.com", PASSWORD)
+    r = await post(browser, f"{here}/members", {"email": "dev@example.com", "role": "tester",
+                                                "unverifiedOk": "on"}, here)  # fmt: skip
+    assert r.status_code == 303
 
 
 async def test_invitations_are_sent_resent_and_revoked_from_the_project_page(
@@ -115,7 +193,7 @@ async def test_invitations_are_sent_resent_and_revoked_from_the_project_page(
     assert r.status_code == 303
     page = await browser.get(r.headers["location"])
     assert "Invitation sent to erin@example.com." in page.text
-    assert re.search(r"erin@example.com</td><td[^>]*>developer</td>\s*<td[^>]*>pending", page.text)
+    assert re.search(r"erin@example.com</td><td[^>]*>Developer</td>\s*<td[^>]*>pending", page.text)
     [invitation] = re.findall(r"/invitations/(inv_\w+)/resend", page.text)
 
     r = await post(browser, f"{here}/invitations/{invitation}/resend", {}, here)

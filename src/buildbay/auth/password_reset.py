@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime, timedelta
+from enum import StrEnum
 from urllib.parse import urlencode
 
 from limits import RateLimitItemPerHour
@@ -43,6 +44,13 @@ RESET_PAGE = "/reset-password"
 # Asked for at most this often: per e-mail (a mailbox is not flooded) and per client IP.
 PER_EMAIL = RateLimitItemPerHour(5)
 PER_IP = RateLimitItemPerHour(20)
+
+
+class ResetLinkState(StrEnum):
+    USABLE = "usable"
+    USED = "used"  # this link, or another of the account's, set the password since
+    EXPIRED = "expired"
+    UNKNOWN = "unknown"  # never sent, or cut short or mistyped
 
 
 class PasswordResets:
@@ -81,6 +89,24 @@ class PasswordResets:
         )
         await self.db.flush()
         return token
+
+    async def link_state(self, token: str) -> ResetLinkState:
+        """What a link is now, for its page to say before it asks for a password (the use
+        itself is `confirm`'s claim, which decides)."""
+        row = (
+            await self.db.execute(
+                select(PasswordReset.used_at, PasswordReset.expires_at).where(
+                    PasswordReset.token_hash == hash_token(token)
+                )
+            )
+        ).one_or_none()
+        if row is None:
+            return ResetLinkState.UNKNOWN
+        if row.used_at is not None:
+            return ResetLinkState.USED
+        if row.expires_at <= self.now:
+            return ResetLinkState.EXPIRED
+        return ResetLinkState.USABLE
 
     async def confirm(self, token: str, password: str, accounts: AccountService) -> User:
         """Set the password of the link's user, end all their sessions and delete all their API

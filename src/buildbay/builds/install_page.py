@@ -12,6 +12,7 @@ A personal link (a tester's own) counts what is done through it as its person's,
 
 from __future__ import annotations
 
+import logging
 import plistlib
 from collections.abc import Callable, Coroutine
 from datetime import datetime
@@ -39,6 +40,8 @@ from buildbay.errors import BuildbayError, NotFound
 from buildbay.problems import problem_responses
 from buildbay.templates import NO_STORE, render
 from buildbay.text import without_bidi_controls
+
+log = logging.getLogger("buildbay.install")
 
 
 class InstallPageRoute(TransactionRoute):
@@ -145,6 +148,14 @@ async def install_page(
         profile = provisioning["type"]
         if provisioning.get("expiresAt"):
             profile += f", expires {provisioning['expiresAt'][:10]}"
+    https = page_url.startswith("https://")
+    if ios and not https:
+        log.warning(
+            "install page of iOS build %s shown with Install turned off: the public URL %s is "
+            "not https://, and iOS installs over the air only from https (set "
+            "BUILDBAY_PUBLIC_URL to the https:// address of a TLS proxy; docs/operations.md)",
+            build.id, links.public_url,  # never the page's address: it holds the link's token
+        )  # fmt: skip
     qr = segno.make(page_url, error="m")
     return render(
         "install.html",
@@ -158,7 +169,7 @@ async def install_page(
         android=is_android_build(build.file_name),
         apk=build.file_name.lower().endswith(".apk"),
         bundle=build.file_name.lower().endswith(".aab"),
-        https=page_url.startswith("https://"),
+        https=https,
         itms_url="itms-services://?action=download-manifest&url="
         + quote(f"{page_url}/manifest.plist", safe=""),
         download_url=f"{page_url}/download",

@@ -18,6 +18,7 @@ from buildbay.console.pages import (
     form_fields,
     page,
     parse_form,
+    said,
     see_other,
     visit,
     visit_application,
@@ -129,7 +130,7 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
                                      fields, exc.by_field, 422)  # fmt: skip
     except Conflict as exc:  # the name is taken: refused before anything was written
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
-                                     fields, {"name": exc.detail + "."},
+                                     fields, {"name": said(exc) + "."},
                                      exc.status)  # fmt: skip
     visitor.tell("Settings saved.")
     return see_other(settings_path(project_id, app_id))

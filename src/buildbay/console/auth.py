@@ -13,7 +13,7 @@ from buildbay.auth.dependencies import (
     login_service,
     password_resets,
 )
-from buildbay.auth.password_reset import RESET_PAGE
+from buildbay.auth.password_reset import RESET_PAGE, ResetLinkState
 from buildbay.auth.schemas import (
     EmailVerificationConfirm,
     LoginRequest,
@@ -30,6 +30,7 @@ from buildbay.console.pages import (
     page,
     parse_form,
     safe_next,
+    said,
     see_other,
     sentence,
     sessions,
@@ -106,7 +107,7 @@ async def login(request: Request) -> Response:
             status,
             next=next_page,
             values=values,
-            errors={"form": sentence(exc.detail)},
+            errors={"form": sentence(said(exc))},
         )
         refused.headers.update(exc.headers)  # Retry-After, when throttled
         return refused
@@ -153,8 +154,8 @@ async def signup(request: Request) -> Response:
         )
     except BuildbayError as exc:
         await db.rollback()  # a concurrent sign-up's failed flush: nothing of this one stays
-        said = sentence(exc.detail)
-        errors = {"email": said} if exc.code == "email_taken" else {"form": said}
+        reason = sentence(said(exc))
+        errors = {"email": reason} if exc.code == "email_taken" else {"form": reason}
         return _auth_page(
             request,
             "console/signup.html",
@@ -212,8 +213,14 @@ async def forgot_password(request: Request) -> Response:
 
 @router.get(RESET_PAGE)
 async def reset_password_page(request: Request) -> Response:
-    visitor, _ = await visit(request, signed_in=False)
+    visitor, db = await visit(request, signed_in=False)
     token = request.query_params.get("token", "")[:4096]
+    # Said before the form: nobody chooses a password for a link that cannot take it.
+    state = await password_resets(get_context(request), db).link_state(token)
+    if state is not ResetLinkState.USABLE:
+        status = 404 if state is ResetLinkState.UNKNOWN else 410
+        return page("console/reset_password.html", visitor, status, token="",
+                    errors={"form": RESET_LINK_SAYS[state]})  # fmt: skip
     return page("console/reset_password.html", visitor, token=token, errors={})
 
 
@@ -244,6 +251,14 @@ async def reset_password(request: Request) -> Response:
 INVALID_RESET_LINK = (
     "This link is unknown, was used already or is more than an hour old. Ask for a new one."
 )
+RESET_LINK_SAYS = {
+    ResetLinkState.USED: "This link was used already: the account's password was set with it, "
+    "or with a newer link. Sign in with that password, or ask for a new link.",
+    ResetLinkState.EXPIRED: "This link is more than an hour old and no longer works. Ask for a "
+    "new one.",
+    ResetLinkState.UNKNOWN: "This link is not one Buildbay sent: it may have been cut short or "
+    "mistyped. Open it again from the mail, or ask for a new one.",
+}
 
 
 # -- proving the e-mail address -----------------------------------------------------------------

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.applications.enums import FILE_TYPES
 from buildbay.builds.dependencies import (
     build_reads,
     build_service,
@@ -95,7 +96,8 @@ async def render_application(
     if access.role.includes(ProjectRole.DEVELOPER):
         today = get_context(request).clock.now().astimezone(UTC).date()
         days = await downloads_by_day(reads, access.application.id, today, CHART_DAYS)
-        chart = downloads_chart(days)
+        # No bars to draw: the page says so in words instead of an empty axis.
+        chart = downloads_chart(days) if any(count for _, count in days) else None
     return page(
         "console/application.html", visitor, status_code, project=access.project,
         application=access.application, role=access.role, can=can(access.role),
@@ -104,6 +106,7 @@ async def render_application(
         uploaders=uploaders, human_size=human_size, versions=versions,
         fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
+        file_types=FILE_TYPES.get(access.application.platform, ()),
         channels=channels, build_channels={k: extra.channels for k, extra in extras.items()},
         failed=failed, values=values or {}, errors=errors or {}, shown=shown,
         next_page=_page_query(shown, next_cursor) if next_cursor else None,

@@ -16,6 +16,7 @@ from buildbay.console.pages import (
     FormError,
     parse_form,
     posted_form,
+    said,
     see_other,
     visit_application,
 )
@@ -64,7 +65,7 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
     except BuildbayError as exc:
         if exc.status >= 500 or exc.status == 404:
             raise
-        errors = {"form": exc.detail}
+        errors = {"form": said(exc)}
         return await render_build(request, visitor, db, project_id, app_id, build_id,
                                   "distribute", values, errors, exc.status)  # fmt: skip
     notice = (

@@ -16,6 +16,7 @@ from buildbay.console.pages import (
     now,
     page,
     parse_form,
+    said,
     see_other,
     visit,
 )
@@ -29,6 +30,7 @@ from buildbay.errors import BuildbayError
 from buildbay.invitations.caps import not_invited_sentences
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
+from buildbay.words import counted
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -88,7 +90,7 @@ async def create_group(request: Request, project_id: str) -> Response:
     except BuildbayError as exc:
         if exc.status >= 500:
             raise
-        return await _render(request, visitor, db, project_id, "new", {"name": exc.detail},
+        return await _render(request, visitor, db, project_id, "new", {"name": said(exc)},
                              fields, exc.status)  # fmt: skip
     visitor.tell(f"Group {group.name} created.")
     return see_other(_groups_path(project_id) + f"#{group.id}")
@@ -109,18 +111,18 @@ async def add_testers(request: Request, project_id: str, group_id: str) -> Respo
             added = await service.add_testers(access, group_id, [str(e) for e in body.emails])
     except FormError as exc:
         # An address that is valid but cannot be mailed is named, with why; else the rule.
-        said = exc.by_field.get("emails", "")
-        error = said if said.startswith("The e-mail address ") else EMAILS_RULE
+        named = exc.by_field.get("emails", "")
+        error = named if named.startswith("The e-mail address ") else EMAILS_RULE
         return await _render(request, visitor, db, project_id, group_id, {"emails": error},
                              fields, 422)  # fmt: skip
     except BuildbayError as exc:
         if exc.status >= 500 or exc.status == 404:
             raise
         return await _render(request, visitor, db, project_id, group_id,
-                             {"emails": exc.detail}, fields, exc.status)  # fmt: skip
+                             {"emails": said(exc)}, fields, exc.status)  # fmt: skip
     parts = []
     if added.testers:
-        parts.append(f"{len(added.testers)} tester(s) in the group")
+        parts.append(f"{counted(len(added.testers), 'tester')} in the group")
     if added.invited:
         parts.append(f"invited {', '.join(added.invited)}; they join the group when they accept")
     refused = added.admission.refused

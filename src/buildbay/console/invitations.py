@@ -14,6 +14,7 @@ from buildbay.console.pages import (
     form_fields,
     page,
     parse_form,
+    said,
     see_other,
     visit,
 )
@@ -52,7 +53,7 @@ async def invite(request: Request, project_id: str) -> Response:
         if exc.status >= 500:
             raise
         return await render_project(request, visitor, db, project_id, "invite", fields,
-                                    {"email": exc.detail}, exc.status)  # fmt: skip
+                                    {"email": said(exc)}, exc.status)  # fmt: skip
     visitor.tell(f"Invitation sent to {invitation.email}.")
     return see_other(f"/projects/{project_id}#invitations")
 
@@ -71,7 +72,7 @@ async def resend(request: Request, project_id: str, invitation_id: str) -> Respo
             raise
         # A cap or a block: said where invitations are sent, nothing sent.
         return await render_project(request, visitor, db, project_id, "invite", {},
-                                    {"email": exc.detail}, exc.status)  # fmt: skip
+                                    {"email": said(exc)}, exc.status)  # fmt: skip
     visitor.tell(f"Invitation sent again to {invitation.email}.")
     return see_other(f"/projects/{project_id}#invitations")
 
@@ -117,6 +118,6 @@ async def accept(request: Request, token: str) -> Response:
     except BuildbayError as exc:
         if exc.status >= 500 or exc.status == 404:
             raise
-        return await _invitation(request, visitor, db, token, exc.detail, exc.status)
+        return await _invitation(request, visitor, db, token, said(exc), exc.status)
     visitor.tell("Welcome: you are a member of this project now.")
     return see_other(f"/projects/{joined.project_id}")

@@ -82,7 +82,7 @@ def _refusal(request: Request, exc: BuildbayError, *, as_json: bool) -> Response
         exc.status,
         headers=CONSOLE | exc.headers,
         title=_error_title(exc.status),
-        detail=exc.detail,
+        detail=said(exc),
         visitor=request.scope.get("buildbay.visitor"),
     )
 
@@ -210,9 +210,11 @@ _SHAPES = {
 
 
 def sentence(text: str) -> str:
-    """`text` as a sentence: a capital first, a full stop last."""
+    """`text` as a sentence: a capital first (unless it starts with an address, which keeps
+    its case), a full stop last."""
     text = text.strip()
-    text = text[:1].upper() + text[1:]
+    if "@" not in text.split(" ", 1)[0]:
+        text = text[:1].upper() + text[1:]
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
@@ -269,15 +271,35 @@ def fieldsentence(field: str, error: Any) -> str:
     return sentence(message)
 
 
+# How a field error that says what is wrong with the field starts ("must be an https:// URL"):
+# it reads after the field's name. Others are sentences of their own ("no Buildbay account has
+# this e-mail; ...").
+_PREDICATES = ("is ", "are ", "must ", "can ", "cannot ", "contains ", "has ", "holds ",
+               "mixes ", "needs ", "should ", "was ", "does ", "points ", "resolves ")  # fmt: skip
+
+
+def field_sentence(field: str, message: str) -> str:
+    """A service's error about `field` as a sentence for a person: the field in words, never
+    its API name ("email: ..." is how the API's detail says it, not a page)."""
+    if message.startswith(_PREDICATES):
+        return sentence(f"The {_LABELS.get(field, 'value')} {message}")
+    return sentence(message)
+
+
+def said(exc: BuildbayError) -> str:
+    """What a refusal says to a person: its field errors as sentences, else its detail (which
+    names no field)."""
+    if exc.errors:
+        return " ".join(field_sentence(e.field, e.message) for e in exc.errors)
+    return exc.detail
+
+
 def domain_field_errors(exc: BuildbayError, fallback: str) -> dict[str, str]:
     """A service's refusal, by field, as sentences (its field errors say what is wrong with
     the field: "must be an https:// URL"); its detail beside `fallback` if it names none."""
     found: dict[str, str] = {}
     for error in exc.errors or ():
-        label = _LABELS.get(error.field, error.field)
-        text = error.message
-        found.setdefault(error.field, sentence(f"The {label} {text}" if text[:1].islower()
-                                                else text))  # fmt: skip
+        found.setdefault(error.field, field_sentence(error.field, error.message))
     return found or {fallback: sentence(exc.detail)}
 
 
@@ -309,7 +331,8 @@ class FormError(ValidationFailed):
     """A form's fields that do not validate; pages that have the form show them beside it."""
 
     def __init__(self, errors: dict[str, str]) -> None:
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        # Its detail is for a page too (the error page, a banner): sentences, no field names.
+        super().__init__(" ".join(sentence(v) for v in errors.values()))
         self.by_field = errors
 
 

@@ -18,8 +18,8 @@ from buildbay.console.pages import (
     now,
     page,
     parse_form,
+    said,
     see_other,
-    sentence,
     visit,
 )
 from buildbay.console.session import Visitor
@@ -32,6 +32,7 @@ from buildbay.projects.dependencies import project_service
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members, project_view, projects_of_member, roles_of_user
 from buildbay.projects.schemas import MemberCreate, MemberUpdate, ProjectWrite
+from buildbay.words import role_word
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -71,7 +72,7 @@ async def create_project(request: Request) -> Response:
     try:
         view = await project_service(get_context(request), db).create(visitor.user, body.name)
     except Conflict as exc:  # a name taken: refused before anything was written
-        return await _projects(request, visitor, db, fields, {"name": exc.detail}, exc.status)
+        return await _projects(request, visitor, db, fields, {"name": said(exc)}, exc.status)
     return see_other(f"/projects/{view.project.id}")
 
 
@@ -125,7 +126,7 @@ async def rename_project(request: Request, project_id: str) -> Response:
         await project_service(get_context(request), db).rename(access.project, body.name)
     except Conflict as exc:
         return await render_project(
-            request, visitor, db, project_id, "rename", fields, {"name": exc.detail}, exc.status
+            request, visitor, db, project_id, "rename", fields, {"name": said(exc)}, exc.status
         )
     return see_other(f"/projects/{project_id}")
 
@@ -164,7 +165,7 @@ async def create_application(request: Request, project_id: str) -> Response:
         )
     except Conflict as exc:
         return await render_project(
-            request, visitor, db, project_id, "app", fields, {"name": exc.detail}, exc.status
+            request, visitor, db, project_id, "app", fields, {"name": said(exc)}, exc.status
         )
     return see_other(f"/projects/{project_id}/apps/{view.application.id}")
 
@@ -190,14 +191,25 @@ async def add_member(request: Request, project_id: str) -> Response:
         # role): the page is shown again with the reason beside the field.
         if exc.status >= 500:
             raise
+        if exc.code == "user_not_found":  # nobody to add: offered an invitation instead
+            nobody = {"email": NO_ACCOUNT, "invite": "yes"}
+            return await render_project(
+                request, visitor, db, project_id, "member", fields, nobody, exc.status
+            )
         if exc.code == "email_not_verified":
-            unverified = {"unverified": sentence(exc.detail)}
+            unverified = {"unverified": said(exc)}
             return await render_project(
                 request, visitor, db, project_id, "member", fields, unverified, exc.status
             )
         return await render_project(request, visitor, db, project_id, "member", fields,
-                              {"email": exc.detail}, exc.status)  # fmt: skip
+                              {"email": said(exc)}, exc.status)  # fmt: skip
     return see_other(f"/projects/{project_id}#members")
+
+
+NO_ACCOUNT = (
+    "No Buildbay account has this e-mail yet. Invite them instead: the invitation's mail lets "
+    "them create an account and join."
+)
 
 
 @router.post("/projects/{project_id}/members/{user_id}/role")
@@ -208,7 +220,7 @@ async def change_role(request: Request, project_id: str, user_id: str) -> Respon
     try:
         body = parse_form(MemberUpdate, {"role": fields.get("role", "")})
     except FormError:
-        errors = {"email": f"Choose one of the roles: {', '.join(ROLES)}"}
+        errors = {"email": f"Choose one of the roles: {', '.join(map(role_word, ROLES))}."}
         return await render_project(request, visitor, db, project_id, "member", {}, errors, 422)
     assert isinstance(body, MemberUpdate)
     await project_service(get_context(request), db).change_role(access, user_id, body.role)

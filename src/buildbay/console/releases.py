@@ -16,6 +16,7 @@ from buildbay.console.pages import (
     form_fields,
     parse_form,
     posted_form,
+    said,
     see_other,
     visit_application,
 )
@@ -38,7 +39,7 @@ async def create_channel(request: Request, project_id: str, app_id: str) -> Resp
         await channel_service(get_context(request), db).create(access.application.id, body.name)
     except (FormError, Conflict) as exc:
         message = (
-            exc.detail if isinstance(exc, Conflict) else NAME_RULE[0].upper() + NAME_RULE[1:] + "."
+            said(exc) if isinstance(exc, Conflict) else NAME_RULE[0].upper() + NAME_RULE[1:] + "."
         )
         return await render_application(
             request, visitor, db, project_id, app_id,

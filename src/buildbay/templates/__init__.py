@@ -7,12 +7,19 @@ from typing import Any
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from buildbay.words import counted, platform_word, role_in_sentence, role_word
+
 environment = Environment(
     loader=PackageLoader("buildbay", "templates"),
     autoescape=select_autoescape(["html"]),
     trim_blocks=True,
     lstrip_blocks=True,
 )
+# Words for people, one place for every page: `role | role_word`, `n | counted("build")`.
+environment.filters.update(
+    role_word=role_word, role_in_sentence=role_in_sentence, platform_word=platform_word,
+    counted=counted,
+)  # fmt: skip
 
 # Install pages carry their credential in the URL: it never leaves in a Referer.
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
