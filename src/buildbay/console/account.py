@@ -14,18 +14,22 @@ from buildbay.auth.reads import api_tokens_of
 from buildbay.auth.schemas import CreateApiTokenRequest
 from buildbay.builds.reads import storage_usage
 from buildbay.builds.service import human_size
+from buildbay.console import shown_once
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
     form_fields,
+    now,
     page,
     parse_form,
     posted_form,
     see_other,
+    sessions,
     visit,
 )
 from buildbay.console.pages import sentence as as_sentence
 from buildbay.console.session import Visitor
+from buildbay.console.shown_once import Shown
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
@@ -39,7 +43,13 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 @router.get("/account")
 async def account_page(request: Request) -> Response:
     visitor, db = await visit(request)
-    return await _account(request, visitor, db)
+    # A token made by the form that led here: its secret, this once.
+    made = await shown_once.take(request, sessions(request), visitor, db, now(request),
+                                 Shown.API_TOKEN)  # fmt: skip
+    if made is None:
+        return await _account(request, visitor, db)
+    token_id, secret = made
+    return await _account(request, visitor, db, created=token_id, secret=secret)
 
 
 async def _account(
@@ -54,6 +64,9 @@ async def _account(
     reads = Reads.within(db)
     usage = await storage_usage(reads, user.id, ctx.clock.now())
     tokens = await api_tokens_of(reads, user.id)
+    if isinstance(created, str):  # the id of a token made before the redirect
+        created = next((t for t in tokens if t.id == created), None)
+        secret = secret if created is not None else None  # revoked since, in another tab
     projects, _ = await projects_of_member(reads, user.id, MAX_TOKEN_CHOICES, None)
     settings = ctx.settings
     quota = settings.storage_quota(user.plan)
@@ -107,8 +120,11 @@ async def create_token(request: Request) -> Response:
         errors = {e.field: e.message for e in exc.errors or []} or {"form": exc.detail}
         return await _account(request, visitor, db, values=fields, chosen=chosen,
                               errors=_token_errors(errors), status_code=422)  # fmt: skip
-    # Shown, not redirected to: the secret is on this page once and never again.
-    return await _account(request, visitor, db, created=token, secret=secret, status_code=201)
+    # Shown on the page this redirects to, once (console/shown_once.py): a reload of that page
+    # sends nothing again.
+    await shown_once.keep(sessions(request), visitor, db, now(request), Shown.API_TOKEN,
+                          token.id, secret)  # fmt: skip
+    return see_other("/account#api-tokens")
 
 
 def _token_errors(errors: dict[str, str]) -> dict[str, str]:
