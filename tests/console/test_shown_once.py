@@ -11,11 +11,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import func, select
+from sqlalchemy import text
 
-from buildbay.auth.models import ApiToken, SecretShownOnce
 from buildbay.config import Settings
-from buildbay.webhooks.models import Webhook
 from tests.conftest import BASE_URL, Account, Api
 
 ORIGIN = {"Origin": BASE_URL}
@@ -55,9 +53,9 @@ async def sign_in(browser: httpx.AsyncClient, account: Account) -> None:
     assert r.status_code == 303, r.text
 
 
-async def count(app: FastAPI, model: type[ApiToken | Webhook | SecretShownOnce]) -> int:
+async def count(app: FastAPI, table: str) -> int:
     async with app.state.ctx.sessions() as db:
-        return int(await db.scalar(select(func.count()).select_from(model)) or 0)
+        return int(await db.scalar(text(f"SELECT count(*) FROM {table}")) or 0)  # noqa: S608
 
 
 async def test_a_new_api_token_is_shown_once_after_the_redirect_and_a_reload_makes_none(
@@ -83,8 +81,8 @@ async def test_a_new_api_token_is_shown_once_after_the_redirect_and_a_reload_mak
     assert again.status_code == 200
     assert TOKEN.search(again.text) is None
     assert found[1] not in again.text
-    assert await count(app, ApiToken) == 1
-    assert await count(app, SecretShownOnce) == 0
+    assert await count(app, "api_tokens") == 1
+    assert await count(app, "secrets_shown_once") == 0
 
 
 async def test_a_webhook_secret_is_shown_once_after_adding_and_after_rotating(
@@ -107,7 +105,7 @@ async def test_a_webhook_secret_is_shown_once_after_adding_and_after_rotating(
     assert "Webhook added." in shown.text
     again = await browser.get(webhook_path)
     assert SECRET.search(again.text) is None
-    assert await count(app, Webhook) == 1
+    assert await count(app, "webhooks") == 1
 
     r = await browser.post(f"{webhook_path}/rotate", data={"csrf": csrf}, headers=ORIGIN)
 
