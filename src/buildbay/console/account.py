@@ -62,20 +62,18 @@ async def account_page(request: Request) -> Response:
     # A token made by the form that led here: its secret, this once.
     made = await shown_once.take(request, sessions(request), visitor, db, now(request),
                                  Shown.API_TOKEN)  # fmt: skip
-    if made is None:
-        return await _account(request, visitor, db)
-    token_id, secret = made
-    return await _account(request, visitor, db, created=token_id, secret=secret)
+    return await _account(request, visitor, db, made=made)
 
 
 async def _account(
-    request: Request, visitor: Visitor, db: AsyncSession, *, created: Any = None,
-    secret: str | None = None, values: dict[str, str] | None = None,
+    request: Request, visitor: Visitor, db: AsyncSession, *,
+    made: tuple[str, str] | None = None, values: dict[str, str] | None = None,
     chosen: list[str] | None = None, errors: dict[str, str] | None = None,
     failed: str | None = None, status_code: int = 200,
 ) -> Response:  # fmt: skip
-    """The page; after a refused form, `failed` names it ("token", "name", "email",
-    "password") and its fields show `values` and `errors`."""
+    """The page; `made`: the id and secret of a token made by the form that led here, shown
+    once. After a refused form, `failed` names it ("token", "name", "email", "password") and
+    its fields show `values` and `errors`."""
     ctx: AppContext = get_context(request)
     # The row as it is now (the visitor's may predate an unsubscribe in another tab).
     user = await db.get_one(User, visitor.principal.user.id)
@@ -85,9 +83,9 @@ async def _account(
     tester_only = only_a_tester((await roles_of_user(reads, user.id)).values())
     usage = await storage_usage(reads, user.id, ctx.clock.now())
     tokens = await api_tokens_of(reads, user.id)
-    if isinstance(created, str):  # the id of a token made before the redirect
-        created = next((t for t in tokens if t.id == created), None)
-        secret = secret if created is not None else None  # revoked since, in another tab
+    # Revoked since, in another tab: no secret to show.
+    created = next((t for t in tokens if made and t.id == made[0]), None)
+    secret = made[1] if created is not None and made else None
     projects, _ = await projects_of_member(reads, user.id, MAX_TOKEN_CHOICES, None)
     settings = ctx.settings
     quota = settings.storage_quota(user.plan)
