@@ -17,7 +17,9 @@ import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import jwt
@@ -26,8 +28,8 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.authentication import Principal
-from buildbay.auth.dependencies import email_verifications
-from buildbay.auth.models import User
+from buildbay.auth.dependencies import email_changes, email_verifications
+from buildbay.auth.models import EmailChange, User
 from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import LINK_LIFETIME
@@ -287,6 +289,19 @@ class World:
 
         return await self._unit_of_work(issue)
 
+    async def email_change_token(self, account: Account) -> str:
+        """The token of the link mailed to the new address `account` asked to move to."""
+
+        async def ask(db: AsyncSession) -> str:
+            user = await db.get_one(User, account.user["id"])
+            now = self.ctx.clock.now()
+            change = EmailChange(user_id=user.id, new_email=self.new_email(), requested_at=now)
+            db.add(change)
+            url = email_changes(self.ctx, db).links.url(user, change, now + timedelta(days=1))
+            return parse_qs(urlsplit(url).query)["token"][0]
+
+        return await self._unit_of_work(ask)
+
     async def new_invitation(self) -> str:
         """A pending invitation into the world's project."""
         r = await self.client.post(
@@ -398,7 +413,11 @@ QUERIES: dict[Key, Callable[[World], str]] = {
 }
 # Routes that end the caller's login (or every other one): called with a login of their own,
 # so that the caller's session for the other routes lives on.
-ENDS_SESSIONS = {("POST", "/api/auth/logout"), ("POST", "/api/auth/change-password")}
+ENDS_SESSIONS = {
+    ("POST", "/api/auth/logout"),
+    ("POST", "/api/auth/change-password"),
+    ("POST", "/api/auth/logout-everywhere"),
+}
 
 
 def body(method: str, path: str) -> Callable[[BodyFactory], BodyFactory]:
@@ -458,6 +477,16 @@ async def _confirm_password_reset(w: World, subject: Account) -> dict[str, Any]:
 @body("POST", "/api/auth/email-verification/confirm")
 async def _confirm_email_verification(w: World, subject: Account) -> dict[str, Any]:
     return {"token": await w.verification_token(await w.new_user())}
+
+
+@body("POST", "/api/auth/email-change")
+async def _email_change(w: World, subject: Account) -> dict[str, Any]:
+    return {"newEmail": w.new_email(), "password": subject.password}
+
+
+@body("POST", "/api/auth/email-change/confirm")
+async def _confirm_email_change(w: World, subject: Account) -> dict[str, Any]:
+    return {"token": await w.email_change_token(await w.new_user())}
 
 
 @body("POST", "/api/projects/{id}/invitations")

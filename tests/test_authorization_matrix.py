@@ -59,7 +59,10 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/auth/password-reset/confirm"): PUBLIC,
     ("POST", "/api/auth/email-verification/confirm"): PUBLIC,
     ("POST", "/api/auth/email-verification"): ANY_USER,
+    ("POST", "/api/auth/email-change/confirm"): PUBLIC,
+    ("POST", "/api/auth/email-change"): ANY_USER,
     ("POST", "/api/auth/logout"): ANY_USER,
+    ("POST", "/api/auth/logout-everywhere"): ANY_USER,
     ("POST", "/api/auth/change-password"): ANY_USER,
     ("GET", "/api/auth/me"): ANY_USER,
     ("PUT", "/api/auth/me"): ANY_USER,
@@ -139,6 +142,8 @@ RULES: dict[tuple[str, str], str] = {
 LOGIN_ONLY = {
     ("POST", "/api/auth/change-password"),
     ("POST", "/api/auth/email-verification"),
+    ("POST", "/api/auth/email-change"),
+    ("POST", "/api/auth/logout-everywhere"),
     ("GET", "/api/account/api-tokens"),
     ("POST", "/api/account/api-tokens"),
     ("DELETE", "/api/account/api-tokens/{id}"),
@@ -244,6 +249,7 @@ OUTSIDE_API = {
     "/forgot-password": "the console's form (tests/console/)",
     "/reset-password": "the console; a reset link's token (tests/console/)",
     "/verify-email": "the console; a verification link's token (tests/console/)",
+    "/confirm-email": "the console; an e-mail change link's token (tests/console/)",
 }
 CONSOLE_HOME = "/"
 

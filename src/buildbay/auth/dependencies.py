@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.accounts import AccountService
 from buildbay.auth.authentication import Authentication, Principal
+from buildbay.auth.email_change import EmailChangeLinks, EmailChanges
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.logins import LoginService
 from buildbay.auth.password_reset import PasswordResets
@@ -63,6 +64,13 @@ def email_verifications(ctx: AppContext, db: AsyncSession) -> EmailVerifications
     links = VerificationLinks(settings.signing_key, settings.resolved_public_url)
     per_day = settings.verification_mails_per_address_per_day
     return EmailVerifications(db, ctx.clock.now(), links, ctx.mail, per_day)
+
+
+def email_changes(ctx: AppContext, db: AsyncSession) -> EmailChanges:
+    settings = ctx.settings
+    links = EmailChangeLinks(settings.signing_key, settings.resolved_public_url)
+    per_day = settings.verification_mails_per_address_per_day
+    return EmailChanges(db, ctx.clock.now(), links, ctx.mail, per_day)
 
 
 def password_resets(ctx: AppContext, db: AsyncSession) -> PasswordResets:

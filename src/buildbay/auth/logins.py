@@ -167,6 +167,12 @@ class LoginService:
             if session_id is not None:
                 await self._revoke_session(session_id)
 
+    async def logout_everywhere(self, user_id: str) -> None:
+        """Sign out everywhere: every login of the user ends, the caller's too (its browsers'
+        cookies, apps' and command lines' access and refresh tokens). API tokens are
+        credentials of their own and stay until deleted."""
+        await self.revoke_sessions_of(user_id, keep=None)
+
     async def start_session(self, user: User, epoch: int) -> IssuedTokens:
         """A new login, made from a proof read at the user's `epoch` (models.User)."""
         session = Session(

@@ -111,3 +111,36 @@ class PasswordReset(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     used_at: Mapped[datetime | None]
+
+
+class EmailChange(Base):
+    """An address an account asked to move to, until the link mailed there is followed
+    (auth/email_change.py): one per account, a new request replacing the last (whose link then
+    stops working)."""
+
+    __tablename__ = "email_changes"
+
+    user_id: Mapped[str] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    new_email: Mapped[str] = mapped_column(String(320))  # as normalise_email gives it
+    requested_at: Mapped[datetime]
+
+
+class SecretShownOnce(Base):
+    """A secret the console shows once on the page a form redirects to (a new API token, a
+    webhook's signing secret), never by answering the POST itself: a reload would send the form
+    again. Kept split (console/shown_once.py): this row holds the secret XORed with a random pad
+    of its length, the pad is in the browser's cookie; neither tells anything alone. The row is
+    deleted when the page shows it, and with its login."""
+
+    __tablename__ = "secrets_shown_once"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(String(16))  # "api_token" or "webhook"
+    subject_id: Mapped[str] = mapped_column(String(32))  # the token's or the webhook's id
+    sealed: Mapped[str] = mapped_column(String(512))  # hex
+    created_at: Mapped[datetime] = mapped_column(index=True)

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, select
 
 from buildbay.auth.enums import TokenScope
-from buildbay.auth.models import ApiToken, User
+from buildbay.auth.models import ApiToken, EmailChange, User
 from buildbay.config import Plan
 from buildbay.db.reads import Reads, RecordOf
 
@@ -71,3 +71,12 @@ _API_TOKENS_OF = (
 async def api_tokens_of(reads: Reads, user_id: str) -> list[ApiTokenRecord]:
     """The user's API tokens, newest first."""
     return [API_TOKEN.of(row) for row in await reads.all(_API_TOKENS_OF, {"user_id": user_id})]
+
+
+_PENDING_EMAIL = select(EmailChange.new_email).where(EmailChange.user_id == bindparam("user_id"))
+
+
+async def pending_email_of(reads: Reads, user_id: str) -> str | None:
+    """The address the user asked to move to, until its link is followed (auth/email_change.py)."""
+    found = await reads.scalar(_PENDING_EMAIL, {"user_id": user_id})
+    return str(found) if found is not None else None

@@ -13,11 +13,12 @@ from buildbay.auth.dependencies import (
     LoginServiceDep,
     PublicRateLimit,
     client_ip,
+    email_changes,
     email_verifications,
     password_resets,
 )
 from buildbay.auth.logins import IssuedTokens
-from buildbay.auth.reads import USER, UserRecord, api_tokens_of, user_by_id
+from buildbay.auth.reads import USER, UserRecord, api_tokens_of, pending_email_of, user_by_id
 from buildbay.builds.reads import storage_usage
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
@@ -178,6 +179,57 @@ async def confirm_email_verification(
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
+@router.post(
+    "/email-change",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_class=Response,  # no body
+    responses={
+        202: {"description": "The confirmation mail is on its way to the new address"},
+        **problem_responses(400, 401, 403, 409, 413, 422, 429),
+    },
+    summary="Ask to change your e-mail address, with your password (a login only); it changes "
+    "when the link mailed to the new address is followed",
+)
+async def request_email_change(
+    body: schemas.EmailChangeRequest,
+    principal: InteractiveUser,
+    ctx: Context,
+    db: SessionDep,
+    request: Request,
+) -> Response:
+    await email_changes(ctx, db).request(
+        principal.user.id, str(body.new_email), body.password, client_ip(request), ctx.limiter
+    )
+    return Response(status_code=status.HTTP_202_ACCEPTED)
+
+
+@router.post(
+    "/email-change/confirm",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[PublicRateLimit],
+    responses=problem_responses(400, 409, 413, 422, 429),
+    summary="Change the account's e-mail address with the token of the link mailed to the new "
+    "one (no login needed: the link proves the mailbox); the old address is told",
+)
+async def confirm_email_change(
+    body: schemas.EmailChangeConfirm, ctx: Context, db: SessionDep
+) -> Response:
+    await email_changes(ctx, db).confirm(body.token)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/logout-everywhere",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(401, 403, 429),
+    summary="Sign out everywhere: every session of yours ends, this one too (a login only); "
+    "API tokens stay",
+)
+async def logout_everywhere(principal: InteractiveUser, service: LoginServiceDep) -> Response:
+    await service.logout_everywhere(principal.user.id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
 @router.get(
     "/me",
     responses=problem_responses(401, 429),
@@ -227,6 +279,7 @@ async def _me(user: UserRecord, ctx: AppContext, reads: Reads) -> schemas.Me:
             if settings.rate_limit_enabled
             else None,
         ),
+        pending_email=await pending_email_of(reads, user.id),
     )
 
 

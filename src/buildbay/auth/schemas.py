@@ -81,6 +81,27 @@ class EmailVerificationConfirm(RequestModel):
     token: Annotated[str, Field(min_length=1, max_length=4096)]
 
 
+class EmailChangeRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "newEmail": "ada@example.org",
+        "password": "an example passphrase",
+    }
+
+    new_email: Email
+    # Your present password, as a login takes it.
+    password: Annotated[
+        str, Field(min_length=1, max_length=1024, json_schema_extra={"format": "password"})
+    ]
+
+    model_config = ConfigDict(str_strip_whitespace=False)
+
+
+class EmailChangeConfirm(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"token": "bbc_the-token-from-the-mailed-link"}
+
+    token: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
 class PasswordResetConfirm(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "token": "bbp_the-token-from-the-mailed-link",
@@ -153,6 +174,11 @@ class Me(User):
     )
     usage: Usage
     limits: Limits = Field(description="Your plan's limits")
+    pending_email: str | None = Field(
+        default=None,
+        description="The address you asked to move to (POST /api/auth/email-change), until "
+        "the link mailed there is followed; null: none",
+    )
 
 
 class MeUpdate(RequestModel):

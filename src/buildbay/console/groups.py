@@ -4,6 +4,7 @@ it), through the same service as the API."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -28,7 +29,7 @@ from buildbay.distribution.groups import groups_page, invited_to_groups, testers
 from buildbay.distribution.schemas import GroupCreate, TestersAdd
 from buildbay.errors import BuildbayError
 from buildbay.invitations.caps import not_invited_sentences
-from buildbay.projects.authorization import project_of
+from buildbay.projects.authorization import project_of, sees_addresses
 from buildbay.projects.enums import ProjectRole
 from buildbay.words import counted
 
@@ -65,9 +66,14 @@ async def _render(
     found, _ = await groups_page(reads, access.project, 100, None)
     testers = {g.id: await testers_of(reads, access.project, g.id) for g in found}
     invited = await invited_to_groups(reads, access.project, now(request))
+    addresses = sees_addresses(access.role)
+    if not addresses:  # a tester sees the others' names, never their addresses
+        testers = {key: [replace(t, email="") for t in rows] for key, rows in testers.items()}
+        invited = {key: [""] * len(emails) for key, emails in invited.items()}
     return page(
         "console/groups.html", visitor, status_code, project=access.project, role=access.role,
         can=can(access.role), groups=found, testers=testers, invited=invited, failed=failed,
+        addresses=addresses,
         errors=errors or {}, values=values or {},
     )  # fmt: skip
 

@@ -201,6 +201,8 @@ _LABELS = {
     "platform": "platform", "scope": "scope", "events": "events", "notes": "release notes",
     "projects": "projects", "projectIds": "projects", "channels": "channels",
     "fileName": "file name", "fileSize": "file size", "partNumbers": "parts",
+    "currentPassword": "current password", "newPassword": "new password",
+    "newEmail": "new e-mail address",
 }  # fmt: skip
 # Fields whose shape is a rule of their own, said as the rule.
 _SHAPES = {
@@ -233,7 +235,7 @@ def fieldsentence(field: str, error: Any) -> str:
         return f"Enter {article} {label}."
     if kind == "unmailable_email":  # valid, but mail cannot reach it: say which, and why
         return sentence(f"The e-mail address {error.get('input', '')} {message}")
-    if field in ("email", "emails") or "email address" in message:
+    if field in ("email", "emails", "newEmail") or "email address" in message:
         return "Enter a valid e-mail address, like name@example.com."
     if kind == "string_too_short":
         return f"The {label} needs at least {context['min_length']} characters."

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,7 +29,7 @@ from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError, Conflict
 from buildbay.invitations.reads import invitations_of
-from buildbay.projects.authorization import project_of, tester_of
+from buildbay.projects.authorization import only_a_tester, project_of, sees_addresses, tester_of
 from buildbay.projects.dependencies import project_service
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members, project_view, projects_of_member, roles_of_user
@@ -53,7 +55,7 @@ async def _projects(
     roles = await roles_of_user(reads, visitor.user.id)
     # Someone invited to test came for the builds: no "start a project" welcome; making a
     # project of their own stays possible, folded away.
-    tester_only = bool(roles) and all(role is ProjectRole.TESTER for role in roles.values())
+    tester_only = only_a_tester(roles.values())
     return page("console/projects.html", visitor, status_code, projects=rows, values=values,
                  errors=errors, roles=roles, tester_only=tester_only,
                  welcome=request.query_params.get("welcome") and not rows)  # fmt: skip
@@ -95,13 +97,16 @@ async def render_project(
     viewer = tester_of(access)
     applications, _ = await applications_page(reads, access.project.id, 100, None, viewer)
     found = await members(reads, access.project.id)
+    addresses = sees_addresses(access.role)
     invitations = []
     if access.role.includes(ProjectRole.ADMIN):
         at = now(request)
         invitations = [(i, i.status_at(at)) for i in await invitations_of(reads, access.project.id)]
     return page(
         "console/project.html", visitor, status_code, project=view.project, role=access.role,
-        can=can(access.role), roles=ROLES, applications=applications, members=found,
+        can=can(access.role), roles=ROLES, applications=applications,
+        members=found if addresses else [replace(m, email="") for m in found],
+        addresses=addresses,
         invitations=invitations, failed=failed, values=values or {}, errors=errors or {},
         owners_count=sum(m.role is ProjectRole.OWNER for m in found),
         platforms=_PLATFORMS,

@@ -44,6 +44,8 @@ from buildbay.errors import Forbidden
 SESSION_COOKIE = "bb_session"
 CSRF_COOKIE = "bb_csrf"
 NOTICE_COOKIE = "bb_notice"
+# Half of a secret shown once on the page a form redirects to (console/shown_once.py).
+SHOWN_ONCE_COOKIE = "bb_shown"
 # A cookie holds about 4 KB: a notice is a sentence, and one that names many e-mails is cut.
 MAX_NOTICE = 500
 CSRF_FIELD = "csrf"
@@ -105,6 +107,7 @@ class ConsoleSessions:
         self.session_cookie = prefix + SESSION_COOKIE
         self.csrf_cookie = prefix + CSRF_COOKIE
         self.notice_cookie = prefix + NOTICE_COOKIE
+        self.shown_once_cookie = prefix + SHOWN_ONCE_COOKIE
 
     def _csrf_for(self, nonce: str, session_token: str | None) -> str:
         bound = f"{nonce}|{hash_token(session_token) if session_token else ''}"

@@ -1,6 +1,7 @@
-"""The console: a project's webhooks (admins). Add one (its secret shown once, on the answer to
-the form), change its URL and events, enable or disable it, rotate its secret (shown once),
-send a test, and read the delivery log: each delivery with every attempt, and a retry."""
+"""The console: a project's webhooks (admins). Add one (its secret shown once, on the page the
+form redirects to), change its URL and events, enable or disable it, rotate its secret (shown
+once, the same way), send a test, and read the delivery log: each delivery with every attempt,
+and a retry."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.console import shown_once
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
     domain_field_errors,
+    now,
     page,
     parse_form,
     posted_form,
     see_other,
+    sessions,
     visit,
 )
 from buildbay.console.session import Visitor
+from buildbay.console.shown_once import Shown
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError
@@ -96,15 +101,20 @@ async def add_webhook(request: Request, project_id: str) -> Response:
             raise
         errors = domain_field_errors(exc, "url")
         return await _list(request, visitor, db, access, fields, errors, exc.status)
-    # Shown on this answer only: the page a redirect would lead to cannot show it again.
-    return await _webhook(request, visitor, db, access, created.id, secret=created.secret,
-                          notice="Webhook added.")  # fmt: skip
+    # Shown on the page this redirects to, once (console/shown_once.py): a reload of that page
+    # adds no second webhook.
+    await shown_once.keep(sessions(request), visitor, db, now(request), Shown.WEBHOOK,
+                          created.id, created.secret)  # fmt: skip
+    return _back(visitor, project_id, created.id, "Webhook added.")
 
 
 @router.get("/projects/{project_id}/webhooks/{webhook_id}")
 async def webhook_page(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
-    return await _webhook(request, visitor, db, access, webhook_id)
+    made = await shown_once.take(request, sessions(request), visitor, db, now(request),
+                                 Shown.WEBHOOK, webhook_id)  # fmt: skip
+    return await _webhook(request, visitor, db, access, webhook_id,
+                          secret=made[1] if made else None)  # fmt: skip
 
 
 async def _webhook(
@@ -178,8 +188,10 @@ async def rotate_secret(request: Request, project_id: str, webhook_id: str) -> R
     secret = await webhook_service(get_context(request), db).rotate_secret(
         access.project, webhook_id
     )
-    notice = "New secret made: the previous one also signs for 24 hours."
-    return await _webhook(request, visitor, db, access, webhook_id, secret=secret, notice=notice)
+    await shown_once.keep(sessions(request), visitor, db, now(request), Shown.WEBHOOK,
+                          webhook_id, secret)  # fmt: skip
+    return _back(visitor, project_id, webhook_id,
+                 "New secret made: the previous one also signs for 24 hours.")  # fmt: skip
 
 
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/test")

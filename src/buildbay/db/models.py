@@ -4,8 +4,10 @@ from buildbay.applications.models import Application, UpdateKey
 from buildbay.auth.models import (
     ApiToken,
     BrowserSession,
+    EmailChange,
     PasswordReset,
     RefreshToken,
+    SecretShownOnce,
     Session,
     User,
 )
@@ -35,6 +37,7 @@ __all__ = [
     "BuildIcon",
     "BuildRecipient",
     "Channel",
+    "EmailChange",
     "GroupTester",
     "InstallEvent",
     "InstallLink",
@@ -47,6 +50,7 @@ __all__ = [
     "Project",
     "ProjectMember",
     "RefreshToken",
+    "SecretShownOnce",
     "Session",
     "TesterGroup",
     "UpdateKey",

@@ -11,6 +11,7 @@ does (403 `insufficient_scope`); the role suffices (403 `insufficient_role`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import and_, bindparam, select
@@ -48,6 +49,22 @@ def tester_of(access: ApplicationAccess | ProjectAccess) -> Viewer | None:
     distributed to them (a tester: distribution/visibility.py)."""
     user = access.caller.user
     return viewer_of(access.role, user.id, user.email)
+
+
+def sees_addresses(role: ProjectRole) -> bool:
+    """Whether a member of this role sees the e-mail addresses of the project's people in the
+    console: developers and above, who add, invite and distribute by address. A tester sees
+    their names only: testers are often strangers to one another (issue 36). The API's member
+    list keeps the seed's shape, addresses included."""
+    return role.includes(ProjectRole.DEVELOPER)
+
+
+def only_a_tester(roles: Iterable[ProjectRole]) -> bool:
+    """An account that is a member of some project and a tester in every one: someone invited to
+    test, whom the console spares what they cannot use (a plan, a quota, API tokens). An account
+    in no project is not: it may start one."""
+    found = list(roles)
+    return bool(found) and all(role is ProjectRole.TESTER for role in found)
 
 
 _PROJECT = RecordOf(ProjectRecord, Project, "project_")
