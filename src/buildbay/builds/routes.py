@@ -172,7 +172,13 @@ async def list_builds(
     links: LinkReads,
     page: Page,
     version: Version,
-    status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
+    status: Annotated[
+        BuildStatus | None,
+        Query(
+            description="Only builds in this state; without it, ready and processing builds "
+            "(a pending or failed upload is listed only when asked for)"
+        ),
+    ] = None,
     sort: Annotated[
         BuildOrder,
         Query(
