@@ -37,7 +37,7 @@ async def _rule(builds: Builds, retention: Any) -> httpx.Response:
 
 async def _sweep(app: FastAPI, clock: FrozenClock) -> Swept:
     ctx = app.state.ctx
-    return await sweep(ctx.sessions, ctx.storage, clock.now())
+    return await sweep(ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url)
 
 
 async def _ids(builds: Builds, **params: str) -> list[str]:
@@ -52,7 +52,11 @@ async def test_keep_last_deletes_older_ready_builds_with_their_bytes(
     pending = await builds.pending(b"not verified yet")
     r = await _rule(builds, {"keepLast": 2})
     assert r.status_code == 200, r.text
-    assert r.json()["retention"] == {"keepLast": 2, "keepDays": None}
+    assert r.json()["retention"] == {
+        "keepLast": 2,
+        "keepDays": None,
+        "protect": {"groups": True, "channels": True},
+    }
 
     swept = await _sweep(app, clock)
 
@@ -94,7 +98,11 @@ async def test_without_a_rule_nothing_is_deleted_and_null_clears_it(
         await builds.ready(f"b{i}".encode())
     await _rule(builds, {"keepLast": 1})
     r = await _rule(builds, None)
-    assert r.json()["retention"] == {"keepLast": None, "keepDays": None}
+    assert r.json()["retention"] == {
+        "keepLast": None,
+        "keepDays": None,
+        "protect": {"groups": True, "channels": True},
+    }
     await _days_later(builds, clock, 3650)
 
     assert (await _sweep(app, clock)).retention == 0

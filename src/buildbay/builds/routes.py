@@ -411,7 +411,7 @@ async def download_build(
     summary="Delete a build and its file (developer+)",
 )
 async def delete_build(build_id: BuildId, access: BuildsDeveloper, service: Service) -> Response:
-    await service.delete(access.application, build_id)
+    await service.delete(access.application, build_id, access.caller.user)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -9,7 +9,15 @@ from buildbay.auth.models import (
     Session,
     User,
 )
-from buildbay.builds.models import Build, BuildChannel, BuildIcon, Channel, InstallLink
+from buildbay.builds.models import (
+    Build,
+    BuildChannel,
+    BuildIcon,
+    Channel,
+    InstallLink,
+    RemovedBuild,
+    RemovedInstallLink,
+)
 from buildbay.db.base import Base
 from buildbay.distribution.models import (
     BuildGroup,
@@ -47,6 +55,8 @@ __all__ = [
     "Project",
     "ProjectMember",
     "RefreshToken",
+    "RemovedBuild",
+    "RemovedInstallLink",
     "Session",
     "TesterGroup",
     "UpdateKey",
