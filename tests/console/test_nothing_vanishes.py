@@ -76,10 +76,20 @@ def test_retention_says_what_it_deletes_and_a_removed_builds_link_offers_the_new
     lead = new_page(server)
     sign_up(lead, "lee@example.com", "Lee")
     app_url = create_project_and_app(lead)
-    project_id, app_id = re.findall(r"/(?:projects|apps)/([^/]+)", app_url)
     tess = new_page(server)
     sign_up(tess, "tess@example.com", "Tess")
     api = Api(server, "lee@example.com")
+    try:
+        _the_day(server, server_env, new_page, lead, tess, api, app_url)
+    finally:
+        api.http.close()
+
+
+def _the_day(
+    server: str, server_env: dict[str, str], new_page: NewPage, lead: Page, tess: Page,
+    api: Api, app_url: str,
+) -> None:  # fmt: skip
+    project_id, app_id = re.findall(r"/(?:projects|apps)/([^/]+)", app_url)
     api.ok("POST", f"/api/projects/{project_id}/members",
            {"email": "tess@example.com", "role": "tester"})  # fmt: skip
     base = f"/api/app-distribution/{project_id}/{app_id}/builds"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, bindparam, delete, insert, literal, select, union
+from sqlalchemy import Table, bindparam, delete, false, insert, null, select, true, union
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
@@ -155,7 +155,7 @@ _LINK_OF_BUILD = (
     select(
         Build.id, Build.project_id, Build.application_id, Build.file_name,
         Build.metadata_.label("metadata"),
-        literal(None).label("version"), literal(False).label("removed"),
+        null().label("version"), false().label("removed"),
     )
     .join(InstallLink, InstallLink.build_id == Build.id)
     .where(InstallLink.id == bindparam("link_id"))
@@ -163,8 +163,8 @@ _LINK_OF_BUILD = (
 _LINK_OF_REMOVED = (
     select(
         RemovedBuild.id, RemovedBuild.project_id, RemovedBuild.application_id,
-        RemovedBuild.file_name, literal(None).label("metadata"), RemovedBuild.version,
-        literal(True).label("removed"),
+        RemovedBuild.file_name, null().label("metadata"), RemovedBuild.version,
+        true().label("removed"),
     )
     .join(RemovedInstallLink, RemovedInstallLink.build_id == RemovedBuild.id)
     .where(RemovedInstallLink.id == bindparam("link_id"))
