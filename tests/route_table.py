@@ -547,6 +547,11 @@ async def _application(w: World, subject: Account) -> dict[str, Any]:
     return {"name": f"Another app {uuid.uuid4().hex[:8]}", "retention": {"keepLast": 5}}
 
 
+@body("POST", "/api/projects/{id}/applications/{appId}/retention/preview")
+async def _retention_preview(w: World, subject: Account) -> dict[str, Any]:
+    return {"keepLast": 1, "protect": {"groups": False}}
+
+
 @body("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link")
 async def _upload_link(w: World, subject: Account) -> dict[str, Any]:
     return {"fileName": "next.apk", "fileSize": 10}

@@ -110,6 +110,7 @@ RULES: dict[tuple[str, str], str] = {
     ("PUT", "/api/projects/{id}/applications/{appId}"): "admin",
     ("DELETE", "/api/projects/{id}/applications/{appId}"): "admin",
     ("POST", "/api/projects/{id}/applications/{appId}/update-key"): "admin",
+    ("POST", "/api/projects/{id}/applications/{appId}/retention/preview"): "admin",
     ("GET", "/api/projects/{id}/applications/{appId}/channels"): "tester",
     # The update key is the credential (tests/updates/test_update_check.py).
     ("GET", "/api/updates/check"): PUBLIC,
@@ -200,6 +201,7 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("PUT", "/api/projects/{id}/applications/{appId}"): UNSCOPED,
     ("DELETE", "/api/projects/{id}/applications/{appId}"): UNSCOPED,
     ("POST", "/api/projects/{id}/applications/{appId}/update-key"): UNSCOPED,
+    ("POST", "/api/projects/{id}/applications/{appId}/retention/preview"): UNSCOPED,
     ("GET", "/api/projects/{id}/applications/{appId}/channels"): READ,
     ("POST", "/api/projects/{id}/applications/{appId}/channels"): BUILDS_WRITE,
     ("DELETE", "/api/projects/{id}/applications/{appId}/channels/{channelId}"): BUILDS_WRITE,

@@ -272,7 +272,9 @@ async def _sweep_forever(ctx: AppContext) -> None:
     while True:
         await asyncio.sleep(ctx.settings.sweep_interval_seconds)
         try:
-            await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
+            await sweep(
+                ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url
+            )
         except Exception:
             log.exception("sweeping failed; trying again next round")
 

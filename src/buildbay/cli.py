@@ -357,7 +357,9 @@ def sweep() -> None:
         ctx = create_app(settings).state.ctx
 
     async def run(_: AsyncEngine) -> Swept:
-        return await sweep(ctx.sessions, ctx.storage, ctx.clock.now())
+        return await sweep(
+            ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url
+        )
 
     swept = _on_database(settings, run, ctx)
     typer.echo(

@@ -35,7 +35,11 @@ async def test_creating_an_application_answers_201_with_defaults(
     assert body["updateKey"].startswith("bbu_")
     assert body["autoDistributeGroups"] == ["everyone"]
     assert body["installLinkDays"] == 14
-    assert body["retention"] == {"keepLast": None, "keepDays": None}
+    assert body["retention"] == {
+        "keepLast": None,
+        "keepDays": None,
+        "protect": {"groups": True, "channels": True},
+    }
     assert isinstance(body["id"], str)
     assert body["id"]
     assert body["projectId"] == project["id"]

@@ -7,7 +7,10 @@ import os
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import update
 
+from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
 from buildbay.storage.local import DOWNLOAD_PATH
 from tests.builds.conftest import DATA, Builds
@@ -56,7 +59,7 @@ async def member(builds: Builds, role: str) -> Account:
 
 async def test_list_answers_builds_newest_first(builds: Builds) -> None:
     first = await builds.ready(b"first")
-    second = await builds.link(b"second")
+    second = await builds.ready(b"second")
     third = await builds.ready(b"third")
 
     r = await builds.client.get(builds.base, headers=builds.owner.headers)
@@ -97,6 +100,39 @@ async def test_list_filters_by_status(builds: Builds, status: str) -> None:
     assert {b["status"] for b in body["builds"]} == {status}
 
 
+async def test_list_shows_ready_and_processing_builds_unless_a_status_is_asked_for(
+    builds: Builds, app: FastAPI
+) -> None:
+    ready = await builds.ready(b"ready")
+    abandoned = await builds.link(b"never sent")
+    refused = await builds.pending(b"refused", sha256="0" * 64)
+    assert_problem(await builds.verify(refused["buildId"]), 422, "checksum_mismatch")
+    checking = await builds.ready(b"being checked")
+    refused_later = await builds.ready(b"refused later")
+    async with app.state.ctx.sessions() as db, db.begin():
+        for build, status in ((checking, "processing"), (refused_later, "failed")):
+            await db.execute(
+                update(Build).where(Build.id == build["buildId"]).values(status=status)
+            )
+
+    async def listed(**params: str) -> list[tuple[str, str]]:
+        r = await builds.client.get(builds.base, params=params, headers=builds.owner.headers)
+        assert r.status_code == 200, r.text
+        return [(b["buildId"], b["status"]) for b in r.json()["builds"]]
+
+    assert await listed() == [(checking["buildId"], "processing"), (ready["buildId"], "ready")]
+    assert await listed(limit="1", sort="version") != []
+    assert [i for i, _ in await listed(status="pending")] == [
+        refused["buildId"],
+        abandoned["buildId"],
+    ]
+    assert await listed(status="failed") == [(refused_later["buildId"], "failed")]
+    # A tester's list was only ever of ready builds given to them.
+    tester = await member(builds, "tester")
+    r = await builds.client.get(builds.base, headers=tester.headers)
+    assert [b["buildId"] for b in r.json()["builds"]] == [ready["buildId"]]
+
+
 async def test_list_refuses_an_unknown_status(builds: Builds) -> None:
     r = await builds.client.get(
         builds.base, params={"status": "deleted"}, headers=builds.owner.headers
@@ -107,7 +143,7 @@ async def test_list_refuses_an_unknown_status(builds: Builds) -> None:
 
 
 async def test_list_pages_with_limit_and_cursor(builds: Builds) -> None:
-    made = [await builds.link(f"build {i}".encode()) for i in range(5)]
+    made = [await builds.ready(f"build {i}".encode()) for i in range(5)]
     newest_first = [b["buildId"] for b in reversed(made)]
 
     seen: list[str] = []

@@ -22,10 +22,11 @@ from buildbay.applications.models import Application
 from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
-from tests.builds.android_files import APK, aab, expected
+from tests.builds.android_files import APK, aab, expected, proto_manifest
 from tests.builds.conftest import Builds
 from tests.builds.test_metadata import INFO, cgbi_png, ipa
 from tests.conftest import BASE_URL, Account, assert_problem
+from tests.console.test_mail_pages import sign_in
 from tests.devices import ANDROID, DESKTOP, IPHONE
 from tests.pools import Checkouts
 
@@ -462,3 +463,59 @@ async def test_the_install_page_has_its_security_headers_and_no_bidi_controls(
     assert "Example" in page.text
     assert "Exa" in page.text
     assert not BIDI.search(page.text), [m.group() for m in BIDI.finditer(page.text)]
+
+
+async def test_a_removed_or_expired_builds_page_offers_the_newest_build_for_the_visitor(
+    builds: Builds, app: FastAPI, clock: FrozenClock
+) -> None:
+    tester = await builds.api.register("tess@example.com")
+    await builds.api.add_member(builds.owner, builds.project_id, tester, "tester")
+    stranger = await builds.api.register("sam@example.com")
+
+    async def version(name: str, code: int) -> dict[str, Any]:
+        return await _ready(builds, aab(proto_manifest(version_name=name, version_code=code)),
+                            f"acme-{name}.aab")  # fmt: skip
+
+    old = await version("1.1.0", 110)
+    old_link = (await _install_link(builds, old["buildId"], expiresInHours=48)).json()
+    newest = await version("1.5.0", 150)
+    newest_link = (await _install_link(builds, newest["buildId"], expiresInHours=1)).json()
+    r = await builds.client.put(
+        f"/api/projects/{builds.project_id}/applications/{builds.app_id}",
+        json={"autoDistributeGroups": []},
+        headers=builds.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    await version("2.0.0", 200)  # given to nobody: not Tess's
+    r = await builds.client.delete(f"{builds.base}/{old['buildId']}", headers=builds.owner.headers)
+    assert r.status_code == 204
+
+    async def page_for(account: Account | None, url: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as browser:
+            if account is not None:
+                await sign_in(browser, account.email, account.password)
+            return await browser.get(_path(url), headers=HTML)
+
+    offered = await page_for(tester, old_link["url"])
+    assert offered.status_code == 410
+    shown = unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", offered.text)))
+    assert "1.1.0 (110) was removed" in shown
+    assert "The newest build for you is 1.5.0 (150)." in shown
+    app_page = f"/projects/{builds.project_id}/apps/{builds.app_id}"
+    assert f'href="{app_page}#build-{newest["buildId"]}"' in offered.text
+    assert "2.0.0" not in shown
+    # The API's answer stays the problem; someone outside the project, or not signed in, is
+    # told nothing of the application's builds.
+    assert_problem(await builds.client.get(_path(old_link["url"])), 410, "install_link_gone")
+    for visitor in (stranger, None):
+        plain = await page_for(visitor, old_link["url"])
+        assert plain.status_code == 410
+        assert "1.5.0" not in plain.text
+        assert ("Sign in" in plain.text) is (visitor is None)
+
+    clock.advance(hours=1)
+    expired = await page_for(tester, newest_link["url"])
+    assert expired.status_code == 410
+    assert "This install link has expired" in expired.text
+    assert "1.5.0 (150) is still yours" in expired.text

@@ -578,7 +578,7 @@ async def test_the_sweeper_aborts_uploads_whose_link_expired(
     clock.advance(seconds=GRACE.total_seconds() + 1)
     builds.owner = await builds.api.login(builds.owner)  # a day later: a new session
     live = await parts.link(data)  # begun now: the sweep leaves it alone
-    swept = await sweep(ctx.sessions, ctx.storage, clock.now())
+    swept = await sweep(ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url)
 
     assert swept.expired_uploads == 1
     assert not upload_dir(app, builds, expired["buildId"]).exists()
@@ -596,7 +596,7 @@ async def test_the_sweeper_aborts_uploads_no_build_owns(
     old = (clock.now() - GRACE - timedelta(minutes=1)).timestamp()
     os.utime(orphan / "meta.json", (old, old))
 
-    swept = await sweep(ctx.sessions, ctx.storage, clock.now())
+    swept = await sweep(ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url)
 
     assert swept.orphan_uploads == 1
     assert not orphan.exists()
@@ -662,9 +662,11 @@ async def test_a_build_whose_background_check_never_finished_is_swept_after_its_
     ctx = ctx_of(app)
 
     clock.advance(seconds=ctx.settings.multipart_upload_ttl_seconds)
-    swept_early = await sweep(ctx.sessions, ctx.storage, clock.now())
+    swept_early = await sweep(
+        ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url
+    )
     clock.advance(seconds=GRACE.total_seconds() + 1)
-    swept = await sweep(ctx.sessions, ctx.storage, clock.now())
+    swept = await sweep(ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url)
 
     assert (swept_early.expired_uploads, swept.expired_uploads) == (0, 1)
     storage = ctx.storage

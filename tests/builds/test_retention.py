@@ -37,11 +37,11 @@ async def _rule(builds: Builds, retention: Any) -> httpx.Response:
 
 async def _sweep(app: FastAPI, clock: FrozenClock) -> Swept:
     ctx = app.state.ctx
-    return await sweep(ctx.sessions, ctx.storage, clock.now())
+    return await sweep(ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url)
 
 
-async def _ids(builds: Builds) -> list[str]:
-    r = await builds.client.get(builds.base, headers=builds.owner.headers)
+async def _ids(builds: Builds, **params: str) -> list[str]:
+    r = await builds.client.get(builds.base, params=params, headers=builds.owner.headers)
     return [b["buildId"] for b in r.json()["builds"]]
 
 
@@ -52,13 +52,18 @@ async def test_keep_last_deletes_older_ready_builds_with_their_bytes(
     pending = await builds.pending(b"not verified yet")
     r = await _rule(builds, {"keepLast": 2})
     assert r.status_code == 200, r.text
-    assert r.json()["retention"] == {"keepLast": 2, "keepDays": None}
+    assert r.json()["retention"] == {
+        "keepLast": 2,
+        "keepDays": None,
+        "protect": {"groups": True, "channels": True},
+    }
 
     swept = await _sweep(app, clock)
 
     assert swept.retention == 3
     newest = [b["buildId"] for b in reversed(made[-2:])]
-    assert await _ids(builds) == [pending["buildId"], *newest]  # pending builds are not counted
+    assert await _ids(builds) == newest
+    assert await _ids(builds, status="pending") == [pending["buildId"]]  # not counted
     for build in made[:3]:
         assert_problem(await builds.get(build["buildId"]), 404, "build_not_found")
         assert (
@@ -93,7 +98,11 @@ async def test_without_a_rule_nothing_is_deleted_and_null_clears_it(
         await builds.ready(f"b{i}".encode())
     await _rule(builds, {"keepLast": 1})
     r = await _rule(builds, None)
-    assert r.json()["retention"] == {"keepLast": None, "keepDays": None}
+    assert r.json()["retention"] == {
+        "keepLast": None,
+        "keepDays": None,
+        "protect": {"groups": True, "channels": True},
+    }
     await _days_later(builds, clock, 3650)
 
     assert (await _sweep(app, clock)).retention == 0

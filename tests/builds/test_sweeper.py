@@ -131,7 +131,9 @@ async def test_sweep_removes_stored_bytes_that_no_build_owns_once_they_are_old(
     assert await sweeper.sweep_orphan_objects(ctx.sessions, ctx.storage, clock.now()) == 0
     assert await builds.storage.stat(orphan_key) is not None  # within the grace period
     clock.advance(seconds=GRACE.total_seconds() + 60)
-    swept = await sweeper.sweep(ctx.sessions, ctx.storage, clock.now())
+    swept = await sweeper.sweep(
+        ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url
+    )
 
     assert swept.orphan_objects == 1
     assert await builds.storage.stat(orphan_key) is None
@@ -139,4 +141,8 @@ async def test_sweep_removes_stored_bytes_that_no_build_owns_once_they_are_old(
         assert await builds.storage.stat(builds.key_of(build)) is not None
     r = await builds.client.get(ready["downloadUrl"], headers=builds.owner.headers)
     assert (await builds.uploader.get(r.headers["location"])).content == b"a ready build"
-    assert (await sweeper.sweep(ctx.sessions, ctx.storage, clock.now())).orphan_objects == 0
+    assert (
+        await sweeper.sweep(
+            ctx.sessions, ctx.storage, clock.now(), ctx.settings.resolved_public_url
+        )
+    ).orphan_objects == 0

@@ -15,7 +15,11 @@ __all__ = ["browser", "settings", "smtp", "team"]
 
 def _form(**changes: str) -> dict[str, str]:
     return {"name": "Acme Android", "platform": "android", "bundleId": "com.acme.app",
-            "keepLast": "", "keepDays": ""} | changes  # fmt: skip
+            "keepLast": "", "keepDays": "", "protectGroups": "on",
+            "protectChannels": "on"} | changes  # fmt: skip
+
+
+PROTECTED = {"groups": True, "channels": True}
 
 
 async def _application(team: Team) -> dict[str, object]:
@@ -43,13 +47,13 @@ async def test_an_admin_renames_sets_retention_and_clears_the_bundle_id(
     app = await _application(team)
     assert (app["name"], app["platform"], app["bundleId"]) == ("Acme Beta", "android",
                                                                 "com.acme.app")  # fmt: skip
-    assert app["retention"] == {"keepLast": 5, "keepDays": 30}
+    assert app["retention"] == {"keepLast": 5, "keepDays": 30, "protect": PROTECTED}
 
     r = await post(browser, page, _form(name="Acme Beta", bundleId=" ", platform="ios"))
     assert r.status_code == 303, r.text
     app = await _application(team)
     assert (app["platform"], app["bundleId"]) == ("ios", None)
-    assert app["retention"] == {"keepLast": None, "keepDays": None}
+    assert app["retention"] == {"keepLast": None, "keepDays": None, "protect": PROTECTED}
 
 
 async def test_refused_fields_are_sentences_beside_them_and_nothing_changes(

@@ -218,7 +218,11 @@ def sweep_later(env: dict[str, str], hours: float = 3) -> Swept:
 
     async def run() -> None:
         try:
-            swept.append(await sweep(ctx.sessions, ctx.storage, ctx.clock.now()))
+            swept.append(
+                await sweep(
+                    ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url
+                )
+            )
         finally:
             await ctx.dispose()
 

@@ -320,7 +320,7 @@ async def test_a_deleted_builds_bytes_go_only_once_the_delete_has_committed(
 ) -> None:
     build = await given.build(application, owner, DATA, status=BuildStatus.READY)
 
-    await builds.delete(application, build.id)
+    await builds.delete(application, build.id, owner)
     await db.flush()
 
     assert await storage.stat(build.storage_key) is not None  # not before the commit
@@ -340,7 +340,7 @@ async def test_a_build_delete_that_rolls_back_keeps_the_bytes(
     build = await given.build(application, owner, DATA, status=BuildStatus.READY)
     build_id, key = build.id, build.storage_key
 
-    await builds.delete(application, build_id)
+    await builds.delete(application, build_id, owner)
     await db.flush()
     await finish(db, ok=False)
 

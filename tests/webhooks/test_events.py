@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from buildbay.builds.sweeper import sweep
 from buildbay.webhooks.events import SUBSCRIBABLE
 from tests.conftest import Account, Api, statements_run
 from tests.pools import Checkouts
@@ -62,7 +63,43 @@ async def test_build_events_carry_the_build_as_the_api_shows_it(
     assert r.status_code == 204, r.text
     [deleted] = await _events(hooks, receiver)
     assert deleted["type"] == "build.deleted"
-    assert deleted["data"] == {**shown, "projectId": project["id"]}
+    assert deleted["data"] == {**shown, "projectId": project["id"], "reason": "member"}
+
+
+async def test_what_retention_deletes_is_told_as_build_deleted_with_its_reason(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    base = f"/api/app-distribution/{project['id']}/{app['id']}/builds"
+    made = [await api.upload(owner, project["id"], app["id"], f"b{i}".encode()) for i in range(3)]
+    shown = [(await hooks.client.get(f"{base}/{b['buildId']}", headers=owner.headers)).json()
+             for b in made[:2]]  # fmt: skip
+    r = await hooks.client.put(
+        f"/api/projects/{project['id']}/applications/{app['id']}",
+        json={"retention": {"keepLast": 1}},
+        headers=owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    await hooks.create(owner, project["id"], receiver.url, ["build.deleted"], receiver=receiver)
+    ctx = hooks.ctx
+
+    swept = await sweep(
+        ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url
+    )
+
+    assert swept.retention == 2
+    deleted = await _events(hooks, receiver)
+    assert sorted((e["type"], e["data"]["buildId"]) for e in deleted) == sorted(
+        ("build.deleted", b["buildId"]) for b in shown
+    )
+    by_id = {e["data"]["buildId"]: e["data"] for e in deleted}
+    for build in shown:
+        assert by_id[build["buildId"]] == {
+            **build,
+            "projectId": project["id"],
+            "reason": "retention",
+        }
 
 
 async def test_a_download_no_webhook_listens_for_sends_nothing(

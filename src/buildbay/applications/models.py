@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, text
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, text, true
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.applications.enums import Platform
@@ -22,6 +22,14 @@ class Application(Base):
     # and never the newest ready build.
     retention_keep_last: Mapped[int | None] = mapped_column(Integer)
     retention_keep_days: Mapped[int | None] = mapped_column(Integer)
+    # ... and, unless turned off, never the newest build distributed to each group, nor the
+    # newest of each release channel (builds/retention.py).
+    retention_protect_groups: Mapped[bool] = mapped_column(
+        Boolean, default=True, server_default=true()
+    )
+    retention_protect_channels: Mapped[bool] = mapped_column(
+        Boolean, default=True, server_default=true()
+    )
     # The application's current update key (`bbu_...`, see UpdateKey), shown to developers.
     update_key: Mapped[str | None] = mapped_column(String(64))
     # The tester groups each build is distributed to once it is ready (distribution/), and how

@@ -18,6 +18,8 @@ class ApplicationRecord:
     bundle_id: str | None
     retention_keep_last: int | None
     retention_keep_days: int | None
+    retention_protect_groups: bool
+    retention_protect_channels: bool
     update_key: str | None
     auto_distribute_groups: list[str]
     install_link_days: int

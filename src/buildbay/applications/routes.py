@@ -8,6 +8,7 @@ from buildbay.applications import schemas
 from buildbay.applications.dependencies import Service
 from buildbay.applications.reads import application_view, applications_page
 from buildbay.applications.schemas import application_schema
+from buildbay.builds.retention import preview as retention_preview
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
@@ -99,6 +100,19 @@ async def update_application(
 ) -> schemas.Application:
     changes = body.model_dump(exclude_unset=True)
     return application_schema(await service.update(access.application, changes), access.role)
+
+
+@router.post(
+    "/{appId}/retention/preview",
+    responses=problem_responses(400, 401, 403, 404, 413, 422, 429),
+    summary="Which ready builds a retention rule would delete now; changes nothing (admin+)",
+)
+async def preview_retention(
+    body: schemas.RetentionRule, access: AppAdmin, reads: ReadsDep, ctx: Context
+) -> schemas.RetentionPreview:
+    policy = schemas.retention_policy(body)
+    doomed = await retention_preview(reads, access.application.id, policy, ctx.clock.now())
+    return schemas.retention_preview_schema(doomed)
 
 
 @router.post(

@@ -6,6 +6,8 @@ from pydantic import Field, field_validator
 
 from buildbay.applications.enums import Platform
 from buildbay.applications.records import ApplicationView
+from buildbay.builds.records import ReadyBuild, RetentionPolicy
+from buildbay.builds.schemas import version_label
 from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, JsonInteger, Name, NotNull, RequestModel, Timestamp
 from buildbay.text import BUNDLE_ID_MAX, BUNDLE_ID_PATTERN
@@ -22,8 +24,22 @@ BundleId = Annotated[
 ]
 
 
+class RetentionProtect(RequestModel):
+    """Builds a retention rule keeps whatever it says (each on unless turned off)."""
+
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"groups": True, "channels": True}
+
+    groups: Annotated[bool, Field(strict=True)] = Field(
+        default=True, description="Keep the newest build distributed to each tester group"
+    )
+    channels: Annotated[bool, Field(strict=True)] = Field(
+        default=True, description="Keep the newest build published to each release channel"
+    )
+
+
 class RetentionRule(RequestModel):
-    """Which ready builds the sweeper keeps; the newest ready build is always kept."""
+    """Which ready builds the sweeper keeps; the newest ready build is always kept, and by
+    default the newest of each tester group and of each channel (`protect`)."""
 
     EXAMPLE: ClassVar[dict[str, Any] | None] = {"keepLast": 50, "keepDays": 90}
 
@@ -35,11 +51,21 @@ class RetentionRule(RequestModel):
         Annotated[int, Field(ge=1, le=36_500, strict=True), JsonInteger] | None,
         Field(description="Keep builds verified in the last D days"),
     ] = None
+    protect: RetentionProtect | None = Field(
+        default=None,
+        description="Builds kept whatever the rule says; left out or null: both protections on",
+    )
+
+
+class Protect(ApiModel):
+    groups: bool = Field(description="The newest build distributed to each tester group is kept")
+    channels: bool = Field(description="The newest build of each release channel is kept")
 
 
 class Retention(ApiModel):
     keep_last: int | None
     keep_days: int | None
+    protect: Protect
 
 
 GroupIds = Annotated[
@@ -138,11 +164,58 @@ def application_schema(view: ApplicationView, role: ProjectRole) -> Application:
         name=a.name,
         platform=a.platform,
         bundle_id=a.bundle_id,
-        retention=Retention(keep_last=a.retention_keep_last, keep_days=a.retention_keep_days),
+        retention=Retention(
+            keep_last=a.retention_keep_last,
+            keep_days=a.retention_keep_days,
+            protect=Protect(
+                groups=a.retention_protect_groups, channels=a.retention_protect_channels
+            ),
+        ),
         builds_count=view.builds_count,
         update_key=a.update_key if role.includes(ProjectRole.DEVELOPER) else None,
         auto_distribute_groups=a.auto_distribute_groups,
         install_link_days=a.install_link_days,
         created_at=a.created_at,
         updated_at=a.updated_at,
+    )
+
+
+def retention_policy(rule: RetentionRule | None) -> RetentionPolicy:
+    """A rule as the request gives it, as retention reckons with it."""
+    if rule is None:
+        return RetentionPolicy(None, None)
+    protect = rule.protect or RetentionProtect()
+    return RetentionPolicy(rule.keep_last, rule.keep_days, protect.groups, protect.channels)
+
+
+class RetentionPreviewBuild(ApiModel):
+    build_id: str
+    file_name: str
+    version: str | None = Field(description="As people read it: `1.4.2 (42)`")
+    verified_at: Timestamp | None
+    distributed: bool = Field(
+        description="Distributed to a tester group or to someone by e-mail: in testers' hands"
+    )
+
+
+class RetentionPreview(ApiModel):
+    count: int = Field(description="How many ready builds the rule deletes now")
+    distributed_count: int = Field(description="How many of them are in testers' hands")
+    builds: list[RetentionPreviewBuild] = Field(description="Those builds, the newest first")
+
+
+def retention_preview_schema(builds: list[ReadyBuild]) -> RetentionPreview:
+    return RetentionPreview(
+        count=len(builds),
+        distributed_count=sum(1 for b in builds if b.distributed),
+        builds=[
+            RetentionPreviewBuild(
+                build_id=b.id,
+                file_name=b.file_name,
+                version=version_label(b.metadata),
+                verified_at=b.verified_at,
+                distributed=b.distributed,
+            )
+            for b in builds
+        ],
     )

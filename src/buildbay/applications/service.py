@@ -31,12 +31,15 @@ from buildbay.webhooks import events as webhook_events
 
 
 def _columns(fields: dict[str, Any]) -> dict[str, Any]:
-    """A request's fields as the model's columns (`retention` is two of them)."""
+    """A request's fields as the model's columns (`retention` is four of them)."""
     columns = dict(fields)
     if "retention" in columns:
         rule = columns.pop("retention") or {}
+        protect = rule.get("protect") or {}
         columns["retention_keep_last"] = rule.get("keep_last")
         columns["retention_keep_days"] = rule.get("keep_days")
+        columns["retention_protect_groups"] = protect.get("groups", True)
+        columns["retention_protect_channels"] = protect.get("channels", True)
     return columns
 
 

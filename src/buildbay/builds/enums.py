@@ -15,3 +15,10 @@ class BuildStatus(StrEnum):
     # (a file too large to hash within a request); becomes `ready` or `failed` by itself.
     PROCESSING = "processing"
     FAILED = "failed"  # the background check refused the bytes (`failure_code`, `metadata_error`)
+
+
+class RemovalReason(StrEnum):
+    """Why a ready build was deleted (the `reason` of its `build.deleted` event)."""
+
+    MEMBER = "member"  # a developer or higher deleted it
+    RETENTION = "retention"  # the sweeper, by the application's retention rule

@@ -17,7 +17,7 @@ import plistlib
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import segno
 from fastapi import APIRouter, Depends, Path, Request, Response, status
@@ -29,6 +29,7 @@ from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.builds.dependencies import LinkReads, RecordingLinkReads, build_reads
 from buildbay.builds.devices import device_of, is_android_build, is_ios_build
 from buildbay.builds.install import InstallLinkReads, InstallTarget
+from buildbay.builds.removed import linked_build, newest_for
 from buildbay.builds.schemas import version_label
 from buildbay.builds.service import human_size
 from buildbay.console.session import ConsoleSessions
@@ -36,7 +37,7 @@ from buildbay.context import AppContext
 from buildbay.deps import Context, SessionDep, TransactionRoute
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
-from buildbay.errors import BuildbayError, NotFound
+from buildbay.errors import BuildbayError, Gone, NotFound
 from buildbay.problems import problem_responses
 from buildbay.templates import NO_STORE, render
 from buildbay.text import without_bidi_controls
@@ -129,9 +130,15 @@ def _is_ios(target: InstallTarget) -> bool:
     summary="A build's public install page (a signed link; no token)",
 )
 async def install_page(
-    token: Token, request: Request, links: RecordingLinkReads, db: SessionDep
+    token: Token, request: Request, links: RecordingLinkReads, db: SessionDep, ctx: Context
 ) -> Response:
-    target = await _open(token, request, links)  # refused: a page for a browser (InstallPageRoute)
+    try:
+        target = await _open(token, request, links)
+    except Gone as exc:  # refused: a page for a browser (InstallPageRoute), or the newer build
+        offer = await _newer_build_page(ctx, token, request, links, exc)
+        if offer is None:
+            raise
+        return offer
     await _record(db, request, links, target, InstallEventKind.OPEN)
     build, application = target.build, target.application
     metadata = build.metadata_ or {}
@@ -185,6 +192,51 @@ async def install_page(
         notes=_shown(build.notes),
         qr_svg=Markup(qr.svg_inline(scale=5, border=2, title=f"QR code of {page_url}")),  # noqa: S704
     )
+
+
+async def _newer_build_page(
+    ctx: AppContext, token: str, request: Request, links: InstallLinkReads, gone: Gone
+) -> Response | None:
+    """For a browser, the page of a link whose build was deleted or whose time is up: it offers
+    whoever is signed in the newest build of the application they may open (removed.py), or
+    asks them to sign in to find it. None: the plain refusal."""
+    if gone.code not in _DEAD_ENDS or "text/html" not in request.headers.get("accept", ""):
+        return None
+    link_id = links.tokens.link_id(token)
+    linked = await linked_build(links.reads, link_id) if link_id is not None else None
+    if linked is None:
+        return None
+    console: ConsoleSessions = request.app.state.console
+    visitor_id = await console.signed_in(request, links.reads, links.now)
+    if visitor_id is None:
+        return render(
+            "install_error.html", gone.status, headers=NO_STORE,
+            title="Install link no longer works", detail=gone.detail,
+            hint="If this build was meant for you, sign in: the newest build for you is offered "
+            "there.",
+            sign_in_url=f"/login?{urlencode({'next': f'/install/{token}'})}",
+        )  # fmt: skip
+    newest = await newest_for(build_reads(ctx, links.reads), linked, visitor_id)
+    if newest is None:
+        return None
+    label = _shown(version_label(newest.metadata_) or newest.file_name)
+    title = f"{_shown(linked.label)} was removed" if linked.removed else _DEAD_ENDS[gone.code]
+    if newest.id == linked.build_id:
+        detail = f"{label} is still yours: open it from your builds for a new install link."
+    else:
+        detail = f"The newest build for you is {label}."
+    return render(
+        "install_error.html", gone.status, headers=NO_STORE, title=title, detail=detail,
+        hint="", offer_label=f"Open {label}",
+        offer_url=f"/projects/{linked.project_id}/apps/{linked.application_id}#build-{newest.id}",
+    )  # fmt: skip
+
+
+# The refusals whose page offers a newer build: the link's build was deleted, or it expired.
+_DEAD_ENDS = {
+    "install_link_gone": "This build was removed",
+    "install_link_expired": "This install link has expired",
+}
 
 
 async def _record(

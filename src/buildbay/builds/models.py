@@ -17,7 +17,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from buildbay.builds.enums import BuildStatus
+from buildbay.builds.enums import BuildStatus, RemovalReason
 from buildbay.db.base import Base, EnumString
 
 
@@ -121,4 +121,37 @@ class BuildChannel(Base):
     )
     build_id: Mapped[str] = mapped_column(
         ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class RemovedBuild(Base):
+    """A ready build that was deleted, remembered for REMOVED_BUILDS_KEPT_DAYS (builds/removed.py):
+    the application's page lists the recent ones (what retention took, and who deleted what),
+    and an install link of it still finds its application, to offer the tester a newer build."""
+
+    __tablename__ = "removed_builds"
+    __table_args__ = (
+        Index("ix_removed_builds_application_id_removed_at", "application_id", "removed_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # the build's id
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    application_id: Mapped[str] = mapped_column(ForeignKey("applications.id", ondelete="CASCADE"))
+    file_name: Mapped[str] = mapped_column(String(255))
+    version: Mapped[str | None] = mapped_column(String(255))  # as people read it
+    reason: Mapped[RemovalReason] = mapped_column(EnumString(RemovalReason))
+    removed_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    removed_at: Mapped[datetime]
+    # Distributed to a group or a person: in testers' hands when it went.
+    distributed: Mapped[bool] = mapped_column(Boolean)
+
+
+class RemovedInstallLink(Base):
+    """An install link of a removed build (its row went with the build): which build it was."""
+
+    __tablename__ = "removed_install_links"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # the link's id
+    build_id: Mapped[str] = mapped_column(
+        ForeignKey("removed_builds.id", ondelete="CASCADE"), index=True
     )

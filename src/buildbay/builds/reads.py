@@ -55,8 +55,8 @@ class VersionFilter:
 @dataclass(frozen=True, slots=True)
 class BuildQuery:
     """A page of an application's builds: newest first or by version, from a cursor's build
-    on; of one status, version or search text, if asked; of the ready builds distributed to
-    `viewer` (a tester), if given."""
+    on; of one status (else ready and processing ones: LISTED_BY_DEFAULT), version or search
+    text, if asked; of the ready builds distributed to `viewer` (a tester), if given."""
 
     application_id: str
     limit: int
@@ -69,7 +69,8 @@ class BuildQuery:
 
     @property
     def is_first_page(self) -> bool:
-        """The first page, newest first, of every build (the viewer's, for a tester)."""
+        """The first page, newest first, of the builds listed by default (the viewer's, for a
+        tester)."""
         return (
             self.after_id is None
             and self.status is None
@@ -138,7 +139,13 @@ _BUILD_OF_APPLICATION = _BUILDS_OF_APPLICATION.where(Build.id == bindparam("buil
 # The same with what the API shows beside each build (extras.py), read in the same statement.
 _SHOWN_OF_APPLICATION = _BUILDS_OF_APPLICATION.add_columns(*EXTRA_COLUMNS)
 _SHOWN_BUILD_OF_APPLICATION = _BUILD_OF_APPLICATION.add_columns(*EXTRA_COLUMNS)
-_SHOWN_NEWEST_FIRST = _SHOWN_OF_APPLICATION.order_by(Build.id.desc()).limit(bindparam("limit"))
+# What a list shows unless asked for a status: the builds that are there to install, and those
+# being checked (a refused or abandoned upload is no row of a list; `?status=pending` finds it).
+LISTED_BY_DEFAULT = (BuildStatus.READY, BuildStatus.PROCESSING)
+_LISTED = Build.status.in_(LISTED_BY_DEFAULT)
+_SHOWN_NEWEST_FIRST = (
+    _SHOWN_OF_APPLICATION.where(_LISTED).order_by(Build.id.desc()).limit(bindparam("limit"))
+)
 # A tester sees what they can install: ready builds given to them, never a pending upload (nor
 # the reason it was refused). Their first page, and whether they were given a build, built once.
 _SEEN = and_(DISTRIBUTED_TO_VIEWER, Build.status == BuildStatus.READY)
@@ -211,6 +218,8 @@ class BuildReads:
             stmt = stmt.where(_SEEN)
         if query.status is not None:
             stmt = stmt.where(Build.status == query.status)
+        elif query.viewer is None:  # a tester's are ready ones anyway
+            stmt = stmt.where(_LISTED)
         after_id = query.after_id
         if query.sort is BuildOrder.VERSION:
             # Highest version code first, builds without one last; the newest first among

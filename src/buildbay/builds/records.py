@@ -38,3 +38,31 @@ class BuildRecord:
     @property
     def multipart(self) -> bool:
         return self.part_size is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """An application's retention rule (builds/retention.py reckons what it deletes)."""
+
+    keep_last: int | None
+    keep_days: int | None
+    protect_groups: bool = True
+    protect_channels: bool = True
+
+    @property
+    def deletes_anything(self) -> bool:
+        return self.keep_last is not None or self.keep_days is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyBuild:
+    """A ready build as retention weighs it."""
+
+    id: str
+    file_name: str
+    metadata: dict[str, Any] | None
+    verified_at: datetime | None
+    groups: frozenset[str]
+    channels: frozenset[str]
+    # Distributed to a group or to someone by e-mail: in testers' hands.
+    distributed: bool

@@ -172,7 +172,13 @@ async def list_builds(
     links: LinkReads,
     page: Page,
     version: Version,
-    status: Annotated[BuildStatus | None, Query(description="Only builds in this state")] = None,
+    status: Annotated[
+        BuildStatus | None,
+        Query(
+            description="Only builds in this state; without it, ready and processing builds "
+            "(a pending or failed upload is listed only when asked for)"
+        ),
+    ] = None,
     sort: Annotated[
         BuildOrder,
         Query(
@@ -405,7 +411,7 @@ async def download_build(
     summary="Delete a build and its file (developer+)",
 )
 async def delete_build(build_id: BuildId, access: BuildsDeveloper, service: Service) -> Response:
-    await service.delete(access.application, build_id)
+    await service.delete(access.application, build_id, access.caller.user)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

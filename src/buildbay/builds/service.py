@@ -26,7 +26,7 @@ from buildbay.applications.models import Application
 from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
-from buildbay.builds.enums import BuildStatus
+from buildbay.builds.enums import BuildStatus, RemovalReason
 from buildbay.builds.metadata import (
     PLATFORM_FILES,
     Reading,
@@ -37,6 +37,7 @@ from buildbay.builds.models import Build, BuildIcon
 from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.reads import BUILD, BuildReads, storage_usage
 from buildbay.builds.records import BuildRecord
+from buildbay.builds.removed import record_removals
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.engine import after_commit, connection_released, hold_until_ended
@@ -641,9 +642,13 @@ class BuildService:
 
     # -- deleting ----------------------------------------------------------------------------------
 
-    async def delete(self, application: ApplicationRecord, build_id: str) -> None:
+    async def delete(self, application: ApplicationRecord, build_id: str, by: UserRecord) -> None:
+        """The build, by `by`: told of (`build.deleted`) and, if it was ready, remembered
+        (removed.py)."""
         build = await self.reads.get(application.id, build_id)
-        await webhook_events.build_deleted(self.db, build, self.public_url, self.now)
+        await record_removals(
+            self.db, [build], RemovalReason.MEMBER, by.id, self.now, self.public_url
+        )
         # Its icon and install links go with it (ON DELETE CASCADE).
         await self.db.execute(delete(Build).where(Build.id == build.id))
         # The row first: a crash can leave orphan bytes (the sweeper's), never a broken build.

@@ -1,6 +1,6 @@
 """Removes pending builds whose upload link expired without a verify, and ready builds beyond
-their application's retention rule, each with its bytes; the partial files of uploads that a
-crash cut off; and stored objects that no build owns.
+their application's retention rule (told of and remembered: removed.py), each with its bytes;
+the partial files of uploads that a crash cut off; and stored objects that no build owns.
 
 Safe to run in several processes at once: each candidate row is claimed by a conditional delete
 (and, on PostgreSQL, locked with SKIP LOCKED so two sweepers never wait on each other), and only
@@ -18,8 +18,14 @@ from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from buildbay.applications.models import Application
-from buildbay.builds.enums import BuildStatus
+from buildbay.applications.reads import APPLICATION
+from buildbay.applications.records import ApplicationRecord
+from buildbay.builds.enums import BuildStatus, RemovalReason
 from buildbay.builds.models import Build
+from buildbay.builds.reads import BUILD
+from buildbay.builds.removed import forget_old_removals, record_removals
+from buildbay.builds.retention import doomed, ready_builds, rule_of
+from buildbay.db.reads import Reads
 from buildbay.invitations.caps import sweep_invitation_counts
 from buildbay.storage.base import Storage
 
@@ -78,11 +84,12 @@ class Swept:
 
 
 async def sweep(
-    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime
+    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime, public_url: str
 ) -> Swept:
-    """One round of every sweep (`buildbay sweep`, and `serve` every sweep interval)."""
+    """One round of every sweep (`buildbay sweep`, and `serve` every sweep interval);
+    `public_url` is the server's, for the events of what retention deletes."""
     expired = await sweep_expired_uploads(sessions, storage, now)
-    retention = await sweep_retention(sessions, storage, now)
+    retention = await sweep_retention(sessions, storage, now, public_url)
     # An upload still streaming keeps its file locked and fresh; GRACE is only a margin.
     abandoned = await storage.remove_abandoned_uploads(now - GRACE)
     if abandoned:
@@ -91,6 +98,8 @@ async def sweep(
     orphan_uploads = await sweep_orphan_multipart_uploads(sessions, storage, now)
     async with sessions() as db, db.begin():  # the invitation caps' counters of past days
         await sweep_invitation_counts(db, now)
+    async with sessions() as db, db.begin():  # removed builds no page or link asks for now
+        await forget_old_removals(db, now)
     return Swept(expired, retention, abandoned, orphans, orphan_uploads)
 
 
@@ -148,29 +157,26 @@ async def sweep_orphan_objects(
 
 
 async def sweep_retention(
-    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime
+    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime, public_url: str
 ) -> int:
-    """Deletes the ready builds each application's retention rule no longer keeps: beyond the
-    newest `keepLast`, or verified more than `keepDays` days ago. An application's newest ready
-    build is always kept."""
+    """Deletes the ready builds each application's retention rule no longer keeps (retention.py
+    reckons which, as its preview does); each is told of (`build.deleted`, `reason:
+    "retention"`) and remembered (removed.py) in the transaction that deletes its row."""
     async with sessions() as db:
-        rules = (
+        applications = (
             await db.execute(
-                select(
-                    Application.id,
-                    Application.retention_keep_last,
-                    Application.retention_keep_days,
-                ).where(
+                select(*APPLICATION.columns).where(
                     or_(
                         Application.retention_keep_last.is_not(None),
                         Application.retention_keep_days.is_not(None),
                     )
                 )
             )
-        ).all()
+        ).mappings()
+        rules = [APPLICATION.of(row) for row in applications]
     swept = 0
-    for application_id, keep_last, keep_days in rules:
-        swept += await _apply_rule(sessions, storage, now, application_id, keep_last, keep_days)
+    for application in rules:
+        swept += await _apply_rule(sessions, storage, now, application, public_url)
     return swept
 
 
@@ -178,44 +184,34 @@ async def _apply_rule(
     sessions: async_sessionmaker[AsyncSession],
     storage: Storage,
     now: datetime,
-    application_id: str,
-    keep_last: int | None,
-    keep_days: int | None,
+    application: ApplicationRecord,
+    public_url: str,
 ) -> int:
-    oldest_kept = now - timedelta(days=keep_days) if keep_days is not None else None
     async with sessions() as db:
-        ready = (
-            await db.execute(
-                select(Build.id, Build.verified_at)
-                .where(Build.application_id == application_id, Build.status == BuildStatus.READY)
-                .order_by(Build.id.desc())
-            )
-        ).all()
-    doomed = [
-        build_id
-        for position, (build_id, verified_at) in enumerate(ready)
-        if position > 0  # the newest stays, whatever the rule
-        and (
-            (keep_last is not None and position >= keep_last)
-            or (oldest_kept is not None and verified_at is not None and verified_at < oldest_kept)
-        )
-    ]
+        builds = await ready_builds(Reads.within(db), application.id)
+    doomed_ids = [build.id for build in doomed(builds, rule_of(application), now)]
     swept = 0
-    for start in range(0, len(doomed), BATCH):
+    for start in range(0, len(doomed_ids), BATCH):
         async with sessions() as db, db.begin():
-            claimed = list(
-                await db.scalars(
-                    delete(Build)
+            # Claimed: locked on PostgreSQL (another sweeper skips them), and still ready.
+            rows = (
+                await db.execute(
+                    select(*BUILD.columns)
                     .where(
-                        Build.id.in_(doomed[start : start + BATCH]),
+                        Build.id.in_(doomed_ids[start : start + BATCH]),
                         Build.status == BuildStatus.READY,
                     )
-                    .returning(Build.storage_key)
+                    .with_for_update(skip_locked=True)
                 )
-            )
-        for key in claimed:
-            await storage.delete(key)
+            ).mappings()
+            claimed = [BUILD.of(row) for row in rows]
+            if not claimed:
+                continue
+            await record_removals(db, claimed, RemovalReason.RETENTION, None, now, public_url)
+            await db.execute(delete(Build).where(Build.id.in_([b.id for b in claimed])))
+        for build in claimed:  # after the commit: a crash here leaves only orphan bytes
+            await storage.delete(build.storage_key)
         swept += len(claimed)
     if swept:
-        log.info("retention: deleted %d builds of %s", swept, application_id)
+        log.info("retention: deleted %d builds of %s", swept, application.id)
     return swept

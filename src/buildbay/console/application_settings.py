@@ -3,6 +3,7 @@ application): its name, platform, bundle id, retention, distribution, and deleti
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -10,7 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.dependencies import application_service
 from buildbay.applications.enums import Platform
-from buildbay.applications.schemas import ApplicationUpdate, RetentionRule
+from buildbay.applications.schemas import ApplicationUpdate, RetentionRule, retention_policy
+from buildbay.builds.records import ReadyBuild
+from buildbay.builds.retention import preview as retention_preview
+from buildbay.builds.schemas import version_label
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -60,11 +64,12 @@ async def render_settings(
     request: Request, visitor: Visitor, db: AsyncSession, project_id: str, app_id: str,
     failed: str | None = None, values: dict[str, str] | None = None,
     errors: dict[str, str] | None = None, status_code: int = 200,
-    settings_error: str | None = None,
+    settings_error: str | None = None, doomed: list[ReadyBuild] | None = None,
 ) -> Response:  # fmt: skip
     """The page; after a refused form, `failed` names it ("settings", "delete") and its fields
     show `values` and `errors` (the distribution form's, console/distribution.py: its one
-    field's `settings_error`)."""
+    field's `settings_error`). `doomed`: the builds the settings form's retention rule deletes,
+    shown for confirmation."""
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.ADMIN)
     groups = (await groups_page(reads, access.project, 100, None))[0]
@@ -73,6 +78,9 @@ async def render_settings(
         application=access.application, can=can(access.role), platforms=PLATFORMS,
         groups=groups, settings_error=settings_error,
         failed=failed, values=values or {}, errors=errors or {},
+        doomed=doomed or [], deletes=deletion_token(doomed) if doomed else None,
+        distributed_count=sum(1 for build in doomed or [] if build.distributed),
+        count_of=count_of, version_label=version_label,
     )  # fmt: skip
 
 
@@ -86,8 +94,8 @@ def _number(text: str) -> int | str | None:
     return text if found is None else found
 
 
-def _changes(fields: dict[str, str]) -> dict[str, Any]:
-    """The form as ApplicationUpdate's changes, or FormError naming each field refused."""
+def _changes(fields: dict[str, str]) -> ApplicationUpdate:
+    """The form as an ApplicationUpdate, or FormError naming each field refused."""
     errors: dict[str, str] = {}
     data: dict[str, Any] = {
         "name": fields.get("name", ""),
@@ -99,7 +107,9 @@ def _changes(fields: dict[str, str]) -> dict[str, Any]:
     except FormError as exc:
         errors |= {k: SENTENCES.get(k, _sentence(v)) for k, v in exc.by_field.items()}
     retention = {"keepLast": _number(fields.get("keepLast", "")),
-                 "keepDays": _number(fields.get("keepDays", ""))}  # fmt: skip
+                 "keepDays": _number(fields.get("keepDays", "")),
+                 "protect": {"groups": "protectGroups" in fields,
+                             "channels": "protectChannels" in fields}}  # fmt: skip
     try:
         parse_form(RetentionRule, retention)
     except FormError as exc:
@@ -107,7 +117,8 @@ def _changes(fields: dict[str, str]) -> dict[str, Any]:
     if errors:
         raise FormError(errors)
     body = parse_form(ApplicationUpdate, data | {"retention": retention})
-    return body.model_dump(exclude_unset=True)
+    assert isinstance(body, ApplicationUpdate)
+    return body
 
 
 def _sentence(message: str) -> str:
@@ -118,13 +129,31 @@ def _sentence(message: str) -> str:
     return message.rstrip(".") + "."
 
 
+def deletion_token(doomed: list[ReadyBuild]) -> str:
+    """What a confirmation of the retention rule confirmed: these builds' deletion (a rule that
+    would delete others by the time it is sent, a build come or gone, asks again)."""
+    ids = ",".join(build.id for build in doomed)
+    return hashlib.sha256(ids.encode()).hexdigest()[:32]
+
+
 @router.post("/projects/{project_id}/apps/{app_id}/settings")
 async def save_settings(request: Request, project_id: str, app_id: str) -> Response:
+    """Saved, unless the retention rule deletes builds now and the form did not confirm just
+    those: then the page says which (and how many in testers' hands) and asks."""
     visitor, db, access = await visit_application(request, project_id, app_id, ProjectRole.ADMIN)
     fields = await form_fields(request)
+    ctx = get_context(request)
     try:
-        changes = _changes(fields)
-        await application_service(get_context(request), db).update(access.application, changes)
+        body = _changes(fields)
+        changes = body.model_dump(exclude_unset=True)
+        policy = retention_policy(body.retention)
+        doomed = await retention_preview(
+            Reads.within(db), access.application.id, policy, ctx.clock.now()
+        )
+        if doomed and fields.get("deletes") != deletion_token(doomed):
+            return await render_settings(request, visitor, db, project_id, app_id, "settings",
+                                         fields, doomed=doomed)  # fmt: skip
+        await application_service(ctx, db).update(access.application, changes)
     except FormError as exc:
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, exc.by_field, 422)  # fmt: skip
@@ -132,8 +161,18 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, {"name": said(exc) + "."},
                                      exc.status)  # fmt: skip
-    visitor.tell("Settings saved.")
+    if doomed:
+        visitor.tell(
+            f"Settings saved. The retention rule deletes {count_of(len(doomed), 'build')} on "
+            "the sweeper's next round; the application's page lists them once they are gone."
+        )
+    else:
+        visitor.tell("Settings saved.")
     return see_other(settings_path(project_id, app_id))
+
+
+def count_of(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/delete")

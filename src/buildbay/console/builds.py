@@ -20,6 +20,7 @@ from buildbay.builds.dependencies import (
 )
 from buildbay.builds.install import InstallLinks
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildReads
+from buildbay.builds.removed import RECENT_DAYS, RemovedBuildRecord, recent_removals
 from buildbay.builds.schemas import (
     DEFAULT_HOURS,
     MAX_NOTES_LENGTH,
@@ -93,11 +94,15 @@ async def render_application(
     channels = await channels_of(reads, access.application.id, tester_of(access))
     versions = {b.id: version_label(b.metadata_) for b in builds}
     chart = None
+    removals: list[RemovedBuildRecord] = []
     if access.role.includes(ProjectRole.DEVELOPER):
-        today = get_context(request).clock.now().astimezone(UTC).date()
-        days = await downloads_by_day(reads, access.application.id, today, CHART_DAYS)
+        now = get_context(request).clock.now()
+        days = await downloads_by_day(reads, access.application.id, now.astimezone(UTC).date(),
+                                      CHART_DAYS)  # fmt: skip
         # No bars to draw: the page says so in words instead of an empty axis.
         chart = downloads_chart(days) if any(count for _, count in days) else None
+        # What went, and why (a tester sees only what was given to them: not these).
+        removals = await recent_removals(reads, access.application.id, now)
     return page(
         "console/application.html", visitor, status_code, project=access.project,
         application=access.application, role=access.role, can=can(access.role),
@@ -108,6 +113,7 @@ async def render_application(
         max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
         file_types=FILE_TYPES.get(access.application.platform, ()),
         channels=channels, build_channels={k: extra.channels for k, extra in extras.items()},
+        removals=removals, removals_days=RECENT_DAYS,
         failed=failed, values=values or {}, errors=errors or {}, shown=shown,
         next_page=_page_query(shown, next_cursor) if next_cursor else None,
         first_page=_page_query(shown, None) if shown.after_id else None,
@@ -154,8 +160,12 @@ def application_path(project_id: str, app_id: str) -> str:
 
 @router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/delete")
 async def delete_build(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
-    _, db, access = await visit_application(request, project_id, app_id, ProjectRole.DEVELOPER)
-    await build_service(get_context(request), db).delete(access.application, build_id)
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    await build_service(get_context(request), db).delete(
+        access.application, build_id, visitor.principal.user
+    )
     return see_other(application_path(project_id, app_id))
 
 

@@ -11,7 +11,15 @@ from buildbay.auth.models import (
     Session,
     User,
 )
-from buildbay.builds.models import Build, BuildChannel, BuildIcon, Channel, InstallLink
+from buildbay.builds.models import (
+    Build,
+    BuildChannel,
+    BuildIcon,
+    Channel,
+    InstallLink,
+    RemovedBuild,
+    RemovedInstallLink,
+)
 from buildbay.db.base import Base
 from buildbay.distribution.models import (
     BuildGroup,
@@ -50,6 +58,8 @@ __all__ = [
     "Project",
     "ProjectMember",
     "RefreshToken",
+    "RemovedBuild",
+    "RemovedInstallLink",
     "SecretShownOnce",
     "Session",
     "TesterGroup",

@@ -196,11 +196,12 @@ async def build_ready(db: AsyncSession, build: BuildRecord, public_url: str, now
 
 
 async def build_deleted(
-    db: AsyncSession, build: BuildRecord, public_url: str, now: datetime
+    db: AsyncSession, build: BuildRecord, public_url: str, now: datetime, *, reason: str
 ) -> None:
-    """Before the build's row goes (its channels are read)."""
+    """Before the build's row goes (its channels are read); `reason`: `member` (a member
+    deleted it) or `retention` (the sweeper, by the application's rule)."""
     data = _build_data(db, build, public_url, now)
-    await emit(db, build.project_id, EventType.BUILD_DELETED, data, now)
+    await emit(db, build.project_id, EventType.BUILD_DELETED, data, now, reason=reason)
 
 
 async def build_distributed(
