@@ -18,6 +18,7 @@ BUILD_FIELDS = {
     "mandatory",
     "downloadsCount",
     "failureCode",
+    "warnings",
     "buildId",
     "projectId",
     "applicationId",

@@ -15,3 +15,12 @@ class Platform(StrEnum):
     WINDOWS = "windows"
     LINUX = "linux"
     OTHER = "other"
+
+
+class VersionPolicy(StrEnum):
+    """What verify does with a build whose version code a ready build of other bytes of the
+    same application already has: say so in a warning (`warn`, the default), or refuse it with
+    409 `version_exists` (`unique`)."""
+
+    WARN = "warn"
+    UNIQUE = "unique"

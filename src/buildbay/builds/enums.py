@@ -15,3 +15,11 @@ class BuildStatus(StrEnum):
     # (a file too large to hash within a request); becomes `ready` or `failed` by itself.
     PROCESSING = "processing"
     FAILED = "failed"  # the background check refused the bytes (`failure_code`, `metadata_error`)
+
+
+class OnDuplicate(StrEnum):
+    """What upload-link answers for a file whose declared sha256 is a ready build's of the same
+    application (builds/duplicates.py)."""
+
+    REFUSE = "refuse"  # 409 `duplicate_build`, naming it
+    REUSE = "reuse"  # 200 with that build: nothing to send
