@@ -21,6 +21,7 @@ BUILD_FIELDS = {
     "mandatory",
     "downloadsCount",
     "failureCode",
+    "warnings",
     "buildId",
     "projectId",
     "applicationId",

@@ -18,7 +18,7 @@ import pytest
 
 from buildbay.config import Settings
 from buildbay.storage import local
-from tests.builds.conftest import Builds
+from tests.builds.conftest import DATA, Builds
 
 INSTALL_HELD = 10  # seconds at most that the upload waits, held before its rename
 DELETE_ALONE = 2  # seconds a delete is given to finish on its own (it takes milliseconds)
@@ -109,8 +109,8 @@ async def test_an_upload_finishing_during_its_projects_delete_leaves_no_bytes(
 async def test_an_application_deleted_without_uploads_in_flight_loses_every_file(
     builds: Builds, settings: Settings
 ) -> None:
-    for _ in range(3):
-        await builds.ready()
+    for n in range(3):
+        await builds.ready(DATA + bytes([n]))  # other bytes each: the same bytes are one build
     assert len(objects_of(settings, builds.app_id)) == 6  # each object and its .sha256
 
     r = await builds.client.delete(

@@ -321,9 +321,10 @@ async def test_an_accounts_verifies_waiting_for_reads_hold_no_connection_nor_eve
             app_id=(await builds.api.application(builds.owner, second["id"]))["id"],
         ),
     ]
-    held = f"wait:{go}".encode()
     links = []
-    for where in apps * 2:
+    for i, where in enumerate(apps * 2):
+        # Other bytes each (`/./` is the same path): the same bytes twice are one build.
+        held = f"wait:{tmp_path}{'/.' * i}/go".encode()
         link = await where.link(held, fileName="hold.apk")
         await where.put(link, held)
         links.append((where, link))

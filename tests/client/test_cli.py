@@ -33,7 +33,7 @@ import pytest
 from typer.testing import CliRunner
 
 from buildbay_client.cli import command
-from tests.builds.android_files import APK
+from tests.builds.android_files import APK, APK_V1
 from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
 from tests.processes import free_port, running
 
@@ -269,7 +269,7 @@ def test_channels_and_an_upload_released_to_one_as_mandatory(cli: Cli) -> None:
     unknown = cli("upload", str(APK), *where, "--channel", "nightly")
     assert unknown.returncode == 5, unknown.stderr
     assert "no channel named nightly" in unknown.stderr
-    plain = cli.json("upload", str(APK), *where)
+    plain = cli.json("upload", str(APK_V1), *where)  # other bytes: the same is the same build
     assert (plain["channels"], plain["mandatory"]) == (["default"], False)
 
 
@@ -382,6 +382,69 @@ def test_upload_distributes_to_a_group_by_name_and_to_an_email(cli: Cli) -> None
     missing = cli("upload", str(APK), "-p", "Acme", "-a", "Acme Android", "--distribute", "Nope")
     assert missing.returncode == 4, missing.stderr
     assert "no tester group named 'Nope'" in missing.stderr
+
+
+def test_an_upload_run_twice_sends_nothing_and_applies_what_it_asks_to_the_build(
+    cli: Cli,
+) -> None:
+    """A CI job run again over the same file: no second build, no byte sent; its channels,
+    distribution and install link apply to the build the file already is."""
+    _login(cli)
+    project = cli.json("projects", "create", "Acme")
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    where = ["-p", "Acme", "-a", "Acme Android"]
+    cli.json("channels", "create", "beta", *where)
+    first = cli("upload", str(APK), *where, "--notes", "The first")
+    assert first.returncode == 0, first.stderr
+    assert "Uploading: 100%" in first.stderr
+    assert "already uploaded" not in first.stderr
+    build_id = first.stdout.split()[1]
+    newcomer = _email("newcomer")
+
+    again = cli(
+        "upload", str(APK), *where, "--notes", "Ignored", "--channel", "beta", "--mandatory",
+        "--distribute-email", newcomer, "--install-link-hours", "24", "--json",
+    )  # fmt: skip
+
+    assert again.returncode == 0, again.stderr
+    assert f"already uploaded as build {build_id}, nothing sent" in again.stderr
+    assert "Uploading" not in again.stderr  # not a byte
+    build = json.loads(again.stdout)
+    assert (build["buildId"], build["reused"], build["sent"]) == (build_id, True, False)
+    assert (build["channels"], build["mandatory"]) == (["beta", "default"], True)
+    assert build["notes"] == "The first"
+    assert "/install/" in build["installUrl"]
+    assert [b["buildId"] for b in cli.json("builds", "list", *where)["builds"]] == [build_id]
+    login = httpx.post(
+        f"{cli.server}/api/auth/login", json={"email": cli.email, "password": PASSWORD}
+    )
+    headers = {"Authorization": f"Bearer {login.json()['access_token']}"}
+    base = f"{cli.server}/api/app-distribution/{project['id']}/{app['id']}/builds"
+    installs = httpx.get(f"{base}/{build_id}/installs", headers=headers).json()
+    assert newcomer in [t["email"] for t in installs["testers"]]
+    pending = httpx.get(f"{base}?status=pending", headers=headers).json()
+    assert pending["builds"] == []  # no upload link was made
+
+    refused = cli("upload", str(APK), *where, "--on-duplicate", "refuse")
+    assert refused.returncode == 5, refused.stderr
+    assert f"already uploaded as build {build_id}" in refused.stderr
+    assert "(409 duplicate_build)" in refused.stderr
+
+
+def test_an_upload_says_what_the_server_warns(cli: Cli) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    where = ["-p", "Acme", "-a", "Acme Android"]
+    first = cli.json("upload", str(APK), *where)
+
+    other = cli("upload", str(APK_V1), *where)  # the same version code, other bytes
+
+    assert other.returncode == 0, other.stderr
+    assert (
+        f"warning: Build {first['buildId']} has the same version code (42) with other bytes"
+        in other.stderr
+    )
 
 
 def test_webhooks_create_list_test_and_deliveries(cli: Cli) -> None:

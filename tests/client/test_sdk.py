@@ -30,7 +30,7 @@ from buildbay_client import (
     UnexpectedAnswer,
     ops,
 )
-from buildbay_client.models import Build
+from buildbay_client.models import Build, ReusedBuild
 from tests.builds.android_files import APK
 from tests.conftest import BASE_URL, Account, S3Server
 from tests.processes import free_port, running
@@ -352,6 +352,68 @@ async def test_a_model_writes_back_the_json_the_server_sent(
     assert build.to_json() == raw
     assert Build.from_json({**raw, "addedLater": 1}).to_json() == raw
     await sdk.aclose()
+
+
+class RivalFirst(httpx.ASGITransport):
+    """The app, where another upload of the same file is verified just before this one."""
+
+    def __init__(self, app: FastAPI, rival: httpx.Request) -> None:
+        super().__init__(app=app)
+        self.rival: httpx.Request | None = rival
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/builds/verify") and self.rival is not None:
+            rival, self.rival = self.rival, None
+            r = await super().handle_async_request(rival)
+            assert r.status_code == 200, await r.aread()
+        return await super().handle_async_request(request)
+
+
+async def test_an_upload_that_loses_a_race_to_the_same_file_is_the_winners_build(
+    app: FastAPI, owner: Account
+) -> None:
+    """Two uploads of one file at once: upload-link saw no ready build, verify finds one, and
+    the build answered is that one, with what this upload asked."""
+    plain = AsyncBuildbay(
+        BASE_URL, owner.access_token, transport=httpx.ASGITransport(app=app), retry=FAST
+    )
+    project = await plain.create_project("Acme")
+    application = await plain.create_application(project.id, "Acme Android")
+    await plain.create_channel(project.id, application.id, "beta")
+    base = f"{BASE_URL}/api/app-distribution/{project.id}/{application.id}/builds"
+    headers = {"Authorization": f"Bearer {owner.access_token}"}
+    data = APK.read_bytes()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as http:
+        r = await http.post(
+            f"{base}/upload-link",
+            json={"fileName": "rival.apk", "fileSize": len(data)},
+            headers=headers,
+        )
+        rival = r.json()
+        r = await http.put(rival["uploadUrl"], content=data, headers=rival["uploadHeaders"])
+        assert r.status_code == 200, r.text
+    verify_rival = httpx.Request(
+        "POST", f"{base}/verify", json={"buildId": rival["buildId"]}, headers=headers
+    )
+    sdk = AsyncBuildbay(
+        BASE_URL, owner.access_token, transport=RivalFirst(app, verify_rival), retry=FAST
+    )
+
+    build = await sdk.upload_build(project.id, application.id, APK, channels=["beta"])
+
+    assert isinstance(build, ReusedBuild)
+    assert (build.build_id, build.sent) == (rival["buildId"], True)
+    assert build.channels == ["beta", "default"]
+    listed = await sdk.list_builds(project.id, application.id)
+    assert [b.build_id for b in listed.builds] == [rival["buildId"]]
+    with pytest.raises(ConflictError) as refused:
+        await sdk.upload_build(project.id, application.id, APK, on_duplicate="refuse")
+    assert (refused.value.code, refused.value.problem["buildId"]) == (
+        "duplicate_build",
+        rival["buildId"],
+    )
+    await sdk.aclose()
+    await plain.aclose()
 
 
 # -- uploads in parts -------------------------------------------------------------------------

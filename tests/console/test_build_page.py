@@ -12,7 +12,7 @@ import pytest
 
 from buildbay.builds.service import human_size
 from buildbay.console import builds as builds_page
-from tests.builds.android_files import APK, expected
+from tests.builds.android_files import APK, APK_V1, expected
 from tests.builds.test_metadata import INFO, ipa, profile
 from tests.console.test_distribution_pages import browser, text
 from tests.console.test_mail_pages import post, sign_in
@@ -258,7 +258,9 @@ async def test_a_tester_is_offered_no_sharing_and_the_server_refuses_it(
     shared = await team.client.post(f"{team.builds}/{build['buildId']}/install-link",
                                     headers=team.owner.headers)  # fmt: skip
     assert shared.status_code == 201, shared.text
-    other = await _apk(team)  # no shared link: the form would be offered to a developer
+    other = await team.api.upload(  # another file (the same one is the same build)
+        team.owner, team.project["id"], team.application["id"], APK_V1.read_bytes(), "demo.apk"
+    )  # no shared link: the form would be offered to a developer
     tess = await team.member("tess@example.com")
     await sign_in(browser, tess.email)
     app = _page(team, build).rsplit("/builds/", 1)[0]

@@ -3,6 +3,7 @@ marked mandatory."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -21,7 +22,8 @@ async def _verify(
     api: Api, client: httpx.AsyncClient, owner: Account, pid: str, aid: str, **extra: Any
 ) -> httpx.Response:
     base = f"/api/app-distribution/{pid}/{aid}/builds"
-    data = b"PK\x03\x04 a build"
+    # Other bytes each time: the same bytes again are the same build (a duplicate).
+    data = b"PK\x03\x04 a build " + os.urandom(8)
     r = await client.post(
         f"{base}/upload-link",
         json={"fileName": "app.zip", "fileSize": len(data)},

@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast
 
 import httpx
 
@@ -235,6 +235,8 @@ class AsyncBuildbay(Core):
     get_build = _async(ops.get_build)
     latest_build = _async(ops.latest_build)
     delete_build = _async(ops.delete_build)
+    set_build_channels = _async(ops.set_build_channels)
+    mark_mandatory = _async(ops.mark_mandatory)
     create_install_link = _async(ops.create_install_link)
     list_install_links = _async(ops.list_install_links)
     revoke_install_link = _async(ops.revoke_install_link)
@@ -255,9 +257,12 @@ class AsyncBuildbay(Core):
         multipart_threshold: int | None = MULTIPART_THRESHOLD,
         parts_in_flight: int = PARTS_IN_FLIGHT,
         resume_dir: Path | None = DEFAULT,
+        on_duplicate: Literal["reuse", "refuse"] = "reuse",
     ) -> Build:
         """As `Buildbay.upload_build`."""
-        release = Release(channels, mandatory, distribution_of(distribute_to, distribute_emails))
+        release = Release(
+            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate
+        )
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return await self._drive(
             self._upload_flow(

@@ -24,6 +24,7 @@ import httpx
 
 from buildbay_client import ops, resume
 from buildbay_client.errors import (
+    ApiError,
     BuildbayClientError,
     NetworkError,
     UnexpectedAnswer,
@@ -35,6 +36,7 @@ from buildbay_client.models import (
     Build,
     BuildStatus,
     ReceivedParts,
+    ReusedBuild,
     TokenResponse,
     UploadLink,
 )
@@ -359,8 +361,12 @@ class Core:
                 )
             )
         sha256 = yield Local(file_sha256, (file,))
-        new_link = ops.upload_link(project_id, app_id, file.name, size, sha256)
-        link = yield from self._run_flow(new_link)
+        new_link = ops.upload_link(
+            project_id, app_id, file.name, size, sha256, on_duplicate=release.on_duplicate
+        )
+        link = yield from self._link_flow(new_link)
+        if isinstance(link, Build):  # already a ready build: nothing to send
+            return (yield from self._reuse_flow(link, install_link_hours, release, sent=False))
         attempt = 0
         while True:
             if link.upload_url is None:
@@ -375,14 +381,72 @@ class Core:
                 if outcome == "done":
                     break
                 if outcome == "relink":
-                    link = yield from self._run_flow(new_link)
+                    link = yield from self._link_flow(new_link)
+                    if isinstance(link, Build):  # the same bytes became ready meanwhile
+                        return (
+                            yield from self._reuse_flow(
+                                link, install_link_hours, release, sent=False
+                            )
+                        )
                     attempt += 1
                     continue
                 wait = self._answered(answer, float(outcome), attempt)
             yield wait
             attempt += 1
-        verify = release.verify(project_id, app_id, link.build_id, notes, install_link_hours)
-        return (yield from self._run_flow(verify))
+        return (
+            yield from self._verify_flow(
+                project_id, app_id, link.build_id, notes, install_link_hours, release
+            )
+        )
+
+    def _link_flow(self, op: Op[UploadLink]) -> Flow[UploadLink | Build]:
+        """An upload link; or, asked to reuse, the ready build the file already is (200)."""
+        response = yield from self._send_flow(op)
+        if response.status_code == 200 and op.json and op.json.get("onDuplicate") == "reuse":
+            return self._result(Op(op.method, op.path, Build), response)
+        return self._result(op, response)
+
+    def _verify_flow(
+        self,
+        project_id: str,
+        app_id: str,
+        build_id: str,
+        notes: str | None,
+        install_link_hours: int | None,
+        release: Release,
+    ) -> Flow[Build]:
+        """Verify; asked to reuse, a build found to be a duplicate at verify (the same file
+        sent twice at once) is the ready one it repeats."""
+        verify = release.verify(project_id, app_id, build_id, notes, install_link_hours)
+        try:
+            return (yield from self._run_flow(verify))
+        except ApiError as refused:
+            existing = refused.problem.get("buildId")
+            if (
+                release.on_duplicate != "reuse"
+                or refused.code != "duplicate_build"
+                or not isinstance(existing, str)
+            ):
+                raise
+        build = yield from self._run_flow(ops.get_build(project_id, app_id, existing))
+        return (yield from self._reuse_flow(build, install_link_hours, release, sent=True))
+
+    def _reuse_flow(
+        self, build: Build, install_link_hours: int | None, release: Release, *, sent: bool
+    ) -> Flow[ReusedBuild]:
+        """What the upload asked, applied to the ready build the file already is: verify it
+        again (a ready build answers itself, with the install link and distribution asked;
+        its notes stay), then add the channels asked to its own and mark it mandatory."""
+        project_id, app_id, build_id = build.project_id, build.application_id, build.build_id
+        again = release.verify(project_id, app_id, build_id, None, install_link_hours)
+        build = yield from self._run_flow(again)
+        if release.channels is not None and not set(release.channels) <= set(build.channels):
+            channels = sorted({*build.channels, *release.channels})
+            op = ops.set_build_channels(project_id, app_id, build_id, channels)
+            build = yield from self._run_flow(op)
+        if release.mandatory and not build.mandatory:
+            build = yield from self._run_flow(ops.mark_mandatory(project_id, app_id, build_id))
+        return ReusedBuild.of(build, sent=sent)
 
     def _parts_flow(
         self,
@@ -411,9 +475,14 @@ class Core:
             received = yield from self._received_flow(project_id, app_id, state.build_id)
         if state is None or received is None:
             sha256 = yield Local(file_sha256, (file,))
-            link = yield from self._run_flow(
-                ops.upload_link(project_id, app_id, file.name, size, sha256, multipart=True)
-            )
+            link = yield from self._link_flow(
+                ops.upload_link(
+                    project_id, app_id, file.name, size, sha256, multipart=True,
+                    on_duplicate=release.on_duplicate,
+                )
+            )  # fmt: skip
+            if isinstance(link, Build):  # already a ready build: nothing to send
+                return (yield from self._reuse_flow(link, install_link_hours, release, sent=False))
             state = resume.UploadState(
                 self.base_url, project_id, app_id, str(file), size, mtime_ns, sha256, link.build_id
             )
@@ -472,8 +541,13 @@ class Core:
                     raise NetworkError(f"{why}; run the same upload again to resume it")
                 yield Sleep(delay, why, attempt + 1)
                 attempt += 1
-        verify = release.verify(project_id, app_id, state.build_id, notes, install_link_hours)
-        build = yield from self._run_flow(verify)
+        build = yield from self._verify_flow(
+            project_id, app_id, state.build_id, notes, install_link_hours, release
+        )
+        if isinstance(build, ReusedBuild):
+            if kept_at is not None:
+                yield Local(resume.forget, (kept_at,))
+            return build
         while build.status is BuildStatus.PROCESSING:
             yield Sleep(_POLL_SECONDS)
             build = yield from self._run_flow(ops.get_build(project_id, app_id, state.build_id))
@@ -680,6 +754,9 @@ class Release:
     channels: Sequence[str] | None = None
     mandatory: bool = False
     distribute: dict[str, Any] | None = None
+    # What upload-link answers for a file that is already a ready build of the application:
+    # "reuse" (that build, with the above applied to it) or "refuse" (409 duplicate_build).
+    on_duplicate: str = "reuse"
 
     def verify(
         self,

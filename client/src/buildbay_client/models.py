@@ -63,6 +63,13 @@ class Platform(StrEnum):
     OTHER = "other"
 
 
+class VersionPolicy(StrEnum):
+    """What verify does with a version code a ready build of other bytes already has."""
+
+    WARN = "warn"  # the build is ready, with a `version_exists` warning
+    UNIQUE = "unique"  # refused: 409 `version_exists`
+
+
 class BuildStatus(StrEnum):
     PENDING = "pending"
     READY = "ready"
@@ -205,6 +212,7 @@ class Application(Model):
     # each tester's mail (a server before groups does not send them).
     auto_distribute_groups: list[str] = dataclasses.field(default_factory=lambda: ["everyone"])
     install_link_days: int = 14
+    version_policy: VersionPolicy = VersionPolicy.WARN  # a server before it does not send it
 
 
 @dataclass(frozen=True)
@@ -290,6 +298,16 @@ class ReceivedParts(Model):
 
 
 @dataclass(frozen=True)
+class BuildWarning(Model):
+    """What a developer should know about a build (`version_exists`: `build_id` has its version
+    code with other bytes)."""
+
+    code: str
+    detail: str
+    build_id: str
+
+
+@dataclass(frozen=True)
 class Build(Model):
     build_id: str
     project_id: str
@@ -312,6 +330,24 @@ class Build(Model):
     mandatory: bool = False  # update checks that find it say the update is mandatory
     downloads_count: int = 0  # through install links and the API
     failure_code: str | None = None  # why a `failed` build was refused (metadata_error says it)
+    warnings: list[BuildWarning] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReusedBuild(Build):
+    """Not an answer of the server's but what `upload_build` gives when the file was already a
+    ready build of the application (its bytes' SHA-256): that build, with what the upload asked
+    (distribution, channels, install link) applied to it. `sent`: whether this upload's bytes
+    went before the server found it (two uploads of the file at once); they were dropped.
+    Both are written in `--json` output."""
+
+    reused: bool = True
+    sent: bool = False
+
+    @classmethod
+    def of(cls, build: Build, *, sent: bool) -> ReusedBuild:
+        values = {f.name: getattr(build, f.name) for f in dataclasses.fields(Build)}
+        return cls(**values, sent=sent)
 
 
 @dataclass(frozen=True)

@@ -267,6 +267,20 @@ def download(project_id: str, app_id: str, build_id: str) -> Op[None]:
     return Op("GET", f"{_builds(project_id, app_id)}/{_q(build_id)}/download")
 
 
+def set_build_channels(
+    project_id: str, app_id: str, build_id: str, channels: Sequence[str]
+) -> Op[models.Build]:
+    """Publish the build to these release channels only."""
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}/channels"
+    return Op("PUT", path, models.Build, {"channels": list(channels)})
+
+
+def mark_mandatory(project_id: str, app_id: str, build_id: str) -> Op[models.Build]:
+    """Update checks that find the build say the update is mandatory."""
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}"
+    return Op("PUT", path, models.Build, {"mandatory": True})
+
+
 def delete_build(project_id: str, app_id: str, build_id: str) -> Op[None]:
     return Op("DELETE", f"{_builds(project_id, app_id)}/{_q(build_id)}")
 
@@ -278,8 +292,11 @@ def upload_link(
     file_size: int,
     sha256: str | None = None,
     multipart: bool = False,
+    on_duplicate: str | None = None,
 ) -> Op[models.UploadLink]:
-    body = _fields(fileName=file_name, fileSize=file_size, sha256=sha256)
+    """An upload link; with `on_duplicate` "reuse", a `sha256` that a ready build of the
+    application has answers 200 with that build (read it as a `Build`) instead."""
+    body = _fields(fileName=file_name, fileSize=file_size, sha256=sha256, onDuplicate=on_duplicate)
     if multipart:
         body["multipart"] = True
     path = f"{_builds(project_id, app_id)}/upload-link"

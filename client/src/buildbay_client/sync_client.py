@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast
 
 import httpx
 
@@ -211,6 +211,8 @@ class Buildbay(Core):
     get_build = _sync(ops.get_build)
     latest_build = _sync(ops.latest_build)
     delete_build = _sync(ops.delete_build)
+    set_build_channels = _sync(ops.set_build_channels)
+    mark_mandatory = _sync(ops.mark_mandatory)
     create_install_link = _sync(ops.create_install_link)
     list_install_links = _sync(ops.list_install_links)
     revoke_install_link = _sync(ops.revoke_install_link)
@@ -231,6 +233,7 @@ class Buildbay(Core):
         multipart_threshold: int | None = MULTIPART_THRESHOLD,
         parts_in_flight: int = PARTS_IN_FLIGHT,
         resume_dir: Path | None = DEFAULT,
+        on_duplicate: Literal["reuse", "refuse"] = "reuse",
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
         `channels`: the release channels to publish it to (None: `default`); `mandatory`:
@@ -246,8 +249,15 @@ class Buildbay(Core):
         `parts_in_flight` at a time. Its state is kept under `resume_dir` (by default the
         config directory's `uploads/`; None: not kept): uploading the same unchanged file to
         the same application again resumes it, sending only the parts the server lacks.
+
+        A file that is already a ready build of the application (the same SHA-256) is that
+        build: with `on_duplicate` "reuse" (the default) nothing is sent, and a `ReusedBuild`
+        is answered, with the distribution, channels, mandatory flag and install link asked
+        applied to it (its notes stay); with "refuse", a ConflictError `duplicate_build`.
         """
-        release = Release(channels, mandatory, distribution_of(distribute_to, distribute_emails))
+        release = Release(
+            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate
+        )
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return self._drive(
             self._upload_flow(

@@ -28,3 +28,12 @@ FILE_TYPES = {
     Platform.LINUX: (".appimage", ".deb", ".rpm", ".snap", ".flatpak", ".gz", ".xz", ".zip"),
     Platform.OTHER: (),
 }
+
+
+class VersionPolicy(StrEnum):
+    """What verify does with a build whose version code a ready build of other bytes of the
+    same application already has: say so in a warning (`warn`, the default), or refuse it with
+    409 `version_exists` (`unique`)."""
+
+    WARN = "warn"
+    UNIQUE = "unique"

@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, text, true
 from sqlalchemy.orm import Mapped, mapped_column
 
-from buildbay.applications.enums import Platform
+from buildbay.applications.enums import Platform, VersionPolicy
 from buildbay.db.base import Base, EnumString
 
 
@@ -38,6 +38,10 @@ class Application(Base):
     # fixture, behaves as one made through it.)
     auto_distribute_groups: Mapped[list[str]] = mapped_column(JSON, default=lambda: ["everyone"])
     install_link_days: Mapped[int] = mapped_column(Integer, server_default=text("14"))
+    # What verify does with a version code that a ready build of other bytes already has.
+    version_policy: Mapped[VersionPolicy] = mapped_column(
+        EnumString(VersionPolicy), default=VersionPolicy.WARN, server_default=VersionPolicy.WARN
+    )
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from buildbay.applications.enums import Platform
+from buildbay.applications.enums import Platform, VersionPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,7 @@ class ApplicationRecord:
     install_link_days: int
     created_at: datetime
     updated_at: datetime
+    version_policy: VersionPolicy = VersionPolicy.WARN
 
 
 @dataclass(frozen=True, slots=True)

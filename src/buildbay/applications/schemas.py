@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from buildbay.applications.enums import Platform
+from buildbay.applications.enums import Platform, VersionPolicy
 from buildbay.applications.records import ApplicationView
 from buildbay.builds.records import ReadyBuild, RetentionPolicy
 from buildbay.builds.schemas import version_label
@@ -86,6 +86,12 @@ InstallLinkDays = Annotated[
     ),
     JsonInteger,
 ]
+VERSION_POLICY = (
+    "What verify does with a build whose version code (an .apk's or .aab's versionCode, an "
+    ".ipa's whole-number CFBundleVersion) a ready build of other bytes already has: `warn` (the "
+    "default: the build is ready, with a `version_exists` warning) or `unique` (refused with 409 "
+    "`version_exists`)"
+)
 
 
 class ApplicationCreate(RequestModel):
@@ -101,6 +107,7 @@ class ApplicationCreate(RequestModel):
     retention: RetentionRule | None = None
     auto_distribute_groups: GroupIds = Field(default_factory=lambda: ["everyone"])
     install_link_days: InstallLinkDays = 14
+    version_policy: VersionPolicy = Field(default=VersionPolicy.WARN, description=VERSION_POLICY)
 
 
 class ApplicationUpdate(RequestModel):
@@ -116,8 +123,11 @@ class ApplicationUpdate(RequestModel):
     )
     auto_distribute_groups: GroupIds | None = NotNull
     install_link_days: InstallLinkDays | None = NotNull
+    version_policy: Annotated[VersionPolicy | None, Field(description=VERSION_POLICY)] = NotNull
 
-    @field_validator("name", "platform", "auto_distribute_groups", "install_link_days")
+    @field_validator(
+        "name", "platform", "auto_distribute_groups", "install_link_days", "version_policy"
+    )
     @classmethod
     def _not_null(cls, value: object) -> object:
         # Only reached when the client sent the field: leaving it out keeps it, null is refused.
@@ -147,6 +157,7 @@ class Application(ApiModel):
     install_link_days: int = Field(
         description="How long the install link in each notified tester's mail works, in days"
     )
+    version_policy: VersionPolicy = Field(default=VersionPolicy.WARN, description=VERSION_POLICY)
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -175,6 +186,7 @@ def application_schema(view: ApplicationView, role: ProjectRole) -> Application:
         update_key=a.update_key if role.includes(ProjectRole.DEVELOPER) else None,
         auto_distribute_groups=a.auto_distribute_groups,
         install_link_days=a.install_link_days,
+        version_policy=a.version_policy,
         created_at=a.created_at,
         updated_at=a.updated_at,
     )

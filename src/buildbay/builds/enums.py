@@ -22,3 +22,11 @@ class RemovalReason(StrEnum):
 
     MEMBER = "member"  # a developer or higher deleted it
     RETENTION = "retention"  # the sweeper, by the application's retention rule
+
+
+class OnDuplicate(StrEnum):
+    """What upload-link answers for a file whose declared sha256 is a ready build's of the same
+    application (builds/duplicates.py)."""
+
+    REFUSE = "refuse"  # 409 `duplicate_build`, naming it
+    REUSE = "reuse"  # 200 with that build: nothing to send

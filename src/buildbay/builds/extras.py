@@ -1,5 +1,6 @@
 """What the API shows of each build beside its own row: the release channels it is published to,
-how many times it was downloaded and its live install link, for a page of builds in one
+how many times it was downloaded, its live install link and a ready build of the same version
+code with other bytes (a warning: builds/duplicates.py), for a page of builds in one
 statement (each statement more cost a round trip and SQLAlchemy's per-statement work, on every
 read of a build: docs/performance.md)."""
 
@@ -11,8 +12,9 @@ from typing import Any
 
 from sqlalchemy import ScalarSelect, and_, bindparam, func, select
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, BuildChannel, Channel, InstallLink
 from buildbay.db.reads import Reads
 from buildbay.distribution.models import InstallEvent, InstallEventKind
@@ -28,6 +30,24 @@ _CHANNELS = (
     .select_from(BuildChannel)
     .join(Channel, Channel.id == BuildChannel.channel_id)
     .where(BuildChannel.build_id == Build.id)
+    .scalar_subquery()
+)
+
+# The newest other ready build of the application with the build's version code and other
+# bytes (none for a build without a version code: NULL equals nothing). Along the index on
+# (application_id, version_code, id).
+_OTHER = aliased(Build)
+_SAME_VERSION = (
+    select(_OTHER.id)
+    .where(
+        _OTHER.application_id == Build.application_id,
+        _OTHER.version_code == Build.version_code,
+        _OTHER.status == BuildStatus.READY,
+        _OTHER.id != Build.id,
+        _OTHER.sha256 != Build.sha256,
+    )
+    .order_by(_OTHER.id.desc())
+    .limit(1)
     .scalar_subquery()
 )
 
@@ -59,7 +79,12 @@ LIVE_LINK_COLUMNS = (
 )
 # Beside a build's own columns, in the statement that reads it (BuildReads.shown, shown_page),
 # or alone by id (build_extras); `now` is a parameter of the statement.
-EXTRA_COLUMNS = (_DOWNLOADS.label("x_downloads"), _CHANNELS.label("x_channels"), *LIVE_LINK_COLUMNS)
+EXTRA_COLUMNS = (
+    _DOWNLOADS.label("x_downloads"),
+    _CHANNELS.label("x_channels"),
+    *LIVE_LINK_COLUMNS,
+    _SAME_VERSION.label("x_same_version"),
+)
 _EXTRAS = select(Build.id, *EXTRA_COLUMNS).where(Build.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -74,6 +99,8 @@ class BuildExtras:
     channels: list[str]  # sorted
     downloads: int
     link: LiveLink | None  # the newest live shared install link, if any
+    # The newest other ready build of the same version code with other bytes, if any.
+    same_version: str | None = None
 
 
 NONE = BuildExtras([], 0, None)
@@ -92,6 +119,7 @@ def extras_of(row: RowMapping) -> BuildExtras:
         sorted(channels.split(",")) if channels else [],
         int(row["x_downloads"] or 0),
         live_link_of(row),
+        row["x_same_version"],
     )
 
 

@@ -27,6 +27,8 @@ class Build(Base):
         Index("ix_builds_application_id_id", "application_id", "id"),
         Index("ix_builds_status_expires_at", "status", "expires_at"),
         Index("ix_builds_application_id_version_code_id", "application_id", "version_code", "id"),
+        # A ready build of the same bytes (a duplicate upload: builds/duplicates.py).
+        Index("ix_builds_application_id_sha256", "application_id", "sha256"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -3,11 +3,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
-from fastapi.responses import RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from buildbay.builds import schemas
 from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
 from buildbay.builds.devices import is_ios_build
+from buildbay.builds.duplicates import same_version_warning
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
@@ -127,14 +128,23 @@ async def present(
 def shown_schema(
     shown: ShownBuild, links: InstallLinkReads, *, shared_link: bool = True
 ) -> schemas.Build:
-    """A build as the API shows it, with its newest live shared install link's address (not to
-    a tester: `shared_link` false), its channels and its download count.
+    """A build as the API shows it, with its newest live shared install link's address and its
+    warnings (neither to a tester: `shared_link` false), its channels and its download count.
 
     A tester installs through a link of their own, which dies with their access (their mail's,
     or the console's Install); a shared link handed to them would outlive it."""
     build, extras = shown.build, shown.extras
     url = links.url(extras.link) if extras.link and shared_link else None
-    return to_schema(build, links.public_url, url, extras.channels, extras.downloads)
+    warnings = []
+    if extras.same_version is not None and shared_link:
+        warnings.append(
+            schemas.BuildWarning(
+                code="version_exists",
+                detail=same_version_warning(build, extras.same_version),
+                build_id=extras.same_version,
+            )
+        )
+    return to_schema(build, links.public_url, url, extras.channels, extras.downloads, warnings)
 
 
 def _install_link(
@@ -199,15 +209,21 @@ async def list_builds(
 @router.post(
     "/upload-link",
     status_code=status.HTTP_201_CREATED,
+    response_model=schemas.UploadLink,
     responses={
         **linked(201, "Where to PUT the file, and the pending build's id", _UPLOAD_LINKS),
-        **problem_responses(400, 401, 403, 404, 413, 422, 429),
+        200: {
+            "description": 'The declared sha256 is this ready build\'s, and `"onDuplicate": '
+            '"reuse"` was asked: nothing to send',
+            "model": schemas.Build,
+        },
+        **problem_responses(400, 401, 403, 404, 409, 413, 422, 429),
     },
     summary="Step 1: get an address to PUT the build file to (developer+)",
 )
 async def create_upload_link(
-    body: schemas.UploadLinkRequest, access: BuildsDeveloper, service: Service
-) -> schemas.UploadLink:
+    body: schemas.UploadLinkRequest, access: BuildsDeveloper, service: Service, links: Links
+) -> schemas.UploadLink | JSONResponse:
     build, target = await service.create_upload_link(
         access.application,
         access.caller.user,
@@ -215,7 +231,11 @@ async def create_upload_link(
         body.file_size,
         body.sha256,
         body.multipart,
+        body.on_duplicate,
     )
+    if build.status is BuildStatus.READY:  # the ready build of these bytes, reused
+        shown = (await present([build], links.reads))[0]
+        return JSONResponse(shown.model_dump(mode="json", by_alias=True))
     plan = None
     if build.part_size is not None:
         plan = schemas.MultipartPlan(

@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from buildbay.builds.enums import BuildStatus
+from buildbay.builds.enums import BuildStatus, OnDuplicate
 from buildbay.builds.records import BuildRecord
 from buildbay.channels.schemas import ChannelNames
 from buildbay.distribution.schemas import DistributionRequest
@@ -98,6 +98,12 @@ class UploadLinkRequest(RequestModel):
         default=False,
         description="Upload in parts (resumable, several at once): allowed from 5 MiB, required "
         "above 5 GiB. The answer then has `multipart` and no `uploadUrl`",
+    )
+    on_duplicate: OnDuplicate = Field(
+        default=OnDuplicate.REFUSE,
+        description="When `sha256` is a ready build's of the application (a duplicate): "
+        "`refuse` (409 `duplicate_build`, naming it) or `reuse` (200 with that build, and "
+        "nothing to send)",
     )
 
     @field_validator("sha256")
@@ -250,6 +256,15 @@ class BuildUpdate(RequestModel):
         return self
 
 
+class BuildWarning(ApiModel):
+    code: str = Field(
+        description="`version_exists`: a ready build of the application has the same version "
+        "code with other bytes"
+    )
+    detail: str = Field(description="The warning in words")
+    build_id: str = Field(description="The other build")
+
+
 class Build(ApiModel):
     build_id: str
     project_id: str
@@ -301,6 +316,12 @@ class Build(ApiModel):
         "one was (e.g. `checksum_mismatch`, `wrong_platform`, `unreadable_build`); "
         "`metadataError` says it in words. Null for a pending build no verify has refused: it "
         "is waiting for its bytes",
+    )
+    warnings: list[BuildWarning] = Field(
+        default_factory=list,
+        description="What a developer should know about the build: `version_exists` when a "
+        "ready build of the application has its version code with other bytes (the "
+        "application's `versionPolicy` `warn`). Empty for a tester",
     )
 
 
@@ -358,6 +379,7 @@ def build_schema(
     install_url: str | None = None,
     channels: list[str] | None = None,
     downloads_count: int = 0,
+    warnings: list[BuildWarning] | None = None,
 ) -> Build:
     address = (
         f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
@@ -386,4 +408,5 @@ def build_schema(
         mandatory=build.mandatory,
         downloads_count=downloads_count,
         failure_code=build.failure_code,
+        warnings=warnings or [],
     )

@@ -14,19 +14,27 @@ file too large to hash within a request is checked by a job (`VERIFY_JOB`): the 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.applications.enums import Platform
+from buildbay.applications.enums import Platform, VersionPolicy
 from buildbay.applications.models import Application
 from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
-from buildbay.builds.enums import BuildStatus, RemovalReason
+from buildbay.builds.duplicates import (
+    duplicate_build,
+    ready_build_of_bytes,
+    ready_build_of_version,
+    version_code_of,
+    version_exists,
+)
+from buildbay.builds.enums import BuildStatus, OnDuplicate, RemovalReason
 from buildbay.builds.metadata import (
     PLATFORM_FILES,
     Reading,
@@ -40,6 +48,7 @@ from buildbay.builds.records import BuildRecord
 from buildbay.builds.removed import record_removals
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
+from buildbay.db.concurrency import lock_row
 from buildbay.db.engine import after_commit, connection_released, hold_until_ended
 from buildbay.db.reads import Reads
 from buildbay.distribution.installs import record as record_install
@@ -49,7 +58,6 @@ from buildbay.distribution.visibility import Viewer
 from buildbay.errors import BuildbayError, Conflict, PayloadTooLarge, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue
-from buildbay.numbers import whole_number
 from buildbay.storage.base import (
     MAX_PARTS,
     MIN_PART_SIZE,
@@ -82,20 +90,30 @@ def part_size_for(file_size: int) -> int:
     return -(-max(wanted, least) // MiB) * MiB
 
 
+class Duplicate(Exception):
+    """mark_ready found a ready build of the same bytes; `problem` names it."""
+
+    def __init__(self, problem: Conflict) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
+class VersionTaken(Exception):
+    """mark_ready found a ready build of the same version code under a `unique` policy."""
+
+    def __init__(self, problem: Conflict) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
+E = TypeVar("E", bound=BuildbayError)
+
+
 @dataclass(frozen=True, slots=True)
 class PartTarget:
     number: int
     target: UploadTarget
     expires_at: datetime
-
-
-def _version_code(metadata: dict[str, Any]) -> int | None:
-    """A build's version as a number to sort by: versionCode, or a whole-number buildNumber."""
-    code = metadata.get("versionCode")
-    if isinstance(code, int):
-        return code
-    build_number = metadata.get("buildNumber")
-    return whole_number(build_number) if isinstance(build_number, str) else None
 
 
 def human_size(size: int) -> str:
@@ -138,11 +156,22 @@ class BuildService:
         file_size: int,
         sha256: str | None,
         multipart: bool = False,
+        on_duplicate: OnDuplicate = OnDuplicate.REFUSE,
     ) -> tuple[BuildRecord, UploadTarget | None]:
         """A pending build, and where to PUT its file; for a `multipart` upload no address yet
-        (`part_targets` gives one per part)."""
+        (`part_targets` gives one per part).
+
+        A declared `sha256` that a ready build of the application has is a duplicate, told
+        before any byte is sent: 409 `duplicate_build`, or with `on_duplicate` REUSE that
+        ready build itself, without an address (the one answer whose build is not pending)."""
         if problem := wrong_platform_problem(application.platform, file_name):
             raise ValidationFailed(problem, code="wrong_platform")
+        if sha256 is not None:  # before the size and quota: a duplicate takes no room
+            existing = await ready_build_of_bytes(self.reads.reads, application.id, sha256)
+            if existing is not None:
+                if on_duplicate is OnDuplicate.REUSE:
+                    return existing, None
+                raise duplicate_build(existing, reuse_hint=True)
         largest = self.settings.max_upload_bytes(uploader.plan)
         if file_size > largest:
             raise PayloadTooLarge(
@@ -287,9 +316,14 @@ class BuildService:
             if build.multipart and refused.code == "checksum_mismatch":
                 await self._reopen_parts(build)
             raise await self._refused(build, refused) from None
-        return await self.mark_ready(
-            application, build, sha256, version, reading, notes, channels, mandatory
-        )
+        try:
+            return await self.mark_ready(
+                application, build, sha256, version, reading, notes, channels, mandatory
+            )
+        except Duplicate as found:
+            raise await self._dropped(build, found.problem) from None
+        except VersionTaken as taken:
+            raise await self._refused(build, taken.problem) from None
 
     async def _checked_bytes_under_guard(
         self, application: ApplicationRecord, build: BuildRecord
@@ -314,7 +348,7 @@ class BuildService:
             code="upload_changing",
         )
 
-    async def _refused(self, build: BuildRecord, refused: ValidationFailed) -> ValidationFailed:
+    async def _refused(self, build: BuildRecord, refused: E) -> E:
         """The refusal, kept on the pending build (its `failureCode` and `metadataError` say
         why it is still pending, in the console too) although the request fails."""
         await self.db.execute(
@@ -325,6 +359,25 @@ class BuildService:
         )
         refused.keeps_writes = True
         return refused
+
+    async def _dropped(self, build: BuildRecord, duplicate: Conflict) -> Conflict:
+        """The refusal of a build that verify found to be a duplicate, which is deleted, row
+        and bytes (the bytes once the row's deletion has committed, as `delete` does): the
+        deletion stands although the request fails, and no half-state remains."""
+        await self.db.execute(delete(Build).where(Build.id == build.id))
+        after_commit(self.db, self._bytes_remover(build))
+        duplicate.keeps_writes = True
+        return duplicate
+
+    def _bytes_remover(self, build: BuildRecord) -> Callable[[], Awaitable[None]]:
+        storage, key, upload_id = self.storage, build.storage_key, build.upload_id
+
+        async def remove_bytes() -> None:
+            if upload_id is not None:  # a multipart upload not joined yet: its parts go
+                await storage.abort_multipart(key, upload_id)
+            await storage.delete(key)
+
+        return remove_bytes
 
     async def _join_parts(self, build: BuildRecord) -> None:
         """Join a multipart upload's parts into the build's object, unless an earlier verify
@@ -408,21 +461,26 @@ class BuildService:
             return None  # a run before this one finished it
         try:
             sha256, version, reading = await self._checked_file(application, build)
-        except ValidationFailed as refused:
-            await self.db.execute(
-                update(Build)
-                .where(Build.id == build.id, Build.status == BuildStatus.PROCESSING)
-                .values(
-                    status=BuildStatus.FAILED,
-                    failure_code=refused.code,
-                    metadata_error=refused.detail[:500],
-                )
-                .execution_options(synchronize_session=False)
+            return await self.mark_ready(
+                application, build, sha256, version, reading, notes, channels, mandatory
             )
-            return await self.reads.get(application.id, build.id)
-        return await self.mark_ready(
-            application, build, sha256, version, reading, notes, channels, mandatory
+        except ValidationFailed as refused:
+            problem: BuildbayError = refused
+        except (Duplicate, VersionTaken) as found:
+            # No request to answer: the build is `failed`, saying which build it repeats (and
+            # swept with its bytes, as every failed build).
+            problem = found.problem
+        await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id, Build.status == BuildStatus.PROCESSING)
+            .values(
+                status=BuildStatus.FAILED,
+                failure_code=problem.code,
+                metadata_error=problem.detail[:500],
+            )
+            .execution_options(synchronize_session=False)
         )
+        return await self.reads.get(application.id, build.id)
 
     async def _checked_file(
         self, application: ApplicationRecord, build: BuildRecord
@@ -480,9 +538,17 @@ class BuildService:
         the one place a build becomes ready, so what follows it (a `build.ready` webhook,
         distribution to groups) hooks in here, run only by the call that made the change (of
         two concurrent verifies only one does). Answers the build as it then is, whichever
-        verify won (404 if it was deleted meanwhile)."""
+        verify won (404 if it was deleted meanwhile).
+
+        Raises Duplicate if a ready build of the application has these bytes, VersionTaken if
+        one has this version code with other bytes and the application's versions are
+        `unique`: decided under the application's row lock, held until the unit of work ends,
+        so that of two builds made ready at the same moment the second sees the first."""
         metadata = reading.metadata or {}
         identity = metadata.get("bundleId") or metadata.get("packageName")
+        version_code = version_code_of(metadata)
+        await lock_row(self.db, Application.id, application.id)
+        await self._check_one_per_binary(application, build, sha256, version_code)
         channel_service = ChannelService(self.db, self.now)
         # Conditional: of two concurrent verifies one makes the change, both answer the build.
         verified = await self.db.execute(
@@ -498,7 +564,7 @@ class BuildService:
                 metadata_=reading.metadata,
                 metadata_error=reading.error,
                 failure_code=None,  # an earlier verify's refusal
-                version_code=_version_code(metadata),
+                version_code=version_code,
                 has_icon=reading.icon_png is not None,
                 mandatory=mandatory,
                 notes=notes,
@@ -522,6 +588,31 @@ class BuildService:
         if verified.rowcount:  # type: ignore[attr-defined]
             await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
         return ready
+
+    async def _check_one_per_binary(
+        self,
+        application: ApplicationRecord,
+        build: BuildRecord,
+        sha256: str,
+        version_code: int | None,
+    ) -> None:
+        """Duplicate or VersionTaken, as mark_ready says (builds/duplicates.py)."""
+        reads = self.reads.reads
+        existing = await ready_build_of_bytes(reads, application.id, sha256, other_than=build.id)
+        if existing is not None:
+            raise Duplicate(duplicate_build(existing, reuse_hint=False))
+        if version_code is None:
+            return
+        policy = await self.db.scalar(
+            select(Application.version_policy).where(Application.id == application.id)
+        )
+        if policy is not VersionPolicy.UNIQUE:
+            return
+        same = await ready_build_of_version(
+            reads, application.id, version_code, sha256, other_than=build.id
+        )
+        if same is not None:
+            raise VersionTaken(version_exists(same, version_code))
 
     async def _metadata(self, build: BuildRecord, version: str | None) -> Reading:
         """What the file says about itself, read by a reading process within its limits
@@ -652,11 +743,4 @@ class BuildService:
         # Its icon and install links go with it (ON DELETE CASCADE).
         await self.db.execute(delete(Build).where(Build.id == build.id))
         # The row first: a crash can leave orphan bytes (the sweeper's), never a broken build.
-        storage, key, upload_id = self.storage, build.storage_key, build.upload_id
-
-        async def remove_bytes() -> None:
-            if upload_id is not None:  # a multipart upload not joined yet: its parts go
-                await storage.abort_multipart(key, upload_id)
-            await storage.delete(key)
-
-        after_commit(self.db, remove_bytes)
+        after_commit(self.db, self._bytes_remover(build))

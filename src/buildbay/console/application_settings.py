@@ -1,5 +1,6 @@
 """The console: an application's settings page (admin+, as the API's PUT and DELETE of an
-application): its name, platform, bundle id, retention, distribution, and deleting it."""
+application): its name, platform, bundle id, version policy, retention, distribution, and
+deleting it."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ SENTENCES = {
     "underscores, starting with a letter or digit, or leave it empty.",
     "keepLast": "Enter a number of builds from 1 to 100,000, or leave it empty.",
     "keepDays": "Enter a number of days from 1 to 36,500, or leave it empty.",
+    "versionPolicy": "Choose whether such builds are taken with a warning or refused.",
 }
 
 
@@ -102,6 +104,8 @@ def _changes(fields: dict[str, str]) -> ApplicationUpdate:
         "platform": fields.get("platform", ""),
         "bundleId": fields.get("bundleId", "").strip() or None,  # empty clears it
     }
+    if "versionPolicy" in fields:  # a radio button: absent only from a form of before it
+        data["versionPolicy"] = fields["versionPolicy"]
     try:
         parse_form(ApplicationUpdate, data)
     except FormError as exc:

@@ -19,6 +19,7 @@ from buildbay.builds.dependencies import (
     install_link_reads,
     install_links,
 )
+from buildbay.builds.duplicates import ready_build_of_version, version_code_of
 from buildbay.builds.install import (
     InstallLinkReads,
     InstallLinkRecord,
@@ -154,6 +155,12 @@ async def render_build(
     team = await members(reads, access.project.id)
     uploader = next((m for m in team if m.user_id == build.uploaded_by), None)
     names = {m.user_id: m.name or m.email for m in team}
+    code = version_code_of(build.metadata_)
+    same_version = None  # a ready build of the same version code with other bytes (a warning)
+    if code is not None and build.sha256 is not None:
+        same_version = await ready_build_of_version(
+            reads, access.application.id, code, build.sha256, other_than=build.id
+        )
     return page(
         "console/build.html", visitor, status_code, project=access.project,
         application=access.application, build=build, can=can(access.role), groups=groups,
@@ -163,7 +170,9 @@ async def render_build(
         default_hours=DEFAULT_HOURS, fresh_link=request.query_params.get("link"),
         max_notes=MAX_NOTES_LENGTH,
         failed=failed, values=values or {}, errors=errors or {},
-        release=await release_of(reads, build.id),
+        release=await release_of(reads, build.id), same_version=same_version,
+        same_version_label=same_version and version_label(same_version.metadata_),
+        version_code=code,
     )  # fmt: skip
 
 

@@ -72,8 +72,9 @@ def _refusal(request: Request, exc: BuildbayError, *, as_json: bool) -> Response
     page when not signed in, else a page that says what went wrong."""
     if as_json:
         return problem_response(
-            request, exc.status, exc.code, exc.detail, headers=exc.headers, errors=exc.errors
-        )
+            request, exc.status, exc.code, exc.detail, headers=exc.headers, errors=exc.errors,
+            extensions=exc.extensions,
+        )  # fmt: skip
     if isinstance(exc, NotAuthenticated):
         target = quote(request.url.path, safe="/")
         return RedirectResponse(f"/login?next={target}", status_code=303)

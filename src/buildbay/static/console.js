@@ -65,7 +65,10 @@ if (form) {
 
   // A refusal that reads as a sentence: the problem's detail (RFC 9457, as the API's), a
   // field's message, else what happened in words. Never a status code alone.
-  class Refused extends Error {}
+  // `buildId`: the build the refusal names (the same file, or the same version code), linked.
+  class Refused extends Error {
+    constructor(message, buildId = null) { super(message); this.buildId = buildId; }
+  }
   class Cancelled extends Error {}
   const sentence = (text) => {
     const trimmed = String(text).trim();
@@ -75,7 +78,8 @@ if (form) {
   const refusal = (response, body) => {
     const said = (body && body.errors && body.errors[0] && body.errors[0].message) ||
       (body && body.detail);
-    if (said) return new Refused(sentence(said));
+    const named = body && typeof body.buildId === "string" ? body.buildId : null;
+    if (said) return new Refused(sentence(said), named);
     if (response.status === 413) return new Refused("This file is too large for the server.");
     if (response.status >= 500) {
       return new Refused("Buildbay could not take the upload just now; press Upload again in a moment.");
@@ -241,7 +245,7 @@ if (form) {
     for (const request of [...current.requests]) request.abort();
   });
 
-  const finish = (message) => {
+  const finish = (message, buildId = null) => {
     current = null;
     samples = [];
     cancel.hidden = true;
@@ -251,6 +255,12 @@ if (form) {
       progress.hidden = true;
       status.textContent = "";
       error.textContent = message;
+      if (buildId) {
+        const link = document.createElement("a");
+        link.href = `${buildsPath}/${encodeURIComponent(buildId)}`;
+        link.textContent = "Open that build";
+        error.append(" ", link);
+      }
       error.hidden = false;
       file.setAttribute("aria-invalid", "true");
     }
@@ -331,7 +341,7 @@ if (form) {
       // sent wait for the next "Upload"; a build verify refused stays, with its reason.
       const { buildId, resumable: inParts, verifying } = current;
       if (!inParts && !verifying) await forget(buildId);
-      return finish(message);
+      return finish(message, problem instanceof Refused ? problem.buildId : null);
     }
     resumable = null;
     current = null; // nothing in flight: leaving the page loses nothing now

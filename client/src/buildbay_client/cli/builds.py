@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
 builds = typer.Typer(help="Builds of an application.", no_args_is_help=True)
 
 
+class OnDuplicate(StrEnum):
+    REUSE = "reuse"
+    REFUSE = "refuse"
+
+
 def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
     def table() -> Table:
         t = table_of("id", "file", "version", "size", "status", "uploaded", "notes")
@@ -64,6 +70,19 @@ def _links(build: Any) -> None:
         out.print(f"download {build.download_url}")
     if build.install_url:
         out.print(f"install  {build.install_url}")
+
+
+def _say_reused_and_warnings(build: Any) -> None:
+    """On stderr, beside the build: that it was already there, and what the server warns."""
+    from buildbay_client.models import ReusedBuild
+
+    if isinstance(build, ReusedBuild):
+        if build.sent:
+            err.print(f"already uploaded as build {build.build_id}; the copy sent was dropped")
+        else:
+            err.print(f"already uploaded as build {build.build_id}, nothing sent")
+    for warning in build.warnings:
+        err.print(f"warning: {warning.detail}")
 
 
 @builds.command("list")
@@ -272,10 +291,21 @@ def upload(
             "same upload again resumes it)",
         ),
     ] = 4,  # as the SDK's PARTS_IN_FLIGHT (api.py is imported only when a command runs)
+    on_duplicate: Annotated[
+        OnDuplicate,
+        typer.Option(
+            help="A file already uploaded as a ready build of the application: reuse that "
+            "build (nothing sent; the distribution, channels and install link asked apply to "
+            "it) or refuse (exit 5)",
+        ),
+    ] = OnDuplicate.REUSE,
     as_json: JsonOption = False,
 ) -> None:
     """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
     mailed (once each) when it is distributed to them.
+
+    A file already uploaded (the same bytes as a ready build of the application) is not sent
+    again: that build is the answer, so a CI job run twice ends with one build.
 
     A file above 64 MiB goes in parts, several at once; if the upload is cut off (a kill, a
     broken network), running the same command again sends only the parts still missing."""
@@ -294,8 +324,9 @@ def upload(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
                 progress=progress, channels=channel or None, mandatory=mandatory,
                 distribute_to=groups, distribute_emails=distribute_email or [],
-                parts_in_flight=parts_in_flight,
+                parts_in_flight=parts_in_flight, on_duplicate=on_duplicate.value,
             )  # fmt: skip
+    _say_reused_and_warnings(build)
     if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
         fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
     if as_json:
