@@ -12,6 +12,7 @@ from buildbay.auth.models import (
 from buildbay.builds.models import Build, BuildChannel, BuildIcon, Channel, InstallLink
 from buildbay.db.base import Base
 from buildbay.distribution.models import (
+    BuildDistribution,
     BuildGroup,
     BuildRecipient,
     GroupTester,
@@ -19,7 +20,12 @@ from buildbay.distribution.models import (
     InvitationGroup,
     TesterGroup,
 )
-from buildbay.invitations.models import Invitation, InvitationBlock, InvitationCount
+from buildbay.invitations.models import (
+    Invitation,
+    InvitationBlock,
+    InvitationCount,
+    InvitationLink,
+)
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
@@ -31,6 +37,7 @@ __all__ = [
     "BrowserSession",
     "Build",
     "BuildChannel",
+    "BuildDistribution",
     "BuildGroup",
     "BuildIcon",
     "BuildRecipient",
@@ -42,6 +49,7 @@ __all__ = [
     "InvitationBlock",
     "InvitationCount",
     "InvitationGroup",
+    "InvitationLink",
     "Job",
     "PasswordReset",
     "Project",
