@@ -50,6 +50,7 @@ from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import installs_of
+from buildbay.distribution.reach import reach_of
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
@@ -164,6 +165,7 @@ async def render_build(
         max_notes=MAX_NOTES_LENGTH,
         failed=failed, values=values or {}, errors=errors or {},
         release=await release_of(reads, build.id),
+        reach=await reach_of(reads, build, ctx.clock.now()),
     )  # fmt: skip
 
 
