@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import bindparam, exists, func, or_, select
+from sqlalchemy import String, bindparam, exists, func, or_, select
 
 from buildbay.auth.models import User
 from buildbay.builds.records import BuildRecord
@@ -112,7 +112,10 @@ _TESTERS = (
     .join(User, User.id == BuildRecipient.user_id)
     .where(
         BuildRecipient.build_id == bindparam("build_id"),
-        or_(bindparam("uploader").is_(None), User.id != bindparam("uploader")),
+        or_(
+            bindparam("uploader", type_=String()).is_(None),
+            User.id != bindparam("uploader", type_=String()),
+        ),
     )
 )
 # Invited, not signed up yet: named by e-mail (a row without an account), or invited into a
