@@ -495,6 +495,7 @@ async def _invitation(w: World, subject: Account) -> dict[str, Any]:
 
 
 @body("POST", "/api/invitations/accept")
+@body("POST", "/api/invitations/decline")
 async def _accept(w: World, subject: Account) -> dict[str, Any]:
     return {"token": await w.invitation_token(subject)}
 

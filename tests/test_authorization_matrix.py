@@ -84,6 +84,8 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/projects/{id}/invitations"): "admin",
     ("DELETE", "/api/projects/{id}/invitations/{invitationId}"): "admin",
     ("POST", "/api/invitations/accept"): ANY_USER,
+    ("POST", "/api/invitations/decline"): ANY_USER,
+    ("GET", "/api/account/invitations"): ANY_USER,
     ("GET", "/api/projects/{id}/groups"): "tester",
     ("POST", "/api/projects/{id}/groups"): "developer",
     ("PUT", "/api/projects/{id}/groups/{groupId}"): "developer",
@@ -150,6 +152,8 @@ LOGIN_ONLY = {
     ("DELETE", "/api/account/api-tokens/{id}"),
     # Joining a project: a person, signed in as the invited e-mail.
     ("POST", "/api/invitations/accept"),
+    ("POST", "/api/invitations/decline"),
+    ("GET", "/api/account/invitations"),
 }
 READ, BUILDS_WRITE, UNSCOPED = "read", "builds:write", None
 SCOPE_RANK = {READ: 0, BUILDS_WRITE: 1}

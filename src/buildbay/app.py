@@ -43,8 +43,9 @@ from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
+from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
-from buildbay.distribution.service import DISTRIBUTION_JOB, distribution_mail_handler
+from buildbay.distribution.service import distribution_mail_handler
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router

@@ -80,7 +80,7 @@ async def test_a_build_is_distributed_from_its_page_which_shows_who_got_it(
     r = await post(browser, f"{page}/distribute", {"emails": tess.email, "notify": "on"}, page=page)
     assert r.status_code == 303, r.text
     shown = text(await browser.get(r.headers["location"]))
-    assert "Distributed: 1 new tester reached, 1 mailed." in shown
+    assert "Distributed: 1 tester reached; 1 mailed." in shown
     assert tess.email in shown
     await team.run_jobs()
     [mail] = team.mails_to(tess.email)

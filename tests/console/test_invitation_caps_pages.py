@@ -118,7 +118,8 @@ async def test_a_distribution_from_the_build_page_names_a_blocked_address(
     assert r.status_code == 303, r.text
     shown = text(await browser.get(r.headers["location"]))
     assert (
-        "Distributed: 1 new tester reached, 0 mailed. Not invited: erin@example.com (this "
+        "Distributed: 0 testers reached, 1 invitation pending; 0 mailed. Not invited: "
+        "erin@example.com (this "
         "address does not accept invitations from Buildbay)." in shown
     )
 

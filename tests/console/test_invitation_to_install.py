@@ -100,7 +100,7 @@ def test_an_invited_tester_installs_a_build_distributed_to_their_group(
     expect(dev.get_by_text("Nobody has this build yet.")).to_be_visible()
     dev.get_by_label("QA (1 tester)").check()
     dev.get_by_role("button", name="Distribute").click()
-    expect(dev.get_by_text("Distributed: 1 new tester reached, 1 mailed.")).to_be_visible()
+    expect(dev.get_by_text("Distributed: 1 tester reached; 1 mailed.")).to_be_visible()
 
     [_, news] = smtp.wait_for(2)
     assert news.recipients == ["tess@example.com"]

@@ -102,7 +102,7 @@ async def test_a_forms_notice_is_shown_on_the_next_page_once(
     assert resend, shown.text
     r = await post(browser, resend[1], {}, page=project)
     assert notices(await browser.get(r.headers["location"])) == [
-        "Invitation sent again to tess@example.com."
+        "Invitation sent again to tess@example.com. The link of the earlier mail still works."
     ]
 
     groups = f"{project}/groups"

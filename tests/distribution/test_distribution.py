@@ -88,6 +88,8 @@ async def test_distributing_again_mails_nobody_twice(team: Team) -> None:
         "groups": sorted(["everyone", group_id]),
         "testersReached": 0,
         "notified": 0,
+        "invitationsPending": 0,
+        "unsubscribed": 0,
         "invited": [],
         "notInvited": [],
     }
@@ -168,7 +170,9 @@ async def test_an_email_without_an_account_is_invited_and_sees_the_build_once_in
     build = await team.upload()
     result = await team.distribute(build["buildId"], emails=["new@example.com"])
     await team.run_jobs()
-    assert (result["testersReached"], result["notified"]) == (1, 0)
+    # Not a member yet: an invitation pending, no tester reached.
+    assert (result["testersReached"], result["notified"]) == (0, 0)
+    assert result["invitationsPending"] == 1
     [invitation] = team.mails_to("new@example.com")
     token = invitation.link("http").rsplit("/", 1)[1]
 
@@ -273,8 +277,8 @@ async def test_a_group_is_counted_at_once_and_its_testers_mailed_by_the_job(team
     ]
     again = await team.distribute(build["buildId"], groups=["everyone"])
     await team.run_jobs()
-    # Only the owner is new to it, and is not mailed: they distribute it.
-    assert (again["testersReached"], again["notified"]) == (1, 0)
+    # Only the owner is new to it, who uploaded it: no tester reached, nobody mailed.
+    assert (again["testersReached"], again["notified"]) == (0, 0)
     assert len(team.smtp.messages()) == 3
 
 

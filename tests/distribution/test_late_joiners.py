@@ -63,12 +63,17 @@ async def test_a_tester_added_to_a_group_later_is_in_the_report_and_not_mailed(
     assert team.mails_to(tess.email) == []
 
 
-async def test_an_invitation_accepted_into_a_group_makes_a_recipient_unmailed(
-    team: Team,
+async def test_an_invitation_accepted_into_a_group_is_mailed_the_newest_build_only(
+    team: Team, clock: FrozenClock
 ) -> None:
+    """Invited into a group before signing up: never told of its builds while invited, they
+    are mailed the newest of the application (their own install link) when they join; the
+    older one is theirs too, unmailed."""
     qa = await team.group("QA")
     await _distribute_automatically_to(team, qa)
-    build = await team.upload()
+    older = await team.upload()
+    clock.advance(minutes=5)
+    newest = await team.upload()
     await team.run_jobs()
     r = await team.client.post(
         f"{team.groups}/{qa}/testers", json={"emails": ["new@example.com"]},
@@ -86,10 +91,40 @@ async def test_an_invitation_accepted_into_a_group_makes_a_recipient_unmailed(
     assert r.status_code == 200, r.text
     await team.run_jobs()
 
-    reached = await _reached(team, build["buildId"])
+    reached = await _reached(team, older["buildId"])
     assert reached["new@example.com"]["userId"] == newcomer.user["id"]
     assert reached["new@example.com"]["notifiedAt"] is None
-    assert len(team.mails_to("new@example.com")) == 1  # the invitation, no build mail
+    reached = await _reached(team, newest["buildId"])
+    assert reached["new@example.com"]["notifiedAt"] == iso_z(clock.now())
+    _, build_mail = team.mails_to("new@example.com")
+    assert "ready to test" in str(build_mail.message["Subject"])
+    r = await team.client.get(
+        build_mail.link("http://testserver/install/"), headers={"Accept": "text/html"}
+    )
+    assert r.status_code == 200, r.text
+
+
+async def test_joining_with_new_build_mails_off_mails_nothing(team: Team) -> None:
+    qa = await team.group("QA")
+    await _distribute_automatically_to(team, qa)
+    await team.upload()
+    await team.group_add(qa, "new@example.com")
+    await team.run_jobs()
+    [invitation] = team.mails_to("new@example.com")
+    newcomer = await team.api.register("new@example.com")
+    r = await team.client.put(
+        "/api/auth/me", json={"notifyNewBuilds": False}, headers=newcomer.headers
+    )
+    assert r.status_code == 200, r.text
+
+    token = invitation.link("http").rsplit("/", 1)[1]
+    r = await team.client.post(
+        "/api/invitations/accept", json={"token": token}, headers=newcomer.headers
+    )
+    assert r.status_code == 200, r.text
+    await team.run_jobs()
+
+    assert len(team.mails_to("new@example.com")) == 1  # the invitation only
 
 
 async def test_a_new_member_is_a_recipient_of_the_builds_of_everyone_unmailed(

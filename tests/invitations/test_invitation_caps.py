@@ -342,8 +342,8 @@ async def test_a_distribution_to_a_thousand_emails_reaches_those_invited_and_say
     problem = assert_problem(r, 429, "invitation_limit")
     # (The build went to `everyone` at verify: tess was reached then, and is mailed now.)
     assert problem["distribution"] == {
-        "buildId": build["buildId"], "groups": ["everyone"], "testersReached": 100,
-        "notified": 1,
+        "buildId": build["buildId"], "groups": ["everyone"], "testersReached": 0,
+        "notified": 1, "invitationsPending": 100, "unsubscribed": 0,
     }  # fmt: skip
     assert problem["invited"] == emails[:100]
     assert [n["email"] for n in problem["notInvited"]] == emails[100:]
@@ -379,7 +379,7 @@ async def test_a_verify_whose_distribution_passes_a_cap_answers_429_with_the_bui
 
     problem = assert_problem(r, 429, "invitation_limit")
     assert problem["build"] == {"id": link["buildId"], "status": "ready"}
-    assert problem["distribution"]["testersReached"] == 2
+    assert problem["distribution"]["invitationsPending"] == 2
     assert problem["invited"] == emails[:2]
     assert problem["notInvited"][0]["email"] == "c@example.com"
     r = await client.get(f"{builds}/{link['buildId']}", headers=owner.headers)

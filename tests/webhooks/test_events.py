@@ -228,6 +228,8 @@ async def test_build_distributed_is_emitted_with_what_the_distribution_adds(
         "groups": r.json()["groups"],
         "testersReached": r.json()["testersReached"],
         "notified": r.json()["notified"],
+        "invitationsPending": r.json()["invitationsPending"],
+        "unsubscribed": r.json()["unsubscribed"],
         "projectId": project["id"],
     }
 

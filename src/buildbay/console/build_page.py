@@ -51,6 +51,7 @@ from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import installs_of
+from buildbay.distribution.reach import reach_of
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
@@ -173,6 +174,7 @@ async def render_build(
         release=await release_of(reads, build.id), same_version=same_version,
         same_version_label=same_version and version_label(same_version.metadata_),
         version_code=code,
+        reach=await reach_of(reads, build, ctx.clock.now()),
     )  # fmt: skip
 
 

@@ -68,10 +68,7 @@ async def distribute(request: Request, project_id: str, app_id: str, build_id: s
         errors = {"form": said(exc)}
         return await render_build(request, visitor, db, project_id, app_id, build_id,
                                   "distribute", values, errors, exc.status)  # fmt: skip
-    notice = (
-        f"Distributed: {result.testers_reached} new tester"
-        f"{'' if result.testers_reached == 1 else 's'} reached, {result.notified} mailed."
-    )
+    notice = f"Distributed: {result.sentence()}; {result.notified} mailed."
     if result.admission.refused:
         notice += " " + not_invited_sentences(result.admission.refused)
     visitor.tell(notice)

@@ -1,5 +1,8 @@
-"""The console: invitations. Sending, resending and revoking them from the project page, and the
-page an invitation's link opens, where the invited person signs up or signs in, then accepts."""
+"""The console: invitations. Sending, resending and revoking them from the project page; the
+page an invitation's link opens, where the invited person signs up or signs in, then accepts
+(or declines); and the Accept and Decline of the invitations listed on a signed-in person's
+projects page. A link that is no longer valid gets a page that says what to do, to someone
+without an account too."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from buildbay.console.projects import render_project
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.errors import BuildbayError
+from buildbay.errors import BuildbayError, NotFound, ValidationFailed
 from buildbay.invitations.dependencies import invitation_service
 from buildbay.invitations.enums import InvitationStatus
 from buildbay.invitations.schemas import InvitationCreate
@@ -73,7 +76,9 @@ async def resend(request: Request, project_id: str, invitation_id: str) -> Respo
         # A cap or a block: said where invitations are sent, nothing sent.
         return await render_project(request, visitor, db, project_id, "invite", {},
                                     {"email": said(exc)}, exc.status)  # fmt: skip
-    visitor.tell(f"Invitation sent again to {invitation.email}.")
+    visitor.tell(
+        f"Invitation sent again to {invitation.email}. The link of the earlier mail still works."
+    )
     return see_other(f"/projects/{project_id}#invitations")
 
 
@@ -95,7 +100,11 @@ async def _invitation(
     request: Request, visitor: Visitor, db: AsyncSession, token: str,
     error: str | None = None, status_code: int = 200,
 ) -> Response:  # fmt: skip
-    view = await invitation_service(get_context(request), db).view(token)
+    try:
+        view = await invitation_service(get_context(request), db).view(token)
+    except NotFound:
+        # Never sent, or replaced before earlier links were kept: what to do, not a dead end.
+        return page("console/invitation_gone.html", visitor, 404)
     here = f"{INVITATION_PAGE}/{token}"
     email = visitor.user.email if visitor.user else None
     return page(
@@ -121,3 +130,63 @@ async def accept(request: Request, token: str) -> Response:
         return await _invitation(request, visitor, db, token, said(exc), exc.status)
     visitor.tell("Welcome: you are a member of this project now.")
     return see_other(f"/projects/{joined.project_id}")
+
+
+@router.post(INVITATION_PAGE + "/{token}/decline")
+async def decline(request: Request, token: str) -> Response:
+    visitor, db = await visit(request, signed_in=False)
+    if visitor.user is None:
+        return see_other(f"{INVITATION_PAGE}/{token}")
+    service = invitation_service(get_context(request), db)
+    try:
+        async with db.begin_nested():
+            await service.decline(visitor.principal, token=token)
+    except BuildbayError as exc:
+        if exc.status >= 500 or exc.status == 404:
+            raise
+        return await _invitation(request, visitor, db, token, exc.detail, exc.status)
+    visitor.tell("Invitation declined.")
+    return see_other("/projects")
+
+
+@router.post("/account/invitations/{invitation_id}/accept")
+async def accept_received(request: Request, invitation_id: str) -> Response:
+    """Accept one of the invitations the projects page lists (no link needed)."""
+    visitor, db = await visit(request)
+    service = invitation_service(get_context(request), db)
+    try:
+        async with db.begin_nested():
+            joined = await service.accept_received(visitor.principal, invitation_id)
+    except BuildbayError as exc:
+        if exc.status >= 500:
+            raise
+        visitor.tell(_taken_sentence(exc))
+        return see_other("/projects")
+    visitor.tell("Welcome: you are a member of this project now.")
+    return see_other(f"/projects/{joined.project_id}")
+
+
+@router.post("/account/invitations/{invitation_id}/decline")
+async def decline_received(request: Request, invitation_id: str) -> Response:
+    visitor, db = await visit(request)
+    service = invitation_service(get_context(request), db)
+    try:
+        async with db.begin_nested():
+            await service.decline(visitor.principal, invitation_id=invitation_id)
+    except BuildbayError as exc:
+        if exc.status >= 500:
+            raise
+        visitor.tell(_taken_sentence(exc))
+        return see_other("/projects")
+    visitor.tell("Invitation declined.")
+    return see_other("/projects")
+
+
+def _taken_sentence(exc: BuildbayError) -> str:
+    """A refused Accept or Decline of the projects page, as a sentence for its notice."""
+    if isinstance(exc, ValidationFailed):
+        return (
+            "This invitation can no longer be answered: it was withdrawn, answered already or "
+            "has expired."
+        )
+    return exc.detail

@@ -28,6 +28,7 @@ from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError, Conflict
+from buildbay.invitations.dependencies import invitation_service
 from buildbay.invitations.reads import invitations_of
 from buildbay.projects.authorization import only_a_tester, project_of, sees_addresses, tester_of
 from buildbay.projects.dependencies import project_service
@@ -56,8 +57,11 @@ async def _projects(
     # Someone invited to test came for the builds: no "start a project" welcome; making a
     # project of their own stays possible, folded away.
     tester_only = only_a_tester(roles.values())
+    invitations = invitation_service(get_context(request), db)
+    received = await invitations.received(visitor.principal)
     return page("console/projects.html", visitor, status_code, projects=rows, values=values,
-                 errors=errors, roles=roles, tester_only=tester_only,
+                 errors=errors, roles=roles, tester_only=tester_only, received=received,
+                 waiting=not received and await invitations.waiting_unverified(visitor.principal),
                  welcome=request.query_params.get("welcome") and not rows)  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from buildbay.builds.models import (
 )
 from buildbay.db.base import Base
 from buildbay.distribution.models import (
+    BuildDistribution,
     BuildGroup,
     BuildRecipient,
     GroupTester,
@@ -29,7 +30,12 @@ from buildbay.distribution.models import (
     InvitationGroup,
     TesterGroup,
 )
-from buildbay.invitations.models import Invitation, InvitationBlock, InvitationCount
+from buildbay.invitations.models import (
+    Invitation,
+    InvitationBlock,
+    InvitationCount,
+    InvitationLink,
+)
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
@@ -41,6 +47,7 @@ __all__ = [
     "BrowserSession",
     "Build",
     "BuildChannel",
+    "BuildDistribution",
     "BuildGroup",
     "BuildIcon",
     "BuildRecipient",
@@ -53,6 +60,7 @@ __all__ = [
     "InvitationBlock",
     "InvitationCount",
     "InvitationGroup",
+    "InvitationLink",
     "Job",
     "PasswordReset",
     "Project",

@@ -11,6 +11,12 @@ joins while a group's distribution job has not run yet is, likewise, its recipie
 Only ready builds that still exist are ever included (a deleted build's rows go with it). A
 new member's e-mail may have been given builds while it was only invited: those rows become
 theirs (`user_id`), so that the reports attribute their installs to them.
+
+One exception to "not mailed": someone who joins by accepting an invitation was never told
+about the builds given to them while they were invited (named by e-mail, or distributed to a
+group the invitation was for, or to everyone). Of those, the newest of each application is
+mailed to them with their own install link (`mail_newest_on_joining`), unless they turned
+new-build mails off; the older ones are on their page, unmailed.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, String, delete, literal, select, update
+from sqlalchemy import Boolean, DateTime, String, delete, func, literal, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
@@ -36,6 +42,10 @@ from buildbay.distribution.models import (
     InvitationGroup,
     TesterGroup,
 )
+from buildbay.jobs.queue import enqueue
+
+# The job that writes a distribution's recipients and mails them (distribution/service.py).
+DISTRIBUTION_JOB = "distribution"
 
 
 def insert_of(db: AsyncSession, model: type[Base]) -> Insert:
@@ -127,6 +137,50 @@ async def reach_new_member(
         .execution_options(synchronize_session=False)
     )
     await reach_builds_of_groups(db, now, project_id, [user_id], [EVERYONE, *joined_groups])
+
+
+async def mail_newest_on_joining(
+    db: AsyncSession, now: datetime, project_id: str, user_id: str
+) -> list[str]:
+    """A person who just joined by accepting an invitation: of the project's ready builds they
+    are a recipient of and were never mailed, the newest of each application is to be mailed
+    to them (by the distribution job, with their own install link), unless they turned
+    new-build mails off. The ids of those builds."""
+    wants = await db.scalar(select(User.notify_new_builds).where(User.id == user_id))
+    if not wants:
+        return []
+    unmailed = (
+        select(
+            Build.id,
+            func.row_number()
+            .over(
+                partition_by=Build.application_id,
+                order_by=(Build.created_at.desc(), Build.id.desc()),
+            )
+            .label("newest"),
+        )
+        .join(BuildRecipient, BuildRecipient.build_id == Build.id)
+        .where(
+            Build.project_id == project_id,
+            Build.status == BuildStatus.READY,
+            BuildRecipient.user_id == user_id,
+            BuildRecipient.notified_at.is_(None),
+            BuildRecipient.mail_error.is_(None),
+        )
+        .subquery()
+    )
+    build_ids = list((await db.scalars(select(unmailed.c.id).where(unmailed.c.newest == 1))).all())
+    if not build_ids:
+        return []
+    await db.execute(
+        update(BuildRecipient)
+        .where(BuildRecipient.user_id == user_id, BuildRecipient.build_id.in_(build_ids))
+        .values(notify=true())
+        .execution_options(synchronize_session=False)
+    )
+    for build_id in sorted(build_ids):
+        enqueue(db, DISTRIBUTION_JOB, {"buildId": build_id}, now)
+    return build_ids
 
 
 async def leave_groups(db: AsyncSession, project_id: str, user_id: str) -> None:

@@ -94,6 +94,27 @@ class BuildRecipient(Base):
     )
 
 
+class DistributionKind(StrEnum):
+    GROUP = "group"  # `target` is a group's id (`everyone` included)
+    PERSON = "person"  # `target` is an e-mail (a member's, or an invited address)
+
+
+class BuildDistribution(Base):
+    """Who distributed a build to a group or a person, and when: the first time only (doing it
+    again reaches nobody new). The build's page lists them; distributions made before this
+    table have no row. A group deleted later leaves its row (the page says so)."""
+
+    __tablename__ = "build_distributions"
+
+    build_id: Mapped[str] = mapped_column(
+        ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[DistributionKind] = mapped_column(EnumString(DistributionKind), primary_key=True)
+    target: Mapped[str] = mapped_column(String(320), primary_key=True)
+    distributed_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    distributed_at: Mapped[datetime]
+
+
 class InstallEventKind(StrEnum):
     OPEN = "open"  # an install page was opened
     DOWNLOAD = "download"  # the file was downloaded (install page or API)

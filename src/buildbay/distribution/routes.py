@@ -16,6 +16,7 @@ from buildbay.distribution.groups import (
     testers_of,
 )
 from buildbay.distribution.installs import installs_of
+from buildbay.distribution.reach import reach_of
 from buildbay.distribution.service import DistributionResult
 from buildbay.invitations.caps import Admission, InvitationsLimited
 from buildbay.problems import problem_responses
@@ -173,6 +174,8 @@ def distribution_schema(result: DistributionResult) -> schemas.Distribution:
         groups=result.groups,
         testers_reached=result.testers_reached,
         notified=result.notified,
+        invitations_pending=result.invitations_pending,
+        unsubscribed=result.unsubscribed,
         invited=result.invited,
         not_invited=not_invited_schema(result.admission),
     )
@@ -192,10 +195,11 @@ def not_invited_schema(admission: Admission) -> list[schemas.NotInvited]:
     "(developer+)",
 )
 async def build_installs(
-    build_id: BuildId, access: BuildsDeveloperReader, builds: Builds
+    build_id: BuildId, access: BuildsDeveloperReader, builds: Builds, ctx: Context
 ) -> schemas.Installs:
     build = await builds.get(access.application.id, build_id)
     report = await installs_of(builds.reads, build)
+    reach = await reach_of(builds.reads, build, ctx.clock.now())
     return schemas.Installs(
         build_id=report.build_id,
         testers=[
@@ -216,4 +220,18 @@ async def build_installs(
         anonymous_opens=report.anonymous_opens,
         anonymous_downloads=report.anonymous_downloads,
         downloads_count=report.downloads_count,
+        distributed_to=[
+            schemas.DistributedTo(
+                kind=d.kind.value,
+                id=d.target,
+                name=d.name,
+                distributed_by=d.by,
+                distributed_at=d.at,
+                deleted=not d.exists,
+            )
+            for d in reach.distributed
+        ],
+        testers_reached=reach.testers_reached,
+        invited_not_signed_up=reach.invited,
+        unsubscribed=reach.unsubscribed,
     )

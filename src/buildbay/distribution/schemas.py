@@ -96,10 +96,21 @@ class Distribution(ApiModel):
     build_id: str
     groups: list[str] = Field(description="Every group the build is distributed to")
     testers_reached: int = Field(
-        description="People this call reached who had not been reached before (members, and "
-        "e-mails invited into the project as testers)"
+        description="Members this call reached who had not been reached before; the build's "
+        "uploader is not counted, people not signed up yet are `invitationsPending`"
     )
     notified: int = Field(description="Of them, how many are being mailed")
+    invitations_pending: int = Field(
+        default=0,
+        description="People this call newly gave the build who have not joined the project "
+        "yet (e-mails named, and invitations pending into the groups): they have it when they "
+        "accept, and are mailed the newest build of each application then",
+    )
+    unsubscribed: int = Field(
+        default=0,
+        description="Of the testers reached, those not mailed because they turned new-build "
+        "mails off (0 when the call does not notify)",
+    )
     invited: list[str] = Field(
         default_factory=list,
         description="The e-mails named that are not members': invited into the project as "
@@ -133,9 +144,38 @@ class TesterInstalls(ApiModel):
     )
 
 
+class DistributedTo(ApiModel):
+    kind: Literal["group", "person"]
+    id: str = Field(description="The group's id (`everyone` included), or the person's e-mail")
+    name: str = Field(description="The group's name, or the person's (their e-mail without an "
+                      "account)")  # fmt: skip
+    distributed_by: str | None = Field(
+        description="Who distributed it, by name; null when not known (before this was kept) "
+        "or the account was deleted"
+    )
+    distributed_at: Timestamp | None = Field(description="When; null when not known")
+    deleted: bool = Field(description="A group deleted since")
+
+
 class Installs(ApiModel):
     build_id: str
     testers: list[TesterInstalls] = Field(description="By e-mail; then people never reached")
     anonymous_opens: int = Field(description="Opens of install links that are nobody's own")
     anonymous_downloads: int
     downloads_count: int = Field(description="Every download of the build")
+    distributed_to: list[DistributedTo] = Field(
+        default_factory=list,
+        description="The groups (`everyone` first) and the people named by e-mail it was "
+        "distributed to, with who did it and when",
+    )
+    testers_reached: int = Field(
+        default=0, description="Members the build reached; its uploader is not counted"
+    )
+    invited_not_signed_up: list[str] = Field(
+        default_factory=list,
+        description="E-mails invited into the project that have the build when they accept "
+        "(named by e-mail, or invited into a group it went to)",
+    )
+    unsubscribed: int = Field(
+        default=0, description="Of the testers reached, those who turned new-build mails off"
+    )

@@ -60,11 +60,24 @@ from buildbay.clock import Clock
 from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
 from buildbay.distribution.groups import check_group_ids
-from buildbay.distribution.membership import insert_ignoring_duplicates, insert_of
-from buildbay.distribution.models import EVERYONE, BuildGroup, BuildRecipient, GroupTester
+from buildbay.distribution.membership import (
+    DISTRIBUTION_JOB,
+    insert_ignoring_duplicates,
+    insert_of,
+)
+from buildbay.distribution.models import (
+    EVERYONE,
+    BuildDistribution,
+    BuildGroup,
+    BuildRecipient,
+    DistributionKind,
+    GroupTester,
+    InvitationGroup,
+)
 from buildbay.errors import Conflict
 from buildbay.ids import new_id
 from buildbay.invitations.caps import Admission, blocked_addresses
+from buildbay.invitations.models import Invitation
 from buildbay.invitations.service import InvitationService, TestersInvited
 from buildbay.jobs.queue import enqueue
 from buildbay.mail.message import Mail, notification
@@ -85,7 +98,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("buildbay.distribution")
 
-DISTRIBUTION_JOB = "distribution"
 # Testers whose install links one UPDATE sets (3 parameters each: within both databases'
 # limits).
 LINKS_PER_STATEMENT = 1000
@@ -98,15 +110,50 @@ _INSTALL_LINKS = cast("Table", InstallLink.__table__)
 class DistributionResult:
     build_id: str
     groups: list[str]
-    testers_reached: int
+    testers_reached: int  # members newly reached, the build's uploader never among them
     notified: int
     invited: list[str] = field(default_factory=list)  # e-mails invited (pending, or mailed now)
     admission: Admission = field(default_factory=Admission)  # those refused were not reached
+    # People newly given the build who have not joined the project yet: it is theirs when they
+    # accept their invitation (named by e-mail, or invited into a group it went to).
+    invitations_pending: int = 0
+    # Of the testers reached, those not mailed because they turned new-build mails off (only
+    # when the distribution mails).
+    unsubscribed: int = 0
 
     def summary(self) -> dict[str, object]:
         """What was done, as a 429's problem body tells it (`distribution`)."""
         return {"buildId": self.build_id, "groups": self.groups,
-                "testersReached": self.testers_reached, "notified": self.notified}  # fmt: skip
+                "testersReached": self.testers_reached, "notified": self.notified,
+                "invitationsPending": self.invitations_pending,
+                "unsubscribed": self.unsubscribed}  # fmt: skip
+
+    def sentence(self) -> str:
+        """The result in words: "2 testers reached, 1 invitation pending, 1 unsubscribed from
+        mail" (what is zero is left out, but the testers reached)."""
+        parts = [plural(self.testers_reached, "tester") + " reached"]
+        if self.invitations_pending:
+            parts.append(plural(self.invitations_pending, "invitation") + " pending")
+        if self.unsubscribed:
+            parts.append(f"{self.unsubscribed} unsubscribed from mail")
+        return ", ".join(parts)
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What distributing to groups did: the groups new to the build, the members it newly
+    reached (not the uploader), how many of them are to be mailed and how many turned mail off,
+    and the invited addresses of those groups that have not joined yet (`pending`)."""
+
+    new_groups: list[str] = field(default_factory=list)
+    reached: int = 0
+    notified: int = 0
+    unsubscribed: int = 0
+    pending: list[str] = field(default_factory=list)
 
 
 _GROUPS_OF_BUILD = select(BuildGroup.group_id).order_by(BuildGroup.group_id)
@@ -169,20 +216,26 @@ class Distributor:
         if publish and EVERYONE in group_ids and not await self._reached_everyone(build.id):
             channels = ChannelService(self.db, self.now)
             await channels.publish_reaching_everyone(build.application_id, build.id)
-        reached, notified = await reach_groups(
-            self.db, self.now, build, group_ids, notify, access.caller.user.id
-        )
+        sender = access.caller.user.id
+        reach = await reach_groups(self.db, self.now, build, group_ids, notify, sender)
         project_access = ProjectAccess(access.project, access.role, access.caller)
-        more, more_notified, invited = await self._to_emails(project_access, build, emails, notify)
+        by_mail = await self._to_emails(project_access, build, emails, notify)
         groups = await self.reads.all(_GROUPS_OF_BUILD.where(BuildGroup.build_id == build.id))
+        invited = by_mail.invited
+        pending = set(reach.pending) | set(by_mail.pending)
         result = DistributionResult(
-            build.id, [row["group_id"] for row in groups], reached + more, notified + more_notified,
-            list(invited.invitations) if invited else [],
-            invited.admission if invited else Admission(),
+            build.id, [row["group_id"] for row in groups], reach.reached + by_mail.reached,
+            reach.notified + by_mail.notified, list(invited.invitations) if invited else [],
+            invited.admission if invited else Admission(), len(pending),
+            reach.unsubscribed + by_mail.unsubscribed,
         )  # fmt: skip
+        await record_distribution(
+            self.db, self.now, build.id, sender, reach.new_groups, by_mail.named
+        )
         await webhook_events.build_distributed(
             self.db, build, self.public_url, self.now, groups=result.groups,
             testersReached=result.testers_reached, notified=result.notified,
+            invitationsPending=result.invitations_pending, unsubscribed=result.unsubscribed,
         )  # fmt: skip
         return result
 
@@ -192,14 +245,15 @@ class Distributor:
 
     async def _to_emails(
         self, access: ProjectAccess, build: BuildRecord, emails: Sequence[str], notify: bool
-    ) -> tuple[int, int, TestersInvited | None]:
+    ) -> ByMail:
         """The e-mails as recipients: members (mailed, if `notify` and they take new-build
         mails), and others invited into the project as far as the invitation caps let (one
-        refused is not a recipient). How many of them this call newly reaches, and how many
-        it has mailed, that no group counted; and the invitations."""
+        refused is not a recipient). How many members this call newly reaches (the uploader
+        is not counted), how many it has mailed and how many turned mail off, that no group
+        counted; the invited addresses it newly gives the build; and the invitations."""
         wanted = list(dict.fromkeys(normal_email_text(e) for e in emails))
         if not wanted:
-            return 0, 0, None
+            return ByMail()
         # In a group the build is distributed to (in this call too): counted by the request
         # that distributed it to the group, and written by that group's job unless this
         # call writes them first (the job then leaves their row as it is, and mails them).
@@ -249,7 +303,7 @@ class Distributor:
                 }
             )
         if not rows:
-            return 0, 0, invited
+            return ByMail(invited=invited)
         statement = insert_of(self.db, BuildRecipient).values(rows)
         # Reached before unmailed (they joined a group later, or a distribution did not
         # notify): to be mailed now. Whoever was mailed, or is about to be, is left alone.
@@ -278,17 +332,30 @@ class Distributor:
         )
         if any(to_mail for _, to_mail in written):
             enqueue(self.db, DISTRIBUTION_JOB, {"buildId": build.id}, self.now)
-        reached = notified = 0
+        answer = ByMail(invited=invited, named=[str(row["email"]) for row in rows])
         for email, to_mail in written:
             member = members.get(email)
             if member is None:
-                reached += 1  # a row of its own: an invitee's is never updated
+                answer.pending.append(email)  # a row of its own: an invitee's is never updated
             elif member.reached_before:
-                notified += 1  # updated: to be mailed now, reached already
-            elif not member.through_group:
-                reached += 1
-                notified += to_mail
-        return reached, notified, invited
+                answer.notified += 1  # updated: to be mailed now, reached already
+            elif not member.through_group and member.id != build.uploaded_by:
+                answer.reached += 1
+                answer.notified += to_mail
+                answer.unsubscribed += bool(notify and not member.notify_new_builds)
+        return answer
+
+
+@dataclass(slots=True)
+class ByMail:
+    """What naming e-mails did (`Distributor._to_emails`)."""
+
+    reached: int = 0
+    notified: int = 0
+    unsubscribed: int = 0
+    pending: list[str] = field(default_factory=list)  # invited addresses newly given the build
+    named: list[str] = field(default_factory=list)  # the addresses that are now recipients
+    invited: TestersInvited | None = None
 
 
 async def reach_groups(
@@ -298,11 +365,12 @@ async def reach_groups(
     group_ids: Sequence[str],
     notify: bool,
     sender: str | None,
-) -> tuple[int, int]:
+) -> Reach:
     """Distribute the build to the groups: recorded at once (their testers see it from this
-    commit on), their people written as recipients and mailed by the job. How many people the
-    new groups reach for the first time, and how many of them are to be mailed (not `sender`,
-    nor anyone who turned new-build mails off)."""
+    commit on), their people written as recipients and mailed by the job. How many members the
+    new groups reach for the first time (not the build's uploader: not a tester of it), how
+    many of them are to be mailed (not `sender`, nor anyone who turned new-build mails off) and
+    how many turned mail off; and who was invited into them and has not joined yet."""
     prior = set(
         (await db.execute(select(BuildGroup.group_id).where(BuildGroup.build_id == build.id)))
         .scalars()
@@ -310,7 +378,7 @@ async def reach_groups(
     )
     new = [g for g in dict.fromkeys(group_ids) if g not in prior]
     if not new:
-        return 0, 0
+        return Reach()
     await insert_ignoring_duplicates(
         db, BuildGroup, [{"build_id": build.id, "group_id": g} for g in new]
     )
@@ -321,9 +389,17 @@ async def reach_groups(
     )
     if prior:
         covered = or_(covered, _in_groups(prior))
+    tester: ColumnElement[bool] = (
+        User.id != build.uploaded_by if build.uploaded_by is not None else true()
+    )
+    unsubscribed = and_(tester, User.notify_new_builds.is_(False), literal(notify, Boolean()))
     counted = (
         await db.execute(
-            select(func.count(), func.count(case((_wants_mail(notify, sender), 1))))
+            select(
+                func.count(case((tester, 1))),
+                func.count(case((_wants_mail(notify, sender), 1))),
+                func.count(case((unsubscribed, 1))),
+            )
             .select_from(User)
             .join(ProjectMember, ProjectMember.user_id == User.id)
             .where(ProjectMember.project_id == build.project_id, _in_groups(new), ~covered)
@@ -335,7 +411,64 @@ async def reach_groups(
         {"buildId": build.id, "groups": new, "notify": notify, "sender": sender},
         now,
     )
-    return int(counted[0]), int(counted[1])
+    pending = await invited_into_groups(db, now, build, new, prior)
+    return Reach(new, int(counted[0]), int(counted[1]), int(counted[2]), pending)
+
+
+async def invited_into_groups(
+    db: AsyncSession, now: datetime, build: BuildRecord, new: Sequence[str], prior: Collection[str]
+) -> list[str]:
+    """The addresses whose pending invitation into the project is for one of the `new` groups
+    (any, for `everyone`), not for one of the `prior` ones, and that the build was not given
+    by name: they have it when they join. (Pending invitations are few: the caps bound them.)"""
+    if EVERYONE in prior:
+        return []
+
+    def for_groups(groups: Collection[str]) -> ColumnElement[bool]:
+        if EVERYONE in groups:
+            return true()
+        return exists().where(
+            InvitationGroup.invitation_id == Invitation.id,
+            InvitationGroup.group_id.in_(list(groups)),
+        )
+
+    found = await db.scalars(
+        select(Invitation.email)
+        .distinct()
+        .where(
+            Invitation.project_id == build.project_id,
+            Invitation.accepted_at.is_(None),
+            Invitation.revoked_at.is_(None),
+            Invitation.declined_at.is_(None),
+            Invitation.expires_at > now,
+            for_groups(new),
+            ~for_groups(prior) if prior else true(),
+            ~exists().where(
+                BuildRecipient.build_id == build.id, BuildRecipient.email == Invitation.email
+            ),
+        )
+        .order_by(Invitation.email)
+    )
+    return list(found)
+
+
+async def record_distribution(
+    db: AsyncSession, now: datetime, build_id: str, by: str | None,
+    groups: Sequence[str], emails: Sequence[str],
+) -> None:  # fmt: skip
+    """Who distributed the build to these groups and people, and when (the first time)."""
+    rows = [
+        {
+            "build_id": build_id,
+            "kind": kind,
+            "target": target,
+            "distributed_by": by,
+            "distributed_at": now,
+        }
+        for kind, targets in ((DistributionKind.GROUP, groups), (DistributionKind.PERSON, emails))
+        for target in targets
+    ]
+    await insert_ignoring_duplicates(db, BuildDistribution, rows)
 
 
 def _in_groups(group_ids: Collection[str]) -> ColumnElement[bool]:
@@ -386,9 +519,10 @@ async def distribute_when_ready(
     """A build just became ready: distributed to its application's `autoDistributeGroups`,
     with mails (called by verify, in its unit of work)."""
     if application.auto_distribute_groups:
-        await reach_groups(
+        reach = await reach_groups(
             db, now, build, application.auto_distribute_groups, True, build.uploaded_by
         )
+        await record_distribution(db, now, build.id, build.uploaded_by, reach.new_groups, [])
 
 
 # -- the job: each newly reached tester's link and mail ----------------------------------------

@@ -13,3 +13,4 @@ class InvitationStatus(StrEnum):
     ACCEPTED = "accepted"
     REVOKED = "revoked"
     EXPIRED = "expired"
+    DECLINED = "declined"  # the invited person said no

@@ -11,8 +11,8 @@ from buildbay.projects.enums import ProjectRole
 
 
 class Invitation(Base):
-    """An e-mail invited into a project with a role. The link's token is stored as a hash; a
-    resend replaces it (the previous link stops working)."""
+    """An e-mail invited into a project with a role. The newest link's token is stored as a
+    hash; a resend mails a new link and keeps the earlier ones working (`InvitationLink`)."""
 
     __tablename__ = "invitations"
     __table_args__ = (Index("ix_invitations_project_id_email", "project_id", "email"),)
@@ -27,21 +27,41 @@ class Invitation(Base):
     expires_at: Mapped[datetime]
     accepted_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+    # The invited person said no (from their projects page): the links stop working.
+    declined_at: Mapped[datetime | None] = mapped_column(default=None)
 
     def status_at(self, now: datetime) -> InvitationStatus:
-        return invitation_status(self.accepted_at, self.revoked_at, self.expires_at, now)
+        return invitation_status(
+            self.accepted_at, self.revoked_at, self.expires_at, now, self.declined_at
+        )
 
 
 def invitation_status(
-    accepted_at: datetime | None, revoked_at: datetime | None, expires_at: datetime, now: datetime
-) -> InvitationStatus:
+    accepted_at: datetime | None, revoked_at: datetime | None, expires_at: datetime,
+    now: datetime, declined_at: datetime | None = None,
+) -> InvitationStatus:  # fmt: skip
     if accepted_at is not None:
         return InvitationStatus.ACCEPTED
     if revoked_at is not None:
         return InvitationStatus.REVOKED
+    if declined_at is not None:
+        return InvitationStatus.DECLINED
     if expires_at <= now:
         return InvitationStatus.EXPIRED
     return InvitationStatus.PENDING
+
+
+class InvitationLink(Base):
+    """An earlier link of an invitation, replaced as the newest by a resend: it works as long
+    as the invitation can be taken, so that the first mail's link still does after a resend."""
+
+    __tablename__ = "invitation_links"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    invitation_id: Mapped[str] = mapped_column(
+        ForeignKey("invitations.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime]
 
 
 class InvitationCount(Base):

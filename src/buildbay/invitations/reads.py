@@ -23,9 +23,12 @@ class InvitationRecord:
     expires_at: datetime
     accepted_at: datetime | None
     revoked_at: datetime | None
+    declined_at: datetime | None
 
     def status_at(self, now: datetime) -> InvitationStatus:
-        return invitation_status(self.accepted_at, self.revoked_at, self.expires_at, now)
+        return invitation_status(
+            self.accepted_at, self.revoked_at, self.expires_at, now, self.declined_at
+        )
 
 
 INVITATION = RecordOf(InvitationRecord, Invitation)
@@ -49,6 +52,7 @@ async def invited(reads: Reads, email: str, now: datetime) -> bool:
             Invitation.email == email,
             Invitation.accepted_at.is_(None),
             Invitation.revoked_at.is_(None),
+            Invitation.declined_at.is_(None),
             Invitation.expires_at > now,
         )
         .limit(1)

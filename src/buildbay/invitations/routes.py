@@ -82,4 +82,46 @@ async def revoke_invitation(
 async def accept_invitation(
     body: schemas.InvitationAccept, principal: InteractiveUser, service: Service
 ) -> Member:
-    return member_schema(await service.accept(principal, body.token))
+    if body.token is not None:
+        return member_schema(await service.accept(principal, body.token))
+    return member_schema(await service.accept_received(principal, body.invitation_id or ""))
+
+
+@router.post(
+    "/api/invitations/decline",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(400, 401, 403, 404, 413, 422, 429),
+    summary="Decline an invitation, by its link's token or its id: its links stop working (a "
+    "login, signed in with the invited e-mail; by id, that address verified)",
+)
+async def decline_invitation(
+    body: schemas.InvitationAccept, principal: InteractiveUser, service: Service
+) -> Response:
+    await service.decline(principal, token=body.token, invitation_id=body.invitation_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/api/account/invitations",
+    responses=problem_responses(401, 403, 429),
+    summary="Your pending invitations, newest first (a login; none until your e-mail address "
+    "is verified): accept or decline each by its id",
+)
+async def received_invitations(
+    principal: InteractiveUser, service: Service
+) -> schemas.ReceivedInvitationList:
+    received = await service.received(principal)
+    return schemas.ReceivedInvitationList(
+        invitations=[
+            schemas.ReceivedInvitation(
+                id=i.id,
+                project_id=i.project_id,
+                project_name=i.project_name,
+                role=i.role,
+                invited_by_name=i.inviter,
+                created_at=i.created_at,
+                expires_at=i.expires_at,
+            )
+            for i in received
+        ]
+    )

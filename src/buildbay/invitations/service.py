@@ -1,12 +1,16 @@
 """Inviting an e-mail into a project, and accepting.
 
 An admin (an owner, for the owner role) invites an e-mail with a role: the invitation and its
-mail are written in the request's unit of work. Inviting an e-mail that has a pending invitation
-sends it again: a new link (the old one stops working), the role given, seven more days. The
-link (`PUBLIC_URL/invitations/<token>`) opens a console page where the invited person signs up
-or signs in, then accepts: they become a member with the role, if they are signed in with the
-invited e-mail. Every state change is a conditional UPDATE, so that two requests at once (two
-accepts, an accept and a revoke) cannot both win.
+mail are written in the request's unit of work. Inviting an e-mail that has an invitation not
+yet taken (pending, or expired) sends it again: the same invitation (its groups kept), a new
+mail with a new link, the role given, seven more days; the links of the earlier mails keep
+working (`InvitationLink`), so a person who opens the first mail is not turned away. The link
+(`PUBLIC_URL/invitations/<token>`) opens a console page where the invited person signs up or
+signs in, then accepts: they become a member with the role, if they are signed in with the
+invited e-mail. A signed-in person whose e-mail address is verified also sees their pending
+invitations on their projects page (`received`), and accepts or declines them there without
+the link. Every state change is a conditional UPDATE, so that two requests at once (two
+accepts, an accept and a revoke, an accept and a decline) cannot both win.
 
 Every invitation mail is counted against the day's caps first, and none goes to an address
 that blocked invitations (invitations/caps.py): an invite or resend refused answers 429 (a
@@ -21,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.authentication import Principal
@@ -30,7 +34,11 @@ from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import mark_verified
 from buildbay.db.concurrency import insert_unless_present, lock_row
-from buildbay.distribution.membership import join_invited_groups, reach_new_member
+from buildbay.distribution.membership import (
+    join_invited_groups,
+    mail_newest_on_joining,
+    reach_new_member,
+)
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.invitations.caps import (
@@ -41,7 +49,7 @@ from buildbay.invitations.caps import (
     recipient_blocked,
 )
 from buildbay.invitations.enums import InvitationStatus
-from buildbay.invitations.models import Invitation
+from buildbay.invitations.models import Invitation, InvitationLink
 from buildbay.mail.message import notification
 from buildbay.mail.outbox import MailOutbox
 from buildbay.mail.unsubscribe import UnsubscribeLinks
@@ -76,6 +84,29 @@ class TestersInvited:
     invitations: dict[str, str]
     mailed: list[str]
     admission: Admission
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedInvitation:
+    """A pending invitation of the caller's e-mail, as their projects page lists it."""
+
+    id: str
+    project_id: str
+    project_name: str
+    role: ProjectRole
+    inviter: str | None  # by name; None: the account was deleted
+    created_at: datetime
+    expires_at: datetime
+
+
+def _takeable(now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """The conditions of an invitation that can still be accepted or declined."""
+    return (
+        Invitation.accepted_at.is_(None),
+        Invitation.revoked_at.is_(None),
+        Invitation.declined_at.is_(None),
+        Invitation.expires_at > now,
+    )
 
 
 def invitation_link(public_url: str, token: str) -> str:
@@ -127,9 +158,7 @@ class InvitationService:
                     select(Invitation.email, Invitation.id).where(
                         Invitation.project_id == access.project.id,
                         Invitation.email.in_(list(emails)),
-                        Invitation.accepted_at.is_(None),
-                        Invitation.revoked_at.is_(None),
-                        Invitation.expires_at > self.now,
+                        *_takeable(self.now),
                     )
                 )
             ).all()
@@ -145,8 +174,14 @@ class InvitationService:
         """Invite (or invite again) an address the caps admitted, and mail it."""
         project = access.project
         token = INVITATION_TOKEN_PREFIX + secrets.token_urlsafe(32)
-        invitation = await self._pending(project.id, email)
-        if invitation is None:
+        invitation = await self._open(project.id, email)
+        if invitation is not None:
+            # Sent again: the earlier mails' links keep working with the new one.
+            earlier = InvitationLink(
+                token_hash=invitation.token_hash, invitation_id=invitation.id, created_at=self.now
+            )
+            self.db.add(earlier)
+        else:
             invitation = Invitation(
                 id=new_id("inv"),
                 project_id=project.id,
@@ -165,7 +200,8 @@ class InvitationService:
         return invitation
 
     async def resend(self, access: ProjectAccess, invitation_id: str) -> Invitation:
-        """Invite the e-mail of an invitation again, with its role (the console's Resend)."""
+        """Invite the e-mail of an invitation again, with its role (the console's Resend): the
+        same invitation, pending or expired, with a new mail; the earlier links keep working."""
         invitation = await self._of_project(access.project, invitation_id)
         if invitation.accepted_at is not None:
             raise Conflict("This invitation was accepted already", code="invitation_accepted")
@@ -180,6 +216,7 @@ class InvitationService:
                 Invitation.id == invitation.id,
                 Invitation.accepted_at.is_(None),
                 Invitation.revoked_at.is_(None),
+                Invitation.declined_at.is_(None),
             )
             .values(revoked_at=self.now)
             .execution_options(synchronize_session=False)
@@ -193,14 +230,16 @@ class InvitationService:
                 )
 
     async def view(self, token: str) -> InvitationView:
-        """The invitation of a link, for its page; 404 for a link this server never sent (or
-        one replaced by a resend)."""
+        """The invitation of a link (its newest or an earlier mail's), for its page; 404 for a
+        link this server never sent (or one replaced before earlier links were kept)."""
+        hashed = hash_token(token)
+        earlier = select(InvitationLink.invitation_id).where(InvitationLink.token_hash == hashed)
         row = (
             await self.db.execute(
                 select(Invitation, Project, User)
                 .join(Project, Project.id == Invitation.project_id)
                 .outerjoin(User, User.id == Invitation.invited_by)
-                .where(Invitation.token_hash == hash_token(token))
+                .where(or_(Invitation.token_hash == hashed, Invitation.id.in_(earlier)))
             )
         ).first()
         if row is None:
@@ -213,33 +252,107 @@ class InvitationService:
 
     async def accept(self, caller: Principal, token: str) -> MemberRecord:
         """Make the caller a member with the invitation's role."""
-        view = await self.view(token)
-        invitation = view.invitation
+        invitation = (await self.view(token)).invitation
+        user = await self._invited_one(caller, invitation, "accept")
+        await self._claim(invitation, "token", accepted_at=self.now)
+        # The link came by mail to the invited address, which is the caller's: proven.
+        mark_verified(user, self.now)
+        return await self._join(invitation, user)
+
+    async def received(self, caller: Principal) -> list[ReceivedInvitation]:
+        """The pending invitations of the caller's e-mail, newest first; none until that
+        address is verified (an account made with someone else's address sees nothing)."""
+        user = await self.db.get_one(User, caller.user.id)
+        if not user.email_verified:
+            return []
+        rows = await self.db.execute(
+            select(Invitation, Project.name, User.name)
+            .join(Project, Project.id == Invitation.project_id)
+            .outerjoin(User, User.id == Invitation.invited_by)
+            .where(Invitation.email == user.email, *_takeable(self.now))
+            .order_by(Invitation.created_at.desc(), Invitation.id.desc())
+        )
+        return [
+            ReceivedInvitation(
+                i.id, i.project_id, project, i.role, inviter, i.created_at, i.expires_at
+            )
+            for i, project, inviter in rows.all()
+        ]
+
+    async def waiting_unverified(self, caller: Principal) -> bool:
+        """Whether the caller's e-mail, not verified yet, has a pending invitation (which
+        `received` does not show until it is: the page says how to reach it)."""
+        user = await self.db.get_one(User, caller.user.id)
+        if user.email_verified:
+            return False
+        found = await self.db.scalar(
+            select(Invitation.id)
+            .where(Invitation.email == user.email, *_takeable(self.now))
+            .limit(1)
+        )
+        return found is not None
+
+    async def accept_received(self, caller: Principal, invitation_id: str) -> MemberRecord:
+        """Accept one of `received` (no link: the caller's verified address is the proof)."""
+        invitation, user = await self._received(caller, invitation_id, "accept")
+        await self._claim(invitation, "invitationId", accepted_at=self.now)
+        return await self._join(invitation, user)
+
+    async def decline(
+        self, caller: Principal, *, token: str | None = None, invitation_id: str | None = None
+    ) -> Invitation:
+        """The invited person says no: the invitation and its links stop working; the project
+        may invite them again."""
+        if token is not None:
+            invitation = (await self.view(token)).invitation
+            await self._invited_one(caller, invitation, "decline")
+        else:
+            invitation, _ = await self._received(caller, invitation_id or "", "decline")
+        await self._claim(invitation, "token" if token else "invitationId", declined_at=self.now)
+        invitation.declined_at = self.now
+        return invitation
+
+    async def _received(
+        self, caller: Principal, invitation_id: str, verb: str
+    ) -> tuple[Invitation, User]:
+        invitation = await self.db.get(Invitation, invitation_id)
+        if invitation is None:
+            raise NotFound("No invitation with this id", code="invitation_not_found")
+        user = await self._invited_one(caller, invitation, verb)
+        if not user.email_verified:
+            raise Forbidden(
+                f"Verify your e-mail address first (the link in the mail sent at sign-up), or "
+                f"open the invitation mail's link to {verb} it",
+                code="address_not_verified",
+            )
+        return invitation, user
+
+    async def _invited_one(self, caller: Principal, invitation: Invitation, verb: str) -> User:
+        """The caller, if the invitation is for their e-mail."""
         user = await self.db.get_one(User, caller.user.id)
         if invitation.email != user.email:
             raise Forbidden(
-                f"This invitation is for {invitation.email}; sign in with that e-mail to accept it",
+                f"This invitation is for {invitation.email}; sign in with that e-mail to {verb} it",
                 code="invitation_email_mismatch",
             )
+        return user
+
+    async def _claim(self, invitation: Invitation, field: str, **values: datetime) -> None:
+        """Take the invitation (accept or decline it) if it can still be taken."""
         claimed = await self.db.execute(
             update(Invitation)
-            .where(
-                Invitation.id == invitation.id,
-                Invitation.accepted_at.is_(None),
-                Invitation.revoked_at.is_(None),
-                Invitation.expires_at > self.now,
-            )
-            .values(accepted_at=self.now)
+            .where(Invitation.id == invitation.id, *_takeable(self.now))
+            .values(**values)
             .execution_options(synchronize_session=False)
         )
         if not claimed.rowcount:  # type: ignore[attr-defined]
             raise ValidationFailed.for_field(
-                "token",
-                "this invitation was used, revoked or has expired; ask for a new one",
+                field,
+                "this invitation was used, revoked, declined or has expired; ask for a new one",
                 code="invitation_expired",
             )
-        # The link came by mail to the invited address, which is the caller's: proven.
-        mark_verified(user, self.now)
+
+    async def _join(self, invitation: Invitation, user: User) -> MemberRecord:
         fields = {"project_id": invitation.project_id, "user_id": user.id,
                   "role": invitation.role, "created_at": self.now}  # fmt: skip
         if not await insert_unless_present(self.db, ProjectMember, fields):
@@ -248,6 +361,8 @@ class InvitationService:
         await reach_new_member(
             self.db, self.now, invitation.project_id, user.id, user.email, groups
         )
+        # Never told of the builds given to them while invited: the newest of each application.
+        await mail_newest_on_joining(self.db, self.now, invitation.project_id, user.id)
         joined = MemberRecord(
             invitation.project_id, user.id, user.email, user.name, invitation.role, self.now,
             user.email_verified,
@@ -257,15 +372,20 @@ class InvitationService:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    async def _pending(self, project_id: str, email: str) -> Invitation | None:
+    async def _open(self, project_id: str, email: str) -> Invitation | None:
+        """The e-mail's invitation into the project not yet taken nor withdrawn, pending or
+        expired (the newest, were there several from before this rule)."""
         return await self.db.scalar(
-            select(Invitation).where(
+            select(Invitation)
+            .where(
                 Invitation.project_id == project_id,
                 Invitation.email == email,
                 Invitation.accepted_at.is_(None),
                 Invitation.revoked_at.is_(None),
-                Invitation.expires_at > self.now,
+                Invitation.declined_at.is_(None),
             )
+            .order_by(Invitation.created_at.desc(), Invitation.id.desc())
+            .limit(1)
         )
 
     async def _of_project(self, project: ProjectRecord, invitation_id: str) -> Invitation:
