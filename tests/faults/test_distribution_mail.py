@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.faults.conftest import Server, wait_for
+from tests.faults.conftest import DATABASE_POLL, Server, wait_for
 from tests.faults.test_mail import FAST_JOBS, POLL_SECONDS, assert_each_once, job_statuses
 from tests.smtp import SmtpSink, smtp
 
@@ -67,7 +67,7 @@ def test_a_server_killed_while_a_group_is_mailed_loses_no_mail_and_sends_none_tw
     server.start()
     smtp.wait_for(TESTERS, timeout=POLL_SECONDS)
     wait_for(lambda: job_statuses(database_url) == Counter({"done": TESTERS}),
-             "every mail recorded as done")  # fmt: skip
+             "every mail recorded as done", interval=DATABASE_POLL)  # fmt: skip
     assert_each_once(smtp, emails)
     links = {m.link(f"{server.base}/install/") for m in smtp.messages()}
     assert len(links) == TESTERS  # each tester's own

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from buildbay.db.engine import create_engine
 from buildbay.jobs.models import Job
-from tests.faults.conftest import Server, wait_for
+from tests.faults.conftest import DATABASE_POLL, Server, wait_for
 from tests.smtp import SIGN_UP_SUBJECT, SmtpSink, smtp
 
 __all__ = ["smtp"]
@@ -68,9 +68,8 @@ def job_statuses(database_url: str) -> Counter[str]:
 class Owner:
     """A user with a project on the server, who invites people (one mail each)."""
 
-    def __init__(self, base: str) -> None:
-        self.base = base
-        http = httpx.Client(base_url=base, timeout=30)
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http  # one client for every request (a client each costs an SSL context)
         r = http.post("/api/auth/register", json={"email": "olive@example.com",
                                                   "password": "a long password"})  # fmt: skip
         assert r.status_code == 201, r.text
@@ -78,16 +77,21 @@ class Owner:
         r = http.post("/api/projects", json={"name": "Acme"}, headers=self.headers)
         assert r.status_code == 201, r.text
         self.project_id = r.json()["id"]
-        http.close()
 
     def invite(self, email: str) -> None:
-        r = httpx.post(
-            f"{self.base}/api/projects/{self.project_id}/invitations",
+        r = self.http.post(
+            f"/api/projects/{self.project_id}/invitations",
             json={"email": email, "role": "tester"},
             headers=self.headers,
-            timeout=30,
         )
         assert r.status_code == 201, r.text
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    """The test's client, given the server's address once it has one."""
+    with httpx.Client(timeout=30) as client:
+        yield client
 
 
 def assert_each_once(smtp: SmtpSink, recipients: list[str]) -> None:
@@ -99,10 +103,15 @@ def assert_each_once(smtp: SmtpSink, recipients: list[str]) -> None:
 
 
 def test_mails_written_while_smtp_is_down_all_arrive_once_it_is_back(
-    server_env: dict[str, str], servers: Callable[..., Server], smtp: SmtpSink, database_url: str
+    server_env: dict[str, str],
+    servers: Callable[..., Server],
+    smtp: SmtpSink,
+    database_url: str,
+    http: httpx.Client,
 ) -> None:
     server = servers(server_env | FAST_JOBS | {"BUILDBAY_SMTP_URL": smtp.url}).start()
-    owner = Owner(server.base)
+    http.base_url = httpx.URL(server.base)
+    owner = Owner(http)
     # The sign-up's verification mail out of the way first: a failure of it would say "cannot
     # reach" while the invitations' mails may not all have been tried yet.
     wait_for(lambda: len(smtp.messages(sign_ups=True)) == 1, "the sign-up's mail")
@@ -118,21 +127,30 @@ def test_mails_written_while_smtp_is_down_all_arrive_once_it_is_back(
 
     smtp.wait_for(len(recipients), timeout=POLL_SECONDS)
     wait_for(lambda: job_statuses(database_url) == Counter({"done": len(recipients)}),
-             "every job recorded as done")  # fmt: skip
+             "every job recorded as done", interval=DATABASE_POLL)  # fmt: skip
     assert_each_once(smtp, recipients)
 
 
 def test_a_server_killed_in_the_middle_of_a_batch_loses_no_mail_and_sends_none_twice(
-    server_env: dict[str, str], servers: Callable[..., Server], smtp: SmtpSink, database_url: str
+    server_env: dict[str, str],
+    servers: Callable[..., Server],
+    smtp: SmtpSink,
+    database_url: str,
+    http: httpx.Client,
 ) -> None:
     server = servers(server_env | FAST_JOBS | {"BUILDBAY_SMTP_URL": smtp.url}).start()
-    owner = Owner(server.base)
+    http.base_url = httpx.URL(server.base)
+    owner = Owner(http)
     before = [f"early{n}@example.com" for n in range(3)]
     for n, email in enumerate(before, start=1):
         owner.invite(email)
         # Woken by the commit, not found by a poll.
         smtp.wait_for(n, timeout=POLL_SECONDS / 3)
-    wait_for(lambda: job_statuses(database_url)["done"] == len(before), "the first mails done")
+    wait_for(
+        lambda: job_statuses(database_url)["done"] == len(before),
+        "the first mails done",
+        interval=DATABASE_POLL,
+    )
 
     # From now on the SMTP server holds each message before answering it: the next batch is
     # caught on the wire, unanswered, when the kill lands.
@@ -149,6 +167,6 @@ def test_a_server_killed_in_the_middle_of_a_batch_loses_no_mail_and_sends_none_t
     smtp.wait_for(len(before) + len(batch), timeout=POLL_SECONDS)
     everyone = before + batch
     wait_for(lambda: job_statuses(database_url) == Counter({"done": len(everyone)}),
-             "every job recorded as done")  # fmt: skip
+             "every job recorded as done", interval=DATABASE_POLL)  # fmt: skip
     assert_each_once(smtp, everyone)
     assert "outlived its lease" not in server.log()

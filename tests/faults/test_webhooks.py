@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from buildbay.db.engine import create_engine
 from buildbay.webhooks.models import WebhookDelivery
-from tests.faults.conftest import Server, wait_for
+from tests.faults.conftest import DATABASE_POLL, Server, wait_for
 from tests.webhooks.receiver import Answer, Receiver, receiving
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -100,6 +100,7 @@ def test_events_committed_before_a_kill_are_delivered_after_the_restart_with_the
     wait_for(
         lambda: delivery_statuses(database_url) == Counter({"delivered": len(people)}),
         "every delivery recorded as delivered",
+        interval=DATABASE_POLL,
     )
     ids = Counter(m.id for m in receiver.received)
     assert len(ids) == len(people)  # one webhook-id per event, none lost
