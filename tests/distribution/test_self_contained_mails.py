@@ -1,7 +1,8 @@
 """Issue 36: a mail reads on its own. The new-build mail names the project, the application, the
 version and the uploader (by name: testers never see members' addresses), and carries the
-tester's install link and the application's console page (where the tester's builds are); the mail that says a webhook was disabled
-carries the webhook's page."""
+tester's install link and the application's console page (where the tester's builds are).
+(The mail that says a webhook was disabled carries the webhook's page: tests/webhooks/
+test_webhooks.py.)"""
 
 from __future__ import annotations
 
