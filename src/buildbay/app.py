@@ -64,7 +64,8 @@ from buildbay.storage.factory import create_storage
 from buildbay.storage.signing import UrlSigner
 from buildbay.updates.routes import router as updates_router
 from buildbay.webhooks.delivery import WebhookSender, webhook_handler
-from buildbay.webhooks.events import WEBHOOK_JOB
+from buildbay.webhooks.events import ADDRESSES, WEBHOOK_JOB
+from buildbay.webhooks.events import Addresses as EventAddresses
 from buildbay.webhooks.routes import router as webhooks_router
 from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 
@@ -138,17 +139,19 @@ def create_app(
     shared_redis = redis_pool.connect(settings.redis_url) if settings.redis_url else None
     revocations = SharedRevocations(shared_redis, clock) if shared_redis is not None else None
     job_signal = JobSignal()
+    install_tokens = InstallTokens(settings.signing_key)
+    addresses = EventAddresses(settings.resolved_public_url, install_tokens)
     ctx = AppContext(
         settings=settings,
         engine=engine,
         # Units of work carry the signal that wakes this process's job worker when they
-        # commit a job (jobs/queue.py).
-        sessions=create_sessionmaker(engine, info={JOB_SIGNAL: job_signal}),
+        # commit a job (jobs/queue.py), and the addresses their webhook events name.
+        sessions=create_sessionmaker(engine, info={JOB_SIGNAL: job_signal, ADDRESSES: addresses}),
         read_engine=read_engine,
         clock=clock,
         storage=storage,
         signer=signer,
-        install_tokens=InstallTokens(settings.signing_key),
+        install_tokens=install_tokens,
         limiter=RateLimiter(settings, clock, shared_redis),
         access_tokens=AccessTokenCodec(
             settings.signing_key, timedelta(seconds=settings.access_token_ttl_seconds)
@@ -264,7 +267,7 @@ def job_handlers(ctx: AppContext) -> dict[str, Handler]:
         ),
         VERIFY_JOB: verify_handler(functools.partial(build_service, ctx)),
         WEBHOOK_JOB: webhook_handler(
-            lambda: Reads.on(ctx.read_engine), ctx.webhook_sender, ctx.clock, ctx.mail
+            lambda: Reads.on(ctx.read_engine), ctx.webhook_sender, ctx.clock, ctx.mail, public_url
         ),
     }
 

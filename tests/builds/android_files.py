@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import struct
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -164,3 +165,50 @@ def apk_of_size(size: int) -> bytes:
     data = built(size - overhead)
     assert len(data) == size
     return data
+
+
+def apk(version_code: int = 42, version_name: str = "1.4.2", min_sdk: int = 24) -> bytes:
+    """The fixture APK with another versionCode, versionName and minSdk: the manifest's typed
+    integers set in place and its string pool written again with the new name (its signature no
+    longer matches; nothing here checks it)."""
+    known = expected()
+    out = io.BytesIO()
+    with zipfile.ZipFile(APK) as source, zipfile.ZipFile(out, "w") as target:
+        for entry in source.infolist():
+            data = source.read(entry)
+            if entry.filename == "AndroidManifest.xml":
+                for old, new in ((known["versionCode"], version_code), (known["minSdk"], min_sdk)):
+                    typed = bytes([8, 0, 0, 0x10])  # a Res_value: size 8, TYPE_INT_DEC
+                    before = typed + struct.pack("<I", old)
+                    assert data.count(before) == 1
+                    data = data.replace(before, typed + struct.pack("<i", new))
+                data = _with_string(data, known["versionName"], version_name)
+            target.writestr(entry, data)
+    return out.getvalue()
+
+
+def _with_string(manifest: bytes, old: str, new: str) -> bytes:
+    """A binary XML document whose UTF-16 string pool (the first chunk) has `new` for `old`."""
+    pool_type, header_size, pool_size, count, styles, flags, start, _ = struct.unpack_from(
+        "<HHIIIIII", manifest, 8
+    )
+    assert (pool_type, styles, flags) == (1, 0, 0)  # UTF-16 strings, no styles
+    pool = manifest[8 : 8 + pool_size]
+    offsets = struct.unpack_from(f"<{count}I", pool, header_size)
+    strings = []
+    for offset in offsets:
+        (length,) = struct.unpack_from("<H", pool, start + offset)
+        at = start + offset + 2
+        strings.append(pool[at : at + 2 * length].decode("utf-16-le"))
+    assert strings.count(old) == 1
+    strings = [new if s == old else s for s in strings]
+    body, new_offsets = b"", []
+    for text in strings:
+        new_offsets.append(len(body))
+        body += struct.pack("<H", len(text)) + text.encode("utf-16-le") + b"\0\0"
+    body += b"\0" * (-len(body) % 4)
+    size = header_size + 4 * count + len(body)
+    header = struct.pack("<HHIIIIII", 1, header_size, size, count, 0, 0, start, 0)
+    rest = manifest[8 + pool_size :]
+    document = struct.pack("<HHI", 3, 8, 8 + size + len(rest))
+    return document + header + struct.pack(f"<{count}I", *new_offsets) + body + rest

@@ -43,7 +43,7 @@ async def _verify(team: Team, version_code: int, **verify: Any) -> dict[str, Any
     data = android(version_code, f"1.{version_code}")
     r = await team.client.post(
         f"{team.builds}/upload-link",
-        json={"fileName": "app.aab", "fileSize": len(data)},
+        json={"fileName": "app.apk", "fileSize": len(data)},
         headers=team.owner.headers,
     )
     assert r.status_code == 201, r.text

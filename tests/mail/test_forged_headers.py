@@ -167,7 +167,8 @@ async def test_names_holding_an_encoded_word_forge_no_header_of_an_invitation_or
     new_build = mails["tester@example.com"]
     assert_as_written(new_build, f"{SHOWN} {SHOWN} (7) is ready to test", HEADERS | LIST_HEADERS)
     assert body(new_build, "plain").startswith(
-        f"{EVIL} {EVIL} (7) is ready to install, in the project {EVIL} on Buildbay.\n"
+        f"{EVIL} {EVIL} (7) is ready to install, in the project {EVIL} on Buildbay "
+        f"(uploaded by {EVIL}).\n"
     )
     assert "/install/" in body(new_build, "html")
 

@@ -70,7 +70,8 @@ def test_a_long_list_unsubscribe_url_is_folded_before_it_and_never_encoded() -> 
 
     mail = notification("new_build", "carol@example.com", "Acme 1.2 is ready", url,
                         application="Acme", version="1.2", project="Acme", notes="",
-                        link="http://x/install/t")  # fmt: skip
+                        link="http://x/install/t", uploader="Ada",
+                        page="http://x/projects/p/apps/a")  # fmt: skip
     text = compose("Buildbay <builds@example.com>", mail, NOW)
     assert f"\r\nList-Unsubscribe:\r\n <{url}>\r\n" in text
     message = parsed(text)

@@ -41,7 +41,8 @@ async def test_a_notification_carries_a_one_click_link_that_turns_off_new_build_
     url = ctx.unsubscribe.url(carol.user["id"])
     mail = notification(
         "new_build", carol.email, "Acme 1.2 is ready", url, application="Acme",
-        version="1.2 (7)", project="Acme", notes="", link="http://x/install/t",
+        version="1.2 (7)", project="Acme", notes="", link="http://x/install/t", uploader="Ada",
+        page="http://x/projects/p/apps/a",
     )  # fmt: skip
     message = email.message_from_string(
         compose("Buildbay <builds@example.com>", mail, ctx.clock.now()), policy=email.policy.default

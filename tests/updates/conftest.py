@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.builds.android_files import aab, proto_manifest
+from tests.builds.android_files import aab, apk, proto_manifest
 from tests.conftest import Account
 from tests.leaks import LeakGuard
 
@@ -22,7 +22,7 @@ async def publish(
     owner: Account,
     app: dict[str, Any],
     data: bytes,
-    file_name: str = "app.aab",
+    file_name: str = "app.apk",
     **verify: Any,
 ) -> dict[str, Any]:
     """Upload and verify a build (with `verify`'s extra fields: channels, mandatory)."""
@@ -45,4 +45,10 @@ async def publish(
 
 
 def android(version_code: int, version_name: str = "1.0", min_sdk: int = 24) -> bytes:
-    return aab(proto_manifest("dev.buildbay.bundle", version_name, version_code, min_sdk))
+    """An .apk: what a phone installs."""
+    return apk(version_code, version_name, min_sdk)
+
+
+def bundle(version_code: int, version_name: str = "1.0", min_sdk: int = 24) -> bytes:
+    """An .aab of the same package: what Google Play takes, and no phone installs."""
+    return aab(proto_manifest("dev.buildbay.demo", version_name, version_code, min_sdk))

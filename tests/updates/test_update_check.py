@@ -15,7 +15,7 @@ from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from tests.builds.test_metadata import INFO, ipa
 from tests.conftest import Account, Api, assert_problem
-from tests.updates.conftest import android, publish
+from tests.updates.conftest import android, bundle, publish
 
 CHECK = "/api/updates/check"
 
@@ -110,7 +110,21 @@ async def test_channels_are_isolated(api: Api, client: httpx.AsyncClient, owner:
     assert body["mandatory"] is False  # beta's mandatory build is not on default
     body = await check(client, app, versionCode=1, channel="beta")
     assert body["build"]["buildId"] == beta["buildId"]
-    assert (await check(client, app, versionCode=1, channel="nightly"))["build"] is None
+
+
+async def test_an_unknown_channel_is_404_not_no_update(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    """A typo in the app's channel is noticed: not an answer that there is nothing new."""
+    app = await _app(api, owner)
+    await publish(client, owner, app, android(2))
+    for channel in ["nightly", "Default", "default "]:
+        r = await client.get(CHECK, params={"key": app["updateKey"], "versionCode": 1,
+                                            "channel": channel})  # fmt: skip
+        assert_problem(r, 404, "unknown_channel")
+        assert f'no release channel named "{channel}"' in r.json()["detail"]
+    # A channel with nothing newer is an answer: no update.
+    assert (await check(client, app, versionCode=5))["build"] is None
 
 
 async def test_only_builds_the_os_can_install_are_offered(
@@ -123,6 +137,56 @@ async def test_only_builds_the_os_can_install_are_offered(
     assert body["build"]["buildId"] == old_os["buildId"]
     body = await check(client, app, versionCode=1, platform="android", os="34")
     assert body["build"]["versionCode"] == 3
+    assert (await check(client, app, versionCode=1, platform="ios"))["build"] is None
+
+
+async def test_an_app_bundle_is_never_offered(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    """An .aab is for Google Play: no phone installs it, with or without `platform`."""
+    app = await _app(api, owner)
+    apk = await publish(client, owner, app, android(2))
+    await publish(client, owner, app, bundle(3), "app.aab")
+    for params in [{}, {"platform": "android"}, {"platform": "android", "os": "34"}]:
+        body = await check(client, app, versionCode=1, **params)
+        assert body["build"]["buildId"] == apk["buildId"]
+        assert body["build"]["versionCode"] == 2
+    assert (await check(client, app, versionCode=2))["build"] is None
+    # A mandatory bundle does not make the device's update mandatory: it cannot install it.
+    await publish(client, owner, app, bundle(4), "app.aab", mandatory=True)
+    assert (await check(client, app, versionCode=1))["mandatory"] is False
+
+
+async def test_a_device_is_offered_only_its_platform_s_files(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    """A Windows application takes any file: its .ipa only to iOS, its .apk only to Android,
+    and neither to a device that does not say (a Windows one, by its application)."""
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"], platform="windows")
+    info = {**INFO, "CFBundleIdentifier": "dev.buildbay.demo", "CFBundleVersion": "3",
+            "CFBundleShortVersionString": "1.3"}  # fmt: skip
+    iphone = await publish(client, owner, app, ipa(info).getvalue(), "app.ipa")
+    phone = await publish(client, owner, app, android(2, "1.2"))
+
+    body = await check(client, app, versionCode=1, platform="android")
+    assert body["build"]["buildId"] == phone["buildId"]
+    body = await check(client, app, versionCode=1, platform="iOS")
+    assert body["build"]["buildId"] == iphone["buildId"]
+    for params in [{}, {"platform": "windows"}, {"platform": "macos"}]:
+        assert (await check(client, app, versionCode=1, **params))["build"] is None, params
+
+
+async def test_an_application_s_platform_is_the_device_s_when_it_does_not_say(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"], platform="android")
+    phone = await publish(client, owner, app, android(2))
+    await publish(client, owner, app, bundle(3), "app.aab")
+    body = await check(client, app, versionCode=1)
+    assert body["build"]["buildId"] == phone["buildId"]
+    # Its devices are Android: an iPhone asking is offered nothing.
     assert (await check(client, app, versionCode=1, platform="ios"))["build"] is None
 
 
@@ -167,7 +231,7 @@ async def test_deleted_and_pending_builds_are_never_offered(
     data = android(4)
     r = await client.post(
         f"{base}/upload-link",
-        json={"fileName": "app.aab", "fileSize": len(data)},
+        json={"fileName": "app.apk", "fileSize": len(data)},
         headers=owner.headers,
     )
     link = r.json()

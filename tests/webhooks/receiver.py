@@ -21,6 +21,8 @@ class Answer:
     delay: float = 0.0  # seconds before answering
     body: bytes = b'{"ok":true}'
     location: str | None = None  # a Location header (for a redirect)
+    # Held until the test sets it (at most 30 s): an attempt in flight while the test looks.
+    release: threading.Event | None = None
 
 
 @dataclass
@@ -86,6 +88,8 @@ def receiving(
             answer = receiver.answer()
             if answer.delay:
                 time.sleep(answer.delay)
+            if answer.release is not None:
+                answer.release.wait(30)
             try:
                 self.send_response(answer.status)
                 self.send_header("content-type", "application/json")

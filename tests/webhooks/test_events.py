@@ -1,5 +1,6 @@
 """The events the services emit: each arrives (signed) with `data` the same JSON the API gives
-for the object, plus `projectId`, in the unit of work of the change."""
+for the object, plus `projectId` and what tells of it on its own (tests/webhooks/
+test_self_contained.py), in the unit of work of the change."""
 
 from __future__ import annotations
 
@@ -17,6 +18,27 @@ from tests.webhooks.receiver import Receiver
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 ALL = [e.value for e in SUBSCRIBABLE]
+
+
+def told(owner: Account, app: dict[str, Any], build: dict[str, Any], page: str) -> dict[str, Any]:
+    """What a build event adds to the build, for a build of `app` uploaded by `owner`."""
+    return {
+        "projectId": app["projectId"],
+        "projectName": "Acme",
+        "applicationName": app["name"],
+        "version": "1.4.2 (42)" if build["metadata"] else None,
+        "uploader": {"userId": owner.user["id"], "name": owner.user["name"],
+                     "email": owner.email},
+        "consoleUrl": f"http://testserver/projects/{app['projectId']}/apps/{app['id']}{page}",
+    }  # fmt: skip
+
+
+def console(project: dict[str, Any], page: str = "") -> dict[str, Any]:
+    return {
+        "projectId": project["id"],
+        "projectName": project["name"],
+        "consoleUrl": f"http://testserver/projects/{project['id']}{page}",
+    }
 
 
 async def _events(hooks: Hooks, receiver: Receiver) -> list[dict[str, Any]]:
@@ -38,7 +60,8 @@ async def test_build_events_carry_the_build_as_the_api_shows_it(
     build = await api.upload(owner, project["id"], app["id"])
     [ready] = await _events(hooks, receiver)
     assert ready["type"] == "build.ready"
-    assert ready["data"] == {**build, "projectId": project["id"]}
+    page = f"/builds/{build['buildId']}"
+    assert ready["data"] == {**build, **told(owner, app, build, page)}
 
     base = f"/api/app-distribution/{project['id']}/{app['id']}/builds/{build['buildId']}"
     tester = await api.register("tester@example.com")
@@ -51,19 +74,21 @@ async def test_build_events_carry_the_build_as_the_api_shows_it(
     shown = (await hooks.client.get(base, headers=owner.headers)).json()
     assert downloaded["data"] == {
         **shown,
-        "projectId": project["id"],
+        **told(owner, app, build, page),
         "downloadedBy": {
             "userId": tester.user["id"],
             "email": "tester@example.com",
             "name": tester.user["name"],
         },
+        "installLinkId": None,
     }
 
     r = await hooks.client.delete(base, headers=owner.headers)
     assert r.status_code == 204, r.text
     [deleted] = await _events(hooks, receiver)
     assert deleted["type"] == "build.deleted"
-    assert deleted["data"] == {**shown, "projectId": project["id"], "reason": "member"}
+    # Its page is gone: the application's is the one to open.
+    assert deleted["data"] == {**shown, **told(owner, app, build, ""), "reason": "member"}
 
 
 async def test_what_retention_deletes_is_told_as_build_deleted_with_its_reason(
@@ -97,7 +122,7 @@ async def test_what_retention_deletes_is_told_as_build_deleted_with_its_reason(
     for build in shown:
         assert by_id[build["buildId"]] == {
             **build,
-            "projectId": project["id"],
+            **told(owner, app, build, ""),
             "reason": "retention",
         }
 
@@ -148,7 +173,8 @@ async def test_application_events_carry_the_application_without_its_update_key(
     assert app["updateKey"]
     [created] = await _events(hooks, receiver)
     assert created["type"] == "application.created"
-    assert created["data"] == {**app, "updateKey": None, "projectId": project["id"]}
+    page = f"/apps/{app['id']}"
+    assert created["data"] == {**app, "updateKey": None, **console(project, page)}
 
     r = await hooks.client.delete(
         f"/api/projects/{project['id']}/applications/{app['id']}", headers=owner.headers
@@ -156,7 +182,7 @@ async def test_application_events_carry_the_application_without_its_update_key(
     assert r.status_code == 204
     [deleted] = await _events(hooks, receiver)
     assert deleted["type"] == "application.deleted"
-    assert deleted["data"] == {**app, "updateKey": None, "projectId": project["id"]}
+    assert deleted["data"] == {**app, "updateKey": None, **console(project)}
 
 
 async def test_member_events_carry_the_member(
@@ -170,7 +196,7 @@ async def test_member_events_carry_the_member(
     assert added == {
         "type": "member.added",
         "timestamp": added["timestamp"],
-        "data": {**member, "projectId": project["id"]},
+        "data": {**member, **console(project)},
     }
 
     url = f"/api/projects/{project['id']}/members/{carol.user['id']}"
@@ -178,7 +204,7 @@ async def test_member_events_carry_the_member(
     assert r.status_code == 200
     [changed] = await _events(hooks, receiver)
     assert changed["type"] == "member.role_changed"
-    assert changed["data"] == {**r.json(), "projectId": project["id"], "previousRole": "tester"}
+    assert changed["data"] == {**r.json(), **console(project), "previousRole": "tester"}
     r = await hooks.client.put(url, json={"role": "developer"}, headers=owner.headers)
     assert r.status_code == 200
     assert await _events(hooks, receiver) == []  # the same role: no change, no event
@@ -187,7 +213,7 @@ async def test_member_events_carry_the_member(
     assert r.status_code == 204
     [removed] = await _events(hooks, receiver)
     assert removed["type"] == "member.removed"
-    assert removed["data"] == {**member, "role": "developer", "projectId": project["id"]}
+    assert removed["data"] == {**member, "role": "developer", **console(project)}
 
 
 async def test_a_change_that_fails_emits_nothing(
@@ -230,7 +256,7 @@ async def test_build_distributed_is_emitted_with_what_the_distribution_adds(
         "notified": r.json()["notified"],
         "invitationsPending": r.json()["invitationsPending"],
         "unsubscribed": r.json()["unsubscribed"],
-        "projectId": project["id"],
+        **told(owner, app, build, f"/builds/{build['buildId']}"),
     }
 
 

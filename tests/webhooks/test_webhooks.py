@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email
+import email.policy
 import itertools
 import time
 from datetime import datetime, timedelta
+from email.message import EmailMessage
 
 import pytest
 from sqlalchemy import func, select
@@ -309,6 +312,16 @@ async def test_failing_for_five_days_disables_the_endpoint_and_mails_the_admins(
     assert any("owner@example.com" in m for m in mails)
     assert all("tester@example.com" not in m for m in mails)
     assert all("A webhook of Acme was disabled" in m for m in mails)
+    # Each carries the webhook's page, where it is enabled and its deliveries sent again.
+    page = f"http://testserver/projects/{project['id']}/webhooks/{webhook['id']}"
+    for raw in mails:
+        message = email.message_from_string(raw, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        plain, html = message.get_body(("plain",)), message.get_body(("html",))
+        assert plain is not None
+        assert html is not None
+        assert f"\n{page}\n" in plain.get_content()
+        assert f'href="{page}"' in html.get_content()
 
 
 async def test_a_delivery_is_sent_again_from_the_log_with_the_same_id(

@@ -26,7 +26,12 @@ from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.dependencies import client_ip, count_budget
-from buildbay.builds.dependencies import LinkReads, RecordingLinkReads, build_reads
+from buildbay.builds.dependencies import (
+    LinkReads,
+    RecordingLinkReads,
+    build_reads,
+    build_service,
+)
 from buildbay.builds.devices import device_of, is_android_build, is_ios_build
 from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.removed import linked_build, newest_for
@@ -257,9 +262,13 @@ def _shown(value: object) -> str | None:
     return without_bidi_controls(str(value)) if value else None
 
 
-async def _file_url(ctx: AppContext, links: InstallLinkReads, target: InstallTarget) -> str:
-    # file_url reads nothing: it signs the address.
-    return await build_reads(ctx, links.reads).file_url(target.build)
+async def _download(
+    ctx: AppContext, db: AsyncSession, request: Request, target: InstallTarget
+) -> str:
+    """The file's address, and the download recorded and told as every download is."""
+    service = build_service(ctx, db)
+    user_agent = request.headers.get("user-agent")
+    return await service.download_through_link(target.build, target.link, user_agent)
 
 
 @router.get(
@@ -276,8 +285,8 @@ async def install_download(
     token: Token, links: RecordingLinkReads, ctx: Context, db: SessionDep, request: Request
 ) -> RedirectResponse:
     target = await _open(token, request, links)
-    await _record(db, request, links, target, InstallEventKind.DOWNLOAD)
-    return RedirectResponse(await _file_url(ctx, links, target), status_code=status.HTTP_302_FOUND)
+    url = await _download(ctx, db, request, target)
+    return RedirectResponse(url, status_code=status.HTTP_302_FOUND)
 
 
 @router.get(
@@ -296,9 +305,9 @@ async def install_manifest(
     if not _is_ios(target):
         raise NotFound("Only an .ipa build has an iOS manifest", code="manifest_not_found")
     # The device fetches the file itself from the manifest's address: this is the download.
-    await _record(db, request, links, target, InstallEventKind.DOWNLOAD)
+    file_url = await _download(ctx, db, request, target)
     metadata = target.build.metadata_ or {}
-    assets = [{"kind": "software-package", "url": await _file_url(ctx, links, target)}]
+    assets = [{"kind": "software-package", "url": file_url}]
     if target.build.has_icon:
         assets.append({"kind": "display-image", "url": f"{links.url(target.link)}/icon.png"})
     manifest = {

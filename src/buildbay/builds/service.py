@@ -35,6 +35,7 @@ from buildbay.builds.duplicates import (
     version_exists,
 )
 from buildbay.builds.enums import BuildStatus, OnDuplicate, RemovalReason
+from buildbay.builds.install import InstallLinkRecord
 from buildbay.builds.metadata import (
     PLATFORM_FILES,
     Reading,
@@ -721,15 +722,34 @@ class BuildService:
         viewer: Viewer | None = None,
     ) -> str:
         """A short-lived signed address of a ready build's file, for `by` (who sees the build
-        only if it was given to them, when `viewer` says so); the download is an install event
-        and a `build.downloaded` event, written here."""
+        only if it was given to them, when `viewer` says so): the API's and the console's
+        download."""
         build = await self.reads.get(application.id, build_id, viewer)
         url = await self.reads.ready_file_url(build)
-        await record_install(
-            self.db, build, InstallEventKind.DOWNLOAD, self.now, user_agent, user_id=by.id
-        )
-        await webhook_events.build_downloaded(self.db, build, by, self.public_url, self.now)
+        await self._downloaded(build, user_agent, by.id, None)
         return url
+
+    async def download_through_link(
+        self, build: BuildRecord, link: InstallLinkRecord, user_agent: str | None
+    ) -> str:
+        """A short-lived signed address of the file of an install link's build (its page's
+        download, or the asset of its iOS manifest, which the device fetches): the download of
+        the link's person for a personal link, of nobody known for a shared one. The link was
+        opened (builds/install.py `open`): it is live and its build ready."""
+        url = await self.reads.file_url(build)
+        await self._downloaded(build, user_agent, link.owner_id, link.id)
+        return url
+
+    async def _downloaded(
+        self, build: BuildRecord, user_agent: str | None, user_id: str | None, link_id: str | None
+    ) -> None:
+        """Every download, whichever way it goes: an install event (the build's report and
+        download counts) and a `build.downloaded` event, in the request's unit of work."""
+        await record_install(self.db, build, InstallEventKind.DOWNLOAD, self.now, user_agent,
+                             user_id=user_id, link_id=link_id)  # fmt: skip
+        await webhook_events.build_downloaded(
+            self.db, build, user_id, link_id, self.public_url, self.now
+        )
 
     # -- deleting ----------------------------------------------------------------------------------
 

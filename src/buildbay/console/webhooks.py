@@ -1,7 +1,8 @@
 """The console: a project's webhooks (admins). Add one (its secret shown once, on the page the
 form redirects to), change its URL and events, enable or disable it, rotate its secret (shown
-once, the same way), send a test, and read the delivery log: each delivery with every attempt,
-and a retry."""
+once, the same way), send a test (whose outcome the page shows once the first attempt is made:
+on a reload, or without one where JavaScript asks `.../outcome`), and read the delivery log:
+each delivery with every attempt, and a retry."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.console import shown_once
@@ -32,8 +34,15 @@ from buildbay.errors import BuildbayError
 from buildbay.projects.authorization import ProjectAccess, project_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.webhooks.dependencies import webhook_service
+from buildbay.webhooks.enums import DeliveryStatus
 from buildbay.webhooks.events import SUBSCRIBABLE
-from buildbay.webhooks.reads import deliveries_of, delivery_detail, webhook_of, webhooks_of
+from buildbay.webhooks.reads import (
+    DeliveryRecord,
+    deliveries_of,
+    delivery_detail,
+    webhook_of,
+    webhooks_of,
+)
 from buildbay.webhooks.schemas import WebhookCreate, WebhookUpdate
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -128,10 +137,48 @@ async def _webhook(
     deliveries, _ = await deliveries_of(reads, webhook.id, LOG_SIZE, None)
     shown = values or {"url": webhook.url, "description": webhook.description,
                        "events": webhook.events}  # fmt: skip
+    # The test event just sent (`?test=` after the form), if it is this webhook's.
+    tested = next((d for d in deliveries if d.id == request.query_params.get("test")), None)
     return page("console/webhook.html", visitor, status_code, project=access.project,
                 webhook=webhook, deliveries=deliveries, events=EVENTS, secret=secret,
-                values=shown, errors=errors or {},
-                notice=notice)  # fmt: skip
+                values=shown, errors=errors or {}, notice=notice,
+                test=_test_outcome(access.project.id, tested) if tested else None)  # fmt: skip
+
+
+def _test_outcome(project_id: str, delivery: DeliveryRecord) -> dict[str, Any]:
+    """What the page says of a test event: its outcome once its first attempt is made, and
+    where the page's script asks for it until then."""
+    return {
+        "known": _known(delivery),
+        "text": outcome_text(delivery),
+        "url": f"/projects/{project_id}/webhooks/{delivery.webhook_id}/deliveries/"
+        f"{delivery.id}/outcome",
+    }
+
+
+def _known(delivery: DeliveryRecord) -> bool:
+    return delivery.attempts > 0 or delivery.status is not DeliveryStatus.PENDING
+
+
+def outcome_text(delivery: DeliveryRecord) -> str:
+    """A delivery's outcome as a sentence."""
+    if not _known(delivery):
+        return "Sending the test event…"
+    took = f" in {delivery.last_duration_ms} ms" if delivery.last_duration_ms is not None else ""
+    if delivery.status is DeliveryStatus.DELIVERED:
+        return f"Delivered: the receiver answered {delivery.last_status_code}{took}."
+    if delivery.last_status_code is not None:
+        why = f"the receiver answered {delivery.last_status_code}{took}"
+    elif delivery.last_error:
+        why = f"{delivery.last_error}{took}"
+    else:
+        why = "no attempt could be made"
+    then = (
+        "It is tried again on the retry schedule."
+        if delivery.status is DeliveryStatus.PENDING
+        else "Nothing more is tried; send it again from its details."
+    )
+    return f"Not delivered: {why}. {then}"
 
 
 def _back(
@@ -197,9 +244,25 @@ async def rotate_secret(request: Request, project_id: str, webhook_id: str) -> R
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/test")
 async def send_test(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
-    await webhook_service(get_context(request), db).send_test(access.project, webhook_id)
-    return _back(
-        visitor, project_id, webhook_id, "Test event sent: see the delivery log.", "#deliveries"
+    delivery = await webhook_service(get_context(request), db).send_test(access.project, webhook_id)
+    visitor.tell("Test event sent.")
+    return see_other(
+        f"/projects/{project_id}/webhooks/{webhook_id}?test={delivery.id}#test-outcome"
+    )
+
+
+@router.get("/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}/outcome")
+async def delivery_outcome(
+    request: Request, project_id: str, webhook_id: str, delivery_id: str
+) -> Response:
+    """`{"known", "text"}`: the page's script asks until the outcome is known."""
+    _, db, access = await _admin(request, project_id)
+    reads = Reads.within(db)
+    webhook = await webhook_of(reads, access.project.id, webhook_id)
+    delivery = (await delivery_detail(reads, webhook.id, delivery_id)).delivery
+    return JSONResponse(
+        {"known": _known(delivery), "text": outcome_text(delivery)},
+        headers={"Cache-Control": "no-store"},
     )
 
 

@@ -57,6 +57,7 @@ from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import version_label
 from buildbay.channels.service import ChannelService
 from buildbay.clock import Clock
+from buildbay.console_urls import application_url
 from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
 from buildbay.distribution.groups import check_group_ids
@@ -539,15 +540,22 @@ def distribution_mail_handler(
         db, now = run.db, clock.now()
         row = (
             await db.execute(
-                select(Build, Application.name, Application.install_link_days, Project.name)
+                select(
+                    Build,
+                    Application.name,
+                    Application.install_link_days,
+                    Project.name,
+                    User.name.label("uploader"),
+                )
                 .join(Application, Application.id == Build.application_id)
                 .join(Project, Project.id == Build.project_id)
+                .outerjoin(User, User.id == Build.uploaded_by)
                 .where(Build.id == run.payload["buildId"])
             )
         ).first()
         if row is None:
             return  # deleted meanwhile: nobody to tell
-        build, application, link_days, project = row
+        build, application, link_days, project, uploader = row
         payload = run.payload
         if payload.get("groups"):
             await _write_recipients(db, now, build.id, build.project_id, payload["groups"],
@@ -623,6 +631,10 @@ def distribution_mail_handler(
                     project=project,
                     notes=build.notes,
                     link=base + install_tokens.token(link_of[email]),
+                    # Testers see people's names, never their addresses; and the application's
+                    # page, where the builds given to them are (a build's page is developers').
+                    uploader=uploader,
+                    page=application_url(public_url, build.project_id, build.application_id),
                 )
                 for email, user_id in claimed
             ]

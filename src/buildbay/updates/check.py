@@ -20,7 +20,7 @@ from buildbay.applications.models import Application, UpdateKey
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import LIVE_LINK_COLUMNS, live_link_of
 from buildbay.builds.install import InstallLinkReads, InstallLinks
-from buildbay.builds.metadata import platform_of_name
+from buildbay.builds.metadata import PLATFORM_FILES, platform_of_name, suffix_of
 from buildbay.builds.models import Build, BuildChannel, Channel
 from buildbay.builds.reads import BUILD
 from buildbay.builds.records import BuildRecord
@@ -42,6 +42,7 @@ URL_SLOT_SECONDS = 300
 class KeyOwner:
     application_id: str
     project_id: str
+    platform: str  # the application's (applications/enums.py `Platform`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,9 @@ class Answer:
 
 
 _KEY = (
-    select(UpdateKey.application_id, UpdateKey.expires_at, Application.project_id)
+    select(
+        UpdateKey.application_id, UpdateKey.expires_at, Application.project_id, Application.platform
+    )
     .join(Application, Application.id == UpdateKey.application_id)
     .where(UpdateKey.key == bindparam("key"))
 )
@@ -113,6 +116,9 @@ _CANDIDATES = (
 # date, and then read nothing.
 _CANDIDATES_NEWER_BY_CODE = _CANDIDATES.where(
     or_(Build.version_code > bindparam("version_code"), Build.version_code.is_(None))
+)
+_CHANNEL = select(Channel.id).where(
+    Channel.application_id == bindparam("application_id"), Channel.name == bindparam("channel")
 )
 # The offered build with its live link, in one statement (`now` bound).
 _BUILD = select(*BUILD.columns, *LIVE_LINK_COLUMNS).where(Build.id == bindparam("build_id"))
@@ -158,16 +164,58 @@ async def key_owner(reads: Reads, key: str, now: datetime) -> KeyOwner:
     row = await reads.first(_KEY, {"key": key})
     if row is None or (row["expires_at"] is not None and row["expires_at"] <= now):
         raise unknown_key()
-    return KeyOwner(row["application_id"], row["project_id"])
+    return KeyOwner(row["application_id"], row["project_id"], str(row["platform"]))
+
+
+def unknown_channel(channel: str) -> NotFound:
+    return NotFound(
+        f'The application has no release channel named "{channel}": check the channel the app '
+        "sends (its channels are listed on the application's page)",
+        code="unknown_channel",
+    )
+
+
+# No device installs an app bundle: Google Play makes APKs of it.
+NOT_INSTALLABLE = frozenset({"aab"})
+MOBILE = frozenset(PLATFORM_FILES)
+
+
+def device_platform(caller: Caller, owner: KeyOwner) -> str | None:
+    """The platform of the device asking: the one it says, else its application's, if that is
+    one platform (not `other`, whose builds are all of one unknown kind: an application of
+    platform `other` becomes `android` or `ios` with its first .apk or .ipa)."""
+    if caller.platform:
+        return caller.platform.strip().lower()
+    return owner.platform if owner.platform != "other" else None
+
+
+def build_platform(candidate: Candidate, owner: KeyOwner) -> str | None:
+    """The platform a build's file installs on: by its name (.apk, .ipa), else its
+    application's when that is a platform of its own (a macOS application's .dmg); None for a
+    file of unknown kind in an application of platform `other`."""
+    by_name = platform_of_name(candidate.file_name)
+    if by_name is not None or owner.platform in MOBILE or owner.platform == "other":
+        return by_name
+    return owner.platform
+
+
+def installable(candidate: Candidate, owner: KeyOwner, device: str | None) -> bool:
+    """The file installs on the device, as far as its platform is known: never an app bundle;
+    an .apk only on Android, an .ipa only on iOS, a file of another kind on no phone."""
+    if suffix_of(candidate.file_name) in NOT_INSTALLABLE:
+        return False
+    if device is None:
+        return True
+    platform = build_platform(candidate, owner)
+    if platform is None:
+        return device not in MOBILE
+    return platform == device
 
 
 def compatible(candidate: Candidate, caller: Caller) -> bool:
-    """The build installs on the caller's platform and OS version, as far as either is known:
-    an Android build's minSdk against the API level, an iOS build's MinimumOSVersion against
-    the iOS version."""
-    platform = platform_of_name(candidate.file_name)
-    if caller.platform and platform and caller.platform.lower() != platform:
-        return False
+    """The build installs on the caller's OS version, as far as it is known: an Android
+    build's minSdk against the API level, an iOS build's MinimumOSVersion against the iOS
+    version."""
     metadata = candidate.metadata
     running = os_version(caller.os)
     if running is None:
@@ -181,7 +229,7 @@ def compatible(candidate: Candidate, caller: Caller) -> bool:
 
 
 class UpdateCheck:
-    def __init__(self, caller: Caller) -> None:
+    def __init__(self, caller: Caller, owner: KeyOwner) -> None:
         if caller.version_code is None and app_version(caller.version_name) is None:
             raise ValidationFailed(
                 "Send versionCode (a whole number) or versionName (a version such as 1.4.2): "
@@ -189,6 +237,8 @@ class UpdateCheck:
                 code="version_required",
             )
         self.caller = caller
+        self.owner = owner
+        self.device = device_platform(caller, owner)
         self.caller_version = app_version(caller.version_name)
 
     def newer(self, candidate: Candidate) -> bool:
@@ -200,9 +250,12 @@ class UpdateCheck:
         return False
 
     def choose(self, candidates: list[Candidate]) -> tuple[Candidate | None, bool]:
-        """The newest compatible build newer than the caller, and whether any newer one (that
-        one, or one it skips over) is mandatory."""
-        newer = [c for c in candidates if self.newer(c)]
+        """The newest build newer than the caller that its device can install, and whether
+        any newer one it could install (that one, or one it skips over) is mandatory."""
+        newer = [
+            c for c in candidates
+            if self.newer(c) and installable(c, self.owner, self.device)
+        ]  # fmt: skip
         offered = [c for c in newer if compatible(c, self.caller)]
         if not offered:
             return None, False
@@ -244,6 +297,10 @@ async def candidates(reads: Reads, application_id: str, caller: Caller) -> list[
     return found
 
 
+def _channel_of(owner: KeyOwner, caller: Caller) -> dict[str, Any]:
+    return {"application_id": owner.application_id, "channel": caller.channel}
+
+
 def url_expiry(now: datetime, ttl_seconds: int) -> datetime:
     """The expiry of a file address made now: the end of the current slot plus the TTL."""
     stamp = int(now.timestamp())
@@ -263,8 +320,12 @@ async def answer(
     """The offer for `caller`. `new_links` gives install links on the request's unit of work,
     which the check uses only when the offered build needs a new one (and never commits);
     `url_ttl_seconds`: the life of the file address offered, past its time slot."""
-    rule = UpdateCheck(caller)
-    best, mandatory = rule.choose(await candidates(reads, owner.application_id, caller))
+    rule = UpdateCheck(caller, owner)
+    found = await candidates(reads, owner.application_id, caller)
+    # A channel with candidates exists: only an empty answer (the usual one) asks.
+    if not found and await reads.first(_CHANNEL, _channel_of(owner, caller)) is None:
+        raise unknown_channel(caller.channel)
+    best, mandatory = rule.choose(found)
     if best is None:
         return Answer(None, False)
     now = links.now

@@ -74,7 +74,12 @@ async def check_for_update(
     reads: ReadsDep,
     key: Annotated[str, Query(description="The application's update key (`bbu_...`)", **_SHORT)],
     channel: Annotated[
-        str, Query(description="The release channel the app follows", **_SHORT)
+        str,
+        Query(
+            description="The release channel the app follows (one the application does not "
+            "have: 404 `unknown_channel`)",
+            **_SHORT,
+        ),
     ] = "default",
     version_code: Annotated[
         int | None,
@@ -93,7 +98,14 @@ async def check_for_update(
             **_SHORT,
         ),
     ] = None,
-    platform: Annotated[str | None, Query(description="`android` or `ios`", **_SHORT)] = None,
+    platform: Annotated[
+        str | None,
+        Query(
+            description="The device's platform: `android`, `ios`, `macos`, `windows` or `linux` "
+            "(left out: the application's). Only files it installs are offered (never an .aab)",
+            **_SHORT,
+        ),
+    ] = None,
     os: Annotated[
         str | None,
         Query(

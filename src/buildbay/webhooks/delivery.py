@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay import __version__
 from buildbay.auth.models import User
 from buildbay.clock import Clock
+from buildbay.console_urls import webhook_url
 from buildbay.db.reads import Reads
 from buildbay.ids import new_id
 from buildbay.jobs.worker import Handler, JobRun
@@ -190,9 +191,14 @@ class WebhookSender:
 
 
 def webhook_handler(
-    sessions_read: Callable[[], Reads], sender: WebhookSender, clock: Clock, mail: MailOutbox
+    sessions_read: Callable[[], Reads],
+    sender: WebhookSender,
+    clock: Clock,
+    mail: MailOutbox,
+    public_url: str,
 ) -> Handler:
-    """The outbox's handler of WEBHOOK_JOB jobs."""
+    """The outbox's handler of WEBHOOK_JOB jobs (`public_url`: the console's, for the mail
+    that says an endpoint was disabled)."""
 
     async def deliver(run: JobRun) -> None:
         delivery_id = str(run.payload["deliveryId"])
@@ -213,7 +219,7 @@ def webhook_handler(
         if webhook.previous_secret and (webhook.previous_secret_expires_at or now) > now:
             secrets.append(webhook.previous_secret)
         outcome = await sender.send(webhook.url, secrets, delivery.event_id, delivery.payload)
-        await _record(db, delivery.id, run.id, webhook.id, outcome, clock.now(), mail)
+        await _record(db, delivery.id, run.id, webhook.id, outcome, clock.now(), mail, public_url)
 
     return deliver
 
@@ -281,6 +287,7 @@ async def _record(
     outcome: Outcome,
     now: datetime,
     mail: MailOutbox,
+    public_url: str,
 ) -> None:
     delivery = await _current(db, delivery_id, job_id)
     if delivery is None:
@@ -335,7 +342,7 @@ async def _record(
         if await _update(
             db, webhook_id, Webhook.enabled.is_(True), enabled=False, disabled_reason=reason
         ):
-            await _mail_admins(db, webhook_id, webhook.failing_since, mail, now)
+            await _mail_admins(db, webhook_id, webhook.failing_since, mail, public_url, now)
         return
     if not webhook.enabled or delivery.step > len(RETRY_SCHEDULE):
         delivery.status = DeliveryStatus.FAILED
@@ -357,7 +364,12 @@ async def _update(db: AsyncSession, webhook_id: str, condition: Any, **values: A
 
 
 async def _mail_admins(
-    db: AsyncSession, webhook_id: str, since: datetime, mail: MailOutbox, now: datetime
+    db: AsyncSession,
+    webhook_id: str,
+    since: datetime,
+    mail: MailOutbox,
+    public_url: str,
+    now: datetime,
 ) -> None:
     row = (
         await db.execute(
@@ -384,6 +396,8 @@ async def _mail_admins(
             project=project_name,
             url=row.url,
             since=since.strftime("%Y-%m-%d %H:%M UTC"),
+            # Its page: enable it, and send what failed again from its delivery log.
+            page=webhook_url(public_url, row.project_id, webhook_id),
         )
         try:
             mail.send(db, message, now)

@@ -4,13 +4,16 @@ to its type: a change that rolls back sends nothing, one that commits is never l
 
 The body is written once, here, and sent byte for byte on every attempt: `{type, timestamp,
 data}` as the Standard Webhooks spec shows it, `data` holding the object as the API returns it,
-plus `projectId`.
+plus `projectId` and what makes the message readable on its own (`projectName`, and for a build
+its application's name, version, uploader, console page and install page): a receiver posts it
+to a chat without asking the API anything.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
@@ -19,24 +22,43 @@ from pydantic import BaseModel
 from sqlalchemy import Table, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.applications.models import Application
 from buildbay.applications.reads import application_view
 from buildbay.applications.records import ApplicationRecord, ApplicationView
 from buildbay.applications.schemas import application_schema
-from buildbay.auth.reads import UserRecord
+from buildbay.auth.reads import user_by_id
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
+from buildbay.builds.install import InstallTokens
 from buildbay.builds.records import BuildRecord
-from buildbay.builds.schemas import build_schema
+from buildbay.builds.schemas import build_schema, version_label
+from buildbay.console_urls import application_url, build_url, project_url
 from buildbay.db.reads import Reads
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue, enqueue_all, new_job
 from buildbay.projects.enums import ProjectRole
+from buildbay.projects.models import Project
 from buildbay.projects.records import MemberRecord
 from buildbay.projects.schemas import member_schema
 from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent
 from buildbay.webhooks.models import Webhook, WebhookDelivery
 
 WEBHOOK_JOB = "webhook"
+# The units of work's `info` key of their `Addresses` (app.py puts them there, as jobs/queue.py's
+# JOB_SIGNAL): an event names the console's pages and a build's live shared install link with
+# them. A unit of work without them (an operator command's) sends no such addresses.
+ADDRESSES = "buildbay.event_addresses"
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    public_url: str
+    install_tokens: InstallTokens
+
+
+def addresses_of(db: AsyncSession) -> Addresses | None:
+    found: Addresses | None = db.info.get(ADDRESSES)
+    return found
 
 
 class EventType(StrEnum):
@@ -181,10 +203,56 @@ def schedule(
 # -- the events of each object, called by the services that change it -------------------------
 
 
-def _build_data(db: AsyncSession, build: BuildRecord, public_url: str, now: datetime) -> DataSource:
+_NAMES = (
+    select(Project.name.label("project"), Application.name.label("application"))
+    .join(Project, Project.id == Application.project_id)
+    .where(Application.id == bindparam("application_id"))
+)
+
+
+async def _names(reads: Reads, project_id: str, application_id: str | None) -> dict[str, Any]:
+    """`projectName` (and `applicationName`) of an event's data."""
+    if application_id is None:
+        name = await reads.scalar(select(Project.name).where(Project.id == project_id))
+        return {"projectName": name}
+    row = await reads.first(_NAMES, {"application_id": application_id})
+    return {
+        "projectName": row["project"] if row else None,
+        "applicationName": row["application"] if row else None,
+    }
+
+
+def _build_data(
+    db: AsyncSession, build: BuildRecord, public_url: str, now: datetime, *, gone: bool = False
+) -> DataSource:
+    """The build as the API shows it, plus what tells of it on its own: its project's and
+    application's names, its version, its uploader, the console page to open (the
+    application's for a build `gone`) and its live shared install link (`installUrl`), if it
+    has one."""
+
     async def data() -> Data:
-        extras = (await build_extras(Reads.within(db), [build.id], now)).get(build.id, NO_EXTRAS)
-        return build_schema(build, public_url, None, extras.channels, extras.downloads)
+        reads = Reads.within(db)
+        extras = (await build_extras(reads, [build.id], now)).get(build.id, NO_EXTRAS)
+        addresses = addresses_of(db)
+        install_url = None
+        if extras.link is not None and addresses is not None and not gone:
+            install_url = f"{public_url}/install/{addresses.install_tokens.token(extras.link.id)}"
+        shown = build_schema(build, public_url, install_url, extras.channels, extras.downloads)
+        uploader = await user_by_id(reads, build.uploaded_by) if build.uploaded_by else None
+        console = (
+            application_url(public_url, build.project_id, build.application_id)
+            if gone
+            else build_url(public_url, build.project_id, build.application_id, build.id)
+        )
+        return {
+            **shown.model_dump(mode="json", by_alias=True),
+            **await _names(reads, build.project_id, build.application_id),
+            "version": version_label(build.metadata_),
+            "uploader": None
+            if uploader is None
+            else {"userId": uploader.id, "name": uploader.name, "email": uploader.email},
+            "consoleUrl": console,
+        }
 
     return data
 
@@ -200,7 +268,7 @@ async def build_deleted(
 ) -> None:
     """Before the build's row goes (its channels are read); `reason`: `member` (a member
     deleted it) or `retention` (the sweeper, by the application's rule)."""
-    data = _build_data(db, build, public_url, now)
+    data = _build_data(db, build, public_url, now, gone=True)
     await emit(db, build.project_id, EventType.BUILD_DELETED, data, now, reason=reason)
 
 
@@ -214,12 +282,25 @@ async def build_distributed(
 
 
 async def build_downloaded(
-    db: AsyncSession, build: BuildRecord, user: UserRecord, public_url: str, now: datetime
+    db: AsyncSession,
+    build: BuildRecord,
+    user_id: str | None,
+    link_id: str | None,
+    public_url: str,
+    now: datetime,
 ) -> None:
-    """A download by `user` (a download that no webhook listens for costs one query)."""
-    by = {"userId": user.id, "email": user.email, "name": user.name}
-    data = _build_data(db, build, public_url, now)
-    await emit(db, build.project_id, EventType.BUILD_DOWNLOADED, data, now, downloadedBy=by)
+    """A download by `user_id` (None: through a shared install link, by whoever holds it),
+    through the install link `link_id` if it went through one (a download that no webhook
+    listens for costs one query)."""
+    build_data = _build_data(db, build, public_url, now)
+
+    async def data() -> Data:
+        assert callable(build_data)
+        user = await user_by_id(Reads.within(db), user_id) if user_id else None
+        by = None if user is None else {"userId": user.id, "email": user.email, "name": user.name}
+        return {**dict(await build_data()), "downloadedBy": by, "installLinkId": link_id}
+
+    await emit(db, build.project_id, EventType.BUILD_DOWNLOADED, data, now)
 
 
 def _application_data(view: ApplicationView) -> Data:
@@ -227,34 +308,61 @@ def _application_data(view: ApplicationView) -> Data:
     return application_schema(view, ProjectRole.TESTER)
 
 
+def _told(
+    db: AsyncSession, data: Data, project_id: str, console: Callable[[str], str]
+) -> DataSource:
+    """`data` with its project's name and the console page to open (`console` of the public
+    URL)."""
+
+    async def told() -> Data:
+        names = await _names(Reads.within(db), project_id, None)
+        shown = data.model_dump(mode="json", by_alias=True) if isinstance(data, BaseModel) else data
+        addresses = addresses_of(db)
+        url = console(addresses.public_url) if addresses is not None else None
+        return {**shown, **names, "consoleUrl": url}
+
+    return told
+
+
 async def application_created(db: AsyncSession, view: ApplicationView, now: datetime) -> None:
-    project_id = view.application.project_id
-    await emit(db, project_id, EventType.APPLICATION_CREATED, _application_data(view), now)
+    project_id, application_id = view.application.project_id, view.application.id
+    data = _told(db, _application_data(view), project_id,
+                 lambda url: application_url(url, project_id, application_id))  # fmt: skip
+    await emit(db, project_id, EventType.APPLICATION_CREATED, data, now)
 
 
 async def application_deleted(
     db: AsyncSession, application: ApplicationRecord, now: datetime
 ) -> None:
     """Before the application's row goes (its builds are counted)."""
+    project_id = application.project_id
 
     async def data() -> Data:
-        return _application_data(await application_view(Reads.within(db), application))
+        shown = _application_data(await application_view(Reads.within(db), application))
+        told = _told(db, shown, project_id, lambda url: project_url(url, project_id))
+        assert callable(told)
+        return await told()
 
-    await emit(db, application.project_id, EventType.APPLICATION_DELETED, data, now)
+    await emit(db, project_id, EventType.APPLICATION_DELETED, data, now)
+
+
+def _member_data(db: AsyncSession, member: MemberRecord) -> DataSource:
+    project_id = member.project_id
+    return _told(db, member_schema(member), project_id, lambda url: project_url(url, project_id))
 
 
 async def member_added(db: AsyncSession, member: MemberRecord, now: datetime) -> None:
-    await emit(db, member.project_id, EventType.MEMBER_ADDED, member_schema(member), now)
+    await emit(db, member.project_id, EventType.MEMBER_ADDED, _member_data(db, member), now)
 
 
 async def member_removed(db: AsyncSession, member: MemberRecord, now: datetime) -> None:
-    await emit(db, member.project_id, EventType.MEMBER_REMOVED, member_schema(member), now)
+    await emit(db, member.project_id, EventType.MEMBER_REMOVED, _member_data(db, member), now)
 
 
 async def member_role_changed(
     db: AsyncSession, member: MemberRecord, previous: ProjectRole, now: datetime
 ) -> None:
-    data = member_schema(member)
+    data = _member_data(db, member)
     await emit(
         db, member.project_id, EventType.MEMBER_ROLE_CHANGED, data, now, previousRole=previous.value
     )

@@ -9,12 +9,19 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.config import Settings
+from buildbay.console_urls import webhook_url
 from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.projects.records import ProjectRecord
 from buildbay.webhooks.enums import SubscribableEvent
-from buildbay.webhooks.events import EventType, event_body, queue_delivery, schedule
+from buildbay.webhooks.events import (
+    EventType,
+    addresses_of,
+    event_body,
+    queue_delivery,
+    schedule,
+)
 from buildbay.webhooks.models import Webhook, WebhookDelivery
 from buildbay.webhooks.reads import (
     WEBHOOK,
@@ -122,10 +129,15 @@ class WebhookService:
         if not webhook.enabled:
             raise Conflict("The webhook is disabled; enable it first", code="webhook_disabled")
         record = WEBHOOK.of_entity(webhook)
+        addresses = addresses_of(self.db)
         data = {
             "webhookId": record.id,
             "url": record.url,
             "projectId": project.id,
+            "projectName": project.name,
+            "consoleUrl": webhook_url(addresses.public_url, project.id, record.id)
+            if addresses is not None
+            else None,
             "message": "A test event sent from Buildbay",
         }
         body = event_body(EventType.WEBHOOK_TEST, data, self.now)
