@@ -64,6 +64,7 @@ from buildbay.storage.signing import UrlSigner
 from buildbay.updates.routes import router as updates_router
 from buildbay.webhooks.delivery import WebhookSender, webhook_handler
 from buildbay.webhooks.events import WEBHOOK_JOB
+from buildbay.webhooks.routes import deliveries_router as webhook_deliveries_router
 from buildbay.webhooks.routes import router as webhooks_router
 from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 
@@ -230,6 +231,7 @@ def create_app(
         distribution_router,
         channels_router,
         webhooks_router,
+        webhook_deliveries_router,
         storage_router,
         install_page_router,
         health_router,

@@ -308,6 +308,7 @@ class Build(Model):
     download_url: str | None
     install_url: str | None
     icon_url: str | None
+    console_url: str | None = None  # its console page (developers'; null for a tester)
     channels: list[str] = dataclasses.field(default_factory=list)  # release channels
     mandatory: bool = False  # update checks that find it say the update is mandatory
     downloads_count: int = 0  # through install links and the API
@@ -318,6 +319,25 @@ class Build(Model):
 class BuildList(Model):
     builds: list[Build]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class NotInvited(Model):
+    email: str
+    reason: str  # blocked, recipient_limit, account_limit, ...: the server's words, as it adds
+    detail: str  # the reason as a sentence
+
+
+@dataclass(frozen=True)
+class Distribution(Model):
+    """What distributing a build did."""
+
+    build_id: str
+    groups: list[str]  # every group the build is distributed to, not only this call's
+    testers_reached: int  # newly reached by this call
+    notified: int  # of them, how many are being mailed
+    invited: list[str] = dataclasses.field(default_factory=list)  # e-mails invited as testers
+    not_invited: list[NotInvited] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -127,14 +127,16 @@ async def present(
 def shown_schema(
     shown: ShownBuild, links: InstallLinkReads, *, shared_link: bool = True
 ) -> schemas.Build:
-    """A build as the API shows it, with its newest live shared install link's address (not to
-    a tester: `shared_link` false), its channels and its download count.
+    """A build as the API shows it, with its newest live shared install link's address and its
+    console page (not to a tester: `shared_link` false), its channels and its download count.
 
     A tester installs through a link of their own, which dies with their access (their mail's,
     or the console's Install); a shared link handed to them would outlive it."""
     build, extras = shown.build, shown.extras
     url = links.url(extras.link) if extras.link and shared_link else None
-    return to_schema(build, links.public_url, url, extras.channels, extras.downloads)
+    return to_schema(
+        build, links.public_url, url, extras.channels, extras.downloads, console_page=shared_link
+    )
 
 
 def _install_link(

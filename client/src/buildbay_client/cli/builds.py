@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from buildbay_client.cli.common import (
     connect,
     emit,
     err,
+    every_page,
     fail,
     group_id,
     out,
@@ -64,6 +66,8 @@ def _links(build: Any) -> None:
         out.print(f"download {build.download_url}")
     if build.install_url:
         out.print(f"install  {build.install_url}")
+    if build.console_url:
+        out.print(f"console  {build.console_url}")
 
 
 @builds.command("list")
@@ -159,6 +163,69 @@ def builds_delete(
             typer.confirm(f"Delete build {build_id} and its file for good?", abort=True)
         client.delete_build(pid, aid, build_id)
     err.print(f"Deleted build {build_id}")
+
+
+GroupOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--group", "-g", metavar="GROUP",
+        help="A tester group (name or id; `everyone`); repeat for several",
+    ),
+]  # fmt: skip
+EmailOption = Annotated[
+    list[str] | None,
+    typer.Option("--email", "-e", metavar="EMAIL", help="A tester's e-mail; repeat for several"),
+]
+
+
+@builds.command("distribute")
+def builds_distribute(
+    ctx: typer.Context,
+    build_id: Annotated[str, typer.Argument(metavar="BUILD", help="The build's id (bld_...)")],
+    project: ProjectRef,
+    app: AppRef,
+    group: GroupOption = None,
+    email: EmailOption = None,
+    notify: Annotated[
+        bool, typer.Option(help="Mail each newly reached tester their own install link")
+    ] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Distribute a ready build to tester groups and e-mails. E-mails of people who are not
+    members are invited into the project as testers (developer+; admin+ to invite)."""
+    if not group and not email:
+        fail("give --group or --email (each may be repeated)", 2)
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        groups = [group_id(client, pid, g) for g in group or []]
+        result = client.distribute_build(pid, aid, build_id, groups, email or [], notify)
+        names = group_names(client, pid) if not as_json else {}
+    if as_json:
+        emit(result, True, lambda: table_of())
+    else:
+        out.print(f"distributed {distribution_text(result, names)}")
+
+
+def group_names(client: Any, project: str) -> dict[str, str]:
+    found = every_page(
+        lambda cursor: client.list_groups(project, limit=100, cursor=cursor), "groups"
+    )
+    return {g.id: g.name for g in found}
+
+
+def distribution_text(result: Any, names: dict[str, str]) -> str:
+    """What a distribution did, on one line: `to QA, everyone: 2 testers reached, 2 mailed;
+    invited lee@example.com; not invited sam@example.com (...)`."""
+    groups = ", ".join(names.get(g, g) for g in result.groups) or "no group"
+    reached = result.testers_reached
+    text = f"to {groups}: {reached} {'tester' if reached == 1 else 'testers'} reached, "
+    text += f"{result.notified} mailed"
+    if result.invited:
+        text += f"; invited {', '.join(result.invited)}"
+    for refused in result.not_invited:
+        text += f"; not invited {refused.email} ({refused.detail})"
+    return text
 
 
 # -- upload -------------------------------------------------------------------------------------
@@ -293,12 +360,37 @@ def upload(
             build = client.upload_build(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
                 progress=progress, channels=channel or None, mandatory=mandatory,
-                distribute_to=groups, distribute_emails=distribute_email or [],
                 parts_in_flight=parts_in_flight,
             )  # fmt: skip
-    if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
-        fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
+        if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
+            fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
+        distribution = _distribute_uploaded(client, build, groups, distribute_email or [])
+        names = group_names(client, pid) if distribution and not as_json else {}
+    _print_uploaded(build, distribution, names, as_json)
+
+
+def _distribute_uploaded(
+    client: Any, build: Any, groups: Sequence[str], emails: Sequence[str]
+) -> Any:
+    """The uploaded build to the groups and e-mails given, once it is ready (a build in parts
+    checked in the background too); what that did, for the output. None: none given."""
+    if not groups and not emails:
+        return None
+    return client.distribute_build(
+        build.project_id, build.application_id, build.build_id, groups, emails
+    )
+
+
+def _print_uploaded(build: Any, distribution: Any, names: dict[str, str], as_json: bool) -> None:
+    """The build for the next CI step: with --json, the build's fields (`consoleUrl`, and
+    `installUrl` when a shared install link exists) and `distribution` (null: none asked);
+    else a line each."""
     if as_json:
-        emit(build, True, _builds_table([build]))
-    else:
-        _links(build)
+        from buildbay_client.models import to_json
+
+        answer = {**to_json(build), "distribution": to_json(distribution)}
+        out.print_json(json.dumps(answer))
+        return
+    _links(build)
+    if distribution is not None:
+        out.print(f"reached  {distribution_text(distribution, names)}")

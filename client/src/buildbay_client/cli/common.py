@@ -65,6 +65,7 @@ err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON")]
 ProjectRef = Annotated[str, typer.Option("--project", "-p", help="Project id or name")]
 AppRef = Annotated[str, typer.Option("--app", "-a", help="Application id or name")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")]
 
 
 @dataclass
