@@ -273,6 +273,51 @@ def test_channels_and_an_upload_released_to_one_as_mandatory(cli: Cli) -> None:
     assert (plain["channels"], plain["mandatory"]) == (["default"], False)
 
 
+def test_an_upload_by_app_id_survives_renaming_the_application_and_its_project(
+    cli: Cli,
+) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("projects", "create", "Other")
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    ci = ["upload", str(APK), "--app-id", app["id"]]  # as the console's "Upload from CI" says
+
+    first = cli.json(*ci)
+    renamed = cli("apps", "update", "Acme Android", "-p", "Acme", "--name", "Acme Droid")
+    assert cli("projects", "rename", "Acme", "Acme Mobile").returncode == 0
+    second = cli.json(*ci)
+    by_old_name = cli("upload", str(APK), "-p", "Acme Mobile", "-a", "Acme Android")
+    recased = cli("apps", "update", app["id"], "-p", "Acme Mobile", "--name", "ACME DROID")
+
+    assert (first["applicationId"], first["status"]) == (app["id"], "ready")
+    assert renamed.returncode == 0, renamed.stderr
+    assert renamed.stderr == (
+        "buildbay: warning: Renamed from Acme Android to Acme Droid: CI jobs that name the "
+        'application by name (buildbay upload --app "Acme Android") must change. Its id never '
+        f"changes: name it by --app-id {app['id']} instead.\n"
+    )
+    assert (second["applicationId"], second["status"]) == (app["id"], "ready")
+    assert by_old_name.returncode == 4, by_old_name.stderr  # what the warning said
+    assert "no application named 'Acme Android'" in by_old_name.stderr
+    assert (recased.returncode, recased.stderr) == (0, "")  # a change of case breaks nothing
+    # --project still may say where, and a wrong id is not found, not guessed.
+    assert cli.json(*ci, "-p", "Acme Mobile")["applicationId"] == app["id"]
+    unknown = cli("upload", str(APK), "--app-id", "app_" + "0" * 26)
+    assert unknown.returncode == 4, unknown.stderr
+    assert f"no application app_{'0' * 26} in your projects" in unknown.stderr
+    for wrong in (
+        ["upload", str(APK)],
+        ["upload", str(APK), "--app-id", "Acme Droid"],
+        ["upload", str(APK), "--app-id", app["id"], "--app", "Acme Droid"],
+        ["upload", str(APK), "--app", "Acme Droid"],
+    ):
+        done = cli(*wrong)
+        assert done.returncode == 2, (wrong, done.stderr)
+        assert done.stderr.startswith("buildbay: give --app-id") or "--app-id takes" in (
+            done.stderr
+        ), done.stderr
+
+
 def test_a_file_the_applications_platform_refuses_is_never_sent(cli: Cli, tmp_path: Path) -> None:
     _login(cli)
     cli.json("projects", "create", "Acme")

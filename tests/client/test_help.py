@@ -45,6 +45,8 @@ def test_help_fits_80_columns_with_every_option_whole(path: tuple[str, ...]) -> 
     wide = [line for line in text.splitlines() if len(line) > WIDTH]
     assert wide == [], f"lines wider than {WIDTH} columns:\n" + "\n".join(wide)
     assert "…" not in text  # rich's mark of a cell cut short
+    cut = re.findall(r"--[a-z][\w-]*-\n", text)  # an option named in a sentence, wrapped
+    assert cut == [], f"option names cut at a line's end: {cut}"
     found = EVERY[path]
     for param in found.params:
         if not isinstance(param, TyperOption) or param.hidden:

@@ -208,6 +208,19 @@ class Application(Model):
 
 
 @dataclass(frozen=True)
+class ApplicationWarning(Model):
+    code: str  # `renamed`: CI jobs naming the application by its old name must change
+    detail: str
+
+
+@dataclass(frozen=True)
+class ApplicationUpdated(Application):
+    """An update's answer: the application, and what the change may break elsewhere."""
+
+    warnings: list[ApplicationWarning] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ApplicationList(Model):
     applications: list[Application]
     next_cursor: str | None

@@ -223,10 +223,11 @@ def get_application(project_id: str, app_id: str) -> Op[models.Application]:
 
 def update_application(
     project_id: str, app_id: str, changes: dict[str, Any]
-) -> Op[models.Application]:
-    """`changes` in the API's field names (name, platform, bundleId, retention)."""
+) -> Op[models.ApplicationUpdated]:
+    """`changes` in the API's field names (name, platform, bundleId, retention). The answer's
+    `warnings` say what the change may break (a rename: CI jobs naming the old name)."""
     path = f"{_apps(project_id)}/{_q(app_id)}"
-    return Op("PUT", path, models.Application, changes)
+    return Op("PUT", path, models.ApplicationUpdated, changes)
 
 
 def delete_application(project_id: str, app_id: str) -> Op[None]:

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.dependencies import application_service
 from buildbay.applications.enums import Platform
 from buildbay.applications.schemas import ApplicationUpdate, RetentionRule
+from buildbay.applications.service import rename_warning
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -123,7 +124,9 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
     fields = await form_fields(request)
     try:
         changes = _changes(fields)
-        await application_service(get_context(request), db).update(access.application, changes)
+        view = await application_service(get_context(request), db).update(
+            access.application, changes
+        )
     except FormError as exc:
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, exc.by_field, 422)  # fmt: skip
@@ -131,7 +134,8 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, {"name": exc.detail + "."},
                                      exc.status)  # fmt: skip
-    visitor.tell("Settings saved.")
+    warning = rename_warning(access.application, view.application)
+    visitor.tell(f"Settings saved. {warning}" if warning else "Settings saved.")
     return see_other(settings_path(project_id, app_id))
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from buildbay_client.cli.common import (
+    APP_ID_PATTERN,
     EXIT_REFUSED,
     AppRef,
     JsonOption,
@@ -28,6 +29,7 @@ from buildbay_client.cli.common import (
     group_id,
     out,
     project_id,
+    project_of_application,
     size_text,
     table_of,
     version_label,
@@ -292,13 +294,62 @@ def _progress(verb: str) -> Iterator[Callable[[int, int], None]]:
     yield log
 
 
+UploadProject = Annotated[
+    str | None,
+    typer.Option("--project", "-p", help="Project id or name; none with --app-id"),
+]
+UploadApp = Annotated[
+    str | None, typer.Option("--app", "-a", help="Application id or name (with --project)")
+]
+UploadAppId = Annotated[
+    str | None,
+    typer.Option(
+        "--app-id",
+        metavar="APP_ID",
+        help="The application's id (app_..., as its page in the console shows it), instead of "
+        "--project and --app: it never changes, so renaming the application or its project "
+        "breaks no CI job",
+    ),
+]
+
+
+def _check_target(project: str | None, app: str | None, app_id_given: str | None) -> None:
+    """Usage (exit 2), before anything is sent: --app-id, or --project with --app."""
+    if app_id_given is not None:
+        if app is not None:
+            fail("give --app-id or --app, not both", 2)
+        if not APP_ID_PATTERN.match(app_id_given):
+            fail(f"--app-id takes an application's id (app_...), not {app_id_given!r}: "
+                 "give a name with --project and --app", 2)  # fmt: skip
+    elif project is None or app is None:
+        fail("give --app-id, or --project and --app", 2)
+
+
+def _upload_target(
+    client: Any, project: str | None, app: str | None, app_id_given: str | None
+) -> tuple[str, str]:
+    """The project's and the application's ids an upload goes to."""
+    if app_id_given is not None:
+        pid = (
+            project_id(client, project)
+            if project is not None
+            else project_of_application(client, app_id_given)
+        )
+        return pid, app_id_given
+    assert project is not None  # _check_target said so
+    assert app is not None
+    pid = project_id(client, project)
+    return pid, app_id(client, pid, app)
+
+
 def upload(
     ctx: typer.Context,
     file: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="The build file")
     ],
-    project: ProjectRef,
-    app: AppRef,
+    project: UploadProject = None,
+    app: UploadApp = None,
+    app_id_given: UploadAppId = None,
     notes: Annotated[str | None, typer.Option(help="Release notes")] = None,
     notes_file: Annotated[
         Path | None,
@@ -348,10 +399,10 @@ def upload(
     broken network), running the same command again sends only the parts still missing."""
     if notes is not None and notes_file is not None:
         fail("give --notes or --notes-file, not both", 2)
+    _check_target(project, app, app_id_given)
     with connect(ctx) as client:
         text = notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
-        pid = project_id(client, project)
-        aid = app_id(client, pid, app)
+        pid, aid = _upload_target(client, project, app, app_id_given)
         # Before a byte is read or sent: a 2 GB file the application would refuse costs nothing.
         if problem := platform_problem(file, client.get_application(pid, aid).platform.value):
             fail(problem, EXIT_REFUSED)

@@ -244,6 +244,22 @@ def app_id(client: Buildbay, project: str, ref: str) -> str:
     return named({a.id: a.name for a in found}, ref, "application named")
 
 
+APP_ID_PATTERN = re.compile(r"^app_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def project_of_application(client: Buildbay, application_id: str) -> str:
+    """The project, among yours, that holds the application with this id: an application named
+    by its id alone (`--app-id`) needs neither its name nor its project's, which may change."""
+    found = every_page(lambda cursor: client.list_projects(limit=100, cursor=cursor), "projects")
+    for project in found:
+        try:
+            client.get_application(project.id, application_id)
+        except NotFoundError:
+            continue
+        return str(project.id)
+    fail(f"no application {application_id} in your projects (check the id)", EXIT_NOT_FOUND)
+
+
 def group_id(client: Buildbay, project: str, ref: str) -> str:
     """A tester group given by id (`everyone` too), or by its name in the project."""
     if ref == "everyone" or GROUP_ID_PATTERN.match(ref):
