@@ -66,6 +66,7 @@ from buildbay.updates.routes import router as updates_router
 from buildbay.webhooks.delivery import WebhookSender, webhook_handler
 from buildbay.webhooks.events import ADDRESSES, WEBHOOK_JOB
 from buildbay.webhooks.events import Addresses as EventAddresses
+from buildbay.webhooks.routes import deliveries_router as webhook_deliveries_router
 from buildbay.webhooks.routes import router as webhooks_router
 from buildbay.webhooks.transport import ssl_context as webhook_ssl_context
 
@@ -234,6 +235,7 @@ def create_app(
         distribution_router,
         channels_router,
         webhooks_router,
+        webhook_deliveries_router,
         storage_router,
         install_page_router,
         health_router,

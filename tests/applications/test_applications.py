@@ -134,6 +134,7 @@ async def test_update_changes_only_the_fields_sent(
 
     assert r.status_code == 200, r.text
     updated = r.json()
+    assert updated.pop("warnings") == []
     assert updated["updatedAt"] > app["updatedAt"]
     assert updated == app | {"platform": "ios", "updatedAt": updated["updatedAt"]}
 
@@ -141,13 +142,45 @@ async def test_update_changes_only_the_fields_sent(
         apps_path(project, app), json={"name": " Acme 2 ", "bundleId": None}, headers=owner.headers
     )
     assert r.status_code == 200, r.text
-    assert r.json() == updated | {"name": "Acme 2", "bundleId": None}
+    renamed = r.json()
+    assert [w["code"] for w in renamed.pop("warnings")] == ["renamed"]
+    assert renamed == updated | {"name": "Acme 2", "bundleId": None}
 
     r = await client.put(apps_path(project, app), json={}, headers=owner.headers)
     assert r.status_code == 200, r.text
-    assert r.json() == updated | {"name": "Acme 2", "bundleId": None}
+    assert r.json() == updated | {"name": "Acme 2", "bundleId": None, "warnings": []}
     r = await client.get(apps_path(project, app), headers=owner.headers)
     assert r.json() == updated | {"name": "Acme 2", "bundleId": None}
+
+
+async def test_a_rename_warns_that_ci_jobs_naming_the_old_name_must_change(
+    api: Api, client: httpx.AsyncClient, owner: Account
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"], "Acme Android")
+
+    renamed = await client.put(
+        apps_path(project, app), json={"name": "Acme Droid"}, headers=owner.headers
+    )
+    recased = await client.put(
+        apps_path(project, app), json={"name": "ACME Droid"}, headers=owner.headers
+    )
+    other = await client.put(
+        apps_path(project, app), json={"platform": "android"}, headers=owner.headers
+    )
+
+    assert renamed.status_code == 200, renamed.text
+    assert renamed.json()["warnings"] == [
+        {
+            "code": "renamed",
+            "detail": "Renamed from Acme Android to Acme Droid: CI jobs that name the "
+            'application by name (buildbay upload --app "Acme Android") must change. Its id '
+            f"never changes: name it by --app-id {app['id']} instead.",
+        }
+    ]
+    # The CLI finds a name in any case: a change of case breaks no CI job.
+    assert (recased.json()["name"], recased.json()["warnings"]) == ("ACME Droid", [])
+    assert other.json()["warnings"] == []
 
 
 async def test_update_refuses_null_for_name_and_platform_and_bad_values(

@@ -39,6 +39,7 @@ BUILD_FIELDS = {
     "downloadUrl",
     "installUrl",
     "iconUrl",
+    "consoleUrl",
 }
 
 
@@ -488,7 +489,11 @@ async def test_a_tester_can_list_get_and_download(builds: Builds) -> None:
     assert [b["buildId"] for b in r.json()["builds"]] == [build["buildId"]]
     r = await builds.get(build["buildId"], tester)
     assert r.status_code == 200, r.text
-    assert r.json() == build
+    # The build's console page is the developers' (the console refuses a tester there).
+    assert build["consoleUrl"].endswith(
+        f"/projects/{builds.project_id}/apps/{build['applicationId']}/builds/{build['buildId']}"
+    )
+    assert r.json() == build | {"consoleUrl": None}
     r = await builds.client.get(build["downloadUrl"], headers=tester.headers)
     assert r.status_code == 302
     assert (await builds.client.get(r.headers["location"])).content == DATA

@@ -273,6 +273,51 @@ def test_channels_and_an_upload_released_to_one_as_mandatory(cli: Cli) -> None:
     assert (plain["channels"], plain["mandatory"]) == (["default"], False)
 
 
+def test_an_upload_by_app_id_survives_renaming_the_application_and_its_project(
+    cli: Cli,
+) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("projects", "create", "Other")
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    ci = ["upload", str(APK), "--app-id", app["id"]]  # as the console's "Upload from CI" says
+
+    first = cli.json(*ci)
+    renamed = cli("apps", "update", "Acme Android", "-p", "Acme", "--name", "Acme Droid")
+    assert cli("projects", "rename", "Acme", "Acme Mobile").returncode == 0
+    second = cli.json(*ci)
+    by_old_name = cli("upload", str(APK), "-p", "Acme Mobile", "-a", "Acme Android")
+    recased = cli("apps", "update", app["id"], "-p", "Acme Mobile", "--name", "ACME DROID")
+
+    assert (first["applicationId"], first["status"]) == (app["id"], "ready")
+    assert renamed.returncode == 0, renamed.stderr
+    assert renamed.stderr == (
+        "buildbay: warning: Renamed from Acme Android to Acme Droid: CI jobs that name the "
+        'application by name (buildbay upload --app "Acme Android") must change. Its id never '
+        f"changes: name it by --app-id {app['id']} instead.\n"
+    )
+    assert (second["applicationId"], second["status"]) == (app["id"], "ready")
+    assert by_old_name.returncode == 4, by_old_name.stderr  # what the warning said
+    assert "no application named 'Acme Android'" in by_old_name.stderr
+    assert (recased.returncode, recased.stderr) == (0, "")  # a change of case breaks nothing
+    # --project still may say where, and a wrong id is not found, not guessed.
+    assert cli.json(*ci, "-p", "Acme Mobile")["applicationId"] == app["id"]
+    unknown = cli("upload", str(APK), "--app-id", "app_" + "0" * 26)
+    assert unknown.returncode == 4, unknown.stderr
+    assert f"no application app_{'0' * 26} in your projects" in unknown.stderr
+    for wrong in (
+        ["upload", str(APK)],
+        ["upload", str(APK), "--app-id", "Acme Droid"],
+        ["upload", str(APK), "--app-id", app["id"], "--app", "Acme Droid"],
+        ["upload", str(APK), "--app", "Acme Droid"],
+    ):
+        done = cli(*wrong)
+        assert done.returncode == 2, (wrong, done.stderr)
+        assert done.stderr.startswith("buildbay: give --app-id") or "--app-id takes" in (
+            done.stderr
+        ), done.stderr
+
+
 def test_a_file_the_applications_platform_refuses_is_never_sent(cli: Cli, tmp_path: Path) -> None:
     _login(cli)
     cli.json("projects", "create", "Acme")
@@ -447,6 +492,100 @@ def test_an_upload_says_what_the_server_warns(cli: Cli) -> None:
     )
 
 
+def _group(cli: Cli, name: str, *testers: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A tester group of Acme made through the API, with these e-mails in it, and Acme's
+    applications distributing to no group by themselves; and the owner's API headers."""
+    login = httpx.post(
+        f"{cli.server}/api/auth/login", json={"email": cli.email, "password": PASSWORD}
+    )
+    headers = {"Authorization": f"Bearer {login.json()['access_token']}"}
+    [project] = cli.json("projects", "list")
+    for app in cli.json("apps", "list", "-p", "Acme"):  # no build reaches anyone by itself
+        r = httpx.put(f"{cli.server}/api/projects/{project['id']}/applications/{app['id']}",
+                      json={"autoDistributeGroups": []}, headers=headers)  # fmt: skip
+        assert r.status_code == 200, r.text
+    groups = f"{cli.server}/api/projects/{project['id']}/groups"
+    r = httpx.post(groups, json={"name": name}, headers=headers)
+    assert r.status_code == 201, r.text
+    group = r.json()
+    if testers:
+        r = httpx.post(f"{groups}/{group['id']}/testers", json={"emails": list(testers)},
+                       headers=headers)  # fmt: skip
+        assert r.status_code == 200, r.text
+    return group, headers
+
+
+def _member(cli: Cli, who: str) -> str:
+    email = _email(who)
+    r = httpx.post(f"{cli.server}/api/auth/register",
+                   json={"email": email, "password": PASSWORD, "name": who})  # fmt: skip
+    assert r.status_code == 201, r.text
+    cli.json("members", "add", email, "-p", "Acme")
+    return email
+
+
+def test_upload_json_says_what_the_distribution_did_and_where_the_build_is(cli: Cli) -> None:
+    _login(cli)
+    project = cli.json("projects", "create", "Acme")
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme")
+    tester = _member(cli, "tess")
+    qa, _ = _group(cli, "QA", tester)
+    newcomer = _email("newcomer")
+    where = ["-p", "Acme", "-a", "Acme Android"]
+
+    answer = cli.json("upload", str(APK), *where, "--distribute", "QA",
+                      "--distribute-email", newcomer, "--install-link-hours", "24")  # fmt: skip
+    plain = cli.json("upload", str(APK), *where)
+    lines = cli("upload", str(APK), *where, "--distribute", "QA")
+
+    build_id = answer["buildId"]
+    assert answer["status"] == "ready"
+    assert answer["distribution"] == {
+        "buildId": build_id, "groups": [qa["id"]], "testersReached": 2, "notified": 1,
+        "invited": [newcomer], "notInvited": [],
+    }  # fmt: skip
+    assert answer["consoleUrl"] == (
+        f"{cli.server}/projects/{project['id']}/apps/{app['id']}/builds/{build_id}"
+    )
+    assert answer["installUrl"].startswith(f"{cli.server}/install/")  # for testers
+    assert plain["distribution"] is None
+    assert plain["installUrl"] is None  # no shared install link asked
+    assert lines.returncode == 0, lines.stderr
+    assert "reached  to QA: 1 tester reached, 1 mailed\n" in lines.stdout
+    assert f"console  {cli.server}/projects/{project['id']}/apps/" in lines.stdout
+
+
+def test_builds_distribute_to_a_group_and_an_email(cli: Cli) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Acme Android", "--project", "Acme")
+    where = ["-p", "Acme", "-a", "Acme Android"]
+    tester, member = _member(cli, "tess"), _member(cli, "max")
+    qa, headers = _group(cli, "QA", tester)
+    build = cli.json("upload", str(APK), *where)
+
+    nothing = cli("builds", "distribute", build["buildId"], *where)
+    done = cli("builds", "distribute", build["buildId"], *where, "--group", "QA",
+               "--email", member)  # fmt: skip
+    again = cli.json("builds", "distribute", build["buildId"], *where, "-g", "QA", "--no-notify")
+
+    assert nothing.returncode == 2
+    assert "give --group or --email" in nothing.stderr
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "distributed to QA: 2 testers reached, 2 mailed\n"
+    assert (again["groups"], again["testersReached"]) == ([qa["id"]], 0)  # no one new
+    installs = httpx.get(
+        f"{cli.server}/api/app-distribution/{build['projectId']}/{build['applicationId']}/"
+        f"builds/{build['buildId']}/installs",
+        headers=headers,
+    ).json()
+    reached = {t["email"] for t in installs["testers"] if t["reachedAt"]}
+    assert {tester, member} <= reached
+    missing = cli("builds", "distribute", build["buildId"], *where, "--group", "Nope")
+    assert missing.returncode == 4, missing.stderr
+    assert "no tester group named 'Nope'" in missing.stderr
+
+
 def test_webhooks_create_list_test_and_deliveries(cli: Cli) -> None:
     _login(cli)
     cli.json("projects", "create", "Acme")
@@ -471,6 +610,42 @@ def test_webhooks_create_list_test_and_deliveries(cli: Cli) -> None:
     done = cli("webhooks", "create", "http://localhost/x", "-p", "Acme", "-e", "build.ready")
     assert done.returncode == 5, done.stderr  # refused: https:// only here
     assert "https://" in done.stderr
+
+
+def test_webhooks_disable_enable_retry_and_delete(cli: Cli) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("projects", "create", "Other")
+    created = cli.json("webhooks", "create", "https://localhost/hooks", "-p", "Acme",
+                       "-e", "build.ready")  # fmt: skip
+    webhook = created["id"]
+    queued = cli.json("webhooks", "test", webhook, "-p", "Acme")
+    delivery = queued["deliveryId"]
+
+    disabled = cli.json("webhooks", "disable", webhook, "-p", "Acme")
+    refused = cli("webhooks", "retry", delivery, "-p", "Acme")
+    enabled = cli("webhooks", "enable", webhook, "-p", "Acme")
+    retried = cli("webhooks", "retry", delivery, "-p", "Acme")
+    elsewhere = cli("webhooks", "retry", delivery, "-p", "Other")
+
+    assert (disabled["id"], disabled["enabled"]) == (webhook, False)
+    assert disabled["disabledReason"] == "disabled by a project admin"
+    assert refused.returncode == 5, refused.stderr  # the API's 409
+    assert "webhook_disabled" in refused.stderr
+    assert enabled.returncode == 0, enabled.stderr
+    assert enabled.stderr == f"Enabled webhook {webhook} (https://localhost/hooks)\n"
+    [listed] = cli.json("webhooks", "list", "-p", "Acme")
+    assert listed["enabled"] is True
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stderr == f"Delivery {delivery} queued to be sent again\n"
+    assert elsewhere.returncode == 4, elsewhere.stderr  # another project's: not found
+    assert "delivery_not_found" in elsewhere.stderr
+    kept = cli("webhooks", "delete", webhook, "-p", "Acme", stdin="n\n")
+    assert kept.returncode == 1
+    assert len(cli.json("webhooks", "list", "-p", "Acme")) == 1
+    deleted = cli("webhooks", "delete", webhook, "-p", "Acme", "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    assert cli.json("webhooks", "list", "-p", "Acme") == []
 
 
 def test_each_failure_class_has_its_exit_code(cli: Cli, tmp_path: Path) -> None:

@@ -109,3 +109,36 @@ async def test_a_developer_sees_no_settings(team: Team, browser: httpx.AsyncClie
     browser.cookies.clear()
     await sign_in(browser, team.owner.email)
     assert f'href="{app}/settings"' in (await browser.get(app)).text
+
+
+async def test_a_rename_says_which_ci_jobs_break_and_the_page_gives_the_id_to_use(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    await sign_in(browser, team.owner.email)
+    app_id = team.application["id"]
+    app = f"/projects/{team.project['id']}/apps/{app_id}"
+    command = f"buildbay upload FILE --app-id {app_id}"
+
+    renamed = await post(browser, f"{app}/settings", _form(name="Acme <Beta>"))
+    shown = await browser.get(renamed.headers["location"])
+    recased = await post(browser, f"{app}/settings", _form(name="ACME <BETA>"))
+    quiet = await browser.get(recased.headers["location"])
+    page = await browser.get(app)
+
+    assert renamed.status_code == 303, renamed.text
+    assert (
+        "Settings saved. Renamed from Acme Android to Acme <Beta>: CI jobs that name the "
+        'application by name (buildbay upload --app "Acme Android") must change. Its id never '
+        f"changes: name it by --app-id {app_id} instead."
+    ) in text(shown)
+    assert "Acme <Beta>" not in shown.text  # escaped: the name is the user's text
+    assert f"its id, {app_id}, never changes" in text(shown)  # beside the name field
+    # A change of case breaks no CI job (the CLI finds a name in any case): nothing to warn of.
+    assert '<p class="notice" role="status">Settings saved.</p>' in quiet.text
+    assert "Upload from CI" in text(page)
+    assert f'data-copy="{command}"' in page.text
+    assert "--project" not in page.text  # never the names, which change
+    tester = await team.member("tess@example.com", "tester")
+    browser.cookies.clear()
+    await sign_in(browser, tester.email)
+    assert "Upload from CI" not in text(await browser.get(app))

@@ -214,13 +214,23 @@ def test_an_application_is_deleted_only_with_its_name_typed_on_a_phone(
     page.set_viewport_size(PHONE)
     sign_up(page, "lead@example.com", "Lea")
     app_url = create_project_and_app(page)
+    app_id = app_url.rstrip("/").rsplit("/", 1)[1]
+    # CI is given the id, which outlives any rename.
+    expect(page.locator("#ci-command")).to_have_text(f"buildbay upload FILE --app-id {app_id}")
+    fits_the_screen(page)
     page.goto(f"{app_url}/settings")
 
-    # The bundle id is cleared, the platform changed, the name changed.
+    # The bundle id is cleared, the platform changed, the name changed: which CI jobs that
+    # breaks is said.
     page.get_by_label("Name", exact=True).fill("Acme Beta")
     page.get_by_label("Bundle id").fill("com.acme.beta")
     page.get_by_role("button", name="Save settings").click()
-    expect(page.get_by_role("status")).to_have_text("Settings saved.")
+    expect(page.get_by_role("status")).to_have_text(
+        "Settings saved. Renamed from Acme Android to Acme Beta: CI jobs that name the "
+        'application by name (buildbay upload --app "Acme Android") must change. Its id never '
+        f"changes: name it by --app-id {app_id} instead."
+    )
+    fits_the_screen(page)
     page.get_by_label("Bundle id").fill("")
     page.get_by_label("Platform").select_option("ios")
     page.get_by_role("button", name="Save settings").click()

@@ -345,6 +345,45 @@ async def test_a_delivery_is_sent_again_from_the_log_with_the_same_id(
     assert (delivery["status"], delivery["attempts"]) == ("delivered", 2)
 
 
+async def test_a_delivery_named_alone_is_sent_again_only_within_its_project(
+    hooks: Hooks, api: Api, owner: Account, receiver: Receiver
+) -> None:
+    project = await api.project(owner)
+    other = await api.project(owner, "Other")
+    webhook = await hooks.create(owner, project["id"], receiver.url, receiver=receiver)
+    delivery_id = await hooks.test(owner, project["id"], webhook["id"])
+    await hooks.run()
+
+    elsewhere = await hooks.client.post(
+        f"/api/projects/{other['id']}/webhook-deliveries/{delivery_id}/retry",
+        headers=owner.headers,
+    )
+    r = await hooks.client.post(
+        f"/api/projects/{project['id']}/webhook-deliveries/{delivery_id}/retry",
+        headers=owner.headers,
+    )
+
+    assert_problem(elsewhere, 404, "delivery_not_found")
+    assert r.status_code == 202, r.text
+    assert r.json() == {"deliveryId": delivery_id}
+    await hooks.run()
+    first, again = receiver.received
+    assert (again.id, again.body) == (first.id, first.body)
+    [delivery] = await hooks.deliveries(owner, project["id"], webhook["id"])
+    assert (delivery["status"], delivery["attempts"]) == ("delivered", 2)
+    disabled = await hooks.client.put(
+        f"/api/projects/{project['id']}/webhooks/{webhook['id']}",
+        json={"enabled": False},
+        headers=owner.headers,
+    )
+    assert disabled.status_code == 200, disabled.text
+    r = await hooks.client.post(
+        f"/api/projects/{project['id']}/webhook-deliveries/{delivery_id}/retry",
+        headers=owner.headers,
+    )
+    assert_problem(r, 409, "webhook_disabled")
+
+
 async def test_a_retry_from_the_log_replaces_the_scheduled_attempt(
     hooks: Hooks, api: Api, owner: Account, receiver: Receiver, clock: FrozenClock
 ) -> None:

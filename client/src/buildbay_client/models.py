@@ -216,6 +216,19 @@ class Application(Model):
 
 
 @dataclass(frozen=True)
+class ApplicationWarning(Model):
+    code: str  # `renamed`: CI jobs naming the application by its old name must change
+    detail: str
+
+
+@dataclass(frozen=True)
+class ApplicationUpdated(Application):
+    """An update's answer: the application, and what the change may break elsewhere."""
+
+    warnings: list[ApplicationWarning] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ApplicationList(Model):
     applications: list[Application]
     next_cursor: str | None
@@ -326,6 +339,7 @@ class Build(Model):
     download_url: str | None
     install_url: str | None
     icon_url: str | None
+    console_url: str | None = None  # its console page (developers'; null for a tester)
     channels: list[str] = dataclasses.field(default_factory=list)  # release channels
     mandatory: bool = False  # update checks that find it say the update is mandatory
     downloads_count: int = 0  # through install links and the API
@@ -354,6 +368,25 @@ class ReusedBuild(Build):
 class BuildList(Model):
     builds: list[Build]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class NotInvited(Model):
+    email: str
+    reason: str  # blocked, recipient_limit, account_limit, ...: the server's words, as it adds
+    detail: str  # the reason as a sentence
+
+
+@dataclass(frozen=True)
+class Distribution(Model):
+    """What distributing a build did."""
+
+    build_id: str
+    groups: list[str]  # every group the build is distributed to, not only this call's
+    testers_reached: int  # newly reached by this call
+    notified: int  # of them, how many are being mailed
+    invited: list[str] = dataclasses.field(default_factory=list)  # e-mails invited as testers
+    not_invited: list[NotInvited] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)

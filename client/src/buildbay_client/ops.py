@@ -166,6 +166,23 @@ def test_webhook(project_id: str, webhook_id: str) -> Op[models.DeliveryAccepted
     return Op("POST", path, models.DeliveryAccepted, idempotent=False)
 
 
+def set_webhook_enabled(project_id: str, webhook_id: str, enabled: bool) -> Op[models.Webhook]:
+    """Enable a webhook (its failure count starts afresh) or disable it (its pending deliveries
+    fail without being sent)."""
+    path = f"/api/projects/{_q(project_id)}/webhooks/{_q(webhook_id)}"
+    return Op("PUT", path, models.Webhook, {"enabled": enabled})
+
+
+def delete_webhook(project_id: str, webhook_id: str) -> Op[None]:
+    return Op("DELETE", f"/api/projects/{_q(project_id)}/webhooks/{_q(webhook_id)}")
+
+
+def retry_delivery(project_id: str, delivery_id: str) -> Op[models.DeliveryAccepted]:
+    """Send a delivery again now, with the same `webhook-id` and body."""
+    path = f"/api/projects/{_q(project_id)}/webhook-deliveries/{_q(delivery_id)}/retry"
+    return Op("POST", path, models.DeliveryAccepted, idempotent=False)
+
+
 def list_deliveries(
     project_id: str, webhook_id: str, limit: int | None = None, cursor: str | None = None
 ) -> Op[models.DeliveryList]:
@@ -206,10 +223,11 @@ def get_application(project_id: str, app_id: str) -> Op[models.Application]:
 
 def update_application(
     project_id: str, app_id: str, changes: dict[str, Any]
-) -> Op[models.Application]:
-    """`changes` in the API's field names (name, platform, bundleId, retention)."""
+) -> Op[models.ApplicationUpdated]:
+    """`changes` in the API's field names (name, platform, bundleId, retention). The answer's
+    `warnings` say what the change may break (a rename: CI jobs naming the old name)."""
     path = f"{_apps(project_id)}/{_q(app_id)}"
-    return Op("PUT", path, models.Application, changes)
+    return Op("PUT", path, models.ApplicationUpdated, changes)
 
 
 def delete_application(project_id: str, app_id: str) -> Op[None]:
@@ -340,6 +358,22 @@ def verify(
         body["distribute"] = distribute
     # Verify is safe to repeat: a ready build answers itself.
     return Op("POST", f"{_builds(project_id, app_id)}/verify", models.Build, body)
+
+
+def distribute_build(
+    project_id: str,
+    app_id: str,
+    build_id: str,
+    groups: Sequence[str] = (),
+    emails: Sequence[str] = (),
+    notify: bool = True,
+) -> Op[models.Distribution]:
+    """Distribute a ready build to tester groups (ids, `everyone` too) and e-mails; each newly
+    reached tester is mailed their own install link unless not `notify`. Reaching someone
+    again reaches no one new, so sending it twice is harmless."""
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}/distribute"
+    body = {"groups": list(groups), "emails": list(emails), "notify": notify}
+    return Op("POST", path, models.Distribution, body)
 
 
 def create_install_link(

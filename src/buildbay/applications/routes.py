@@ -8,6 +8,7 @@ from buildbay.applications import schemas
 from buildbay.applications.dependencies import Service
 from buildbay.applications.reads import application_view, applications_page
 from buildbay.applications.schemas import application_schema
+from buildbay.applications.service import RENAMED, rename_warning
 from buildbay.builds.retention import preview as retention_preview
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.openapi import link, linked
@@ -97,9 +98,14 @@ async def get_application(access: AppReader, reads: ReadsDep) -> schemas.Applica
 )
 async def update_application(
     body: schemas.ApplicationUpdate, access: AppAdmin, service: Service
-) -> schemas.Application:
+) -> schemas.ApplicationUpdated:
     changes = body.model_dump(exclude_unset=True)
-    return application_schema(await service.update(access.application, changes), access.role)
+    view = await service.update(access.application, changes)
+    warning = rename_warning(access.application, view.application)
+    return schemas.ApplicationUpdated(
+        **dict(application_schema(view, access.role)),
+        warnings=[schemas.ApplicationWarning(code=RENAMED, detail=warning)] if warning else [],
+    )
 
 
 @router.post(

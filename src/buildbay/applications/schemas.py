@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -160,6 +160,21 @@ class Application(ApiModel):
     version_policy: VersionPolicy = Field(default=VersionPolicy.WARN, description=VERSION_POLICY)
     created_at: Timestamp
     updated_at: Timestamp
+
+
+class ApplicationWarning(ApiModel):
+    code: Literal["renamed"] = Field(
+        description="`renamed`: CI jobs that name the application by its old name must change "
+        "(its id never changes)"
+    )
+    detail: str = Field(description="The warning as a sentence")
+
+
+class ApplicationUpdated(Application):
+    warnings: list[ApplicationWarning] = Field(
+        default_factory=list,
+        description="What the change may break elsewhere, to tell whoever made it (empty: nothing)",
+    )
 
 
 class ApplicationList(ApiModel):

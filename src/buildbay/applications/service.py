@@ -43,6 +43,22 @@ def _columns(fields: dict[str, Any]) -> dict[str, Any]:
     return columns
 
 
+RENAMED = "renamed"  # the code of rename_warning's warning (a warning's, not a problem's)
+
+
+def rename_warning(before: ApplicationRecord, after: ApplicationRecord) -> str | None:
+    """What a rename breaks, said to whoever renames (the API's answer, the console's notice):
+    CI jobs that name the application by its old name. A change of case breaks nothing: the
+    CLI finds a name in any case."""
+    if after.name.casefold() == before.name.casefold():
+        return None
+    return (
+        f"Renamed from {before.name} to {after.name}: CI jobs that name the application by "
+        f'name (buildbay upload --app "{before.name}") must change. Its id never changes: '
+        f"name it by --app-id {before.id} instead."
+    )
+
+
 class ApplicationService:
     def __init__(self, db: AsyncSession, now: datetime) -> None:
         self.db = db

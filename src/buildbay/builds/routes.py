@@ -129,7 +129,8 @@ def shown_schema(
     shown: ShownBuild, links: InstallLinkReads, *, shared_link: bool = True
 ) -> schemas.Build:
     """A build as the API shows it, with its newest live shared install link's address and its
-    warnings (neither to a tester: `shared_link` false), its channels and its download count.
+    warnings and console page (none of them to a tester: `shared_link` false), its channels and
+    its download count.
 
     A tester installs through a link of their own, which dies with their access (their mail's,
     or the console's Install); a shared link handed to them would outlive it."""
@@ -144,7 +145,10 @@ def shown_schema(
                 build_id=extras.same_version,
             )
         )
-    return to_schema(build, links.public_url, url, extras.channels, extras.downloads, warnings)
+    return to_schema(
+        build, links.public_url, url, extras.channels, extras.downloads, warnings,
+        console_page=shared_link,
+    )  # fmt: skip
 
 
 def _install_link(

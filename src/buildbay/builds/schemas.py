@@ -300,6 +300,11 @@ class Build(ApiModel):
     icon_url: str | None = Field(
         description="The app icon the build's file carries (PNG, tester+), if it has one"
     )
+    console_url: str | None = Field(
+        default=None,
+        description="The build's page in the web console (developers and above; null for a "
+        "tester, who has no such page)",
+    )
     channels: list[str] = Field(
         default_factory=list, description="The release channels the build is published to"
     )
@@ -380,7 +385,11 @@ def build_schema(
     channels: list[str] | None = None,
     downloads_count: int = 0,
     warnings: list[BuildWarning] | None = None,
+    *,
+    console_page: bool = True,
 ) -> Build:
+    """The build as the API (and a webhook's payload) shows it; `console_page` false for a
+    tester, who has no console page of it."""
     address = (
         f"{public_url}/api/app-distribution/{build.project_id}/{build.application_id}"
         f"/builds/{build.id}"
@@ -404,6 +413,10 @@ def build_schema(
         download_url=f"{address}/download" if ready else None,
         install_url=install_url if ready else None,
         icon_url=f"{address}/icon" if build.has_icon else None,
+        console_url=f"{public_url}/projects/{build.project_id}/apps/{build.application_id}"
+        f"/builds/{build.id}"
+        if console_page
+        else None,
         channels=channels or [],
         mandatory=build.mandatory,
         downloads_count=downloads_count,

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.dependencies import application_service
 from buildbay.applications.enums import Platform
 from buildbay.applications.schemas import ApplicationUpdate, RetentionRule, retention_policy
+from buildbay.applications.service import rename_warning
 from buildbay.builds.records import ReadyBuild
 from buildbay.builds.retention import preview as retention_preview
 from buildbay.builds.schemas import version_label
@@ -157,7 +158,7 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
         if doomed and fields.get("deletes") != deletion_token(doomed):
             return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                          fields, doomed=doomed)  # fmt: skip
-        await application_service(ctx, db).update(access.application, changes)
+        view = await application_service(ctx, db).update(access.application, changes)
     except FormError as exc:
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, exc.by_field, 422)  # fmt: skip
@@ -165,13 +166,15 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, {"name": said(exc) + "."},
                                      exc.status)  # fmt: skip
+    warning = rename_warning(access.application, view.application)
+    said_saved = f"Settings saved. {warning}" if warning else "Settings saved."
     if doomed:
         visitor.tell(
-            f"Settings saved. The retention rule deletes {count_of(len(doomed), 'build')} on "
+            f"{said_saved} The retention rule deletes {count_of(len(doomed), 'build')} on "
             "the sweeper's next round; the application's page lists them once they are gone."
         )
     else:
-        visitor.tell("Settings saved.")
+        visitor.tell(said_saved)
     return see_other(settings_path(project_id, app_id))
 
 

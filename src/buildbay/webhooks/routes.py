@@ -26,6 +26,12 @@ router = APIRouter(
 )
 
 
+# A delivery named by its id alone, as the delivery log and the CLI show it.
+deliveries_router = APIRouter(
+    prefix="/api/projects/{id}/webhook-deliveries", tags=["webhooks"], route_class=TransactionRoute
+)
+
+
 WebhookId = Annotated[str, Path(alias="webhookId")]
 DeliveryId = Annotated[str, Path(alias="deliveryId")]
 
@@ -205,4 +211,17 @@ async def retry_delivery(
     webhook_id: WebhookId, delivery_id: DeliveryId, access: ProjectAdmin, service: Service
 ) -> schemas.DeliveryAccepted:
     await service.retry(access.project, webhook_id, delivery_id)
+    return schemas.DeliveryAccepted(delivery_id=delivery_id)
+
+
+@deliveries_router.post(
+    "/{deliveryId}/retry",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=problem_responses(401, 403, 404, 409, 429),
+    summary="Send a delivery (of any of the project's webhooks) again now (admin+)",
+)
+async def retry_delivery_by_id(
+    delivery_id: DeliveryId, access: ProjectAdmin, service: Service
+) -> schemas.DeliveryAccepted:
+    await service.retry_delivery(access.project, delivery_id)
     return schemas.DeliveryAccepted(delivery_id=delivery_id)

@@ -161,6 +161,19 @@ class WebhookService:
         delivery.step = 0
         schedule(self.db, delivery, self.now)
 
+    async def retry_delivery(self, project: ProjectRecord, delivery_id: str) -> str:
+        """`retry`, for a delivery named alone (as the delivery log and `buildbay webhooks
+        retry` show it): its webhook is the project's one it belongs to. Its webhook's id."""
+        webhook_id = await self.db.scalar(
+            select(WebhookDelivery.webhook_id)
+            .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+            .where(WebhookDelivery.id == delivery_id, Webhook.project_id == project.id)
+        )
+        if webhook_id is None:
+            raise delivery_not_found()
+        await self.retry(project, webhook_id, delivery_id)
+        return webhook_id
+
     async def _webhook(self, project: ProjectRecord, webhook_id: str) -> Webhook:
         webhook = await self.db.scalar(
             select(Webhook)

@@ -120,6 +120,8 @@ def apps_update(
     with connect(ctx) as client:
         pid = project_id(client, project)
         updated = client.update_application(pid, app_id(client, pid, app), changes)
+    for warning in updated.warnings:
+        err.print(f"buildbay: warning: {warning.detail}")
     emit(updated, as_json, _apps_table([updated]))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from buildbay_client.cli.common import (
+    APP_ID_PATTERN,
     EXIT_REFUSED,
     AppRef,
     JsonOption,
@@ -23,10 +25,12 @@ from buildbay_client.cli.common import (
     connect,
     emit,
     err,
+    every_page,
     fail,
     group_id,
     out,
     project_id,
+    project_of_application,
     size_text,
     table_of,
     version_label,
@@ -70,6 +74,8 @@ def _links(build: Any) -> None:
         out.print(f"download {build.download_url}")
     if build.install_url:
         out.print(f"install  {build.install_url}")
+    if build.console_url:
+        out.print(f"console  {build.console_url}")
 
 
 def _say_reused_and_warnings(build: Any) -> None:
@@ -180,6 +186,69 @@ def builds_delete(
     err.print(f"Deleted build {build_id}")
 
 
+GroupOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--group", "-g", metavar="GROUP",
+        help="A tester group (name or id; `everyone`); repeat for several",
+    ),
+]  # fmt: skip
+EmailOption = Annotated[
+    list[str] | None,
+    typer.Option("--email", "-e", metavar="EMAIL", help="A tester's e-mail; repeat for several"),
+]
+
+
+@builds.command("distribute")
+def builds_distribute(
+    ctx: typer.Context,
+    build_id: Annotated[str, typer.Argument(metavar="BUILD", help="The build's id (bld_...)")],
+    project: ProjectRef,
+    app: AppRef,
+    group: GroupOption = None,
+    email: EmailOption = None,
+    notify: Annotated[
+        bool, typer.Option(help="Mail each newly reached tester their own install link")
+    ] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Distribute a ready build to tester groups and e-mails. E-mails of people who are not
+    members are invited into the project as testers (developer+; admin+ to invite)."""
+    if not group and not email:
+        fail("give --group or --email (each may be repeated)", 2)
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        groups = [group_id(client, pid, g) for g in group or []]
+        result = client.distribute_build(pid, aid, build_id, groups, email or [], notify)
+        names = group_names(client, pid) if not as_json else {}
+    if as_json:
+        emit(result, True, lambda: table_of())
+    else:
+        out.print(f"distributed {distribution_text(result, names)}")
+
+
+def group_names(client: Any, project: str) -> dict[str, str]:
+    found = every_page(
+        lambda cursor: client.list_groups(project, limit=100, cursor=cursor), "groups"
+    )
+    return {g.id: g.name for g in found}
+
+
+def distribution_text(result: Any, names: dict[str, str]) -> str:
+    """What a distribution did, on one line: `to QA, everyone: 2 testers reached, 2 mailed;
+    invited lee@example.com; not invited sam@example.com (...)`."""
+    groups = ", ".join(names.get(g, g) for g in result.groups) or "no group"
+    reached = result.testers_reached
+    text = f"to {groups}: {reached} {'tester' if reached == 1 else 'testers'} reached, "
+    text += f"{result.notified} mailed"
+    if result.invited:
+        text += f"; invited {', '.join(result.invited)}"
+    for refused in result.not_invited:
+        text += f"; not invited {refused.email} ({refused.detail})"
+    return text
+
+
 # -- upload -------------------------------------------------------------------------------------
 
 
@@ -244,13 +313,62 @@ def _progress(verb: str) -> Iterator[Callable[[int, int], None]]:
     yield log
 
 
+UploadProject = Annotated[
+    str | None,
+    typer.Option("--project", "-p", help="Project id or name; none with --app-id"),
+]
+UploadApp = Annotated[
+    str | None, typer.Option("--app", "-a", help="Application id or name (with --project)")
+]
+UploadAppId = Annotated[
+    str | None,
+    typer.Option(
+        "--app-id",
+        metavar="APP_ID",
+        help="The application's id (app_..., as its page in the console shows it), instead of "
+        "--project and --app: it never changes, so renaming the application or its project "
+        "breaks no CI job",
+    ),
+]
+
+
+def _check_target(project: str | None, app: str | None, app_id_given: str | None) -> None:
+    """Usage (exit 2), before anything is sent: --app-id, or --project with --app."""
+    if app_id_given is not None:
+        if app is not None:
+            fail("give --app-id or --app, not both", 2)
+        if not APP_ID_PATTERN.match(app_id_given):
+            fail(f"--app-id takes an application's id (app_...), not {app_id_given!r}: "
+                 "give a name with --project and --app", 2)  # fmt: skip
+    elif project is None or app is None:
+        fail("give --app-id, or --project and --app", 2)
+
+
+def _upload_target(
+    client: Any, project: str | None, app: str | None, app_id_given: str | None
+) -> tuple[str, str]:
+    """The project's and the application's ids an upload goes to."""
+    if app_id_given is not None:
+        pid = (
+            project_id(client, project)
+            if project is not None
+            else project_of_application(client, app_id_given)
+        )
+        return pid, app_id_given
+    assert project is not None  # _check_target said so
+    assert app is not None
+    pid = project_id(client, project)
+    return pid, app_id(client, pid, app)
+
+
 def upload(
     ctx: typer.Context,
     file: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="The build file")
     ],
-    project: ProjectRef,
-    app: AppRef,
+    project: UploadProject = None,
+    app: UploadApp = None,
+    app_id_given: UploadAppId = None,
     notes: Annotated[str | None, typer.Option(help="Release notes")] = None,
     notes_file: Annotated[
         Path | None,
@@ -311,10 +429,10 @@ def upload(
     broken network), running the same command again sends only the parts still missing."""
     if notes is not None and notes_file is not None:
         fail("give --notes or --notes-file, not both", 2)
+    _check_target(project, app, app_id_given)
     with connect(ctx) as client:
         text = notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
-        pid = project_id(client, project)
-        aid = app_id(client, pid, app)
+        pid, aid = _upload_target(client, project, app, app_id_given)
         # Before a byte is read or sent: a 2 GB file the application would refuse costs nothing.
         if problem := platform_problem(file, client.get_application(pid, aid).platform.value):
             fail(problem, EXIT_REFUSED)
@@ -323,13 +441,38 @@ def upload(
             build = client.upload_build(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
                 progress=progress, channels=channel or None, mandatory=mandatory,
-                distribute_to=groups, distribute_emails=distribute_email or [],
                 parts_in_flight=parts_in_flight, on_duplicate=on_duplicate.value,
             )  # fmt: skip
-    _say_reused_and_warnings(build)
-    if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
-        fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
+        _say_reused_and_warnings(build)
+        if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
+            fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
+        distribution = _distribute_uploaded(client, build, groups, distribute_email or [])
+        names = group_names(client, pid) if distribution and not as_json else {}
+    _print_uploaded(build, distribution, names, as_json)
+
+
+def _distribute_uploaded(
+    client: Any, build: Any, groups: Sequence[str], emails: Sequence[str]
+) -> Any:
+    """The uploaded build to the groups and e-mails given, once it is ready (a build in parts
+    checked in the background too); what that did, for the output. None: none given."""
+    if not groups and not emails:
+        return None
+    return client.distribute_build(
+        build.project_id, build.application_id, build.build_id, groups, emails
+    )
+
+
+def _print_uploaded(build: Any, distribution: Any, names: dict[str, str], as_json: bool) -> None:
+    """The build for the next CI step: with --json, the build's fields (`consoleUrl`, and
+    `installUrl` when a shared install link exists) and `distribution` (null: none asked);
+    else a line each."""
     if as_json:
-        emit(build, True, _builds_table([build]))
-    else:
-        _links(build)
+        from buildbay_client.models import to_json
+
+        answer = {**to_json(build), "distribution": to_json(distribution)}
+        out.print_json(json.dumps(answer))
+        return
+    _links(build)
+    if distribution is not None:
+        out.print(f"reached  {distribution_text(distribution, names)}")

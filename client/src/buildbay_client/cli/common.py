@@ -65,6 +65,7 @@ err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON")]
 ProjectRef = Annotated[str, typer.Option("--project", "-p", help="Project id or name")]
 AppRef = Annotated[str, typer.Option("--app", "-a", help="Application id or name")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")]
 
 
 @dataclass
@@ -241,6 +242,22 @@ def app_id(client: Buildbay, project: str, ref: str) -> str:
         lambda cursor: client.list_applications(project, limit=100, cursor=cursor), "applications"
     )
     return named({a.id: a.name for a in found}, ref, "application named")
+
+
+APP_ID_PATTERN = re.compile(r"^app_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def project_of_application(client: Buildbay, application_id: str) -> str:
+    """The project, among yours, that holds the application with this id: an application named
+    by its id alone (`--app-id`) needs neither its name nor its project's, which may change."""
+    found = every_page(lambda cursor: client.list_projects(limit=100, cursor=cursor), "projects")
+    for project in found:
+        try:
+            client.get_application(project.id, application_id)
+        except NotFoundError:
+            continue
+        return str(project.id)
+    fail(f"no application {application_id} in your projects (check the id)", EXIT_NOT_FOUND)
 
 
 def group_id(client: Buildbay, project: str, ref: str) -> str:

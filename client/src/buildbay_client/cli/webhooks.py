@@ -11,6 +11,7 @@ from rich.table import Table
 from buildbay_client.cli.common import (
     JsonOption,
     ProjectRef,
+    YesOption,
     connect,
     emit,
     err,
@@ -102,3 +103,69 @@ def webhooks_deliveries(
         return t
 
     emit(found, as_json, table)
+
+
+WebhookArg = Annotated[str, typer.Argument(metavar="WEBHOOK", help="The webhook's id (whk_...)")]
+
+
+@webhooks.command("disable")
+def webhooks_disable(
+    ctx: typer.Context, webhook: WebhookArg, project: ProjectRef, as_json: JsonOption = False
+) -> None:
+    """Stop sending to a webhook. Its pending deliveries fail without being sent."""
+    _set_enabled(ctx, webhook, project, False, as_json)
+
+
+@webhooks.command("enable")
+def webhooks_enable(
+    ctx: typer.Context, webhook: WebhookArg, project: ProjectRef, as_json: JsonOption = False
+) -> None:
+    """Send to a webhook again. One is disabled by hand, or after 5 days of failures."""
+    _set_enabled(ctx, webhook, project, True, as_json)
+
+
+def _set_enabled(
+    ctx: typer.Context, webhook: str, project: str, enabled: bool, as_json: bool
+) -> None:
+    with connect(ctx) as client:
+        changed = client.set_webhook_enabled(project_id(client, project), webhook, enabled)
+    if as_json:
+        emit(changed, True, _webhooks_table([changed]))
+        return
+    err.print(f"{'Enabled' if enabled else 'Disabled'} webhook {changed.id} ({changed.url})")
+
+
+@webhooks.command("delete")
+def webhooks_delete(
+    ctx: typer.Context, webhook: WebhookArg, project: ProjectRef, yes: YesOption = False
+) -> None:
+    """Delete a webhook and its delivery log. Its pending deliveries are not sent."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        if not yes:
+            typer.confirm(f"Delete webhook {webhook} and its delivery log?", abort=True)
+        client.delete_webhook(pid, webhook)
+    err.print(f"Deleted webhook {webhook}")
+
+
+@webhooks.command("retry")
+def webhooks_retry(
+    ctx: typer.Context,
+    delivery: Annotated[
+        str,
+        typer.Argument(
+            metavar="DELIVERY",
+            help="The delivery's id (whd_...), as `webhooks deliveries` lists it",
+        ),
+    ],
+    project: ProjectRef,
+    as_json: JsonOption = False,
+) -> None:
+    """Send a delivery again now. It has the same webhook-id and body: a receiver that
+    de-duplicates by webhook-id sees it once."""
+    with connect(ctx) as client:
+        accepted = client.retry_delivery(project_id(client, project), delivery)
+    if as_json:
+        emit(accepted, True, lambda: table_of())
+        return
+    err.print(f"Delivery {accepted.delivery_id} queued to be sent again")
