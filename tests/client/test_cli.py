@@ -33,7 +33,7 @@ import pytest
 from typer.testing import CliRunner
 
 from buildbay_client.cli import command
-from tests.builds.android_files import APK, APK_V1
+from tests.builds.android_files import APK, APK_V1, apk
 from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
 from tests.processes import free_port, running
 
@@ -524,7 +524,9 @@ def _member(cli: Cli, who: str) -> str:
     return email
 
 
-def test_upload_json_says_what_the_distribution_did_and_where_the_build_is(cli: Cli) -> None:
+def test_upload_json_says_what_the_distribution_did_and_where_the_build_is(
+    cli: Cli, tmp_path: Path
+) -> None:
     _login(cli)
     project = cli.json("projects", "create", "Acme")
     app = cli.json("apps", "create", "Acme Android", "--project", "Acme")
@@ -535,14 +537,18 @@ def test_upload_json_says_what_the_distribution_did_and_where_the_build_is(cli: 
 
     answer = cli.json("upload", str(APK), *where, "--distribute", "QA",
                       "--distribute-email", newcomer, "--install-link-hours", "24")  # fmt: skip
-    plain = cli.json("upload", str(APK), *where)
-    lines = cli("upload", str(APK), *where, "--distribute", "QA")
+    # Other files: the same one again would be the build it already is (one build per binary).
+    second, third = tmp_path / "second.apk", tmp_path / "third.apk"
+    second.write_bytes(apk(version_code=43))
+    third.write_bytes(apk(version_code=44))
+    plain = cli.json("upload", str(second), *where)
+    lines = cli("upload", str(third), *where, "--distribute", "QA")
 
     build_id = answer["buildId"]
     assert answer["status"] == "ready"
     assert answer["distribution"] == {
-        "buildId": build_id, "groups": [qa["id"]], "testersReached": 2, "notified": 1,
-        "invited": [newcomer], "notInvited": [],
+        "buildId": build_id, "groups": [qa["id"]], "testersReached": 1, "notified": 1,
+        "invited": [newcomer], "notInvited": [], "invitationsPending": 1, "unsubscribed": 0,
     }  # fmt: skip
     assert answer["consoleUrl"] == (
         f"{cli.server}/projects/{project['id']}/apps/{app['id']}/builds/{build_id}"

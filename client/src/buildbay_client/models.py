@@ -109,6 +109,8 @@ class Me(User):
     limits: Limits
     # Whether new-build mails are sent to the user (a server before them: True).
     notify_new_builds: bool = True
+    # A new address waiting for its confirmation (the account page's e-mail change), or None.
+    pending_email: str | None = None
 
 
 @dataclass(frozen=True)
@@ -189,9 +191,20 @@ class MemberList(Model):
 
 
 @dataclass(frozen=True)
+class RetentionProtect(Model):
+    """The builds retention keeps whatever its rule says: the newest given to each tester group,
+    and the newest of each channel."""
+
+    groups: bool = True
+    channels: bool = True
+
+
+@dataclass(frozen=True)
 class Retention(Model):
     keep_last: int | None
     keep_days: int | None
+    # What it always keeps (a server before it: nothing said, both on by its default).
+    protect: RetentionProtect = dataclasses.field(default_factory=RetentionProtect)
 
 
 @dataclass(frozen=True)
@@ -383,10 +396,12 @@ class Distribution(Model):
 
     build_id: str
     groups: list[str]  # every group the build is distributed to, not only this call's
-    testers_reached: int  # newly reached by this call
+    testers_reached: int  # members newly reached by this call (never the uploader)
     notified: int  # of them, how many are being mailed
     invited: list[str] = dataclasses.field(default_factory=list)  # e-mails invited as testers
     not_invited: list[NotInvited] = dataclasses.field(default_factory=list)
+    invitations_pending: int = 0  # invited to its groups, not signed up yet: reached on joining
+    unsubscribed: int = 0  # of those reached, how many turned new-build mail off
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,11 @@ def distribution_text(result: Any, names: dict[str, str]) -> str:
     reached = result.testers_reached
     text = f"to {groups}: {reached} {'tester' if reached == 1 else 'testers'} reached, "
     text += f"{result.notified} mailed"
+    if result.invitations_pending:
+        pending = result.invitations_pending
+        text += f", {pending} {'invitation' if pending == 1 else 'invitations'} pending"
+    if result.unsubscribed:
+        text += f", {result.unsubscribed} unsubscribed from mail"
     if result.invited:
         text += f"; invited {', '.join(result.invited)}"
     for refused in result.not_invited:
