@@ -5,6 +5,7 @@ is stopped whatever happens, and a user with a project and an application on suc
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -127,7 +128,8 @@ class Uploader:
         )
         if link.status_code != 201:
             return link
-        put = http.put(link.json()["uploadUrl"], content=b"bytes")
+        # Bytes of its own: the same file again would be the build it already is (409).
+        put = http.put(link.json()["uploadUrl"], content=os.urandom(5))
         if put.status_code != 200:
             return put
         body = {"buildId": link.json()["buildId"]}

@@ -185,6 +185,10 @@ def _request_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
         schema["examples"] = [example]
     if getattr(model, "NOT_EMPTY", False):
         schema["minProperties"] = 1
+    if one_of := getattr(model, "ONE_STRING_OF", ()):  # exactly one of these, as a string
+        schema["oneOf"] = [
+            {"required": [name], "properties": {name: {"type": "string"}}} for name in one_of
+        ]
 
 
 def _not_null_in_the_document(schema: dict[str, Any]) -> None:

@@ -214,7 +214,11 @@ def test_apps_update_sets_retention_and_shows_the_bundle_id_the_first_build_gave
     cli: Cli, uploaded: Uploaded
 ) -> None:
     shown = cli.json("apps", "update", "Acme Android", "-p", "Acme", "--keep-last", "5")
-    assert shown["retention"] == {"keepLast": 5, "keepDays": None}
+    assert shown["retention"] == {
+        "keepLast": 5,
+        "keepDays": None,
+        "protect": {"groups": True, "channels": True},
+    }
     assert shown["bundleId"] == "dev.buildbay.demo"
 
 

@@ -240,11 +240,14 @@ async def test_a_pending_build_says_why_it_is_not_ready(
     listed = text(
         await browser.get(f"/projects/{team.project['id']}/apps/{team.application['id']}")
     )
+    waiting = text(await browser.get(_page(team, links[0])))
     page = text(await browser.get(_page(team, links[1])))
 
-    assert "Waiting for its file: the upload link works until" in listed
+    # The application's list shows ready builds; each pending one's page says why it waits.
+    assert "Waiting for its file" not in listed
+    assert "Waiting for its file: the upload link works until" in waiting
     refusal = "The last check refused it: Not a readable .apk: not a zip archive"
-    assert refusal in listed
+    assert refusal not in listed
     assert refusal in page
 
 

@@ -136,7 +136,7 @@ def test_the_leads_distribution_reaches_testers_and_a_person_who_joins_from_the_
     build_id = http.ready_build(lena, project_id, app_id)
     lead.goto(f"/projects/{project_id}/apps/{app_id}/builds/{build_id}")
     expect(lead.locator("#reach")).to_contain_text("Not distributed yet.")
-    lead.get_by_label("QA (2)").check()
+    lead.get_by_label("QA (2 testers)").check()
     lead.get_by_role("button", name="Distribute").click()
     expect(
         lead.get_by_text(

@@ -6,6 +6,7 @@ sending on its own (bounded by CAP and DEADLINE)."""
 from __future__ import annotations
 
 import json
+import os
 import selectors
 import socket
 import time
@@ -157,9 +158,9 @@ def test_an_endless_upload_is_answered_and_its_connection_closed(
         r = uploader.verify(link["buildId"])
         assert r.status_code == 422, r.text
         assert r.json()["code"] == "upload_incomplete"
-        r = uploader.http.put(
-            link["uploadUrl"], content=b"x" * DECLARED, headers=link["uploadHeaders"]
-        )
+        # Bytes of each case's own: the same file again would be the build it already is.
+        content = os.urandom(DECLARED)
+        r = uploader.http.put(link["uploadUrl"], content=content, headers=link["uploadHeaders"])
         assert r.status_code == 200, r.text
         assert uploader.verify(link["buildId"]).status_code == 200
 

@@ -35,6 +35,7 @@ class InvitationAccept(RequestModel):
     verified) its id, from `GET /api/account/invitations`."""
 
     EXAMPLE: ClassVar[dict[str, Any] | None] = {"token": "bbi_the-token-from-the-invitation-mail"}
+    ONE_STRING_OF: ClassVar[tuple[str, ...]] = ("token", "invitationId")
 
     token: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
         default=None, description="The token of the invitation mail's link"
