@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -10,8 +11,11 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
+from buildbay.app import create_app
+from buildbay.clock import FrozenClock
+from buildbay.config import Settings
 from buildbay.db.models import Base
-from tests.conftest import Account, Api
+from tests.conftest import BASE_URL, Account, Api
 from tests.leaks import LeakGuard
 
 Login = Callable[[Account], Awaitable[Account]]
@@ -58,3 +62,21 @@ async def stored_values(app: FastAPI, model: type[Base]) -> list[str]:
     async with app.state.ctx.sessions() as db:
         rows = await db.scalars(select(model))
         return [str(getattr(row, column.key)) for row in rows for column in model.__table__.columns]
+
+
+@pytest.fixture
+async def two_processes(
+    settings: Settings, clock: FrozenClock, redis_url: str
+) -> AsyncIterator[list[tuple[FastAPI, httpx.AsyncClient]]]:
+    """Two apps sharing the database and Redis, as two server processes would."""
+    shared = settings.model_copy(update={"redis_url": redis_url})
+    async with contextlib.AsyncExitStack() as stack:
+        pair = []
+        for _ in range(2):
+            app = create_app(shared, clock=clock, migrate_on_start=False)
+            stack.push_async_callback(app.state.ctx.dispose)
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
+            )
+            pair.append((app, client))
+        yield pair

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -96,24 +95,6 @@ async def test_a_plan_changed_outside_the_api_shows_within_the_cache_lifetime(
     clock.advance(seconds=ACCESS_CACHE_TTL.total_seconds())
 
     assert (await client.get("/api/auth/me", headers=owner.headers)).json()["plan"] == "pro"
-
-
-@pytest.fixture
-async def two_processes(
-    settings: Settings, clock: FrozenClock, redis_url: str
-) -> AsyncIterator[list[tuple[FastAPI, httpx.AsyncClient]]]:
-    """Two apps sharing the database and Redis, as two server processes would."""
-    shared = settings.model_copy(update={"redis_url": redis_url})
-    async with contextlib.AsyncExitStack() as stack:
-        pair = []
-        for _ in range(2):
-            app = create_app(shared, clock=clock, migrate_on_start=False)
-            stack.push_async_callback(app.state.ctx.dispose)
-            client = await stack.enter_async_context(
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
-            )
-            pair.append((app, client))
-        yield pair
 
 
 def session_lookups(app: FastAPI) -> list[str]:

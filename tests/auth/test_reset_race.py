@@ -11,9 +11,8 @@ cached) before the reset commits. Whatever it made must not act once the reset h
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -21,12 +20,9 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import event, select
 
-from buildbay.app import create_app
 from buildbay.auth.accounts import AccountService
 from buildbay.auth.models import User
 from buildbay.auth.password_reset import PasswordResets
-from buildbay.clock import FrozenClock
-from buildbay.config import Settings
 from buildbay.db.engine import finish
 from buildbay.deps import AppContext
 from tests.conftest import BASE_URL, Account, Api, assert_problem
@@ -210,24 +206,6 @@ async def test_a_login_used_while_a_reset_runs_is_not_served_from_a_cache_after_
     headers = {"Authorization": f"Bearer {login.json()['access_token']}"}
     assert_problem(await client.get("/api/auth/me", headers=headers), 401, "token_revoked")
     await the_owner_is_back(api, client, owner.email)
-
-
-@pytest.fixture
-async def two_processes(
-    settings: Settings, clock: FrozenClock, redis_url: str
-) -> AsyncIterator[list[tuple[FastAPI, httpx.AsyncClient]]]:
-    """Two apps sharing the database and Redis, as two server processes would."""
-    shared = settings.model_copy(update={"redis_url": redis_url})
-    async with contextlib.AsyncExitStack() as stack:
-        pair = []
-        for _ in range(2):
-            app = create_app(shared, clock=clock, migrate_on_start=False)
-            stack.push_async_callback(app.state.ctx.dispose)
-            client = await stack.enter_async_context(
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL)
-            )
-            pair.append((app, client))
-        yield pair
 
 
 async def test_with_redis_a_login_used_while_a_reset_runs_is_refused_by_another_s_cache(
