@@ -9,11 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
 
 from buildbay.builds.android import parse_apk
+from buildbay.devices.models import BuildProfileDevice
 from tests.builds.android_files import APK, aab, expected, proto_manifest
 from tests.builds.conftest import Builds
-from tests.builds.test_metadata import INFO, ipa
+from tests.builds.test_metadata import INFO, ipa, profile
 from tests.conftest import assert_problem
 
 IPA = ipa().getvalue()
@@ -435,3 +438,22 @@ async def test_an_application_of_another_platform_takes_any_file(builds: Builds)
     r = await _verified(builds, IPA, "Example.ipa")  # read, but no platform is forced on it
     assert r.status_code == 200, r.text
     assert (await _application(builds))["platform"] == "windows"
+
+
+async def test_verify_keeps_an_ad_hoc_profile_s_udids_beside_the_build(
+    builds: Builds, app: FastAPI
+) -> None:
+    udids = ["0123456789ABCDEF0123456789ABCDEF01234567", "00008030-001A35E22E88802E"]
+    profile_bytes = profile(ProvisionedDevices=udids, Entitlements={"get-task-allow": False})
+    data = ipa(extra={"embedded.mobileprovision": profile_bytes}).getvalue()
+
+    r = await _verified(builds, data, "AdHoc.ipa")
+
+    assert r.status_code == 200, r.text
+    build = r.json()
+    assert build["metadata"]["provisioning"]["type"] == "ad-hoc"
+    async with app.state.ctx.sessions() as db:
+        stored = await db.scalars(
+            select(BuildProfileDevice.udid).where(BuildProfileDevice.build_id == build["buildId"])
+        )
+        assert sorted(stored) == sorted(udids)

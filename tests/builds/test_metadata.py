@@ -127,6 +127,19 @@ def test_the_provisioning_profile_gives_its_type_expiry_and_devices(
     assert parsed.metadata["provisioning"] == {**expected, "expiresAt": "2027-03-01T12:00:00Z"}
 
 
+def test_the_profile_s_udids_come_out_upper_case_once_each_and_only_udids() -> None:
+    old = "0123456789abcdef0123456789abcdef01234567"
+    new = "00008030-001A35E22E88802E"
+    devices = [old, new, old.upper(), "not a udid", 42, new.lower()]
+    parsed = parse_ipa(ipa(extra={"embedded.mobileprovision": profile(ProvisionedDevices=devices)}))
+    assert parsed.profile_udids == (old.upper(), new)
+    assert parsed.metadata["provisioning"]["deviceCount"] == len(devices)
+    # The UDIDs stay out of the metadata, which every list of builds reads.
+    assert old.upper() not in repr(parsed.metadata)
+    enterprise = profile(ProvisionsAllDevices=True)
+    assert parse_ipa(ipa(extra={"embedded.mobileprovision": enterprise})).profile_udids == ()
+
+
 def test_the_icon_comes_out_as_a_standard_png_with_rgba_pixels() -> None:
     small, _ = cgbi_png(8, 8)
     large, rows = cgbi_png(60, 60)

@@ -36,6 +36,10 @@ class MetadataError(Exception):
 class Parsed:
     metadata: dict[str, Any]
     icon_png: bytes | None  # a PNG any browser shows, when the build has one
+    # An ad-hoc or development .ipa's provisioning profile's UDIDs (`ProvisionedDevices`), upper
+    # case: stored beside the build (devices.models.BuildProfileDevice), not in its metadata,
+    # which every list reads.
+    profile_udids: tuple[str, ...] = ()
 
 
 def open_archive(file: IO[bytes]) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo]]:

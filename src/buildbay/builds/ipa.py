@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from buildbay.builds.archive import MetadataError, Parsed, open_archive, read_entry
+from buildbay.devices.enums import normalise_udid
 
 PLIST_LIMIT = 1024 * 1024  # Info.plist and the provisioning profile
 ICON_LIMIT = 2 * 1024 * 1024  # an icon file, compressed or not
@@ -50,10 +51,13 @@ def parse_ipa(file: IO[bytes]) -> Parsed:
             "provisioning": None,
         }
         profile = names.get(app_dir + "embedded.mobileprovision")
+        udids: tuple[str, ...] = ()
         if profile is not None:
-            metadata["provisioning"] = _provisioning(read_entry(archive, profile, PLIST_LIMIT))
+            read = _provisioning(read_entry(archive, profile, PLIST_LIMIT))
+            if read is not None:
+                metadata["provisioning"], udids = read
         icon = _icon(archive, names, app_dir, info)
-    return Parsed(metadata, icon)
+    return Parsed(metadata, icon, udids)
 
 
 def _plist(data: bytes) -> dict[str, Any]:
@@ -70,8 +74,9 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _provisioning(signed: bytes) -> dict[str, Any] | None:
-    """Type, expiry and device count from a provisioning profile (a plist inside a CMS envelope)."""
+def _provisioning(signed: bytes) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+    """Type, expiry and device count from a provisioning profile (a plist inside a CMS
+    envelope), and the UDIDs it lists (those that are UDIDs, upper case, each once)."""
     start, end = signed.find(b"<?xml"), signed.find(b"</plist>")
     if start < 0 or end < start:
         return None
@@ -86,7 +91,12 @@ def _provisioning(signed: bytes) -> dict[str, Any] | None:
     else:
         kind = "app-store"
     expires = profile.get("ExpirationDate")
-    return {
+    udids = (
+        tuple(dict.fromkeys(u for d in devices if isinstance(d, str) if (u := normalise_udid(d))))
+        if isinstance(devices, list)
+        else ()
+    )
+    summary = {
         "type": kind,
         "expiresAt": (
             expires.replace(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -95,6 +105,7 @@ def _provisioning(signed: bytes) -> dict[str, Any] | None:
         ),
         "deviceCount": len(devices) if isinstance(devices, list) else None,
     }
+    return summary, udids
 
 
 def _icon(

@@ -144,6 +144,7 @@ class Reading:
     refused: str | None = None
     # For a file whose metadata cannot be read: the mobile platform its entries say it is for.
     platform: str | None = None
+    profile_udids: tuple[str, ...] = ()  # archive.Parsed's
 
 
 def has_parser(file_name: str) -> bool:
@@ -174,4 +175,4 @@ def read_metadata(open_file: Callable[[], IO[bytes]], file_name: str) -> Reading
         return Reading(error=error, platform=platform_of_content(open_file))
     if problem := metadata_problem(parsed.metadata):
         return Reading(refused=f"This .{suffix} cannot be taken: {problem}")
-    return Reading(parsed.metadata, parsed.icon_png)
+    return Reading(parsed.metadata, parsed.icon_png, profile_udids=parsed.profile_udids)

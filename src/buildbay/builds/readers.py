@@ -328,7 +328,10 @@ def _reading(answer: dict[str, Any], icon: bytes | None) -> Reading:
     for text in (error, refused, platform):
         if not (text is None or isinstance(text, str)):
             raise ValueError("text")
-    return Reading(metadata, icon, error, refused, platform)
+    udids = answer["profileUdids"]
+    if not (isinstance(udids, list) and all(isinstance(u, str) for u in udids)):
+        raise ValueError("profileUdids")
+    return Reading(metadata, icon, error, refused, platform, tuple(udids))
 
 
 # -- the reading process ------------------------------------------------------------------------
@@ -366,6 +369,7 @@ def _serve(
                 "error": reading.error,
                 "refused": reading.refused,
                 "platform": reading.platform,
+                "profileUdids": reading.profile_udids,
                 "icon": reading.icon_png is not None,
             }
             conn.send_bytes(b"J" + json.dumps(answer).encode())

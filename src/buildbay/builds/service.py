@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any, TypeVar
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.enums import Platform, VersionPolicy
@@ -52,6 +52,7 @@ from buildbay.config import Settings
 from buildbay.db.concurrency import lock_row
 from buildbay.db.engine import after_commit, connection_released, hold_until_ended
 from buildbay.db.reads import Reads
+from buildbay.devices.models import BuildProfileDevice
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import EVERYONE, InstallEventKind
 from buildbay.distribution.service import distribute_when_ready
@@ -580,6 +581,11 @@ class BuildService:
                 await self._adopt_identity(application, identity, platform)
             if reading.icon_png is not None:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
+            if reading.profile_udids:
+                await self.db.execute(
+                    insert(BuildProfileDevice),
+                    [{"build_id": build.id, "udid": udid} for udid in reading.profile_udids],
+                )
             to_everyone = EVERYONE in application.auto_distribute_groups
             await channel_service.publish_verified(
                 application.id, build.id, channels, to_everyone=to_everyone

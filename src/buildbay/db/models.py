@@ -21,6 +21,13 @@ from buildbay.builds.models import (
     RemovedInstallLink,
 )
 from buildbay.db.base import Base
+from buildbay.devices.models import (
+    AppleApiKey,
+    AppleDeviceRegistration,
+    BuildProfileDevice,
+    Device,
+    DeviceChallenge,
+)
 from buildbay.distribution.models import (
     BuildDistribution,
     BuildGroup,
@@ -42,6 +49,8 @@ from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
     "ApiToken",
+    "AppleApiKey",
+    "AppleDeviceRegistration",
     "Application",
     "Base",
     "BrowserSession",
@@ -50,8 +59,11 @@ __all__ = [
     "BuildDistribution",
     "BuildGroup",
     "BuildIcon",
+    "BuildProfileDevice",
     "BuildRecipient",
     "Channel",
+    "Device",
+    "DeviceChallenge",
     "EmailChange",
     "GroupTester",
     "InstallEvent",

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy import ForeignKey, Index, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -32,3 +32,5 @@ class ProjectMember(Base):
     )
     role: Mapped[ProjectRole] = mapped_column(EnumString(ProjectRole))
     created_at: Mapped[datetime]
+    # A developer (or above) asked for a mail per device one of the project's testers enrolls.
+    device_mail: Mapped[bool] = mapped_column(default=False, server_default=false())
