@@ -35,7 +35,8 @@ WEB_MODULES = (
     "buildbay.templates",
     "buildbay.projects.access",
 )
-WEB_SUFFIXES = (".routes", ".dependencies", ".install_page")
+# A domain's second set of routes has a name of its own (feedback's `team_routes`).
+WEB_SUFFIXES = (".routes", ".dependencies", ".install_page", "_routes", "_dependencies")
 
 
 def _module_name(path: Path) -> str:

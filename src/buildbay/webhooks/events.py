@@ -71,6 +71,7 @@ class EventType(StrEnum):
     MEMBER_ADDED = "member.added"
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
+    FEEDBACK_UPDATED = "feedback.updated"  # its status or assignee (feedback/triage.py)
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
 
 
