@@ -38,6 +38,9 @@ from buildbay.config import InvitationCaps
 from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
+from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
+from buildbay.feedback.models import Feedback
+from buildbay.ids import new_id
 from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
@@ -240,6 +243,24 @@ class World:
     def channels(self) -> str:
         return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
 
+    async def new_feedback(self) -> str:
+        """A feedback on the world's build by the member (a tester), written as the submission
+        stores it: the team's routes (tests/feedback/) act on it."""
+
+        async def write(db: AsyncSession) -> str:
+            now = self.ctx.clock.now()
+            feedback = Feedback(
+                id=new_id("fbk"), project_id=self.ids["id"], application_id=self.ids["appId"],
+                build_id=self.ids["buildId"], tester_id=self.accounts.member.user["id"],
+                reporter_email=self.accounts.member.email, category=FeedbackCategory.BUG,
+                text="It crashes", context=None, status=FeedbackStatus.NEW, assignee_id=None,
+                created_at=now, updated_at=now,
+            )  # fmt: skip
+            db.add(feedback)
+            return feedback.id
+
+        return await self._unit_of_work(write)
+
     async def new_api_token(self, account: Account) -> str:
         return str((await self._api_token(account, {"name": "ci"}))["id"])
 
@@ -391,6 +412,7 @@ async def build_world(
     world.ids["groupId"] = await world.new_group()
     world.ids["webhookId"] = await world.new_webhook()
     world.ids["deliveryId"] = await world.new_delivery()
+    world.ids["feedbackId"] = await world.new_feedback()
     world.api_token_id = await world.new_api_token(owner)
     world.token_ids.add(world.api_token_id)
     await world.limited_tokens()
@@ -587,6 +609,16 @@ async def _build_update(w: World, subject: Account) -> dict[str, Any]:
 @body("POST", "/api/projects/{id}/webhooks")
 async def _webhook(w: World, subject: Account) -> dict[str, Any]:
     return {"url": "https://hooks.example.com/another", "events": ["member.added"]}
+
+
+@body("PATCH", "/api/projects/{id}/feedback/{feedbackId}")
+async def _feedback_update(w: World, subject: Account) -> dict[str, Any]:
+    return {"status": "triaged"}
+
+
+@body("POST", "/api/projects/{id}/feedback/{feedbackId}/comments")
+async def _feedback_comment(w: World, subject: Account) -> dict[str, Any]:
+    return {"text": "Thanks, we are on it"}
 
 
 @body("PUT", "/api/projects/{id}/webhooks/{webhookId}")

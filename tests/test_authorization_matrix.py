@@ -107,6 +107,15 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): "admin",
     ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): "admin",
     ("POST", "/api/projects/{id}/webhook-deliveries/{deliveryId}/retry"): "admin",
+    # Feedback is the team's; the tester who sent one sees it and its comments too (the world's
+    # is the member's: tests/feedback/test_feedback_team.py tests the sender's sight).
+    ("GET", "/api/projects/{id}/feedback"): "developer",
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}"): "developer",
+    ("PATCH", "/api/projects/{id}/feedback/{feedbackId}"): "developer",
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}/comments"): "developer",
+    ("POST", "/api/projects/{id}/feedback/{feedbackId}/comments"): "developer",
+    # What the caller sent, across their projects (an API token: its own projects').
+    ("GET", "/api/account/feedback"): ANY_USER,
     ("GET", "/api/projects/{id}/applications"): "tester",
     ("POST", "/api/projects/{id}/applications"): "admin",
     ("GET", "/api/projects/{id}/applications/{appId}"): "tester",
@@ -201,6 +210,12 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): READ,
     ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): UNSCOPED,
     ("POST", "/api/projects/{id}/webhook-deliveries/{deliveryId}/retry"): UNSCOPED,
+    ("GET", "/api/projects/{id}/feedback"): READ,
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}"): READ,
+    ("PATCH", "/api/projects/{id}/feedback/{feedbackId}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}/comments"): READ,
+    ("POST", "/api/projects/{id}/feedback/{feedbackId}/comments"): UNSCOPED,
+    ("GET", "/api/account/feedback"): READ,
     ("GET", "/api/projects/{id}/applications"): READ,
     ("POST", "/api/projects/{id}/applications"): UNSCOPED,
     ("GET", "/api/projects/{id}/applications/{appId}"): READ,
@@ -283,6 +298,7 @@ UNKNOWN = {
     "groupId": "grp_00000000000000000000000000",
     "webhookId": "whk_00000000000000000000000000",
     "deliveryId": "whd_00000000000000000000000000",
+    "feedbackId": "fbk_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
@@ -294,6 +310,7 @@ UNKNOWN_CODE = {
     "groupId": "group_not_found",
     "webhookId": "webhook_not_found",
     "deliveryId": "delivery_not_found",
+    "feedbackId": "feedback_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 
