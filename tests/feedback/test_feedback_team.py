@@ -352,3 +352,33 @@ async def test_new_feedback_counts_of_builds_take_one_statement(team: Team, app:
         assert len(seen) == 1  # no statement at all for no build
     finally:
         await reads.close()
+
+
+async def test_builds_show_their_new_feedback_count_to_the_team_in_the_same_statement(
+    team: Team, app: FastAPI
+) -> None:
+    tess = await team.member("tess@example.com")
+    builds = [await team.build() for _ in range(6)]
+    for n, build in enumerate(builds):
+        for _ in range(n % 3):
+            await team.feedback(build, tess)
+        await team.feedback(build, tess, status="resolved")
+    path = f"/api/app-distribution/{team.pid}/{team.application['id']}/builds"
+
+    r = await team.get(team.owner, path)
+    counts = {b["buildId"]: b["newFeedbackCount"] for b in r.json()["builds"]}
+    assert counts == {b["buildId"]: n % 3 for n, b in enumerate(builds)}
+    r = await team.get(team.owner, f"{path}/{builds[2]['buildId']}")
+    assert r.json()["newFeedbackCount"] == 2
+    # Triage is the team's: a tester sees null.
+    r = await team.get(tess, path)
+    assert {b["newFeedbackCount"] for b in r.json()["builds"]} == {None}
+
+    async def statements(limit: int) -> int:
+        seen = statements_run(app)
+        r = await team.get(team.owner, path, limit=limit)
+        assert len(r.json()["builds"]) == limit
+        return len([s for s in seen if "feedback" in s.lower()])
+
+    # In the page's own statement: no statement more per build, nor at all.
+    assert await statements(1) == await statements(6) == 1

@@ -377,6 +377,7 @@ class Build(Model):
     downloads_count: int = 0  # through install links and the API
     failure_code: str | None = None  # why a `failed` build was refused (metadata_error says it)
     warnings: list[BuildWarning] = dataclasses.field(default_factory=list)
+    new_feedback_count: int | None = None  # its feedback still `new` (null for a tester)
 
 
 @dataclass(frozen=True)
