@@ -376,15 +376,17 @@ def comment_of(row: RowMapping) -> CommentRecord:
     return CommentRecord(row["id"], row["feedback_id"], author, row["text"], row["created_at"])
 
 
-def person_schema(person: PersonRecord | None, viewer: FeedbackViewer) -> schemas.Person | None:
+def person_schema(
+    person: PersonRecord | None, viewer: FeedbackViewer
+) -> schemas.FeedbackPerson | None:
     if person is None:
         return None
     email = person.email if viewer.team or person.id == viewer.user_id else None
-    return schemas.Person(id=person.id, name=person.name, email=email)
+    return schemas.FeedbackPerson(id=person.id, name=person.name, email=email)
 
 
-def comment_schema(comment: CommentRecord, viewer: FeedbackViewer) -> schemas.Comment:
-    return schemas.Comment(
+def comment_schema(comment: CommentRecord, viewer: FeedbackViewer) -> schemas.FeedbackComment:
+    return schemas.FeedbackComment(
         id=comment.id,
         feedback_id=comment.feedback_id,
         author=person_schema(comment.author, viewer),

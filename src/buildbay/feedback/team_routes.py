@@ -117,11 +117,11 @@ async def update_feedback(
 )
 async def list_comments(
     feedback_id: FeedbackId, access: ProjectReader, reads: TeamReads, page: Page
-) -> schemas.CommentList:
+) -> schemas.FeedbackCommentList:
     viewer = FeedbackViewer.of(access.caller.user.id, access.role)
     shown = await reads.one(access.project.id, feedback_id, viewer)
     found, next_cursor = await reads.comments(shown.feedback.id, page.limit, page.after_id)
-    return schemas.CommentList(
+    return schemas.FeedbackCommentList(
         comments=[comment_schema(c, viewer) for c in found], next_cursor=next_cursor
     )
 
@@ -133,8 +133,11 @@ async def list_comments(
     summary="Comment on a feedback; the tester who sent it gets it by mail (developer+)",
 )
 async def comment_on_feedback(
-    feedback_id: FeedbackId, body: schemas.CommentCreate, access: ProjectDeveloper, triage: Triage
-) -> schemas.Comment:
+    feedback_id: FeedbackId,
+    body: schemas.FeedbackCommentCreate,
+    access: ProjectDeveloper,
+    triage: Triage,
+) -> schemas.FeedbackComment:
     comment = await triage.comment(access, feedback_id, body.text)
     return comment_schema(comment, FeedbackViewer.of(access.caller.user.id, access.role))
 

@@ -50,7 +50,7 @@ class Feedback(ApiModel):
     updated_at: Timestamp = Field(description="The last change of its status or assignee")
 
 
-class Person(ApiModel):
+class FeedbackPerson(ApiModel):
     id: str
     name: str
     email: str | None = Field(
@@ -65,7 +65,7 @@ class TeamFeedback(Feedback):
     build_version: str | None = Field(
         description="The build's version as people read it (`1.4.2 (42)`), if its file says one"
     )
-    assignee: Person | None = Field(
+    assignee: FeedbackPerson | None = Field(
         description="The developer (or admin, or owner) it is assigned to; null when it is not, "
         "and always to the tester who sent it (triage is the team's)"
     )
@@ -107,7 +107,7 @@ class FeedbackUpdate(RequestModel):
 CommentText = Annotated[str, Field(min_length=1, max_length=MAX_COMMENT_LENGTH), Trimmed()]
 
 
-class CommentCreate(RequestModel):
+class FeedbackCommentCreate(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "text": "Thanks! Fixed in 1.4.3, which is on its way to you."
     }
@@ -115,14 +115,16 @@ class CommentCreate(RequestModel):
     text: CommentText = Field(description=f"1 to {MAX_COMMENT_LENGTH:,} characters")
 
 
-class Comment(ApiModel):
+class FeedbackComment(ApiModel):
     id: str
     feedback_id: str
-    author: Person | None = Field(description="The member who wrote it; null once they are gone")
+    author: FeedbackPerson | None = Field(
+        description="The member who wrote it; null once they are gone"
+    )
     text: str
     created_at: Timestamp
 
 
-class CommentList(ApiModel):
-    comments: list[Comment]
+class FeedbackCommentList(ApiModel):
+    comments: list[FeedbackComment]
     next_cursor: str | None
