@@ -73,8 +73,9 @@ class PersonRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class ShownFeedback:
-    """A feedback and what is shown beside it."""
+class InboxItem:
+    """A feedback as the team's inbox (and its tester) sees it: with its tester, assignee,
+    application, build version, comment count and screenshots."""
 
     feedback: FeedbackRecord
     tester: PersonRecord | None  # the member who sent it (None: an app's reporter, or gone)
@@ -223,8 +224,8 @@ def _person(row: RowMapping, prefix: str, id_key: str) -> PersonRecord | None:
     return PersonRecord(person_id, row[f"{prefix}_email"], row[f"{prefix}_name"])
 
 
-def _shown(row: RowMapping) -> ShownFeedback:
-    return ShownFeedback(
+def _shown(row: RowMapping) -> InboxItem:
+    return InboxItem(
         feedback=FEEDBACK.of(row),
         tester=_person(row, "tester", "f_tester_id"),
         assignee=_person(row, "assignee", "f_assignee_id"),
@@ -293,7 +294,7 @@ class FeedbackReads:
         self.storage = storage
         self.url_ttl = url_ttl
 
-    async def page(self, query: FeedbackQuery) -> tuple[list[ShownFeedback], str | None]:
+    async def page(self, query: FeedbackQuery) -> tuple[list[InboxItem], str | None]:
         """A page of the project's feedback as `query` asks, newest first."""
         stmt = _NEWEST_FIRST if query.is_first_page else _composed(query)
         params = {"project_id": query.project_id, "limit": query.limit + 1}
@@ -303,7 +304,7 @@ class FeedbackReads:
 
     async def own_page(
         self, user_id: str, limit: int, after_id: str | None, only: Collection[str] | None = None
-    ) -> tuple[list[ShownFeedback], str | None]:
+    ) -> tuple[list[InboxItem], str | None]:
         """A page of what `user_id` sent, newest first, in the projects they are still a member
         of (of those in `only`, if given: an API token's)."""
         stmt = _OWN
@@ -315,7 +316,7 @@ class FeedbackReads:
         found, cursor = split_page(rows, limit, lambda row: str(row["f_id"]))
         return await self._with_screenshots([_shown(row) for row in found]), cursor
 
-    async def one(self, project_id: str, feedback_id: str, viewer: FeedbackViewer) -> ShownFeedback:
+    async def one(self, project_id: str, feedback_id: str, viewer: FeedbackViewer) -> InboxItem:
         """The feedback, if `viewer` may see it: 404 `feedback_not_found` if the project has no
         such feedback, 403 `insufficient_role` to a tester who did not send it."""
         row = await self.reads.first(_ONE, {"project_id": project_id, "feedback_id": feedback_id})
@@ -337,7 +338,7 @@ class FeedbackReads:
         found, cursor = split_page(rows, limit, lambda row: str(row["id"]))
         return [comment_of(row) for row in found], cursor
 
-    async def _with_screenshots(self, found: Sequence[ShownFeedback]) -> list[ShownFeedback]:
+    async def _with_screenshots(self, found: Sequence[InboxItem]) -> list[InboxItem]:
         """`found`, each with its screenshots: one statement for them all."""
         if not found:
             return []
@@ -354,7 +355,7 @@ class FeedbackReads:
     # -- as the API shows it -------------------------------------------------------------------
 
     async def present(
-        self, found: Sequence[ShownFeedback], viewer: FeedbackViewer
+        self, found: Sequence[InboxItem], viewer: FeedbackViewer
     ) -> list[schemas.TeamFeedback]:
         """`found` as the API shows it to `viewer`, with screenshot addresses for `url_ttl`."""
         return await present(found, viewer, self.storage, self.now + self.url_ttl)
@@ -396,7 +397,7 @@ def comment_schema(comment: CommentRecord, viewer: FeedbackViewer) -> schemas.Fe
 
 
 async def present(
-    found: Sequence[ShownFeedback], viewer: FeedbackViewer, storage: Storage, until: datetime
+    found: Sequence[InboxItem], viewer: FeedbackViewer, storage: Storage, until: datetime
 ) -> list[schemas.TeamFeedback]:
     """`found` as the API (and a webhook event) shows it to `viewer`, its screenshots' addresses
     signed until `until`."""
@@ -404,7 +405,7 @@ async def present(
     for item in found:
         f = item.feedback
         screenshots = [
-            schemas.Screenshot(
+            schemas.FeedbackScreenshot(
                 id=shot.id,
                 width=shot.width,
                 height=shot.height,
@@ -414,7 +415,9 @@ async def present(
             for shot in item.screenshots
         ]
         tester = item.tester
-        reporter = None if tester is None else schemas.Reporter(id=tester.id, email=tester.email)
+        reporter = (
+            None if tester is None else schemas.FeedbackTester(id=tester.id, email=tester.email)
+        )
         shown.append(
             schemas.TeamFeedback(
                 id=f.id,

@@ -18,12 +18,12 @@ from buildbay.schemas import NO_NUL_PATTERN, ApiModel, NotNull, RequestModel, Ti
 MAX_COMMENT_LENGTH = 10_000
 
 
-class Reporter(ApiModel):
+class FeedbackTester(ApiModel):
     id: str
     email: str
 
 
-class Screenshot(ApiModel):
+class FeedbackScreenshot(ApiModel):
     id: str
     width: int
     height: int
@@ -34,7 +34,7 @@ class Screenshot(ApiModel):
 class Feedback(ApiModel):
     id: str
     build_id: str
-    tester: Reporter | None = Field(
+    tester: FeedbackTester | None = Field(
         description="The member who sent it; null when an app sent it with the application's "
         "update key and an e-mail (`reporterEmail`), or once their account is gone"
     )
@@ -44,7 +44,7 @@ class Feedback(ApiModel):
     context: dict[str, Any] | None = Field(
         description="What the device said of itself (model, OS version, locale, the app's own)"
     )
-    screenshots: list[Screenshot]
+    screenshots: list[FeedbackScreenshot]
     status: FeedbackStatus
     created_at: Timestamp
     updated_at: Timestamp = Field(description="The last change of its status or assignee")

@@ -33,8 +33,8 @@ from buildbay.feedback.reads import (
     CommentRecord,
     FeedbackReads,
     FeedbackViewer,
+    InboxItem,
     PersonRecord,
-    ShownFeedback,
     feedback_not_found,
     person_schema,
     present,
@@ -93,7 +93,7 @@ class TriageService:
 
     async def update(
         self, access: ProjectAccess, feedback_id: str, changes: dict[str, Any]
-    ) -> ShownFeedback:
+    ) -> InboxItem:
         """`changes` may hold `status` and `assignee` (a user id, or None: nobody). The
         assignee must be a developer, admin or owner of the project (422 naming `assignee`).
         A change is told by a `feedback.updated` event; the same values again change nothing."""
