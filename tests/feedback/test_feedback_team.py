@@ -382,3 +382,26 @@ async def test_builds_show_their_new_feedback_count_to_the_team_in_the_same_stat
 
     # In the page's own statement: no statement more per build, nor at all.
     assert await statements(1) == await statements(6) == 1
+
+
+async def test_the_inbox_refuses_bad_filters_and_pages_by_name(team: Team) -> None:
+    await team.feedback(await team.build(), await team.member("tess@example.com"))
+    refused: list[tuple[dict[str, Any], str, str]] = [
+        ({"status": "open"}, "status", "validation_error"),
+        ({"category": "crashes"}, "category", "validation_error"),
+        ({"q": "x" * 201}, "q", "validation_error"),
+        ({"application": "a" * 65}, "application", "validation_error"),
+        ({"build": "b\x00"}, "build", "validation_error"),
+        ({"limit": 0}, "limit", "validation_error"),
+        ({"limit": 101}, "limit", "validation_error"),
+        ({"cursor": "not-a-cursor"}, "cursor", "invalid_cursor"),
+    ]
+    for params, field, code in refused:
+        problem = assert_problem(await team.get(team.owner, team.inbox, **params), 422, code)
+        assert [e["field"] for e in problem["errors"]] == [field], (params, problem)
+    for path in ("/api/account/feedback", f"{team.inbox}/fbk_x/comments"):
+        r = await team.get(team.owner, path, cursor="not-a-cursor")
+        assert_problem(r, 422, "invalid_cursor")
+    # Filters that match nothing are an empty page, not an error.
+    r = await team.get(team.owner, team.inbox, application="app_x", build="bld_x", q="%_\\")
+    assert r.json() == {"feedback": [], "nextCursor": None}
