@@ -492,6 +492,12 @@ def _signed_by_another_key(challenge: str) -> bytes:
     return sign(plistlib.dumps(answer(challenge)), forged)
 
 
+# An XML entity declaration (the start of a "billion laughs"): plistlib refuses every one.
+_ENTITY = (
+    b'<?xml version="1.0"?><!DOCTYPE plist [<!ENTITY a "aaaaaaaaaa">]>'
+    b"<plist><dict><key>UDID</key><string>&a;</string></dict></plist>"
+)
+
 REFUSED = {
     "garbage": (lambda c: b"\x00\x01 not a CMS message at all", "answer_not_signed"),
     "a plist, unsigned": (lambda c: plistlib.dumps(answer(c)), "answer_not_signed"),
@@ -501,6 +507,11 @@ REFUSED = {
     "a certificate that is not the signer's": (_signed_by_another_key, "answer_not_signed"),
     "signed, not a plist": (lambda c: sign(b"UDID=" + UDID.encode()), "answer_not_a_plist"),
     "a plist that is a list": (lambda c: sign(plistlib.dumps([UDID])), "answer_not_a_plist"),
+    "a binary plist": (
+        lambda c: sign(plistlib.dumps(answer(c), fmt=plistlib.FMT_BINARY)),
+        "answer_not_a_plist",
+    ),
+    "an XML entity": (lambda c: sign(_ENTITY), "answer_not_a_plist"),
     "no UDID": (lambda c: signed_answer(c, UDID=None), "udid_missing"),
     "a UDID of 39 digits": (lambda c: signed_answer(c, UDID="a" * 39), "udid_invalid"),
     "a UDID that is not hex": (lambda c: signed_answer(c, UDID="G" * 40), "udid_invalid"),

@@ -153,10 +153,13 @@ def read_answer(body: bytes) -> tuple[DeviceDescription, str]:
             f"This is not a device's signed answer: {exc}.", code="answer_not_signed"
         ) from None
     try:
-        attributes = plistlib.loads(content)
-    except (plistlib.InvalidFileException, ExpatError, ValueError, TypeError, OverflowError):
+        # XML, as devices write it: the binary format's object references are no reader's
+        # business here.
+        attributes = plistlib.loads(content, fmt=plistlib.FMT_XML)
+    except (plistlib.InvalidFileException, ExpatError, ValueError, TypeError, OverflowError,
+            RecursionError):  # fmt: skip
         raise BadRequest(
-            "The signed answer does not hold a property list", code="answer_not_a_plist"
+            "The signed answer does not hold an XML property list", code="answer_not_a_plist"
         ) from None
     if not isinstance(attributes, dict):
         raise BadRequest("The signed answer's property list is not a dictionary",
