@@ -11,8 +11,12 @@ proved the mailbox), and mails the old address that it happened, so a change nob
 noticed.
 
 The link's token names the user and its expiry and carries an HMAC of the server's key over
-them, the account's present address, the address asked for and when it was asked: no secret is
-stored, and a link is worthless once the account's address or its pending change is another.
+them, the account's present address and password hash, the address asked for and when it was
+asked: no secret is stored, and a link is worthless once the account's address, its password or
+its pending change is another. Taking the account back (a password reset, a change of password)
+thus spends a change asked for with the old password, and drops it (`drop_pending_change`):
+otherwise whoever learnt the password could ask to move the account to their own mailbox, wait
+for the reset, then follow the link and reset it again from there.
 Mails to a new address are capped per address and UTC day (the verification mails' cap,
 `verification_mails_per_address_per_day`, counted apart) and a few an hour per account."""
 
@@ -26,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from limits import RateLimitItemPerHour
+from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -74,7 +79,9 @@ class EmailChangeLinks:
 
     def _mac(self, user: User, change: EmailChange, expires: int) -> str:
         asked = change.requested_at.astimezone(UTC).isoformat()
-        signed = f"{user.id}|{expires}|{user.email}|{change.new_email}|{asked}".encode()
+        signed = (
+            f"{user.id}|{expires}|{user.email}|{change.new_email}|{asked}|{user.password_hash}"
+        ).encode()
         digest = hmac.new(self._key, signed, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest[:20]).rstrip(b"=").decode()
 
@@ -100,6 +107,12 @@ class EmailChangeLinks:
         expires = int(parts[1])
         mac = self._mac(user, change, expires)
         return same_secret(parts[2], mac) and datetime.fromtimestamp(expires, UTC) > now
+
+
+async def drop_pending_change(db: AsyncSession, user_id: str) -> None:
+    """Forget the account's pending change of address (its password changed: the link no longer
+    holds, and the account page no longer shows it as pending)."""
+    await db.execute(delete(EmailChange).where(EmailChange.user_id == user_id))
 
 
 def _is_seconds(text: str) -> bool:
