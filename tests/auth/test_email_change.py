@@ -238,3 +238,25 @@ async def test_a_change_written_by_a_request_that_read_the_old_password_does_not
 
     assert_problem(await client.post(CONFIRM, json={"token": token_of(mail)}), 422,
                    "invalid_token")  # fmt: skip
+
+
+async def test_moving_the_address_spends_the_reset_links_mailed_to_the_old_one(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, smtp: SmtpSink
+) -> None:
+    """Ada leaves a mailbox she no longer trusts (a former employer's, one she lost): a reset
+    link lying in it must not take the account once the address moved."""
+    ada = await api.register("ada@example.com")
+    r = await client.post("/api/auth/password-reset", json={"email": "ada@example.com"})
+    assert r.status_code == 202, r.text
+    [reset] = await mails(app, smtp, "Reset your Buildbay password")
+    [reset_token] = parse_qs(urlsplit(reset.link("http")).query)["token"]
+    asked = {"newEmail": "ada@example.org", "password": ada.password}
+    assert (await client.post(CHANGE, json=asked, headers=ada.headers)).status_code == 202
+    [mail] = await mails(app, smtp, ASKED)
+    assert (await client.post(CONFIRM, json={"token": token_of(mail)})).status_code == 204
+
+    r = await client.post("/api/auth/password-reset/confirm",
+                          json={"token": reset_token, "password": "the old mailbox's"})  # fmt: skip
+
+    assert_problem(r, 422, "invalid_token")
+    assert (await me(client, ada))["email"] == "ada@example.org"  # Ada's login goes on

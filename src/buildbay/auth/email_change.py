@@ -7,8 +7,8 @@ current password (counted against the same failure budget as logins, so a stolen
 no faster way to guess it) and writes the new address to `email_changes` (one per account: a new
 request replaces the last, whose link then stops working) and a mail to the new address to the
 outbox, in the same unit of work. Following the link moves the address, verified (the link
-proved the mailbox), and mails the old address that it happened, so a change nobody meant is
-noticed.
+proved the mailbox), spends the password-reset links mailed to the old address, and mails the
+old address that it happened, so a change nobody meant is noticed.
 
 The link's token names the user and its expiry and carries an HMAC of the server's key over
 them, the account's present address and password hash, the address asked for and when it was
@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from limits import RateLimitItemPerHour
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -40,7 +40,7 @@ from buildbay.auth.logins import (
     password_is_right,
     user_by_email,
 )
-from buildbay.auth.models import EmailChange, User
+from buildbay.auth.models import EmailChange, PasswordReset, User
 from buildbay.auth.tokens import derive_key
 from buildbay.constant_time import same_secret
 from buildbay.errors import Conflict, RateLimited, ValidationFailed
@@ -212,6 +212,13 @@ class EmailChanges:
             await self.db.flush()
         except IntegrityError:  # an account took the address a moment ago
             raise _taken() from None
+        # The reset links mailed to the old address are spent: whoever reads that mailbox now
+        # (one its holder left for a reason) cannot take the account with one.
+        await self.db.execute(
+            update(PasswordReset)
+            .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
+            .values(used_at=self.now)
+        )
         told = render(
             "email_changed", old_email, "The e-mail address of your Buildbay account changed",
             name=user.name, old_email=old_email, new_email=user.email,
