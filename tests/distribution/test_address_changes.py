@@ -1,0 +1,83 @@
+"""Builds given to a person follow the person, not the address they had (issue 36's change of
+address): once a tester moves their account to another address, whoever holds the old one next
+and joins the project is not given what was distributed to the tester."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.conftest import Account, assert_problem
+from tests.distribution.conftest import Team
+
+CORP = "ada@corp.example"
+
+
+async def _move(team: Team, ada: Account, new_email: str) -> None:
+    """Ada moves her account to `new_email`, following the mailed link."""
+    r = await team.client.post(
+        "/api/auth/email-change",
+        json={"newEmail": new_email, "password": ada.password},
+        headers=ada.headers,
+    )
+    assert r.status_code == 202, r.text
+    await team.run_jobs()
+    [mail] = [m for m in team.mails_to(new_email) if "Confirm" in m.message["Subject"]]
+    [token] = parse_qs(urlsplit(mail.link("http")).query)["token"]
+    r = await team.client.post("/api/auth/email-change/confirm", json={"token": token})
+    assert r.status_code == 204, r.text
+
+
+async def _join_by_invitation(team: Team, email: str) -> Account:
+    """A new account of `email` joins as a tester with the link mailed to that address."""
+    newcomer = await team.api.register(email)
+    r = await team.client.post(
+        f"/api/projects/{team.project['id']}/invitations",
+        json={"email": email, "role": "tester"},
+        headers=team.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    await team.run_jobs()
+    [mail] = [m for m in team.mails_to(email) if "invited you" in m.message["Subject"]]
+    token = mail.link("http://testserver/invitations/").rsplit("/", 1)[1]
+    r = await team.client.post(
+        "/api/invitations/accept", json={"token": token}, headers=newcomer.headers
+    )
+    assert r.status_code == 200, r.text
+    return newcomer
+
+
+async def _builds_of(team: Team, account: Account) -> list[str]:
+    r = await team.client.get(team.builds, headers=account.headers)
+    assert r.status_code == 200, r.text
+    return [b["buildId"] for b in r.json()["builds"]]
+
+
+async def test_a_build_given_to_a_tester_by_name_stays_theirs_when_their_address_moves(
+    team: Team,
+) -> None:
+    ada = await team.member(CORP)
+    private = await team.group("nobody yet")
+    r = await team.client.put(
+        f"/api/projects/{team.project['id']}/applications/{team.application['id']}",
+        json={"autoDistributeGroups": [private]},
+        headers=team.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    build: dict[str, Any] = await team.upload()
+    await team.distribute(build["buildId"], emails=[CORP])
+    await team.run_jobs()
+    assert await _builds_of(team, ada) == [build["buildId"]]
+
+    await _move(team, ada, "ada@home.example")
+    newcomer = await _join_by_invitation(team, CORP)
+
+    assert await _builds_of(team, newcomer) == []
+    r = await team.client.get(f"{team.builds}/{build['buildId']}", headers=newcomer.headers)
+    assert_problem(r, 403, "not_distributed")
+    r = await team.client.get(
+        f"{team.builds}/{build['buildId']}/download", headers=newcomer.headers
+    )
+    assert_problem(r, 403, "not_distributed")
+    # Ada, at her new address, still has it.
+    assert await _builds_of(team, ada) == [build["buildId"]]
