@@ -81,3 +81,23 @@ async def test_a_build_given_to_a_tester_by_name_stays_theirs_when_their_address
     assert_problem(r, 403, "not_distributed")
     # Ada, at her new address, still has it.
     assert await _builds_of(team, ada) == [build["buildId"]]
+
+
+async def test_the_install_links_mailed_to_the_old_address_stop_working_when_it_moves(
+    team: Team,
+) -> None:
+    """A personal link counts what is done through it as its person's: once Ada left the
+    mailbox, whoever reads it next must not install her builds as her."""
+    ada = await team.member(CORP)
+    build: dict[str, Any] = await team.upload()  # to everyone: mailed with Ada's own link
+    await team.run_jobs()
+    [mail] = [m for m in team.mails_to(CORP) if "ready to test" in m.message["Subject"]]
+    link = str(mail.link("http://testserver/install/"))
+    assert (await team.client.get(f"{link}/download")).status_code == 302
+
+    await _move(team, ada, "ada@home.example")
+
+    for path in ("", "/download"):
+        assert_problem(await team.client.get(link + path), 410, "install_link_revoked")
+    # Ada still has the build, at her new address, from her account.
+    assert await _builds_of(team, ada) == [build["buildId"]]

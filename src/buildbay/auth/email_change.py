@@ -7,8 +7,9 @@ current password (counted against the same failure budget as logins, so a stolen
 no faster way to guess it) and writes the new address to `email_changes` (one per account: a new
 request replaces the last, whose link then stops working) and a mail to the new address to the
 outbox, in the same unit of work. Following the link moves the address, verified (the link
-proved the mailbox), spends the password-reset links mailed to the old address, and mails the
-old address that it happened, so a change nobody meant is noticed.
+proved the mailbox), spends the password-reset links and revokes the personal install links
+mailed to the old address, and mails the old address that it happened, so a change nobody meant
+is noticed.
 
 The link's token names the user and its expiry and carries an HMAC of the server's key over
 them, the account's present address and password hash, the address asked for and when it was
@@ -30,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from limits import RateLimitItemPerHour
-from sqlalchemy import delete, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -42,7 +43,9 @@ from buildbay.auth.logins import (
 )
 from buildbay.auth.models import EmailChange, PasswordReset, User
 from buildbay.auth.tokens import derive_key
+from buildbay.builds.models import InstallLink
 from buildbay.constant_time import same_secret
+from buildbay.distribution.models import BuildRecipient
 from buildbay.errors import Conflict, RateLimited, ValidationFailed
 from buildbay.ids import ID_PATTERN
 from buildbay.invitations.counts import address_hash, seconds_to_next_day, spend_one
@@ -212,12 +215,25 @@ class EmailChanges:
             await self.db.flush()
         except IntegrityError:  # an account took the address a moment ago
             raise _taken() from None
-        # The reset links mailed to the old address are spent: whoever reads that mailbox now
-        # (one its holder left for a reason) cannot take the account with one.
+        # The links mailed to the old address stop working: whoever reads that mailbox now (one
+        # its holder left for a reason) can neither take the account with a reset link nor
+        # install builds as its holder with a new-build mail's personal install link (what is
+        # done through one counts as its person's). The console makes them new ones.
         await self.db.execute(
             update(PasswordReset)
             .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
             .values(used_at=self.now)
+        )
+        mailed = select(BuildRecipient.install_link_id).where(
+            BuildRecipient.user_id == user.id,
+            BuildRecipient.email == old_email,
+            BuildRecipient.install_link_id.is_not(None),
+        )
+        await self.db.execute(
+            update(InstallLink)
+            .where(InstallLink.id.in_(mailed), InstallLink.revoked_at.is_(None))
+            .values(revoked_at=self.now)
+            .execution_options(synchronize_session=False)
         )
         told = render(
             "email_changed", old_email, "The e-mail address of your Buildbay account changed",
