@@ -7,6 +7,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from buildbay.context import AppContext
+from buildbay.db.engine import finish
+from buildbay.invitations.caps import blocked_addresses
+from buildbay.mail.message import ONE_CLICK
 from tests.conftest import Account, assert_problem
 from tests.distribution.conftest import Team
 
@@ -101,3 +105,57 @@ async def test_the_install_links_mailed_to_the_old_address_stop_working_when_it_
         assert_problem(await team.client.get(link + path), 410, "install_link_revoked")
     # Ada still has the build, at her new address, from her account.
     assert await _builds_of(team, ada) == [build["buildId"]]
+
+
+async def test_the_unsubscribe_link_mailed_to_the_old_address_neither_names_nor_acts_on_the_new(
+    team: Team,
+) -> None:
+    """The old mailbox's unsubscribe link must not tell its reader where Ada went, nor let them
+    block invitations to her new address or stop her mails."""
+    ada = await team.member(CORP)
+    await team.upload()
+    await team.run_jobs()
+    [mail] = [m for m in team.mails_to(CORP) if "ready to test" in m.message["Subject"]]
+    url = str(mail.message["List-Unsubscribe"]).strip().strip("<>")
+    assert url.startswith("http://testserver/unsubscribe/")
+
+    await _move(team, ada, "ada@home.example")
+
+    page = await team.client.get(url)
+    assert "ada@home.example" not in page.text
+    assert page.status_code == 404, page.text
+    for target in (url, f"{url}/invitations"):
+        r = await team.client.post(target, data={"action": "block"})
+        assert r.status_code == 404, r.text
+        assert "ada@home.example" not in r.text
+    me = await team.client.get("/api/auth/me", headers=ada.headers)
+    assert me.json()["notifyNewBuilds"] is True
+    ctx: AppContext = team.app.state.ctx
+    db = ctx.sessions()
+    try:
+        assert await blocked_addresses(db, ["ada@home.example"]) == set()
+    finally:
+        await finish(db, ok=True)
+    # Her new mails' links are hers.
+    await team.upload()
+    await team.run_jobs()
+    [mail] = [m for m in team.mails_to("ada@home.example") if "ready" in m.message["Subject"]]
+    url = str(mail.message["List-Unsubscribe"]).strip().strip("<>")
+    page = await team.client.get(url)
+    assert page.status_code == 200, page.text
+    assert "Stop the e-mails Buildbay sends ada@home.example" in page.text
+
+
+async def test_a_link_of_a_mail_sent_before_links_named_their_address_still_works(
+    team: Team,
+) -> None:
+    ada = await team.member(CORP)
+    ctx: AppContext = team.app.state.ctx
+    links = ctx.unsubscribe
+    legacy = f"{ada.user['id']}.{links._mac(ada.user['id'], None)}"  # as issue 34's mails had
+
+    r = await team.client.post(f"/unsubscribe/{legacy}", content=ONE_CLICK)
+
+    assert r.status_code == 200, r.text
+    me = await team.client.get("/api/auth/me", headers=ada.headers)
+    assert me.json()["notifyNewBuilds"] is False
