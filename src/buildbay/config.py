@@ -177,6 +177,10 @@ class Settings(BaseSettings):
     # connected to) unless WEBHOOK_ALLOW_PRIVATE (tests, closed networks).
     webhook_allow_http: bool = False
     webhook_allow_private: bool = False
+    # App Store Connect (devices/apple.py): where a project's devices are registered with
+    # Apple (`POST {APPLE_API_URL}/v1/devices`), and how long one of its answers may take.
+    apple_api_url: str = "https://api.appstoreconnect.apple.com"
+    apple_api_timeout_seconds: Annotated[float, Field(gt=0)] = 15.0
 
     @model_validator(mode="after")
     def _s3_needs_a_bucket(self) -> Settings:
