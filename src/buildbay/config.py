@@ -201,6 +201,17 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @field_validator("apple_api_url")
+    @classmethod
+    def _apple_api_url_is_http(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise ConfigurationError(
+                "BUILDBAY_APPLE_API_URL must be an https:// address, "
+                "e.g. https://api.appstoreconnect.apple.com"
+            )
+        return url.rstrip("/")
+
     @field_validator("database_url")
     @classmethod
     def _database_url_names_a_driver(cls, url: str | None) -> str | None:
