@@ -144,12 +144,12 @@ class AppleReceiver:
         token_header, claims, problems = self._check_token(headers.get("authorization", ""))
         problems += self._check_body(headers, body)
         received = Received(headers, body, token_header, claims, problems)
-        with self.lock:
+        with self.lock:  # one request at a time decides: a UDID is created once
             self.received.append(received)
             answer = self.answers.pop(0) if self.answers else self._as_apple(received)
-        payload = answer.body
-        if payload is None:
-            payload = self._created(received) if answer.status < 300 else b""
+            payload = answer.body
+            if payload is None:
+                payload = self._created(received) if answer.status < 300 else b""
         return answer, payload if isinstance(payload, bytes) else json.dumps(payload).encode()
 
     def _as_apple(self, received: Received) -> Answer:
@@ -171,8 +171,7 @@ class AppleReceiver:
         attributes = received.attributes
         device_id = "".join(secrets.choice(string.ascii_uppercase + string.digits)
                             for _ in range(10))  # fmt: skip
-        with self.lock:
-            self.devices[attributes["udid"]] = device_id
+        self.devices[attributes["udid"]] = device_id
         return {
             "data": {
                 "type": "devices",
