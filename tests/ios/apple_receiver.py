@@ -125,6 +125,7 @@ class AppleReceiver:
     devices: dict[str, str] = field(default_factory=dict)  # UDID -> Apple's id: the team's
     received: list[Received] = field(default_factory=list)
     now: Callable[[], float] = time.time  # what `iat` is compared with
+    on_request: Callable[[], None] | None = None  # called as each request arrives
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def trust(self, key: TeamKey) -> TeamKey:
@@ -141,6 +142,8 @@ class AppleReceiver:
         return [r.attributes["udid"] for r in self.received if not r.problems]
 
     def handle(self, headers: dict[str, str], body: bytes) -> tuple[Answer, bytes]:
+        if self.on_request is not None:
+            self.on_request()
         token_header, claims, problems = self._check_token(headers.get("authorization", ""))
         problems += self._check_body(headers, body)
         received = Received(headers, body, token_header, claims, problems)

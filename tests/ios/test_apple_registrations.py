@@ -17,6 +17,8 @@ from sqlalchemy import select
 
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
+from buildbay.db.reads import Reads
+from buildbay.devices.apple.registrations import registrations_by_device
 from buildbay.devices.enums import DevicePlatform
 from buildbay.devices.models import AppleDeviceRegistration
 from tests.conftest import Account, Api, assert_problem, iso_z
@@ -460,6 +462,20 @@ async def test_register_all_sends_twenty_at_a_time_and_says_how_many_remain(
     assert len({s.attributes["udid"] for s in receiver.received}) == 23
 
 
+async def test_register_all_stops_sending_after_thirty_seconds_and_says_how_many_remain(
+    team: Team, receiver: AppleReceiver, clock: FrozenClock
+) -> None:
+    for _ in range(5):
+        await team.device(team.tester)
+    receiver.on_request = lambda: clock.advance(seconds=11)  # Apple takes 11 s each
+
+    r = await team.register_all()
+
+    assert r.status_code == 200, r.text
+    assert len(receiver.received) == 3  # at 0, 11 and 22 s; not at 33
+    assert (len(r.json()["registrations"]), r.json()["remaining"]) == (3, 2)
+
+
 async def test_two_register_alls_at_once_each_answer_and_each_device_is_recorded_once(
     team: Team, receiver: AppleReceiver
 ) -> None:
@@ -503,3 +519,22 @@ async def test_the_registrations_list_pages_by_device(
     )
     assert [x["deviceId"] for x in r.json()["registrations"]] == [devices[2]["id"]]
     assert r.json()["nextCursor"] is None
+
+
+async def test_a_device_list_reads_which_devices_are_registered_in_one_statement(
+    team: Team, app: FastAPI
+) -> None:
+    devices = [await team.device(team.tester) for _ in range(3)]
+    for device in devices[:2]:
+        assert (await team.register(device["id"])).status_code == 200
+    reads = Reads.on(app.state.ctx.read_engine)
+    try:
+        found = await registrations_by_device(reads, team.id, [d["id"] for d in devices])
+        assert await registrations_by_device(reads, team.id, []) == {}
+    finally:
+        await reads.close()
+
+    assert set(found) == {devices[0]["id"], devices[1]["id"]}
+    record = found[devices[0]["id"]]
+    assert record.registered_by == team.developer.user["id"]
+    assert record.apple_device_id == team.receiver.devices[devices[0]["udid"]]

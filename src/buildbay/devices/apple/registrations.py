@@ -17,6 +17,7 @@ not: it is listed under `refused` and the next device goes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -150,6 +151,22 @@ async def registration_of(
 ) -> RegistrationRecord | None:
     row = await reads.first(_REGISTRATION, {"project_id": project_id, "device_id": device_id})
     return _record_of(row) if row is not None else None
+
+
+async def registrations_by_device(
+    reads: Reads, project_id: str, device_ids: Sequence[str]
+) -> dict[str, RegistrationRecord]:
+    """Which of these devices were registered with Apple through the project (for a list of
+    devices to show `registeredWithApple`), by device id."""
+    if not device_ids:
+        return {}
+    rows = await reads.all(
+        _REGISTRATIONS.where(
+            AppleDeviceRegistration.device_id.in_(bindparam("ids", expanding=True))
+        ),
+        {"project_id": project_id, "ids": list(device_ids)},
+    )
+    return {row["id"]: _record_of(row) for row in rows}
 
 
 async def registrations_of(
