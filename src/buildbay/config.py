@@ -203,12 +203,17 @@ class Settings(BaseSettings):
 
     @field_validator("apple_api_url")
     @classmethod
-    def _apple_api_url_is_http(cls, url: str) -> str:
+    def _apple_api_url_is_https(cls, url: str) -> str:
+        """https://, so that the token it is sent never crosses a network in clear; http://
+        only to this machine (a test's receiver)."""
         parts = urlsplit(url)
-        if parts.scheme not in ("https", "http") or not parts.hostname:
+        secure = parts.scheme == "https" or (
+            parts.scheme == "http" and parts.hostname in ("127.0.0.1", "::1", "localhost")
+        )
+        if not parts.hostname or not secure:
             raise ConfigurationError(
                 "BUILDBAY_APPLE_API_URL must be an https:// address, "
-                "e.g. https://api.appstoreconnect.apple.com"
+                "e.g. https://api.appstoreconnect.apple.com (http:// only to 127.0.0.1)"
             )
         return url.rstrip("/")
 

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from buildbay.clock import FrozenClock
-from buildbay.config import Settings
+from buildbay.config import ConfigurationError, Settings
 from buildbay.db.reads import Reads
 from buildbay.devices.apple.registrations import registrations_by_device
 from buildbay.devices.enums import DevicePlatform
@@ -538,3 +538,21 @@ async def test_a_device_list_reads_which_devices_are_registered_in_one_statement
     record = found[devices[0]["id"]]
     assert record.registered_by == team.developer.user["id"]
     assert record.apple_device_id == team.receiver.devices[devices[0]["udid"]]
+
+
+@pytest.mark.parametrize(
+    ("url", "taken"),
+    [
+        ("https://api.appstoreconnect.apple.com/", "https://api.appstoreconnect.apple.com"),
+        ("http://127.0.0.1:8443", "http://127.0.0.1:8443"),
+        ("http://api.appstoreconnect.apple.com", None),  # the token would travel in clear
+        ("ftp://api.appstoreconnect.apple.com", None),
+        ("api.appstoreconnect.apple.com", None),
+    ],
+)
+def test_the_apple_url_is_https_or_this_machine(url: str, taken: str | None) -> None:
+    if taken is None:
+        with pytest.raises(ConfigurationError, match="BUILDBAY_APPLE_API_URL"):
+            Settings(apple_api_url=url)
+    else:
+        assert Settings(apple_api_url=url).apple_api_url == taken
