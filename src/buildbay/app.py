@@ -45,6 +45,7 @@ from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
 from buildbay.devices.routes import pages as device_pages_router
 from buildbay.devices.routes import router as devices_router
+from buildbay.devices.apple.routes import router as apple_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
@@ -93,6 +94,7 @@ API_SECTIONS = (
     "channels",
     "webhooks",
     "builds",
+    "devices",
     "updates",
     "storage",
     "install pages",
@@ -239,6 +241,7 @@ def create_app(
         channels_router,
         webhooks_router,
         webhook_deliveries_router,
+        apple_router,
         storage_router,
         install_page_router,
         devices_router,
