@@ -39,8 +39,8 @@ from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
 from buildbay.devices.dependencies import device_service
-from buildbay.devices.service import DeviceDescription
 from buildbay.devices.models import AppleDeviceRegistration
+from buildbay.devices.service import DeviceDescription
 from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole

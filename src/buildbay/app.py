@@ -43,9 +43,9 @@ from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
+from buildbay.devices.apple.routes import router as apple_router
 from buildbay.devices.routes import pages as device_pages_router
 from buildbay.devices.routes import router as devices_router
-from buildbay.devices.apple.routes import router as apple_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
@@ -98,7 +98,6 @@ API_SECTIONS = (
     "updates",
     "storage",
     "install pages",
-    "devices",
     "health",
 )
 

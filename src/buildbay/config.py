@@ -231,6 +231,7 @@ class Settings(BaseSettings):
                     f"BUILDBAY_PROFILE_SIGNING_CERT / BUILDBAY_PROFILE_SIGNING_KEY: {exc}"
                 ) from None
         return self
+
     @field_validator("apple_api_url")
     @classmethod
     def _apple_api_url_is_https(cls, url: str) -> str:
