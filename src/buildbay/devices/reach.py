@@ -3,32 +3,47 @@ stored at verify) against the devices of the project's members."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, bindparam, exists, select
+from sqlalchemy.engine import RowMapping
 
+from buildbay.auth.models import User
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.devices.models import BuildProfileDevice, Device
-from buildbay.devices.records import DeviceRecord, ProfileScope, Reach
+from buildbay.devices.records import DeviceRecord, DeviceTester, ProfileScope, Reach
 from buildbay.projects.models import ProjectMember
 
 DEVICE = RecordOf(DeviceRecord, Device)
+# The member a device belongs to, read beside it (`tester_id`, `tester_email`, `tester_name`).
+TESTER_COLUMNS = (
+    User.id.label("tester_id"),
+    User.email.label("tester_email"),
+    User.name.label("tester_name"),
+)
 
-_LISTED_TYPES = frozenset({"ad-hoc", "development"})
+LISTED_TYPES = frozenset({"ad-hoc", "development"})
 _ANY_TYPES = frozenset({"enterprise", "app-store"})
 
 
 def profile_scope(file_name: str, metadata: dict[str, Any] | None) -> ProfileScope | None:
-    """The scope of a build's profile; None for a build that is not an .ipa."""
+    """The scope of a build's profile, as its metadata says; None for a build that is not an
+    .ipa. (`build_reach` says UNKNOWN, too, for a LISTED profile whose UDIDs were not stored:
+    a build verified before devices were.)"""
     if not file_name.lower().endswith(".ipa"):
         return None
     provisioning = (metadata or {}).get("provisioning")
     kind = provisioning.get("type") if isinstance(provisioning, dict) else None
-    if kind in _LISTED_TYPES:
+    if kind in LISTED_TYPES:
         return ProfileScope.LISTED
     if kind in _ANY_TYPES:
         return ProfileScope.ANY
     return ProfileScope.UNKNOWN
+
+
+def tester_of(row: RowMapping) -> DeviceTester:
+    return DeviceTester(row["tester_id"], row["tester_email"], row["tester_name"])
 
 
 _IN_PROFILE = exists().where(
@@ -37,7 +52,7 @@ _IN_PROFILE = exists().where(
 # A member's devices, whether the build's profile lists each: one statement, the profile's
 # primary key (build_id, udid) answering each device's lookup.
 _MEMBERS_DEVICES = (
-    select(*DEVICE.columns, _IN_PROFILE.label("included"))
+    select(*DEVICE.columns, *TESTER_COLUMNS, _IN_PROFILE.label("included"))
     .join(
         ProjectMember,
         and_(
@@ -45,12 +60,18 @@ _MEMBERS_DEVICES = (
             ProjectMember.project_id == bindparam("project_id"),
         ),
     )
+    .join(User, User.id == Device.user_id)
     .order_by(Device.id)
 )
 _USERS_DEVICES = (
     select(*DEVICE.columns, _IN_PROFILE.label("included"))
     .where(Device.user_id == bindparam("user_id"))
     .order_by(Device.id)
+)
+# Whether verify stored any UDID of the build's profile (builds verified before devices were,
+# in migration 0026, have none stored).
+_PROFILE_STORED = select(
+    exists().where(BuildProfileDevice.build_id == bindparam("build_id")).label("stored")
 )
 
 
@@ -60,27 +81,42 @@ async def build_reach(
     build_id: str,
     scope: ProfileScope | None,
 ) -> Reach | None:
-    """The project's members' devices that the build's profile includes and misses; None for a
-    build that is not an .ipa."""
+    """The project's members' devices that the build's profile includes and misses, and the
+    members they belong to; None for a build that is not an .ipa. A LISTED profile of which no
+    UDID was stored is UNKNOWN: the build was verified before devices were."""
     if scope is None:
         return None
     if scope is not ProfileScope.LISTED:
         return Reach(scope, [], [])
-    rows = await reads.all(_MEMBERS_DEVICES, {"project_id": project_id, "build_id": build_id})
-    included = [DEVICE.of(row) for row in rows if row["included"]]
-    missing = [DEVICE.of(row) for row in rows if not row["included"]]
-    return Reach(scope, included, missing)
+    params = {"project_id": project_id, "build_id": build_id}
+    rows = await reads.all(_MEMBERS_DEVICES, params)
+    if not any(row["included"] for row in rows) and not await _profile_stored(reads, build_id):
+        return Reach(ProfileScope.UNKNOWN, [], [])
+    included, missing = _split(rows)
+    testers = {row["tester_id"]: tester_of(row) for row in rows}
+    return Reach(scope, included, missing, testers)
 
 
 async def person_reach(
     reads: Reads, user_id: str, build_id: str, scope: ProfileScope | None
 ) -> tuple[list[DeviceRecord], list[DeviceRecord]]:
     """A person's enrolled devices that the build's profile includes, and those it misses
-    (none of either unless the profile lists its devices)."""
+    (none of either unless the profile lists its devices, and its UDIDs were stored)."""
     if scope is not ProfileScope.LISTED:
         return [], []
     rows = await reads.all(_USERS_DEVICES, {"user_id": user_id, "build_id": build_id})
-    return (
-        [DEVICE.of(row) for row in rows if row["included"]],
-        [DEVICE.of(row) for row in rows if not row["included"]],
-    )
+    if rows and not any(r["included"] for r in rows) and not await _profile_stored(reads, build_id):
+        return [], []
+    return _split(rows)
+
+
+async def _profile_stored(reads: Reads, build_id: str) -> bool:
+    return bool(await reads.scalar(_PROFILE_STORED, {"build_id": build_id}))
+
+
+def _split(rows: Sequence[RowMapping]) -> tuple[list[DeviceRecord], list[DeviceRecord]]:
+    included: list[DeviceRecord] = []
+    missing: list[DeviceRecord] = []
+    for row in rows:
+        (included if row["included"] else missing).append(DEVICE.of(row))
+    return included, missing
