@@ -43,6 +43,7 @@ from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
+from buildbay.devices.project_routes import router as project_devices_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
@@ -91,6 +92,7 @@ API_SECTIONS = (
     "channels",
     "webhooks",
     "builds",
+    "devices",
     "updates",
     "storage",
     "install pages",
@@ -233,6 +235,7 @@ def create_app(
         account_router,
         invitations_router,
         distribution_router,
+        project_devices_router,
         channels_router,
         webhooks_router,
         webhook_deliveries_router,

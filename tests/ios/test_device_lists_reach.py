@@ -1,0 +1,137 @@
+"""Which enrolled devices a build installs on (`GET .../builds/{buildId}/devices`): an ad-hoc
+.ipa's profile against the project's members' devices, an enterprise or App Store one that any
+device installs, one whose profile is not known, and a build that is no .ipa."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import delete
+
+from buildbay.devices.models import BuildProfileDevice
+from tests.builds.test_metadata import ipa
+from tests.conftest import assert_problem
+from tests.ios.test_device_lists import Team, add_devices, team, udid
+
+__all__ = ["team"]  # the fixture, shared
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+async def _reach(t: Team, app_id: str, build_id: str, account: Any = None) -> httpx.Response:
+    return await t.client.get(
+        f"/api/app-distribution/{t.project_id}/{app_id}/builds/{build_id}/devices",
+        headers=(account or t.developer).headers,
+    )
+
+
+async def test_an_ad_hoc_build_lists_who_it_includes_and_who_it_misses(team: Team) -> None:
+    t1, t2 = team.testers
+    stranger = await team.api.register("stranger@example.com")
+    ana_phone, ana_ipad, bo_phone, dev_phone, _ = await add_devices(
+        team.app,
+        [
+            {"user_id": t1.user["id"], "udid": udid(1), "name": "Ana's iPhone"},
+            {"user_id": t1.user["id"], "udid": udid(2), "name": "Ana's iPad"},
+            {"user_id": t2.user["id"], "udid": udid(3), "name": "Bo's iPhone"},
+            {"user_id": team.developer.user["id"], "udid": udid(4), "name": "Dev"},
+            # Listed by the profile, but not a member's: never shown.
+            {"user_id": stranger.user["id"], "udid": udid(5), "name": "Stranger's"},
+        ],
+    )
+    app_id = await team.ios_app("Alpha")
+    build = await team.ipa_build(
+        app_id, ProvisionedDevices=[udid(1), udid(3).lower(), udid(5), udid(6)]
+    )
+
+    r = await _reach(team, app_id, build["buildId"])
+
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["buildId"] == build["buildId"]
+    assert body["scope"] == "listed"
+    assert body["profileType"] == "ad-hoc"
+    assert [d["id"] for d in body["included"]] == [ana_phone, bo_phone]
+    assert [d["id"] for d in body["missing"]] == [ana_ipad, dev_phone]
+    assert body["missing"][1]["tester"] == {
+        "id": team.developer.user["id"],
+        "email": "dev@example.com",
+        "name": team.developer.user["name"],
+    }
+    assert body["missing"][0]["testerId"] == t1.user["id"]
+    # Ana installs on her iPhone; the developer has no device in the profile.
+    assert body["testersUnable"] == [body["missing"][1]["tester"]]
+
+
+@pytest.mark.parametrize(
+    ("fields", "kind"),
+    [
+        ({"ProvisionsAllDevices": True}, "enterprise"),
+        ({"Entitlements": {"beta-reports-active": True}}, "app-store"),
+    ],
+)
+async def test_an_enterprise_or_app_store_build_installs_on_any_device(
+    team: Team, fields: dict[str, Any], kind: str
+) -> None:
+    await add_devices(team.app, [{"user_id": team.testers[0].user["id"], "udid": udid(1)}])
+    app_id = await team.ios_app("Alpha")
+    build = await team.ipa_build(app_id, **fields)
+
+    r = await _reach(team, app_id, build["buildId"])
+
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "buildId": build["buildId"],
+        "scope": "any",
+        "profileType": kind,
+        "included": [],
+        "missing": [],
+        "testersUnable": [],
+    }
+
+
+async def test_an_ipa_whose_profile_was_not_read_is_unknown(team: Team) -> None:
+    await add_devices(team.app, [{"user_id": team.testers[0].user["id"], "udid": udid(1)}])
+    app_id = await team.ios_app("Alpha")
+    # No profile in the file.
+    bare = await team.api.upload(team.owner, team.project_id, app_id, ipa().getvalue(), "Bare.ipa")
+    # An ad-hoc build verified before devices were: its metadata says ad-hoc, no UDID stored.
+    old = await team.ipa_build(app_id, ProvisionedDevices=[udid(1)])
+    async with team.app.state.ctx.sessions() as db, db.begin():
+        await db.execute(
+            delete(BuildProfileDevice).where(BuildProfileDevice.build_id == old["buildId"])
+        )
+
+    for build, kind in ((bare, None), (old, "ad-hoc")):
+        r = await _reach(team, app_id, build["buildId"])
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "buildId": build["buildId"],
+            "scope": "unknown",
+            "profileType": kind,
+            "included": [],
+            "missing": [],
+            "testersUnable": [],
+        }
+
+
+async def test_a_build_that_is_no_ipa_has_no_scope(team: Team) -> None:
+    app_id = (await team.api.application(team.owner, team.project_id, "Desktop"))["id"]
+    build = await team.api.upload(team.owner, team.project_id, app_id, b"MZ a program", "a.exe")
+
+    r = await _reach(team, app_id, build["buildId"])
+
+    assert r.status_code == 200, r.text
+    assert r.json()["scope"] is None
+    assert r.json()["included"] == r.json()["missing"] == []
+
+
+async def test_only_developers_see_a_build_s_devices(team: Team) -> None:
+    app_id = await team.ios_app("Alpha")
+    build = await team.ipa_build(app_id, ProvisionedDevices=[udid(1)])
+    r = await _reach(team, app_id, build["buildId"], team.testers[0])
+    assert_problem(r, 403, "insufficient_role")
+    r = await _reach(team, app_id, "bld_00000000000000000000000000")
+    assert_problem(r, 404, "build_not_found")
