@@ -12,7 +12,7 @@ from sqlalchemy import delete
 
 from buildbay.devices.models import BuildProfileDevice
 from tests.builds.test_metadata import ipa
-from tests.conftest import assert_problem
+from tests.conftest import assert_problem, statements_run
 from tests.ios.test_device_lists import Team, add_devices, team, udid
 
 __all__ = ["team"]  # the fixture, shared
@@ -20,11 +20,24 @@ __all__ = ["team"]  # the fixture, shared
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 
-async def _reach(t: Team, app_id: str, build_id: str, account: Any = None) -> httpx.Response:
+async def _reach(
+    t: Team, app_id: str, build_id: str, account: Any = None, **params: Any
+) -> httpx.Response:
     return await t.client.get(
         f"/api/app-distribution/{t.project_id}/{app_id}/builds/{build_id}/devices",
+        params=params,
         headers=(account or t.developer).headers,
     )
+
+
+NOT_LISTED = {
+    "includedCount": None,
+    "missingCount": None,
+    "testersUnableCount": None,
+    "included": [],
+    "missing": [],
+    "nextCursor": None,
+}
 
 
 async def test_an_ad_hoc_build_lists_who_it_includes_and_who_it_misses(team: Team) -> None:
@@ -37,7 +50,7 @@ async def test_an_ad_hoc_build_lists_who_it_includes_and_who_it_misses(team: Tea
             {"user_id": t1.user["id"], "udid": udid(2), "name": "Ana's iPad"},
             {"user_id": t2.user["id"], "udid": udid(3), "name": "Bo's iPhone"},
             {"user_id": team.developer.user["id"], "udid": udid(4), "name": "Dev"},
-            # Listed by the profile, but not a member's: never shown.
+            # Listed by the profile, but not a member's: never shown nor counted.
             {"user_id": stranger.user["id"], "udid": udid(5), "name": "Stranger's"},
         ],
     )
@@ -53,16 +66,82 @@ async def test_an_ad_hoc_build_lists_who_it_includes_and_who_it_misses(team: Tea
     assert body["buildId"] == build["buildId"]
     assert body["scope"] == "listed"
     assert body["profileType"] == "ad-hoc"
-    assert [d["id"] for d in body["included"]] == [ana_phone, bo_phone]
-    assert [d["id"] for d in body["missing"]] == [ana_ipad, dev_phone]
-    assert body["missing"][1]["tester"] == {
+    assert [d["id"] for d in body["included"]] == [bo_phone, ana_phone]
+    assert [d["id"] for d in body["missing"]] == [dev_phone, ana_ipad]
+    assert body["missing"][0]["tester"] == {
         "id": team.developer.user["id"],
         "email": "dev@example.com",
         "name": team.developer.user["name"],
     }
-    assert body["missing"][0]["testerId"] == t1.user["id"]
+    assert body["missing"][1]["testerId"] == t1.user["id"]
     # Ana installs on her iPhone; the developer has no device in the profile.
-    assert body["testersUnable"] == [body["missing"][1]["tester"]]
+    assert (body["includedCount"], body["missingCount"], body["testersUnableCount"]) == (2, 2, 1)
+    assert body["nextCursor"] is None
+
+
+async def test_the_devices_come_a_page_at_a_time_and_only_those_asked_for(team: Team) -> None:
+    t1, t2 = team.testers
+    ids = await add_devices(
+        team.app,
+        [{"user_id": (t1, t2)[n % 2].user["id"], "udid": udid(n)} for n in range(12)],
+    )
+    app_id = await team.ios_app("Alpha")
+    # Every third device: 0 and 6 of the first tester, 3 and 9 of the second.
+    build = await team.ipa_build(app_id, ProvisionedDevices=[udid(n) for n in range(0, 12, 3)])
+    included = {ids[n] for n in range(0, 12, 3)}
+
+    async def walk(**params: Any) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        got_in: list[str] = []
+        got_out: list[str] = []
+        bodies = []
+        cursor = None
+        while True:
+            extra = {"cursor": cursor} if cursor else {}
+            r = await _reach(team, app_id, build["buildId"], limit=5, **params, **extra)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            bodies.append(body)
+            got_in += [d["id"] for d in body["included"]]
+            got_out += [d["id"] for d in body["missing"]]
+            cursor = body["nextCursor"]
+            if cursor is None:
+                return got_in, got_out, bodies
+
+    got_in, got_out, bodies = await walk()
+    assert len(bodies) == 3
+    assert got_in == [i for i in ids[::-1] if i in included]
+    assert got_out == [i for i in ids[::-1] if i not in included]
+    for body in bodies:  # the counts are the whole build's on every page
+        assert (body["includedCount"], body["missingCount"], body["testersUnableCount"]) == (
+            4,
+            8,
+            0,
+        )
+    only_in, none_out, bodies = await walk(only="included")
+    assert (only_in, none_out, len(bodies)) == (got_in, [], 1)
+    none_in, only_out, bodies = await walk(only="missing")
+    assert (none_in, only_out, len(bodies)) == ([], got_out, 2)
+    r = await _reach(team, app_id, build["buildId"], only="all")
+    assert_problem(r, 422, "validation_error")
+
+
+async def test_the_counts_and_a_page_cost_the_same_statements_at_any_size(team: Team) -> None:
+    t1, t2 = team.testers
+    app_id = await team.ios_app("Alpha")
+    build = await team.ipa_build(app_id, ProvisionedDevices=[udid(n) for n in range(0, 80, 2)])
+    await add_devices(team.app, [{"user_id": t1.user["id"], "udid": udid(n)} for n in range(3)])
+    await _reach(team, app_id, build["buildId"])  # the caller's session, cached from now on
+
+    async def statements(**params: Any) -> int:
+        run = statements_run(team.app)
+        r = await _reach(team, app_id, build["buildId"], **params)
+        assert r.status_code == 200, r.text
+        return len(run)
+
+    few = await statements()
+    await add_devices(team.app, [{"user_id": t2.user["id"], "udid": udid(n)} for n in range(3, 80)])
+    many = await statements(limit=100)
+    assert few == many == 4  # the caller's role, the build, the counts, the page
 
 
 @pytest.mark.parametrize(
@@ -86,9 +165,7 @@ async def test_an_enterprise_or_app_store_build_installs_on_any_device(
         "buildId": build["buildId"],
         "scope": "any",
         "profileType": kind,
-        "included": [],
-        "missing": [],
-        "testersUnable": [],
+        **NOT_LISTED,
     }
 
 
@@ -111,9 +188,7 @@ async def test_an_ipa_whose_profile_was_not_read_is_unknown(team: Team) -> None:
             "buildId": build["buildId"],
             "scope": "unknown",
             "profileType": kind,
-            "included": [],
-            "missing": [],
-            "testersUnable": [],
+            **NOT_LISTED,
         }
 
 
@@ -124,8 +199,8 @@ async def test_a_build_that_is_no_ipa_has_no_scope(team: Team) -> None:
     r = await _reach(team, app_id, build["buildId"])
 
     assert r.status_code == 200, r.text
-    assert r.json()["scope"] is None
-    assert r.json()["included"] == r.json()["missing"] == []
+    assert r.json() == {"buildId": build["buildId"], "scope": None, "profileType": None,
+                        **NOT_LISTED}  # fmt: skip
 
 
 async def test_only_developers_see_a_build_s_devices(team: Team) -> None:

@@ -3,7 +3,7 @@ which devices a build installs on (docs/api.md, "Devices")."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
@@ -19,7 +19,7 @@ from buildbay.devices.export import (
     export_chunks,
     file_name,
 )
-from buildbay.devices.reach import build_reach, profile_scope
+from buildbay.devices.reach import profile_scope, reach_counts, reach_page
 from buildbay.devices.reads import MAX_SEARCH, ListedDevice, devices_after, project_devices
 from buildbay.devices.records import DeviceRecord, DeviceTester, ProfileScope
 from buildbay.problems import problem_responses
@@ -160,34 +160,48 @@ async def export_project_devices(
 
 @router.get(
     "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/devices",
-    responses=problem_responses(401, 403, 404, 429),
+    responses=problem_responses(401, 403, 404, 422, 429),
     summary="Which enrolled devices of the project's members the build installs on (developer+)",
+    openapi_extra=PAGE_QUERY,
 )
 async def build_devices(
-    build_id: BuildId, access: BuildsDeveloperReader, builds: Builds
+    build_id: BuildId,
+    access: BuildsDeveloperReader,
+    builds: Builds,
+    page: Page,
+    only: Annotated[
+        Literal["included", "missing"] | None,
+        Query(description="Only the devices the profile lists (`included`), or misses"),
+    ] = None,
 ) -> schemas.BuildDevices:
     build = await builds.get(access.application.id, build_id)
     scope = profile_scope(build.file_name, build.metadata_)
-    reach = await build_reach(builds.reads, access.project.id, build.id, scope)
     provisioning = (build.metadata_ or {}).get("provisioning")
     kind = provisioning.get("type") if isinstance(provisioning, dict) else None
-    if reach is None:
+    profile_type = kind if kind in _PROFILE_TYPES and scope is not None else None
+    counts = None
+    if scope is ProfileScope.LISTED:
+        counts = await reach_counts(builds.reads, access.project.id, build.id)
+        if counts is None:  # verified before devices were: its UDIDs were not kept
+            scope = ProfileScope.UNKNOWN
+    if counts is None:
         return schemas.BuildDevices(
-            build_id=build.id, scope=None, profile_type=None, included=[], missing=[],
-            testers_unable=[],
+            build_id=build.id, scope=scope, profile_type=profile_type, included_count=None,
+            missing_count=None, testers_unable_count=None, included=[], missing=[],
+            next_cursor=None,
         )  # fmt: skip
-    testers = reach.testers
-
-    def shown(devices: list[DeviceRecord]) -> list[schemas.TesterDevice]:
-        return [tester_device_schema(d, testers[d.user_id]) for d in devices]
-
+    wanted = None if only is None else only == "included"
+    found, next_cursor = await reach_page(
+        builds.reads, access.project.id, build.id, page.limit, page.after_id, wanted
+    )
     return schemas.BuildDevices(
         build_id=build.id,
-        scope=reach.scope,
-        profile_type=kind if kind in _PROFILE_TYPES and reach.scope is not None else None,
-        included=shown(reach.included),
-        missing=shown(reach.missing),
-        testers_unable=[tester_schema(t) for t in reach.testers_who_cannot_install()]
-        if reach.scope is ProfileScope.LISTED
-        else [],
+        scope=scope,
+        profile_type=profile_type,
+        included_count=counts.included,
+        missing_count=counts.missing,
+        testers_unable_count=counts.testers_unable,
+        included=[tester_device_schema(r.device, r.tester) for r in found if r.included],
+        missing=[tester_device_schema(r.device, r.tester) for r in found if not r.included],
+        next_cursor=next_cursor,
     )

@@ -72,22 +72,33 @@ class ProjectDeviceList(ApiModel):
 
 
 class BuildDevices(ApiModel):
-    """Which enrolled devices of the project's members a build installs on."""
+    """Which enrolled devices of the project's members a build installs on: counts over all of
+    them, and a page of them."""
 
     build_id: str
     scope: ProfileScope | None = Field(
         description="`listed`: an ad-hoc or development profile, which installs only on the "
-        "devices it lists (`included`; `missing`: the enrolled devices it does not list); "
-        "`any`: an enterprise or App Store profile, which installs on any device; `unknown`: "
-        "an .ipa whose profile was not read (none in the file, or verified before devices "
-        "were); null: not an .ipa"
+        "devices it lists; `any`: an enterprise or App Store profile, which installs on any "
+        "device; `unknown`: an .ipa whose profile was not read (none in the file, or verified "
+        "before devices were); null: not an .ipa"
     )
     profile_type: Literal["ad-hoc", "development", "enterprise", "app-store"] | None = Field(
         description="The provisioning profile's type, as the build's metadata says"
     )
-    included: list[TesterDevice]
-    missing: list[TesterDevice]
-    testers_unable: list[DeviceTester] = Field(
-        description="Members with enrolled devices none of which the profile lists: who cannot "
-        "install this build"
+    included_count: int | None = Field(
+        description="`listed` only: the members' devices the profile lists (null otherwise)"
     )
+    missing_count: int | None = Field(
+        description="`listed` only: the members' enrolled devices it does not list"
+    )
+    testers_unable_count: int | None = Field(
+        description="`listed` only: members with enrolled devices none of which it lists, who "
+        "cannot install the build"
+    )
+    included: list[TesterDevice] = Field(
+        description="This page's devices that the profile lists (`listed` only)"
+    )
+    missing: list[TesterDevice] = Field(
+        description="This page's devices that it does not list (`listed` only)"
+    )
+    next_cursor: str | None

@@ -6,13 +6,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, select
+from sqlalchemy import and_, bindparam, exists, func, select
 from sqlalchemy.engine import RowMapping
 
 from buildbay.auth.models import User
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.devices.models import BuildProfileDevice, Device
-from buildbay.devices.records import DeviceRecord, DeviceTester, ProfileScope, Reach
+from buildbay.devices.records import (
+    DeviceRecord,
+    DeviceTester,
+    ProfileScope,
+    Reach,
+    ReachCounts,
+    ReachedDevice,
+)
+from buildbay.ids import split_page
 from buildbay.projects.models import ProjectMember
 
 DEVICE = RecordOf(DeviceRecord, Device)
@@ -49,17 +57,15 @@ def tester_of(row: RowMapping) -> DeviceTester:
 _IN_PROFILE = exists().where(
     BuildProfileDevice.build_id == bindparam("build_id"), BuildProfileDevice.udid == Device.udid
 )
+# A device of a member of the project (`project_id`), as a join's condition.
+MEMBERS_DEVICE = and_(
+    ProjectMember.user_id == Device.user_id, ProjectMember.project_id == bindparam("project_id")
+)
 # A member's devices, whether the build's profile lists each: one statement, the profile's
 # primary key (build_id, udid) answering each device's lookup.
 _MEMBERS_DEVICES = (
     select(*DEVICE.columns, *TESTER_COLUMNS, _IN_PROFILE.label("included"))
-    .join(
-        ProjectMember,
-        and_(
-            ProjectMember.user_id == Device.user_id,
-            ProjectMember.project_id == bindparam("project_id"),
-        ),
-    )
+    .join(ProjectMember, MEMBERS_DEVICE)
     .join(User, User.id == Device.user_id)
     .order_by(Device.id)
 )
@@ -120,3 +126,81 @@ def _split(rows: Sequence[RowMapping]) -> tuple[list[DeviceRecord], list[DeviceR
     for row in rows:
         (included if row["included"] else missing).append(DEVICE.of(row))
     return included, missing
+
+
+# -- a page at a time, for a project of any size (the API's) ------------------------------------
+
+# The members' devices the profile lists, from the profile's side: for each of its UDIDs, a
+# lookup of the unique UDID and of the membership's primary key (a profile lists at most a few
+# hundred or thousand devices; the project may have many more).
+_INCLUDED_IDS = (
+    select(Device.id, Device.user_id)
+    .select_from(BuildProfileDevice)
+    .join(Device, Device.udid == BuildProfileDevice.udid)
+    .join(ProjectMember, MEMBERS_DEVICE)
+    .where(BuildProfileDevice.build_id == bindparam("build_id"))
+)
+_INCLUDED = _INCLUDED_IDS.subquery()
+_COUNTS = select(
+    func.count().label("included"),
+    func.count(_INCLUDED.c.user_id.distinct()).label("testers_included"),
+    select(func.count())
+    .select_from(Device)
+    .join(ProjectMember, MEMBERS_DEVICE)
+    .scalar_subquery()
+    .label("devices"),
+    select(func.count())
+    .select_from(ProjectMember)
+    .where(
+        ProjectMember.project_id == bindparam("project_id"),
+        exists(select(Device.id).where(Device.user_id == ProjectMember.user_id)),
+    )
+    .scalar_subquery()
+    .label("testers"),
+    exists().where(BuildProfileDevice.build_id == bindparam("build_id")).label("stored"),
+).select_from(_INCLUDED)
+# A page's device ids, from the indexes alone (the membership's primary key, devices' (user_id,
+# id)), sorted; then those devices' rows: sorting the ids of 10,000 devices costs a fraction of
+# sorting their rows.
+_PAGE_IDS = select(Device.id).join(ProjectMember, MEMBERS_DEVICE)
+_REACHED = select(*DEVICE.columns, *TESTER_COLUMNS, _IN_PROFILE.label("included")).join(
+    User, User.id == Device.user_id
+)
+
+
+async def reach_counts(reads: Reads, project_id: str, build_id: str) -> ReachCounts | None:
+    """How many of the members' devices a LISTED profile includes, in one statement; None if
+    verify stored none of its UDIDs (a build verified before devices were: not known)."""
+    row = await reads.first(_COUNTS, {"project_id": project_id, "build_id": build_id})
+    assert row is not None  # aggregates: one row
+    if not row["stored"]:
+        return None
+    return ReachCounts(
+        int(row["devices"]), int(row["included"]), int(row["testers"]),
+        int(row["testers_included"]),
+    )  # fmt: skip
+
+
+async def reach_page(
+    reads: Reads,
+    project_id: str,
+    build_id: str,
+    limit: int,
+    after_id: str | None,
+    only: bool | None = None,
+) -> tuple[list[ReachedDevice], str | None]:
+    """A page of the members' devices, the most recently enrolled first, each with whether the
+    build's profile lists it; only those it lists (`only` True) or misses (False), if asked."""
+    if only:  # from the profile's side, as the counts
+        ids = _INCLUDED_IDS.with_only_columns(Device.id)
+    else:
+        ids = _PAGE_IDS if only is None else _PAGE_IDS.where(~_IN_PROFILE)
+    if after_id is not None:
+        ids = ids.where(Device.id < after_id)
+    stmt = _REACHED.where(
+        Device.id.in_(ids.order_by(Device.id.desc()).limit(bindparam("limit")))
+    ).order_by(Device.id.desc())
+    params = {"project_id": project_id, "build_id": build_id, "limit": limit + 1}
+    rows = await reads.all(stmt, params)
+    found = [ReachedDevice(DEVICE.of(row), tester_of(row), bool(row["included"])) for row in rows]
+    return split_page(found, limit, lambda reached: reached.device.id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, and_, bindparam, exists, or_, select
+from sqlalchemy import ColumnElement, bindparam, exists, or_, select
 from sqlalchemy.engine import RowMapping
 
 from buildbay.applications.enums import Platform
@@ -22,7 +22,13 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build
 from buildbay.db.reads import Query, Reads
 from buildbay.devices.models import BuildProfileDevice, Device
-from buildbay.devices.reach import DEVICE, LISTED_TYPES, TESTER_COLUMNS, tester_of
+from buildbay.devices.reach import (
+    DEVICE,
+    LISTED_TYPES,
+    MEMBERS_DEVICE,
+    TESTER_COLUMNS,
+    tester_of,
+)
 from buildbay.devices.records import DeviceRecord, DeviceTester
 from buildbay.ids import split_page
 from buildbay.projects.models import ProjectMember
@@ -89,20 +95,21 @@ _LATEST_PROFILES = select(
     _APPLICATIONS,
     exists().where(BuildProfileDevice.build_id == _APPLICATIONS.c.build_id).label("profile_stored"),
 ).order_by(_APPLICATIONS.c.application_id)
-# The devices of the project's members, with their tester.
-_MEMBERS_DEVICES = (
-    select(*DEVICE.columns, *TESTER_COLUMNS)
-    .join(
-        ProjectMember,
-        and_(
-            ProjectMember.user_id == Device.user_id,
-            ProjectMember.project_id == bindparam("project_id"),
-        ),
-    )
-    .join(User, User.id == Device.user_id)
-)
+# A page of the devices of the project's members: its ids first, from the indexes alone (the
+# membership's primary key, devices' (user_id, id)) and sorted, then their rows with their
+# testers. Sorting the ids of 10,000 devices costs a fraction of sorting their rows.
+_PAGE_IDS = select(Device.id).join(ProjectMember, MEMBERS_DEVICE)
+_DEVICES = select(*DEVICE.columns, *TESTER_COLUMNS).join(User, User.id == Device.user_id)
+
+
+def _page(ids: Query) -> Query:
+    return _DEVICES.where(
+        Device.id.in_(ids.order_by(Device.id.desc()).limit(bindparam("limit")))
+    ).order_by(Device.id.desc())
+
+
 # Built once: the page clients poll (the first, without a search).
-_FIRST_PAGE = _MEMBERS_DEVICES.order_by(Device.id.desc()).limit(bindparam("limit"))
+_FIRST_PAGE = _page(_PAGE_IDS)
 _IN_PROFILES = select(BuildProfileDevice.build_id, BuildProfileDevice.udid).where(
     BuildProfileDevice.build_id.in_(bindparam("build_ids", expanding=True)),
     BuildProfileDevice.udid.in_(bindparam("udids", expanding=True)),
@@ -137,13 +144,14 @@ async def project_devices(
     """A page of the devices of the project's members, the most recently enrolled first (by
     id), from the cursor's device on; of those `search` finds, if given."""
     applications = await latest_profiles(reads, project_id)
-    stmt: Query = _FIRST_PAGE
+    stmt = _FIRST_PAGE
     if after_id is not None or search:
-        stmt = _MEMBERS_DEVICES.order_by(Device.id.desc()).limit(bindparam("limit"))
+        ids = _PAGE_IDS
         if after_id is not None:
-            stmt = stmt.where(Device.id < after_id)
+            ids = ids.where(Device.id < after_id)
         if search:
-            stmt = stmt.where(_search(search))
+            ids = ids.join(User, User.id == Device.user_id).where(_search(search))
+        stmt = _page(ids)
     rows = await reads.all(stmt, {"project_id": project_id, "limit": limit + 1})
     page, next_cursor = split_page(rows, limit, lambda row: str(row["id"]))
     listed = await _with_profiles(reads, page, applications)
@@ -172,14 +180,14 @@ async def _with_profiles(
     return listed
 
 
-_EXPORTED = _MEMBERS_DEVICES.order_by(Device.id).limit(bindparam("limit"))
-
-
 async def devices_after(
     reads: Reads, project_id: str, after_id: str | None, limit: int
 ) -> list[tuple[DeviceRecord, DeviceTester]]:
     """Up to `limit` devices of the project's members after `after_id`, the earliest enrolled
     first (by id): an export reads them a batch at a time."""
-    stmt = _EXPORTED if after_id is None else _EXPORTED.where(Device.id > after_id)
+    ids = _PAGE_IDS if after_id is None else _PAGE_IDS.where(Device.id > after_id)
+    stmt = _DEVICES.where(
+        Device.id.in_(ids.order_by(Device.id).limit(bindparam("limit")))
+    ).order_by(Device.id)
     rows = await reads.all(stmt, {"project_id": project_id, "limit": limit})
     return [(DEVICE.of(row), tester_of(row)) for row in rows]

@@ -57,3 +57,31 @@ class Reach:
         able = {device.user_id for device in self.included}
         unable = dict.fromkeys(d.user_id for d in self.missing if d.user_id not in able)
         return [self.testers[user_id] for user_id in unable if user_id in self.testers]
+
+
+@dataclass(frozen=True, slots=True)
+class ReachCounts:
+    """How many of the project's members' enrolled devices a LISTED profile includes, of how
+    many, and how many members have devices none of which it includes."""
+
+    devices: int
+    included: int
+    testers: int  # members with an enrolled device
+    testers_included: int  # members with a device the profile includes
+
+    @property
+    def missing(self) -> int:
+        return self.devices - self.included
+
+    @property
+    def testers_unable(self) -> int:
+        return self.testers - self.testers_included
+
+
+@dataclass(frozen=True, slots=True)
+class ReachedDevice:
+    """A member's device on a page of a build's reach: whether the build's profile lists it."""
+
+    device: DeviceRecord
+    tester: DeviceTester
+    included: bool
