@@ -32,19 +32,19 @@ Exported = tuple[DeviceRecord, DeviceTester]
 FetchAfter = Callable[[str | None, int], Awaitable[list[Exported]]]
 
 
-class ExportFormat(StrEnum):
+class DeviceFileFormat(StrEnum):
     APPLE = "apple"
     CSV = "csv"
 
     @property
     def media_type(self) -> str:
-        if self is ExportFormat.APPLE:
+        if self is DeviceFileFormat.APPLE:
             return "text/tab-separated-values; charset=utf-8"
         return "text/csv; charset=utf-8; header=present"
 
     @property
     def extension(self) -> str:
-        return "txt" if self is ExportFormat.APPLE else "csv"
+        return "txt" if self is DeviceFileFormat.APPLE else "csv"
 
 
 APPLE_HEADER = "Device ID\tDevice Name\tDevice Platform\n"
@@ -103,19 +103,19 @@ def csv_text(rows: Iterable[list[str]]) -> str:
     return out.getvalue()
 
 
-def render(batch: list[Exported], kind: ExportFormat) -> str:
-    if kind is ExportFormat.APPLE:
+def render(batch: list[Exported], kind: DeviceFileFormat) -> str:
+    if kind is DeviceFileFormat.APPLE:
         return "".join(apple_line(device) for device, _ in batch)
     return csv_text(csv_cells(device, tester) for device, tester in batch)
 
 
 async def export_chunks(
-    kind: ExportFormat, first: list[Exported], fetch_after: FetchAfter, batch: int = BATCH
+    kind: DeviceFileFormat, first: list[Exported], fetch_after: FetchAfter, batch: int = BATCH
 ) -> AsyncIterator[bytes]:
     """The file, a batch of devices at a time: the header, `first` (the first batch, read
     before the answer started, so that a database that fails fails the request), then the
     batches `fetch_after` reads until one comes short."""
-    header = APPLE_HEADER if kind is ExportFormat.APPLE else csv_text([list(CSV_COLUMNS)])
+    header = APPLE_HEADER if kind is DeviceFileFormat.APPLE else csv_text([list(CSV_COLUMNS)])
     yield header.encode()
     current = first
     while current:
@@ -125,7 +125,7 @@ async def export_chunks(
         current = await fetch_after(current[-1][0].id, batch)
 
 
-def file_name(project_name: str, project_id: str, kind: ExportFormat) -> str:
+def file_name(project_name: str, project_id: str, kind: DeviceFileFormat) -> str:
     """A download's name that any header and file system takes: the project's name in ASCII
     letters and digits (its id if none are left), `-devices`, and the format's extension."""
     ascii_name = unicodedata.normalize("NFKD", project_name).encode("ascii", "ignore").decode()

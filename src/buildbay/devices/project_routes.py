@@ -14,8 +14,8 @@ from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.devices import project_schemas as schemas
 from buildbay.devices.export import (
     BATCH,
+    DeviceFileFormat,
     Exported,
-    ExportFormat,
     export_chunks,
     file_name,
 )
@@ -128,9 +128,9 @@ async def export_project_devices(
     reads: ReadsDep,
     ctx: Context,
     format: Annotated[  # noqa: A002 - the query parameter's name
-        ExportFormat,
+        DeviceFileFormat,
         Query(description="`apple` (the default): Apple's device upload file; `csv`"),
-    ] = ExportFormat.APPLE,
+    ] = DeviceFileFormat.APPLE,
 ) -> StreamingResponse:
     project = access.project
     # The first batch is read now, on the request's reads: a database that fails, fails the

@@ -1,5 +1,5 @@
 """The `buildbay` command: log in, manage projects, applications, members, API tokens,
-webhooks and builds, and upload from a terminal or a CI job.
+webhooks and builds, list and export testers' devices, and upload from a terminal or a CI job.
 
 Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`). Other installed
 distributions add command groups through the `buildbay.commands` entry points (the server adds
@@ -22,6 +22,7 @@ from buildbay_client.cli.account import login, logout, tokens, whoami
 from buildbay_client.cli.apps import apps, channels
 from buildbay_client.cli.builds import builds, progress_bar, upload
 from buildbay_client.cli.common import COMMANDS_GROUP, EXIT_CODES_HELP, err, options
+from buildbay_client.cli.devices import devices
 from buildbay_client.cli.projects import members, projects
 from buildbay_client.cli.webhooks import webhooks
 
@@ -43,6 +44,7 @@ def register(app: typer.Typer) -> None:
         (members, "members"),
         (tokens, "tokens"),
         (webhooks, "webhooks"),
+        (devices, "devices"),
     ):
         app.add_typer(group, name=name, rich_help_panel="Client")
 
