@@ -10,7 +10,10 @@ import httpx
 import pytest
 from sqlalchemy import delete
 
+from buildbay.db.reads import Reads
 from buildbay.devices.models import BuildProfileDevice
+from buildbay.devices.reach import build_reach, person_reach, profile_scope
+from buildbay.devices.records import ProfileScope
 from tests.builds.test_metadata import ipa
 from tests.conftest import assert_problem, statements_run
 from tests.ios.test_device_lists import Team, add_devices, team, udid
@@ -210,3 +213,43 @@ async def test_only_developers_see_a_build_s_devices(team: Team) -> None:
     assert_problem(r, 403, "insufficient_role")
     r = await _reach(team, app_id, "bld_00000000000000000000000000")
     assert_problem(r, 404, "build_not_found")
+
+
+async def test_the_whole_reach_for_a_page_about_one_build_or_one_person(team: Team) -> None:
+    """build_reach and person_reach (the console's and the install page's): every device at
+    once, each member's, and who cannot install; unknown where the UDIDs were not stored."""
+    t1, t2 = team.testers
+    ana_phone, ana_ipad, bo_phone = await add_devices(
+        team.app,
+        [
+            {"user_id": t1.user["id"], "udid": udid(1)},
+            {"user_id": t1.user["id"], "udid": udid(2)},
+            {"user_id": t2.user["id"], "udid": udid(3)},
+        ],
+    )
+    app_id = await team.ios_app("Alpha")
+    build = await team.ipa_build(app_id, ProvisionedDevices=[udid(1)])
+    scope = profile_scope("App.ipa", build["metadata"])
+    assert scope is ProfileScope.LISTED
+    reads = Reads.on(team.app.state.ctx.read_engine)
+    try:
+        reach = await build_reach(reads, team.project_id, build["buildId"], scope)
+        assert reach is not None
+        assert [d.id for d in reach.included] == [ana_phone]
+        assert [d.id for d in reach.missing] == [ana_ipad, bo_phone]
+        assert [t.email for t in reach.testers_who_cannot_install()] == ["tester2@example.com"]
+        assert await person_reach(reads, t1.user["id"], build["buildId"], scope) == (
+            reach.included,
+            [reach.missing[0]],
+        )
+        async with team.app.state.ctx.sessions() as db, db.begin():
+            await db.execute(
+                delete(BuildProfileDevice).where(BuildProfileDevice.build_id == build["buildId"])
+            )
+        unknown = await build_reach(reads, team.project_id, build["buildId"], scope)
+        assert unknown is not None
+        assert (unknown.scope, unknown.included, unknown.missing) == (ProfileScope.UNKNOWN, [], [])
+        assert await person_reach(reads, t1.user["id"], build["buildId"], scope) == ([], [])
+        assert await build_reach(reads, team.project_id, build["buildId"], None) is None
+    finally:
+        await reads.close()
