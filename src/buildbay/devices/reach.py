@@ -15,7 +15,7 @@ from sqlalchemy import and_, bindparam, exists, func, select
 from sqlalchemy.engine import RowMapping
 
 from buildbay.auth.models import User
-from buildbay.db.reads import Reads, RecordOf
+from buildbay.db.reads import Query, Reads, RecordOf
 from buildbay.devices.models import BuildProfileDevice, Device
 from buildbay.devices.records import (
     DeviceRecord,
@@ -173,6 +173,27 @@ _REACHED = select(*DEVICE.columns, *TESTER_COLUMNS, _IN_PROFILE.label("included"
 )
 
 
+def _reach_page_statement(only: bool | None, after: bool) -> Query:
+    if only:  # from the profile's side, as the counts
+        ids = _INCLUDED_IDS.with_only_columns(Device.id)
+    else:
+        ids = _PAGE_IDS if only is None else _PAGE_IDS.where(~_IN_PROFILE)
+    if after:
+        ids = ids.where(Device.id < bindparam("after_id"))
+    return _REACHED.where(
+        Device.id.in_(ids.order_by(Device.id.desc()).limit(bindparam("limit")))
+    ).order_by(Device.id.desc())
+
+
+# Built once, each (which devices, from a cursor or not): composing a statement per request
+# costs more than SQLite takes to run it.
+_REACH_PAGES = {
+    (only, after): _reach_page_statement(only, after)
+    for only in (None, True, False)
+    for after in (False, True)
+}
+
+
 async def reach_counts(reads: Reads, project_id: str, build_id: str) -> ReachCounts | None:
     """How many of the members' devices a LISTED profile includes, in one statement; None if
     verify stored none of its UDIDs (a build verified before devices were: not known)."""
@@ -196,16 +217,10 @@ async def reach_page(
 ) -> tuple[list[ReachedDevice], str | None]:
     """A page of the members' devices, the most recently enrolled first, each with whether the
     build's profile lists it; only those it lists (`only` True) or misses (False), if asked."""
-    if only:  # from the profile's side, as the counts
-        ids = _INCLUDED_IDS.with_only_columns(Device.id)
-    else:
-        ids = _PAGE_IDS if only is None else _PAGE_IDS.where(~_IN_PROFILE)
-    if after_id is not None:
-        ids = ids.where(Device.id < after_id)
-    stmt = _REACHED.where(
-        Device.id.in_(ids.order_by(Device.id.desc()).limit(bindparam("limit")))
-    ).order_by(Device.id.desc())
+    stmt = _REACH_PAGES[(only, after_id is not None)]
     params = {"project_id": project_id, "build_id": build_id, "limit": limit + 1}
+    if after_id is not None:
+        params["after_id"] = after_id
     rows = await reads.all(stmt, params)
     found = [ReachedDevice(DEVICE.of(row), tester_of(row), bool(row["included"])) for row in rows]
     return split_page(found, limit, lambda reached: reached.device.id)

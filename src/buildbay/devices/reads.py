@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, exists, or_, select
 from sqlalchemy.engine import RowMapping
@@ -108,8 +109,9 @@ def _page(ids: Query) -> Query:
     ).order_by(Device.id.desc())
 
 
-# Built once: the page clients poll (the first, without a search).
+# Built once: the pages without a search, the first and those after a cursor.
 _FIRST_PAGE = _page(_PAGE_IDS)
+_NEXT_PAGE = _page(_PAGE_IDS.where(Device.id < bindparam("after_id")))
 _IN_PROFILES = select(BuildProfileDevice.build_id, BuildProfileDevice.udid).where(
     BuildProfileDevice.build_id.in_(bindparam("build_ids", expanding=True)),
     BuildProfileDevice.udid.in_(bindparam("udids", expanding=True)),
@@ -144,15 +146,16 @@ async def project_devices(
     """A page of the devices of the project's members, the most recently enrolled first (by
     id), from the cursor's device on; of those `search` finds, if given."""
     applications = await latest_profiles(reads, project_id)
-    stmt = _FIRST_PAGE
-    if after_id is not None or search:
-        ids = _PAGE_IDS
+    params: dict[str, Any] = {"project_id": project_id, "limit": limit + 1}
+    if after_id is not None:
+        params["after_id"] = after_id
+    stmt = _FIRST_PAGE if after_id is None else _NEXT_PAGE
+    if search:  # composed: each search its own statement
+        ids = _PAGE_IDS.join(User, User.id == Device.user_id).where(_search(search))
         if after_id is not None:
-            ids = ids.where(Device.id < after_id)
-        if search:
-            ids = ids.join(User, User.id == Device.user_id).where(_search(search))
+            ids = ids.where(Device.id < bindparam("after_id"))
         stmt = _page(ids)
-    rows = await reads.all(stmt, {"project_id": project_id, "limit": limit + 1})
+    rows = await reads.all(stmt, params)
     page, next_cursor = split_page(rows, limit, lambda row: str(row["id"]))
     listed = await _with_profiles(reads, page, applications)
     return DevicePage(listed, applications, next_cursor)
