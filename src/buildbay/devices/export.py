@@ -1,6 +1,6 @@
 """A project's devices as a file: the one Apple's "Register Multiple Devices" upload takes, or
 a CSV for a spreadsheet. Written a batch of devices at a time, so that memory stays flat however
-many devices the project has (docs/api.md, "Exporting the devices").
+many devices the project has (docs/api.md, GET /api/projects/{id}/devices/export).
 
 Apple's file is its sample's format (`Multiple-Upload-Samples.zip`, linked from the developer
 account's device upload): UTF-8, tab-separated, one line per device ending in LF, after the

@@ -1,5 +1,5 @@
 """A project's devices, for its developers: the list, the file Apple's device upload takes, and
-which devices a build installs on (docs/api.md, "Devices")."""
+which devices a build installs on (docs/api.md, "Testers' devices")."""
 
 from __future__ import annotations
 
