@@ -1,0 +1,162 @@
+"""Issue 37 in a real browser: the tester's day (the install page on an iPhone offers "Register
+this device"; once the iPhone is enrolled and the build's profile misses it, the page says so
+before the Install button) and the team lead's (the build's page says which testers can't
+install it, with their devices).
+
+With BUILDBAY_TEST_SCREENSHOTS set to a directory (docs/, to refresh them), the screens that
+docs/ios-devices.md shows are written there, cropped to what they show."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from tests.conftest import run_apart
+from tests.console.conftest import PHONE
+from tests.console.test_console import PASSWORD, sign_in
+from tests.devices import IPHONE
+from tests.ios.console_devices import DAN_IPHONE, TESS_IPHONE, adhoc_ipa, enroll_at
+
+pytestmark = pytest.mark.slow
+
+NewPage = Callable[..., Page]
+SHOTS = (
+    Path(os.environ["BUILDBAY_TEST_SCREENSHOTS"])
+    if "BUILDBAY_TEST_SCREENSHOTS" in os.environ
+    else None
+)
+
+
+def shoot(page: Page, name: str, *parts: Locator, pad: int = 12) -> None:
+    """A picture of the page around `parts` (one CSS pixel a pixel: small files)."""
+    if SHOTS is None:
+        return
+    page.evaluate("window.scrollTo(0, 0)")
+    boxes = [box for part in parts if (box := part.bounding_box()) is not None]
+    left = max(min(b["x"] for b in boxes) - pad, 0)
+    top = max(min(b["y"] for b in boxes) - pad, 0)
+    right = max(b["x"] + b["width"] for b in boxes) + pad
+    bottom = max(b["y"] + b["height"] for b in boxes) + pad
+    clip = {"x": left, "y": top, "width": right - left, "height": bottom - top}
+    page.screenshot(path=SHOTS / name, clip=clip, full_page=True, scale="css")
+
+
+@dataclass
+class Team:
+    """Olga's project, its iOS application and Tess, a tester; an ad-hoc build for Dan's
+    iPhone only, distributed to Tess."""
+
+    project_id: str
+    app_id: str
+    build_id: str
+    tess_id: str
+
+    @property
+    def build_path(self) -> str:
+        return f"/projects/{self.project_id}/apps/{self.app_id}/builds/{self.build_id}"
+
+
+def _account(http: httpx.Client, email: str, name: str) -> tuple[dict[str, str], str]:
+    r = http.post("/api/auth/register", json={"email": email, "password": PASSWORD, "name": name})
+    assert r.status_code == 201, r.text
+    headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+    return headers, str(http.get("/api/auth/me", headers=headers).json()["id"])
+
+
+def _upload(http: httpx.Client, headers: dict[str, str], base: str, data: bytes) -> str:
+    link = http.post(f"{base}/upload-link", json={"fileName": "Acme.ipa", "fileSize": len(data)},
+                     headers=headers)  # fmt: skip
+    assert link.status_code == 201, link.text
+    body: dict[str, Any] = link.json()
+    assert http.put(body["uploadUrl"], content=data, headers=body["uploadHeaders"]).is_success
+    r = http.post(f"{base}/verify", json={"buildId": body["buildId"],
+                                           "notes": "The new checkout"}, headers=headers)  # fmt: skip
+    assert r.status_code == 200, r.text
+    return str(body["buildId"])
+
+
+@pytest.fixture
+def team(server: str) -> Team:
+    with httpx.Client(base_url=server, timeout=30) as http:
+        olga, _ = _account(http, "olga@example.com", "Olga Lead")
+        _, tess_id = _account(http, "tess@example.com", "Tess Tester")
+        project = http.post("/api/projects", json={"name": "Acme"}, headers=olga).json()
+        app = http.post(
+            f"/api/projects/{project['id']}/applications",
+            json={"name": "Acme iOS", "platform": "ios", "autoDistributeGroups": []},
+            headers=olga,
+        ).json()
+        r = http.post(f"/api/projects/{project['id']}/members",
+                      json={"email": "tess@example.com", "role": "tester"}, headers=olga)  # fmt: skip
+        assert r.status_code == 201, r.text
+        base = f"/api/app-distribution/{project['id']}/{app['id']}/builds"
+        build_id = _upload(http, olga, base, adhoc_ipa([DAN_IPHONE]))
+        r = http.post(f"{base}/{build_id}/distribute",
+                      json={"emails": ["tess@example.com"], "notify": False}, headers=olga)  # fmt: skip
+        assert r.status_code == 200, r.text
+        return Team(project["id"], app["id"], build_id, tess_id)
+
+
+def test_the_tester_registers_her_iphone_and_learns_the_build_is_not_for_it(
+    server: str, new_page: NewPage, team: Team, database_url: str
+) -> None:
+    phone = new_page(server, **PHONE, user_agent=IPHONE)
+    sign_in(phone, "tess@example.com")
+    phone.goto(f"/projects/{team.project_id}/apps/{team.app_id}")
+    phone.get_by_role("button", name="Install Acme.ipa").click()
+    expect(phone).to_have_url(re.compile(r"/install/"))
+    install_page = phone.url
+
+    # No device of hers is enrolled: the page offers this one, before the Install button.
+    register = phone.get_by_role("link", name="Register this device")
+    expect(register).to_be_visible()
+    token = install_page.rsplit("/install/", 1)[1]
+    expect(register).to_have_attribute("href", f"/install/{token}/register-device")
+    install = phone.get_by_role("button", name="Install", exact=True)
+    assert register.bounding_box()["y"] < install.bounding_box()["y"]  # type: ignore[index]
+    shoot(phone, "ios-devices-register.png", phone.locator("main > header"),
+          phone.locator("#register-hint"))  # fmt: skip
+
+    # Her iPhone enrolled (what the profile service's answer records), the build's profile
+    # still lists only Dan's: the page says so, and offers no registration any more.
+    run_apart(enroll_at(database_url, team.tess_id, TESS_IPHONE, "Tess's iPhone"))
+    phone.reload()
+    warning = phone.locator("#not-made-for")
+    expect(warning).to_contain_text(
+        f"This build was not made for your iPhone (UDID {TESS_IPHONE}). "
+        "The developers have been told."
+    )
+    expect(register).to_have_count(0)
+    assert warning.bounding_box()["y"] < install.bounding_box()["y"]  # type: ignore[index]
+    # The page still fits the phone, the long UDID included.
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(phone, "ios-devices-not-made-for.png", phone.locator("main > header"), install)
+
+
+def test_the_team_lead_sees_who_cannot_install_the_build(
+    server: str, new_page: NewPage, team: Team, database_url: str
+) -> None:
+    run_apart(enroll_at(database_url, team.tess_id, TESS_IPHONE, "Tess's iPhone"))
+    page = new_page(server)
+    sign_in(page, "olga@example.com")
+
+    page.goto(team.build_path)
+
+    devices = page.locator("#devices")
+    expect(devices.locator("#devices-summary")).to_contain_text(
+        "1 tester can't install this build on the device below"
+    )
+    row = devices.locator("table.devices-missing tbody tr")
+    expect(row).to_have_count(1)
+    expect(row.locator("td")).to_have_text(
+        ["Tess Tester", "Tess's iPhone", "iPhone (iPhone15,2)", TESS_IPHONE]
+    )
+    shoot(page, "ios-devices-build.png", devices)
