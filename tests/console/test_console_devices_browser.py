@@ -77,8 +77,8 @@ def _upload(http: httpx.Client, headers: dict[str, str], base: str, data: bytes)
     assert link.status_code == 201, link.text
     body: dict[str, Any] = link.json()
     assert http.put(body["uploadUrl"], content=data, headers=body["uploadHeaders"]).is_success
-    r = http.post(f"{base}/verify", json={"buildId": body["buildId"],
-                                           "notes": "The new checkout"}, headers=headers)  # fmt: skip
+    verify = {"buildId": body["buildId"], "notes": "The new checkout"}
+    r = http.post(f"{base}/verify", json=verify, headers=headers)
     assert r.status_code == 200, r.text
     return str(body["buildId"])
 
@@ -94,13 +94,13 @@ def team(server: str) -> Team:
             json={"name": "Acme iOS", "platform": "ios", "autoDistributeGroups": []},
             headers=olga,
         ).json()
-        r = http.post(f"/api/projects/{project['id']}/members",
-                      json={"email": "tess@example.com", "role": "tester"}, headers=olga)  # fmt: skip
+        tess = {"email": "tess@example.com", "role": "tester"}
+        r = http.post(f"/api/projects/{project['id']}/members", json=tess, headers=olga)
         assert r.status_code == 201, r.text
         base = f"/api/app-distribution/{project['id']}/{app['id']}/builds"
         build_id = _upload(http, olga, base, adhoc_ipa([DAN_IPHONE]))
-        r = http.post(f"{base}/{build_id}/distribute",
-                      json={"emails": ["tess@example.com"], "notify": False}, headers=olga)  # fmt: skip
+        to_tess = {"emails": ["tess@example.com"], "notify": False}
+        r = http.post(f"{base}/{build_id}/distribute", json=to_tess, headers=olga)
         assert r.status_code == 200, r.text
         return Team(project["id"], app["id"], build_id, tess_id)
 
