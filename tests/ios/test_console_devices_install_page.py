@@ -12,10 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from buildbay.context import AppContext
 from buildbay.db.engine import finish
-from tests.conftest import Account
+from tests.conftest import Account, statements_run
 from tests.console.test_mail_pages import browser, sign_in
 from tests.devices import ANDROID, DESKTOP, IPHONE
 from tests.distribution.conftest import Team, settings, smtp, team
@@ -243,3 +244,47 @@ async def test_device_names_are_shown_as_text(shelf: Shelf, client: httpx.AsyncC
     assert "<img src=x" not in r.text
     assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt; enohp" in r.text
     assert "\u202e" not in r.text
+
+
+async def test_the_application_page_says_which_builds_were_not_made_for_her_iphone(
+    shelf: Shelf, browser: httpx.AsyncClient, app: FastAPI
+) -> None:
+    await shelf.enroll(shelf.tess, TESS_IPHONE, "Tess's iPhone")
+    await shelf.enroll(shelf.tess, TESS_IPAD, "Tess's iPad", "iPad13,1")
+    for_dan = await shelf.build(adhoc_ipa([DAN_IPHONE], "1.0", "1"), "for-dan.ipa")
+    for_ipad = await shelf.build(adhoc_ipa([TESS_IPAD], "1.1", "2"), "for-ipad.ipa")
+    for_her = await shelf.build(adhoc_ipa([TESS_IPHONE], "1.2", "3"), "for-her.ipa")
+    unknown = await shelf.build(adhoc_ipa([DAN_IPHONE], "1.3", "4"), "unknown.ipa")
+    for build in (for_dan, for_ipad, for_her, unknown):
+        await shelf.personal_link(build)  # distributed to her
+    ctx: AppContext = app.state.ctx
+    db = ctx.sessions()
+    await forget_profile(db, unknown["buildId"])
+    await finish(db, ok=True)
+    await sign_in(browser, shelf.tess.email)
+    path = f"/projects/{shelf.team.project['id']}/apps/{shelf.application['id']}"
+    seen = statements_run(app, "build_profile_devices")
+
+    iphone = await browser.get(path, headers={"User-Agent": IPHONE})
+    desktop = await browser.get(path, headers={"User-Agent": DESKTOP})
+
+    def note(r: httpx.Response, build: dict[str, Any]) -> str | None:
+        row = r.text.split(f'id="build-{build["buildId"]}"')[1].split("</tr>")[0]
+        found = re.search(r'<p class="why not-for-you">(.*?)</p>', row)
+        return unescape(found.group(1)) if found else None
+
+    assert len(seen) == 2  # one statement a page
+    assert (
+        note(iphone, for_dan)
+        == "Not made for your iPhone (Tess's iPhone): it will not install there."
+    )
+    assert (
+        note(iphone, for_ipad)
+        == "Not made for your iPhone (Tess's iPhone): it will not install there."
+    )
+    assert note(iphone, for_her) is None
+    assert note(iphone, unknown) is None
+    assert note(desktop, for_dan) == (
+        "Not made for your devices (Tess's iPhone, Tess's iPad): it will not install there."
+    )
+    assert note(desktop, for_ipad) is None  # it installs on one of hers
