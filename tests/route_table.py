@@ -38,6 +38,8 @@ from buildbay.config import InvitationCaps
 from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
+from buildbay.devices.dependencies import device_service
+from buildbay.devices.service import DeviceDescription
 from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
@@ -88,8 +90,14 @@ class RouteCase:
 
     @property
     def per_user(self) -> bool:
-        """The route names a thing of the caller's own account (`{id}`: an API token)."""
+        """The route names a thing of the caller's own account (`{id}`: an API token, a
+        device)."""
         return self.path.startswith("/api/account/") and bool(self.params)
+
+    @property
+    def owned(self) -> str:
+        """What a per-user route's `{id}` names: `api_token` or `device`."""
+        return "device" if self.path.startswith("/api/account/devices/") else "api_token"
 
     def url(self, values: dict[str, str]) -> str:
         return _PARAM.sub(lambda m: values[m.group(1)], self.path)
@@ -139,12 +147,15 @@ class World:
     ctx: AppContext  # for what no API hands out: the secrets that only mails carry
     ids: dict[str, str] = field(default_factory=dict)  # path parameter -> existing id
     api_token_id: str = ""  # one of the owner's API tokens
+    device_id: str = ""  # one of the owner's enrolled devices
     update_key: str = ""  # the world's application's
     token_ids: set[str] = field(default_factory=set)  # all the owner's API tokens
     _n: Iterator[int] = field(default_factory=itertools.count)
 
     def values_for(self, case: RouteCase) -> dict[str, str]:
-        return {"id": self.api_token_id} if case.per_user else dict(self.ids)
+        if not case.per_user:
+            return dict(self.ids)
+        return {"id": self.device_id if case.owned == "device" else self.api_token_id}
 
     async def login(self, account: Account) -> Account:
         return await Api(self.client).login(account)
@@ -239,6 +250,17 @@ class World:
     @property
     def channels(self) -> str:
         return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
+
+    async def new_device(self, account: Account) -> str:
+        """A device of `account`'s, as enrolling records it (tests/ios tests the enrolling)."""
+        udid = f"{next(self._n):040X}"
+
+        async def enroll(db: AsyncSession) -> str:
+            service = device_service(self.ctx, db)
+            described = DeviceDescription(udid, "iPhone14,2", "21E236", None, "Test iPhone")
+            return (await service.enroll(account.user["id"], described)).device.id
+
+        return await self._unit_of_work(enroll)
 
     async def new_api_token(self, account: Account) -> str:
         return str((await self._api_token(account, {"name": "ci"}))["id"])
@@ -392,6 +414,7 @@ async def build_world(
     world.ids["webhookId"] = await world.new_webhook()
     world.ids["deliveryId"] = await world.new_delivery()
     world.api_token_id = await world.new_api_token(owner)
+    world.device_id = await world.new_device(owner)
     world.token_ids.add(world.api_token_id)
     await world.limited_tokens()
     return world
@@ -613,6 +636,21 @@ async def _doomed_group(w: World) -> dict[str, str]:
 @target("DELETE", "/api/account/api-tokens/{id}")
 async def _own_api_token(w: World) -> dict[str, str]:
     return {"id": await w.new_api_token(w.accounts.owner)}
+
+
+@body("PATCH", "/api/account/devices/{id}")
+async def _device_name(w: World, subject: Account) -> dict[str, Any]:
+    return {"name": "Renamed iPhone"}
+
+
+@target("DELETE", "/api/account/devices/{id}")
+async def _own_device(w: World) -> dict[str, str]:
+    return {"id": await w.new_device(w.accounts.owner)}
+
+
+@body("PUT", "/api/projects/{id}/members/me/device-mail")
+async def _device_mail(w: World, subject: Account) -> dict[str, Any]:
+    return {"deviceMail": True}
 
 
 @target("DELETE", "/api/projects/{id}")

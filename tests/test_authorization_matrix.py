@@ -69,6 +69,13 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/account/api-tokens"): ANY_USER,
     ("POST", "/api/account/api-tokens"): ANY_USER,
     ("DELETE", "/api/account/api-tokens/{id}"): OWN,
+    # A tester's enrolled devices (issue 37; tests/ios/test_enrollment_api.py).
+    ("GET", "/api/account/devices"): ANY_USER,
+    ("PATCH", "/api/account/devices/{id}"): OWN,
+    ("DELETE", "/api/account/devices/{id}"): OWN,
+    # A mail per device the project's members enroll: a developer's to ask for.
+    ("GET", "/api/projects/{id}/members/me/device-mail"): "developer",
+    ("PUT", "/api/projects/{id}/members/me/device-mail"): "developer",
     ("GET", "/api/projects"): ANY_USER,
     ("POST", "/api/projects"): ANY_USER,
     ("GET", "/api/project/{id}"): "tester",
@@ -174,6 +181,11 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/projects/{id}/members"): READ,
     ("POST", "/api/projects/{id}/members"): UNSCOPED,
     ("PUT", "/api/projects/{id}/members/{userId}"): UNSCOPED,
+    ("GET", "/api/account/devices"): UNSCOPED,
+    ("PATCH", "/api/account/devices/{id}"): UNSCOPED,
+    ("DELETE", "/api/account/devices/{id}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/members/me/device-mail"): READ,
+    ("PUT", "/api/projects/{id}/members/me/device-mail"): UNSCOPED,
     ("DELETE", "/api/projects/{id}/members/{userId}"): UNSCOPED,
     ("POST", "/api/projects/{id}/invitations"): UNSCOPED,
     ("GET", "/api/projects/{id}/invitations"): READ,
@@ -234,13 +246,23 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ): BUILDS_WRITE,
 }
 # Routes that name no project but need a token free to reach every project (CurrentUser).
-ALL_PROJECTS = {("POST", "/api/projects"), ("PUT", "/api/auth/me")}
+ALL_PROJECTS = {
+    ("POST", "/api/projects"),
+    ("PUT", "/api/auth/me"),
+    ("GET", "/api/account/devices"),
+    ("PATCH", "/api/account/devices/{id}"),
+    ("DELETE", "/api/account/devices/{id}"),
+}
 # Routes outside /api, by path prefix, and what guards them instead of a bearer token.
 OUTSIDE_API = {
     "/storage/": "a signed URL (tests/builds/test_upload_flow.py, test_builds_api.py)",
     "/install/": "a signed install link; a personal one only while its person may open the "
     "build, and never to someone else signed in (tests/builds/test_install_links.py, "
-    "tests/distribution/test_link_access.py)",
+    "tests/distribution/test_link_access.py); a device registers through a personal one only "
+    "(tests/ios/test_enrollment.py)",
+    "/devices/": "the profile service: the console's session cookie for the profile, its "
+    "challenge for a device's answer, a signed reference for the page after it "
+    "(tests/ios/test_enrollment.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
     "/favicon.ico": "public: a redirect to the icon under /static",
@@ -296,6 +318,9 @@ UNKNOWN_CODE = {
     "deliveryId": "delivery_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
+# What an unknown (or another's) id of a per-user route answers, by what it names.
+OWN_CODE = {"api_token": "api_token_not_found", "device": "device_not_found"}
+UNKNOWN_OWN = {"api_token": UNKNOWN_API_TOKEN, "device": "dev_00000000000000000000000000"}
 
 
 def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:
@@ -309,8 +334,8 @@ def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:
         return 401, UNAUTHENTICATED[principal]
     if rule == ANY_USER:
         return case.success, None
-    if rule == OWN:  # the API token in the world is the owner's
-        return (case.success, None) if principal == "owner" else (404, "api_token_not_found")
+    if rule == OWN:  # the API token and the device in the world are the owner's
+        return (case.success, None) if principal == "owner" else (404, OWN_CODE[case.owned])
     if LADDER.index(principal) >= LADDER.index(rule):
         return case.success, None
     return 403, "not_a_member" if principal == "stranger" else "insufficient_role"
@@ -472,8 +497,8 @@ async def test_an_unknown_project_is_404_for_anyone_with_a_valid_token(
     failures: list[str] = []
     for case in cases_with_ids:
         if case.per_user:
-            r = await call(world, case, "owner", {"id": UNKNOWN_API_TOKEN})
-            check(failures, case, "the owner", r, 404, "api_token_not_found")
+            r = await call(world, case, "owner", {"id": UNKNOWN_OWN[case.owned]})
+            check(failures, case, "the owner", r, 404, OWN_CODE[case.owned])
             continue
         values = world.ids | {p: UNKNOWN[p] for p in PROJECT_PARAMS}
         for who in ("stranger", "tester", "owner"):

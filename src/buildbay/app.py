@@ -43,6 +43,8 @@ from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
+from buildbay.devices.routes import pages as device_pages_router
+from buildbay.devices.routes import router as devices_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
@@ -94,6 +96,7 @@ API_SECTIONS = (
     "updates",
     "storage",
     "install pages",
+    "devices",
     "health",
 )
 
@@ -238,6 +241,8 @@ def create_app(
         webhook_deliveries_router,
         storage_router,
         install_page_router,
+        devices_router,
+        device_pages_router,
         health_router,
         *console_routers,
     ):

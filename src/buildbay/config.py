@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from buildbay.devices.cms import ProfileSigner, SigningSetupError
+
 GiB = 1024**3
 MiB = 1024**2
 MIN_SECRET_KEY_LENGTH = 32
@@ -177,6 +179,12 @@ class Settings(BaseSettings):
     # connected to) unless WEBHOOK_ALLOW_PRIVATE (tests, closed networks).
     webhook_allow_http: bool = False
     webhook_allow_private: bool = False
+    # iOS device enrollment (devices/): the profile service's .mobileconfig is signed (CMS)
+    # with this certificate and key when both are set, so that iOS shows it as Verified, and
+    # handed out unsigned otherwise. Paths of PEM files: the certificate file may hold its chain
+    # after it (a Let's Encrypt `fullchain.pem`); the key is not encrypted (`privkey.pem`).
+    profile_signing_cert: Path | None = None
+    profile_signing_key: Path | None = None
 
     @model_validator(mode="after")
     def _s3_needs_a_bucket(self) -> Settings:
@@ -195,6 +203,29 @@ class Settings(BaseSettings):
                     "(TLS) or smtp+insecure://user:password@host:25 (STARTTLS when offered, "
                     "else in clear)"
                 )
+        return self
+
+    @field_validator("profile_signing_cert", "profile_signing_key", mode="before")
+    @classmethod
+    def _empty_path_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _profile_signing_works(self) -> Settings:
+        """Both files set or neither, and they sign: refused at start, not at a tester's tap."""
+        cert, key = self.profile_signing_cert, self.profile_signing_key
+        if (cert is None) != (key is None):
+            raise ConfigurationError(
+                "Set both BUILDBAY_PROFILE_SIGNING_CERT and BUILDBAY_PROFILE_SIGNING_KEY (PEM "
+                "files, e.g. the TLS certificate's fullchain.pem and privkey.pem), or neither"
+            )
+        if cert is not None and key is not None:
+            try:
+                ProfileSigner.load(cert, key)
+            except SigningSetupError as exc:
+                raise ConfigurationError(
+                    f"BUILDBAY_PROFILE_SIGNING_CERT / BUILDBAY_PROFILE_SIGNING_KEY: {exc}"
+                ) from None
         return self
 
     @field_validator("database_url")
@@ -248,6 +279,13 @@ class Settings(BaseSettings):
         if "." not in host or host.replace(".", "").isdigit():
             host = "localhost"  # an IP address or a bare name makes no mail domain
         return f"Buildbay <buildbay@{host}>"
+
+    @cached_property
+    def profile_signer(self) -> ProfileSigner | None:
+        """What signs the device enrollment profile (devices/cms.py), if the settings say."""
+        if self.profile_signing_cert is None or self.profile_signing_key is None:
+            return None
+        return ProfileSigner.load(self.profile_signing_cert, self.profile_signing_key)
 
     @property
     def mail_dir(self) -> Path:

@@ -195,9 +195,12 @@ class _BodyReading:
 
 
 # Addresses whose next segment is a credential: an install link's token (and its download,
-# manifest and icon), an invitation's, an unsubscribe link's. tests/test_access_log.py checks
+# manifest, icon and device registration), an invitation's, an unsubscribe link's, a device
+# enrollment's challenge and the reference of the page after it. tests/test_access_log.py checks
 # that every route with a `{token}` in its path is one of them.
-_SECRET_SEGMENT = re.compile(r"^(/(?:install|invitations|unsubscribe)/)[^/]*")
+_SECRET_SEGMENT = re.compile(
+    r"^(/(?:install|invitations|unsubscribe|devices/enroll|devices/enrolled)/)[^/]*"
+)
 # What a logged path keeps as it is; anything else (a space, a line break, a non-ASCII
 # character) is written percent-encoded, so that a path cannot forge a line of the log.
 _LOGGED_AS_IS = "/-._~!$&'()*+,;=:@{}"

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pty
 import shutil
 import signal
 import stat
@@ -220,6 +221,161 @@ def test_apps_update_sets_retention_and_shows_the_bundle_id_the_first_build_gave
         "protect": {"groups": True, "channels": True},
     }
     assert shown["bundleId"] == "dev.buildbay.demo"
+
+
+KEEP_ALL = {"keepLast": None, "keepDays": None, "protect": {"groups": True, "channels": True}}
+ACME_ANDROID = ["Acme Android", "-p", "Acme"]
+
+
+@pytest.fixture
+def three_builds(cli: Cli, tmp_path: Path) -> list[dict[str, Any]]:
+    """Logged in, with Acme Android and three ready builds, oldest first: the first given to
+    the tester group QA (in testers' hands, and QA's newest), the others to no one."""
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    _group(cli, "QA", _member(cli, "tess"))
+    found = []
+    for code in (41, 42, 43):
+        path = tmp_path / f"app-{code}.apk"
+        path.write_bytes(apk(version_code=code))
+        given = ["--distribute", "QA"] if code == 41 else []
+        found.append(cli.json("upload", str(path), "-p", "Acme", "-a", "Acme Android", *given))
+    return found
+
+
+def test_retention_preview_names_what_a_rule_deletes_and_changes_nothing(
+    cli: Cli, three_builds: list[dict[str, Any]]
+) -> None:
+    first, second, _ = (b["buildId"] for b in three_builds)
+
+    shown = cli("apps", "retention-preview", *ACME_ANDROID, "--keep-last", "1")
+    unprotected = cli.json(
+        "apps", "retention-preview", *ACME_ANDROID, "--keep-last", "1", "--no-protect-groups"
+    )
+    own = cli("apps", "retention-preview", *ACME_ANDROID)  # the application's rule: none
+
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(
+        "Retention: keep the newest ready build, and always the newest given to each tester "
+        "group and the newest of each release channel.\nThis rule deletes 1 build:\n"
+    )
+    assert second in shown.stdout
+    assert "1.4.2 (42)" in shown.stdout
+    assert first not in shown.stdout  # QA's newest build: protected
+    assert unprotected == {
+        "retention": {"keepLast": 1, "keepDays": None,
+                      "protect": {"groups": False, "channels": True}},
+        "count": 2,
+        "distributedCount": 1,
+        "builds": [
+            {"buildId": second, "fileName": "app-42.apk", "version": "1.4.2 (42)",
+             "verifiedAt": three_builds[1]["verifiedAt"], "distributed": False},
+            {"buildId": first, "fileName": "app-41.apk", "version": "1.4.2 (41)",
+             "verifiedAt": three_builds[0]["verifiedAt"], "distributed": True},
+        ],
+    }  # fmt: skip
+    assert own.returncode == 0, own.stderr
+    assert own.stdout == "Retention: no rule, every build is kept.\nThis rule deletes no build.\n"
+    assert cli.json("apps", "show", *ACME_ANDROID)["retention"] == KEEP_ALL
+    assert len(cli.json("builds", "list", "-p", "Acme", "-a", "Acme Android")["builds"]) == 3
+
+
+def test_a_rule_that_deletes_builds_is_saved_without_a_terminal_only_with_yes(
+    cli: Cli, three_builds: list[dict[str, Any]]
+) -> None:
+    first, second, _ = (b["buildId"] for b in three_builds)
+
+    refused = cli("apps", "update", *ACME_ANDROID, "--keep-last", "1", "--name", "Acme Droid")
+
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert "Retention: keep the newest ready build, and always" in refused.stderr
+    assert "This rule deletes 1 build, on the server's next sweep (within minutes):" in (
+        refused.stderr
+    )
+    assert second in refused.stderr
+    assert "buildbay: not saved: the rule deletes 1 build; give --yes to save it" in (
+        refused.stderr
+    )
+    unchanged = cli.json("apps", "show", *ACME_ANDROID)  # its new name is not saved either
+    assert (unchanged["name"], unchanged["retention"]) == ("Acme Android", KEEP_ALL)
+
+    saved = cli(
+        "apps", "update", *ACME_ANDROID, "--keep-last", "1", "--no-protect-groups", "--yes",
+        "--json",
+    )  # fmt: skip
+
+    assert saved.returncode == 0, saved.stderr
+    assert "This rule deletes 2 builds, 1 of them in testers' hands, on the server's" in (
+        saved.stderr
+    )
+    assert first in saved.stderr
+    rule = {"keepLast": 1, "keepDays": None, "protect": {"groups": False, "channels": True}}
+    assert json.loads(saved.stdout)["retention"] == rule
+    assert cli.json("apps", "show", *ACME_ANDROID)["retention"] == rule
+    # What the application's own rule deletes now: what the preview named.
+    doomed = cli.json("apps", "retention-preview", *ACME_ANDROID)
+    assert [b["buildId"] for b in doomed["builds"]] == [second, first]
+
+    # The options left out keep their value; --no-protect-channels reaches the server too.
+    merged = cli.json("apps", "update", *ACME_ANDROID, "--keep-days", "30",
+                      "--no-protect-channels", "--yes")  # fmt: skip
+    assert merged["retention"] == {
+        "keepLast": 1, "keepDays": 30, "protect": {"groups": False, "channels": False},
+    }  # fmt: skip
+    table = cli("apps", "show", *ACME_ANDROID)
+    assert "last 1, 30 days, groups and channels unprotected" in table.stdout
+    # Protecting again, or no rule at all, deletes no more: saved without asking.
+    protected = cli.json("apps", "update", *ACME_ANDROID, "--protect-groups", "--protect-channels",
+                         "--keep-all")  # fmt: skip
+    assert protected["retention"] == KEEP_ALL
+    both = cli("apps", "update", *ACME_ANDROID, "--keep-all", "--keep-last", "3")
+    assert both.returncode == 2
+    assert "--keep-all is no rule at all: give it without --keep-last" in both.stderr
+
+
+def _at_a_terminal(cli: Cli, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`buildbay ARGS` run as a program whose standard input is a terminal (a pseudo-terminal)
+    on which `answer` is typed."""
+    keyboard, terminal = pty.openpty()
+    try:
+        os.write(keyboard, f"{answer}\n".encode())
+        return subprocess.run(
+            [sys.executable, "-m", "buildbay_client", *args],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            env=cli.process_env(),
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(keyboard)
+        os.close(terminal)
+
+
+def test_at_a_terminal_a_rule_that_deletes_builds_is_saved_only_once_confirmed(
+    cli: Cli, three_builds: list[dict[str, Any]]
+) -> None:
+    second = three_builds[1]["buildId"]
+    update = ["apps", "update", *ACME_ANDROID, "--keep-last", "1"]
+
+    declined = _at_a_terminal(cli, "n", *update)
+
+    assert declined.returncode == 1, declined.stderr
+    assert "This rule deletes 1 build, on the server's next sweep" in declined.stderr
+    assert second in declined.stderr
+    assert "Save it, deleting 1 build for good? [y/N]" in declined.stderr
+    assert "buildbay: not saved: nothing was changed" in declined.stderr
+    assert declined.stdout == ""
+    assert cli.json("apps", "show", *ACME_ANDROID)["retention"] == KEEP_ALL
+
+    accepted = _at_a_terminal(cli, "y", *update, "--json")
+
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads(accepted.stdout)["retention"]["keepLast"] == 1
+    assert cli.json("apps", "show", *ACME_ANDROID)["retention"]["keepLast"] == 1
 
 
 def test_an_api_token_acts_without_a_profile_until_it_is_revoked(

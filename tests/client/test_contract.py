@@ -65,8 +65,16 @@ CASES: dict[str, Op[Any]] = {
             "name": "A",
             "platform": "ios",
             "bundleId": "com.example.app",
-            "retention": {"keepLast": 5, "keepDays": 30},
+            "retention": {
+                "keepLast": 5,
+                "keepDays": 30,
+                "protect": {"groups": False, "channels": True},
+            },
         },
+    ),
+    # What `buildbay apps retention-preview` and `apps update` send before a rule is saved.
+    "preview_retention": ops.preview_retention(
+        P, A, {"keepLast": 5, "keepDays": 30, "protect": {"groups": True, "channels": False}}
     ),
     "delete_application": ops.delete_application(P, A),
     "list_builds": ops.list_builds(

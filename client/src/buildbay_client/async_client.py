@@ -231,6 +231,7 @@ class AsyncBuildbay(Core):
     create_application = _async(ops.create_application)
     get_application = _async(ops.get_application)
     update_application = _async(ops.update_application)
+    preview_retention = _async(ops.preview_retention)
     delete_application = _async(ops.delete_application)
     list_channels = _async(ops.list_channels)
     create_channel = _async(ops.create_channel)

@@ -248,6 +248,25 @@ class ApplicationList(Model):
 
 
 @dataclass(frozen=True)
+class RetentionPreviewBuild(Model):
+    build_id: str
+    file_name: str
+    version: str | None  # as people read it: `1.4.2 (42)`
+    verified_at: datetime | None
+    distributed: bool  # given to a tester group or to someone by e-mail: in testers' hands
+
+
+@dataclass(frozen=True)
+class RetentionPreview(Model):
+    """The ready builds a retention rule deletes now (on the sweeper's next round, once it is
+    saved), newest first; nothing is changed by asking."""
+
+    count: int
+    distributed_count: int  # how many of them are in testers' hands
+    builds: list[RetentionPreviewBuild]
+
+
+@dataclass(frozen=True)
 class Channel(Model):
     id: str
     name: str

@@ -230,6 +230,16 @@ def update_application(
     return Op("PUT", path, models.ApplicationUpdated, changes)
 
 
+def preview_retention(
+    project_id: str, app_id: str, rule: dict[str, Any] | None
+) -> Op[models.RetentionPreview]:
+    """Which ready builds `rule` (`{keepLast?, keepDays?, protect?}`, as update_application's
+    `retention`; None: no rule) would delete now, were it the application's. Saves nothing, so
+    it is safe to send again."""
+    path = f"{_apps(project_id)}/{_q(app_id)}/retention/preview"
+    return Op("POST", path, models.RetentionPreview, rule or {})
+
+
 def delete_application(project_id: str, app_id: str) -> Op[None]:
     return Op("DELETE", f"{_apps(project_id)}/{_q(app_id)}")
 

@@ -207,6 +207,7 @@ class Buildbay(Core):
     create_application = _sync(ops.create_application)
     get_application = _sync(ops.get_application)
     update_application = _sync(ops.update_application)
+    preview_retention = _sync(ops.preview_retention)
     delete_application = _sync(ops.delete_application)
     list_channels = _sync(ops.list_channels)
     create_channel = _sync(ops.create_channel)

@@ -7,6 +7,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.applications.enums import Platform, VersionPolicy
 from buildbay.db.base import Base, EnumString
+from buildbay.feedback.enums import FeedbackMode
 
 
 class Application(Base):
@@ -41,6 +42,12 @@ class Application(Base):
     # What verify does with a version code that a ready build of other bytes already has.
     version_policy: Mapped[VersionPolicy] = mapped_column(
         EnumString(VersionPolicy), default=VersionPolicy.WARN, server_default=VersionPolicy.WARN
+    )
+    # Who may send feedback on its builds (feedback/enums.py).
+    feedback_mode: Mapped[FeedbackMode] = mapped_column(
+        EnumString(FeedbackMode),
+        default=FeedbackMode.TESTERS_ONLY,
+        server_default=FeedbackMode.TESTERS_ONLY,
     )
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]

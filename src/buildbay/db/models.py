@@ -37,6 +37,7 @@ from buildbay.distribution.models import (
     InvitationGroup,
     TesterGroup,
 )
+from buildbay.feedback.models import Feedback, FeedbackComment, FeedbackScreenshot
 from buildbay.invitations.models import (
     Invitation,
     InvitationBlock,
@@ -65,6 +66,9 @@ __all__ = [
     "Device",
     "DeviceChallenge",
     "EmailChange",
+    "Feedback",
+    "FeedbackComment",
+    "FeedbackScreenshot",
     "GroupTester",
     "InstallEvent",
     "InstallLink",

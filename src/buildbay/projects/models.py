@@ -34,3 +34,5 @@ class ProjectMember(Base):
     created_at: Mapped[datetime]
     # A developer (or above) asked for a mail per device one of the project's testers enrolls.
     device_mail: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # A developer (or above) asked for a mail per feedback a tester sends.
+    feedback_mail: Mapped[bool] = mapped_column(default=False, server_default=false())

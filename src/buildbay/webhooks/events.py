@@ -71,6 +71,7 @@ class EventType(StrEnum):
     MEMBER_ADDED = "member.added"
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
+    DEVICE_ENROLLED = "device.enrolled"
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
 
 
@@ -366,3 +367,12 @@ async def member_role_changed(
     await emit(
         db, member.project_id, EventType.MEMBER_ROLE_CHANGED, data, now, previousRole=previous.value
     )
+
+
+async def device_enrolled(
+    db: AsyncSession, project_id: str, device: dict[str, Any], now: datetime
+) -> None:
+    """A member of the project enrolled a device (devices/service.py): `device` as the API
+    shows it, with its tester; the project's page is the one to open."""
+    data = _told(db, device, project_id, lambda url: project_url(url, project_id))
+    await emit(db, project_id, EventType.DEVICE_ENROLLED, data, now)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,10 +20,14 @@ from buildbay_client.cli.common import (
     err,
     every_page,
     fail,
+    out,
     project_id,
     table_of,
     when,
 )
+
+if TYPE_CHECKING:
+    from buildbay_client.models import Retention, RetentionPreview
 
 apps = typer.Typer(help="Applications inside a project.", no_args_is_help=True)
 
@@ -30,21 +36,27 @@ def _apps_table(found: Sequence[Any]) -> Callable[[], Table]:
     def table() -> Table:
         t = table_of("id", "name", "platform", "bundle id", "ready builds", "retention")
         for a in found:
-            rule = ", ".join(
-                part
-                for part in (
-                    f"last {a.retention.keep_last}" if a.retention.keep_last else "",
-                    f"{a.retention.keep_days} days" if a.retention.keep_days else "",
-                )
-                if part
-            )
             t.add_row(
                 a.id, a.name, a.platform.value, a.bundle_id or "-", str(a.builds_count),
-                rule or "keep all",
+                _rule_cell(a.retention),
             )  # fmt: skip
         return t
 
     return table
+
+
+def _rule_cell(rule: Retention) -> str:
+    """`last 5, 30 days`, with the protections turned off (`groups unprotected`), or
+    `keep all`."""
+    limits = [f"last {rule.keep_last}" if rule.keep_last else "",
+              f"{rule.keep_days} days" if rule.keep_days else ""]  # fmt: skip
+    if not any(limits):
+        return "keep all"
+    off = [name for name, on in (("groups", rule.protect.groups),
+                                 ("channels", rule.protect.channels)) if not on]  # fmt: skip
+    if off:
+        limits.append(f"{' and '.join(off)} unprotected")
+    return ", ".join(part for part in limits if part)
 
 
 @apps.command("list")
@@ -87,6 +99,141 @@ def apps_show(
     emit(found, as_json, _apps_table([found]))
 
 
+# The retention options of `apps update` and `apps retention-preview`.
+KeepLast = Annotated[
+    int | None, typer.Option(help="Retention: keep the newest N ready builds", show_default=False)
+]
+KeepDays = Annotated[
+    int | None,
+    typer.Option(help="Retention: keep builds verified in the last D days", show_default=False),
+]
+KeepAll = Annotated[
+    bool, typer.Option(help="Retention: no rule, every build is kept", show_default=False)
+]
+ProtectGroups = Annotated[
+    bool | None,
+    typer.Option(
+        "--protect-groups/--no-protect-groups",
+        help="Retention: always keep the newest build given to each tester group",
+        show_default=False,
+    ),
+]
+ProtectChannels = Annotated[
+    bool | None,
+    typer.Option(
+        "--protect-channels/--no-protect-channels",
+        help="Retention: always keep the newest build of each release channel",
+        show_default=False,
+    ),
+]
+
+
+def _rule(
+    current: Retention,
+    keep_last: int | None,
+    keep_days: int | None,
+    keep_all: bool,
+    groups: bool | None,
+    channels: bool | None,
+) -> dict[str, Any]:
+    """The rule the options make of the application's current one, as the API takes it: each
+    option given changes its part and the others keep theirs, as in the console's form.
+    `keep_all` starts from no rule (both protections on)."""
+    if keep_all and (keep_last is not None or keep_days is not None):
+        fail("--keep-all is no rule at all: give it without --keep-last or --keep-days", 2)
+    if keep_all:
+        rule: dict[str, Any] = {"keepLast": None, "keepDays": None}
+        protect = {"groups": True, "channels": True}
+    else:
+        rule = {
+            "keepLast": current.keep_last if keep_last is None else keep_last,
+            "keepDays": current.keep_days if keep_days is None else keep_days,
+        }
+        protect = {"groups": current.protect.groups, "channels": current.protect.channels}
+    if groups is not None:
+        protect["groups"] = groups
+    if channels is not None:
+        protect["channels"] = channels
+    return {**rule, "protect": protect}
+
+
+def _rule_text(rule: dict[str, Any]) -> str:
+    """The rule as a sentence: what it keeps, and what it always keeps."""
+    last, days, protect = rule["keepLast"], rule["keepDays"], rule["protect"]
+    if last is None and days is None:
+        return "no rule, every build is kept"
+    recent = "the last day" if days == 1 else f"the last {days} days"
+    if days is None:
+        keeps = (
+            "keep the newest ready build" if last == 1 else f"keep the newest {last} ready builds"
+        )
+    elif last is None:
+        keeps = f"keep the ready builds verified in {recent}"
+    else:
+        keeps = f"keep the ready builds both among the newest {last} and verified in {recent}"
+    always = [
+        what
+        for what, on in (
+            ("the newest given to each tester group", protect["groups"]),
+            ("the newest of each release channel", protect["channels"]),
+        )
+        if on
+    ]
+    if not always:
+        return f"{keeps}, protecting no tester group or release channel"
+    return f"{keeps}, and always {' and '.join(always)}"
+
+
+def _count(count: int, noun: str = "build") -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _doomed_summary(preview: RetentionPreview) -> str:
+    """`This rule deletes 4 builds, 2 of them in testers' hands`, as the console says it."""
+    if preview.count == 0:
+        return "This rule deletes no build"
+    held = f", {preview.distributed_count} of them in testers' hands"
+    return f"This rule deletes {_count(preview.count)}{held if preview.distributed_count else ''}"
+
+
+def _doomed_table(preview: RetentionPreview) -> Table:
+    t = table_of("id", "file", "version", "verified", "in testers' hands")
+    for b in preview.builds:
+        t.add_row(
+            b.build_id, b.file_name, b.version or "-", when(b.verified_at),
+            "yes" if b.distributed else "-",
+        )  # fmt: skip
+    return t
+
+
+def _say_doomed(rule: dict[str, Any], preview: RetentionPreview) -> None:
+    """The rule and what it deletes, on stderr (stdout keeps the command's answer, --json)."""
+    err.print(f"Retention: {_rule_text(rule)}.")
+    err.print(f"{_doomed_summary(preview)}, on the server's next sweep (within minutes):")
+    err.print(_doomed_table(preview))
+
+
+def _confirm_deletion(rule: dict[str, Any], preview: RetentionPreview, yes: bool) -> None:
+    """Go on only if the rule deletes nothing, or the user said so: at a terminal, by answering
+    yes; elsewhere (CI), by --yes. Never a deletion nobody was told of."""
+    if preview.count == 0:
+        return
+    _say_doomed(rule, preview)
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail(
+            f"not saved: the rule deletes {_count(preview.count)}; give --yes to save it "
+            "without being asked (nothing was changed)",
+            2,
+        )
+    # Asked on stderr, read from the terminal: click's confirm would put a space on stdout,
+    # before the --json answer.
+    err.print(f"Save it, deleting {_count(preview.count)} for good? [y/N] ", end="")
+    if sys.stdin.readline().strip().lower() not in {"y", "yes"}:
+        fail("not saved: nothing was changed", 1)
+
+
 @apps.command("update")
 def apps_update(
     ctx: typer.Context,
@@ -95,34 +242,82 @@ def apps_update(
     name: Annotated[str | None, typer.Option(help="New name")] = None,
     platform: Annotated[str | None, typer.Option(help="New platform")] = None,
     bundle_id: Annotated[str | None, typer.Option(help="New bundle id")] = None,
-    keep_last: Annotated[
-        int | None, typer.Option(help="Retention: keep the newest N ready builds")
-    ] = None,
-    keep_days: Annotated[
-        int | None, typer.Option(help="Retention: keep builds of the last D days")
-    ] = None,
-    keep_all: Annotated[bool, typer.Option(help="Retention: remove the rule")] = False,
+    keep_last: KeepLast = None,
+    keep_days: KeepDays = None,
+    keep_all: KeepAll = False,
+    protect_groups: ProtectGroups = None,
+    protect_channels: ProtectChannels = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Save a rule that deletes builds without asking")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Change an application's fields or retention rule (admin+)."""
+    """Change an application or its retention rule (admin+).
+
+    The retention options change the rule's parts they name; the others keep their value. A
+    rule that deletes builds is shown with those builds first, and saved only once confirmed:
+    at a terminal by answering yes, in CI by --yes (without it, nothing is saved and the exit
+    code is 2). Nothing is deleted until the server's next sweep.
+    """
     changes: dict[str, Any] = {
         k: v
         for k, v in {"name": name, "platform": platform, "bundleId": bundle_id}.items()
         if v is not None
     }
-    if keep_all:
-        changes["retention"] = None
-    elif keep_last is not None or keep_days is not None:
-        rule = {"keepLast": keep_last, "keepDays": keep_days}
-        changes["retention"] = {k: v for k, v in rule.items() if v is not None}
-    if not changes:
+    retention = keep_all or any(
+        option is not None for option in (keep_last, keep_days, protect_groups, protect_channels)
+    )
+    if not changes and not retention:
         fail("nothing to change: give --name, --platform, --bundle-id or a retention option", 2)
     with connect(ctx) as client:
         pid = project_id(client, project)
-        updated = client.update_application(pid, app_id(client, pid, app), changes)
+        aid = app_id(client, pid, app)
+        if retention:
+            current = client.get_application(pid, aid).retention
+            rule = _rule(current, keep_last, keep_days, keep_all, protect_groups, protect_channels)
+            _confirm_deletion(rule, client.preview_retention(pid, aid, rule), yes)
+            changes["retention"] = rule
+        updated = client.update_application(pid, aid, changes)
     for warning in updated.warnings:
         err.print(f"buildbay: warning: {warning.detail}")
     emit(updated, as_json, _apps_table([updated]))
+
+
+@apps.command("retention-preview")
+def apps_retention_preview(
+    ctx: typer.Context,
+    app: str,
+    project: ProjectRef,
+    keep_last: KeepLast = None,
+    keep_days: KeepDays = None,
+    keep_all: KeepAll = False,
+    protect_groups: ProtectGroups = None,
+    protect_channels: ProtectChannels = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Which builds a retention rule deletes (admin+).
+
+    Saves nothing. The options are those of `apps update`, and make the rule the same way;
+    without any, it shows the application's own rule and what the server's next sweep
+    deletes.
+    """
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        current = client.get_application(pid, aid).retention
+        rule = _rule(current, keep_last, keep_days, keep_all, protect_groups, protect_channels)
+        preview = client.preview_retention(pid, aid, rule)
+    if as_json:
+        from buildbay_client.models import to_json
+
+        out.print_json(json.dumps({"retention": rule, **to_json(preview)}))
+        return
+    out.print(f"Retention: {_rule_text(rule)}.")
+    if preview.count == 0:
+        out.print(f"{_doomed_summary(preview)}.")
+        return
+    out.print(f"{_doomed_summary(preview)}:")
+    out.print(_doomed_table(preview))
 
 
 @apps.command("delete")

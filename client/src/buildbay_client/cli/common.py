@@ -55,12 +55,19 @@ _EXIT_CODES: list[tuple[type[BuildbayClientError], int]] = [
 ]
 UNAVAILABLE = {502, 503, 504}  # a ServerError with these is "unavailable" (7); others are bugs (1)
 
-# Piped or captured, tables keep their rows on one line (ids are not folded at 80 columns).
+# Piped or captured, tables keep their rows on one line (ids are not folded at 80 columns),
+# on stderr too (the builds a retention rule deletes, in a CI log).
 # markup=False: names, notes and file names come from users, and "[/]" is not a style.
 out = Console(
     highlight=False, markup=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000
 )
-err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+err = Console(
+    stderr=True,
+    highlight=False,
+    markup=False,
+    soft_wrap=True,
+    width=None if sys.stderr.isatty() else 1000,
+)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON")]
 ProjectRef = Annotated[str, typer.Option("--project", "-p", help="Project id or name")]
