@@ -22,6 +22,7 @@ from tests.devices import ANDROID, DESKTOP, IPHONE
 from tests.distribution.conftest import Team, settings, smtp, team
 from tests.ios.console_devices import (
     DAN_IPHONE,
+    OLGA_IPHONE,
     TESS_IPAD,
     TESS_IPHONE,
     adhoc_ipa,
@@ -200,7 +201,7 @@ async def test_a_shared_link_speaks_of_whoever_is_signed_in_and_offers_others_to
         unescape(signed_out.text)
     )
     assert f"This build was not made for your iPhone (UDID {TESS_IPHONE})." in text(tess)
-    assert f'href="/devices/register?build={build["buildId"]}"' in unescape(owner.text)
+    assert f'href="/devices/register.mobileconfig?build={build["buildId"]}"' in unescape(owner.text)
     assert TESS_IPHONE not in owner.text
 
 
@@ -237,7 +238,7 @@ async def test_a_build_verified_before_profiles_were_kept_warns_nobody(
 async def test_device_names_are_shown_as_text(shelf: Shelf, client: httpx.AsyncClient) -> None:
     await shelf.enroll(shelf.tess, TESS_IPHONE, '<img src=x onerror="alert(1)"> \u202eenohp')
     await shelf.enroll(shelf.tess, DAN_IPHONE, "Second")
-    link = await shelf.personal_link(await shelf.build(adhoc_ipa([])))
+    link = await shelf.personal_link(await shelf.build(adhoc_ipa([OLGA_IPHONE])))
 
     r = await _page(client, link)
 

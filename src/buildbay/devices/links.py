@@ -1,6 +1,7 @@
-"""Where "Register this device" leads: the profile service's .mobileconfig (the enrollment
-routes serve it), for a signed-in person or through a personal install link. The install page,
-the account's and the console's pages all make the address here."""
+"""Where "Register this device" leads: the profile service's .mobileconfig, for a signed-in person
+or through a personal install link (devices/routes.py serves both: REGISTER_PATH and
+`/install/{token}/register-device`). The install page and the console's pages all make the
+address here."""
 
 from __future__ import annotations
 
@@ -13,4 +14,4 @@ def register_device_path(*, build_id: str | None = None, install_token: str | No
     if install_token is not None:
         return f"/install/{quote(install_token, safe='')}/register-device"
     query = f"?{urlencode({'build': build_id})}" if build_id else ""
-    return f"/devices/register{query}"
+    return f"/devices/register.mobileconfig{query}"
