@@ -12,6 +12,7 @@ from fastapi import APIRouter
 
 from buildbay.console import (
     account,
+    account_devices,
     application_settings,
     auth,
     build_page,
@@ -44,5 +45,6 @@ routers: tuple[APIRouter, ...] = (
     install.router,
     releases.router,
     account.router,
+    account_devices.router,
     unsubscribe.router,
 )
