@@ -9,6 +9,7 @@ docs/ios-devices.md shows are written there, cropped to what they show."""
 from __future__ import annotations
 
 import os
+import plistlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,6 +125,11 @@ def test_the_tester_registers_her_iphone_and_learns_the_build_is_not_for_it(
     assert register.bounding_box()["y"] < install.bounding_box()["y"]  # type: ignore[index]
     shoot(phone, "ios-devices-register.png", phone.locator("main > header"),
           phone.locator("#register-hint"))  # fmt: skip
+    # The link hands the iPhone the profile that asks it for its UDID.
+    with phone.expect_download() as download:
+        register.click()
+    profile = Path(download.value.path()).read_bytes()
+    assert plistlib.loads(profile)["PayloadType"] == "Profile Service"
 
     # Her iPhone enrolled (what the profile service's answer records), the build's profile
     # still lists only Dan's: the page says so, and offers no registration any more.
@@ -139,6 +145,19 @@ def test_the_tester_registers_her_iphone_and_learns_the_build_is_not_for_it(
     # The page still fits the phone, the long UDID included.
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     shoot(phone, "ios-devices-not-made-for.png", phone.locator("main > header"), install)
+
+    # Her devices, in her account: renamed there (a form that redirects after its POST).
+    phone.goto("/account")
+    phone.get_by_role("link", name="Your devices").click()
+    row = phone.locator("table.devices tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text(TESS_IPHONE)
+    expect(phone.get_by_role("link", name="Register this device")).to_be_visible()
+    phone.get_by_label("Name of Tess's iPhone").fill("Tess's test iPhone")
+    phone.get_by_role("button", name="Rename").click()
+    expect(phone.get_by_role("status")).to_have_text("Renamed to “Tess's test iPhone”.")
+    expect(phone).to_have_url(re.compile(r"/account/devices#device-dev_"))
+    shoot(phone, "ios-devices-account.png", phone.locator("h1"), row)
 
 
 def test_the_team_lead_sees_who_cannot_install_the_build(
