@@ -25,6 +25,7 @@ from tests.console.conftest import PHONE
 from tests.console.test_console import PASSWORD, sign_in
 from tests.devices import IPHONE
 from tests.ios.console_devices import DAN_IPHONE, TESS_IPHONE, adhoc_ipa, enroll_at
+from tests.ios.enrolling import signed_answer
 
 pytestmark = pytest.mark.slow
 
@@ -125,16 +126,25 @@ def test_the_tester_registers_her_iphone_and_learns_the_build_is_not_for_it(
     assert register.bounding_box()["y"] < install.bounding_box()["y"]  # type: ignore[index]
     shoot(phone, "ios-devices-register.png", phone.locator("main > header"),
           phone.locator("#register-hint"))  # fmt: skip
-    # The link hands the iPhone the profile that asks it for its UDID.
+    # The link hands the iPhone the profile that asks it for its UDID; the iPhone answers it,
+    # signed with its device certificate (tests/ios/enrolling.py), and Safari opens the page
+    # it is sent to.
     with phone.expect_download() as download:
         register.click()
-    profile = Path(download.value.path()).read_bytes()
-    assert plistlib.loads(profile)["PayloadType"] == "Profile Service"
+    profile = plistlib.loads(Path(download.value.path()).read_bytes())
+    assert profile["PayloadType"] == "Profile Service"
+    service = profile["PayloadContent"]
+    answer = signed_answer(service["Challenge"], UDID=TESS_IPHONE, PRODUCT="iPhone15,2",
+                           DEVICE_NAME="Tess's iPhone")  # fmt: skip
+    sent = httpx.post(service["URL"], content=answer, follow_redirects=False,
+                      headers={"Content-Type": "application/pkcs7-signature"})  # fmt: skip
+    assert sent.status_code == 301, sent.text
+    phone.goto(sent.headers["location"])
+    expect(phone.get_by_role("heading", level=1)).to_have_text("Tess's iPhone is registered")
 
-    # Her iPhone enrolled (what the profile service's answer records), the build's profile
-    # still lists only Dan's: the page says so, and offers no registration any more.
-    run_apart(enroll_at(database_url, team.tess_id, TESS_IPHONE, "Tess's iPhone"))
-    phone.reload()
+    # Her iPhone enrolled, the build's profile still lists only Dan's: the install page says
+    # so, and offers no registration any more.
+    phone.goto(install_page)
     warning = phone.locator("#not-made-for")
     expect(warning).to_contain_text(
         f"This build was not made for your iPhone (UDID {TESS_IPHONE}). "
