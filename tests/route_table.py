@@ -39,12 +39,14 @@ from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
 from buildbay.devices.dependencies import device_service
+from buildbay.devices.models import AppleDeviceRegistration
 from buildbay.devices.service import DeviceDescription
 from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
 from tests.builds.android_files import APK
 from tests.conftest import Account, Api
+from tests.ios.apple_receiver import enrolled, new_team_key
 
 NO_CAPS = InvitationCaps(per_recipient=None, per_account=None, per_project=None)
 
@@ -247,6 +249,33 @@ class World:
         assert r.status_code == 202, r.text
         return str(r.json()["deliveryId"])
 
+    async def put_apple_key(self, project_id: str) -> None:
+        r = await self.client.put(
+            f"/api/projects/{project_id}/apple-api-key",
+            json=new_team_key().body(),
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 200, r.text
+
+    async def registered_device(self) -> str:
+        """A device of the member's, registered with Apple through the world's project already
+        (so registering it again asks Apple nothing)."""
+        device = await enrolled(self.ctx.sessions, self.accounts.member.user["id"])
+
+        async def register(db: AsyncSession) -> None:
+            db.add(
+                AppleDeviceRegistration(
+                    project_id=self.ids["id"],
+                    device_id=device["id"],
+                    apple_device_id="APPLE00001",
+                    registered_by=self.accounts.owner.user["id"],
+                    registered_at=self.ctx.clock.now(),
+                )
+            )
+
+        await self._unit_of_work(register)
+        return device["id"]
+
     @property
     def channels(self) -> str:
         return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
@@ -413,6 +442,8 @@ async def build_world(
     world.ids["groupId"] = await world.new_group()
     world.ids["webhookId"] = await world.new_webhook()
     world.ids["deliveryId"] = await world.new_delivery()
+    await world.put_apple_key(project["id"])
+    world.ids["deviceId"] = await world.registered_device()
     world.api_token_id = await world.new_api_token(owner)
     world.device_id = await world.new_device(owner)
     world.token_ids.add(world.api_token_id)
@@ -615,6 +646,18 @@ async def _webhook(w: World, subject: Account) -> dict[str, Any]:
 @body("PUT", "/api/projects/{id}/webhooks/{webhookId}")
 async def _webhook_update(w: World, subject: Account) -> dict[str, Any]:
     return {"description": "Chat"}
+
+
+@body("PUT", "/api/projects/{id}/apple-api-key")
+async def _apple_key(w: World, subject: Account) -> dict[str, Any]:
+    return new_team_key().body()
+
+
+@target("DELETE", "/api/projects/{id}/apple-api-key")
+async def _doomed_apple_key(w: World) -> dict[str, str]:
+    project_id = await w.new_project()
+    await w.put_apple_key(project_id)
+    return {"id": project_id}
 
 
 @target("DELETE", "/api/projects/{id}/webhooks/{webhookId}")

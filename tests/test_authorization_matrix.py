@@ -114,6 +114,14 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): "admin",
     ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): "admin",
     ("POST", "/api/projects/{id}/webhook-deliveries/{deliveryId}/retry"): "admin",
+    # The App Store Connect key is a secret of the project's, as webhooks are: admins put and
+    # remove it; developers see which is set and register devices (tests/ios/test_apple*.py).
+    ("PUT", "/api/projects/{id}/apple-api-key"): "admin",
+    ("GET", "/api/projects/{id}/apple-api-key"): "developer",
+    ("DELETE", "/api/projects/{id}/apple-api-key"): "admin",
+    ("POST", "/api/projects/{id}/devices/{deviceId}/register-with-apple"): "developer",
+    ("POST", "/api/projects/{id}/devices/register-with-apple"): "developer",
+    ("GET", "/api/projects/{id}/devices/apple-registrations"): "developer",
     ("GET", "/api/projects/{id}/applications"): "tester",
     ("POST", "/api/projects/{id}/applications"): "admin",
     ("GET", "/api/projects/{id}/applications/{appId}"): "tester",
@@ -213,6 +221,13 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): READ,
     ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): UNSCOPED,
     ("POST", "/api/projects/{id}/webhook-deliveries/{deliveryId}/retry"): UNSCOPED,
+    ("PUT", "/api/projects/{id}/apple-api-key"): UNSCOPED,
+    ("GET", "/api/projects/{id}/apple-api-key"): READ,
+    ("DELETE", "/api/projects/{id}/apple-api-key"): UNSCOPED,
+    # A CI job that makes an ad-hoc build may send the new devices to Apple first.
+    ("POST", "/api/projects/{id}/devices/{deviceId}/register-with-apple"): BUILDS_WRITE,
+    ("POST", "/api/projects/{id}/devices/register-with-apple"): BUILDS_WRITE,
+    ("GET", "/api/projects/{id}/devices/apple-registrations"): READ,
     ("GET", "/api/projects/{id}/applications"): READ,
     ("POST", "/api/projects/{id}/applications"): UNSCOPED,
     ("GET", "/api/projects/{id}/applications/{appId}"): READ,
@@ -305,6 +320,7 @@ UNKNOWN = {
     "groupId": "grp_00000000000000000000000000",
     "webhookId": "whk_00000000000000000000000000",
     "deliveryId": "whd_00000000000000000000000000",
+    "deviceId": "dev_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
@@ -316,6 +332,7 @@ UNKNOWN_CODE = {
     "groupId": "group_not_found",
     "webhookId": "webhook_not_found",
     "deliveryId": "delivery_not_found",
+    "deviceId": "device_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 # What an unknown (or another's) id of a per-user route answers, by what it names.

@@ -43,6 +43,7 @@ from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
+from buildbay.devices.apple.routes import router as apple_router
 from buildbay.devices.routes import pages as device_pages_router
 from buildbay.devices.routes import router as devices_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
@@ -93,10 +94,10 @@ API_SECTIONS = (
     "channels",
     "webhooks",
     "builds",
+    "devices",
     "updates",
     "storage",
     "install pages",
-    "devices",
     "health",
 )
 
@@ -239,6 +240,7 @@ def create_app(
         channels_router,
         webhooks_router,
         webhook_deliveries_router,
+        apple_router,
         storage_router,
         install_page_router,
         devices_router,

@@ -185,6 +185,10 @@ class Settings(BaseSettings):
     # after it (a Let's Encrypt `fullchain.pem`); the key is not encrypted (`privkey.pem`).
     profile_signing_cert: Path | None = None
     profile_signing_key: Path | None = None
+    # App Store Connect (devices/apple.py): where a project's devices are registered with
+    # Apple (`POST {APPLE_API_URL}/v1/devices`), and how long one of its answers may take.
+    apple_api_url: str = "https://api.appstoreconnect.apple.com"
+    apple_api_timeout_seconds: Annotated[float, Field(gt=0)] = 15.0
 
     @model_validator(mode="after")
     def _s3_needs_a_bucket(self) -> Settings:
@@ -227,6 +231,22 @@ class Settings(BaseSettings):
                     f"BUILDBAY_PROFILE_SIGNING_CERT / BUILDBAY_PROFILE_SIGNING_KEY: {exc}"
                 ) from None
         return self
+
+    @field_validator("apple_api_url")
+    @classmethod
+    def _apple_api_url_is_https(cls, url: str) -> str:
+        """https://, so that the token it is sent never crosses a network in clear; http://
+        only to this machine (a test's receiver)."""
+        parts = urlsplit(url)
+        secure = parts.scheme == "https" or (
+            parts.scheme == "http" and parts.hostname in ("127.0.0.1", "::1", "localhost")
+        )
+        if not parts.hostname or not secure:
+            raise ConfigurationError(
+                "BUILDBAY_APPLE_API_URL must be an https:// address, "
+                "e.g. https://api.appstoreconnect.apple.com (http:// only to 127.0.0.1)"
+            )
+        return url.rstrip("/")
 
     @field_validator("database_url")
     @classmethod

@@ -102,6 +102,9 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # its content at verify): the platform is the application's state, not the request's.
         "wrong_platform",
         "unreadable_build",
+        # An App Store Connect key whose `privateKey` is text of the right length but no EC
+        # P-256 key (a schema cannot say what a key is).
+        "apple_key_invalid",
     },
 }
 

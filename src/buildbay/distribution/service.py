@@ -628,7 +628,7 @@ def distribution_mail_handler(
                     "new_build",
                     email,
                     subject,
-                    unsubscribe.url(user_id or ""),  # set: only members are mailed
+                    unsubscribe.url(user_id or "", email),  # set: only members are mailed
                     application=application,
                     version=version,
                     project=project,
