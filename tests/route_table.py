@@ -46,7 +46,7 @@ from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
 from tests.builds.android_files import APK
 from tests.conftest import Account, Api
-from tests.ios.apple_receiver import enrolled, new_team_key
+from tests.ios.apple_receiver import new_team_key
 
 NO_CAPS = InvitationCaps(per_recipient=None, per_account=None, per_project=None)
 
@@ -260,34 +260,32 @@ class World:
     async def registered_device(self) -> str:
         """A device of the member's, registered with Apple through the world's project already
         (so registering it again asks Apple nothing)."""
-        device = await enrolled(self.ctx.sessions, self.accounts.member.user["id"])
-
-        async def register(db: AsyncSession) -> None:
-            db.add(
-                AppleDeviceRegistration(
-                    project_id=self.ids["id"],
-                    device_id=device["id"],
-                    apple_device_id="APPLE00001",
-                    registered_by=self.accounts.owner.user["id"],
-                    registered_at=self.ctx.clock.now(),
-                )
-            )
-
-        await self._unit_of_work(register)
-        return device["id"]
+        return await self.new_device(self.accounts.member)
 
     @property
     def channels(self) -> str:
         return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
 
     async def new_device(self, account: Account) -> str:
-        """A device of `account`'s, as enrolling records it (tests/ios tests the enrolling)."""
+        """A device of `account`'s, as enrolling records it (tests/ios tests the enrolling),
+        registered with Apple through the world's project already: registering the project's
+        missing devices then asks Apple nothing (tests/ios tests asking Apple)."""
         udid = f"{next(self._n):040X}"
 
         async def enroll(db: AsyncSession) -> str:
             service = device_service(self.ctx, db)
             described = DeviceDescription(udid, "iPhone14,2", "21E236", None, "Test iPhone")
-            return (await service.enroll(account.user["id"], described)).device.id
+            device_id = (await service.enroll(account.user["id"], described)).device.id
+            db.add(
+                AppleDeviceRegistration(
+                    project_id=self.ids["id"],
+                    device_id=device_id,
+                    apple_device_id=f"APPLE{udid[-5:]}",
+                    registered_by=self.accounts.owner.user["id"],
+                    registered_at=self.ctx.clock.now(),
+                )
+            )
+            return device_id
 
         return await self._unit_of_work(enroll)
 

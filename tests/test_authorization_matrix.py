@@ -102,6 +102,10 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): "developer",
+    # Testers' devices: their developers' (tests/ios/test_device_lists*.py).
+    ("GET", "/api/projects/{id}/devices"): "developer",
+    ("GET", "/api/projects/{id}/devices/export"): "developer",
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/devices"): "developer",
     # Webhooks: their URLs and delivery logs are the admins' (tests/webhooks/).
     ("GET", "/api/projects/{id}/webhooks"): "admin",
     ("POST", "/api/projects/{id}/webhooks"): "admin",
@@ -210,6 +214,9 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute",
     ): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): READ,
+    ("GET", "/api/projects/{id}/devices"): READ,
+    ("GET", "/api/projects/{id}/devices/export"): READ,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/devices"): READ,
     ("GET", "/api/projects/{id}/webhooks"): READ,
     ("POST", "/api/projects/{id}/webhooks"): UNSCOPED,
     ("GET", "/api/projects/{id}/webhooks/{webhookId}"): READ,

@@ -44,6 +44,7 @@ from buildbay.db import migrate
 from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
 from buildbay.devices.apple.routes import router as apple_router
+from buildbay.devices.project_routes import router as project_devices_router
 from buildbay.devices.routes import pages as device_pages_router
 from buildbay.devices.routes import router as devices_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
@@ -237,6 +238,7 @@ def create_app(
         account_router,
         invitations_router,
         distribution_router,
+        project_devices_router,
         channels_router,
         webhooks_router,
         webhook_deliveries_router,

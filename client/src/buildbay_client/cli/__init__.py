@@ -1,5 +1,5 @@
 """The `buildbay` command: log in, manage projects, applications, members, API tokens,
-webhooks, builds and devices, and upload from a terminal or a CI job.
+webhooks and builds, list, export and register testers' devices with Apple, and upload from a terminal or a CI job.
 
 Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`). Other installed
 distributions add command groups through the `buildbay.commands` entry points (the server adds
@@ -23,6 +23,7 @@ from buildbay_client.cli.apple import add_apple_commands
 from buildbay_client.cli.apps import apps, channels
 from buildbay_client.cli.builds import builds, progress_bar, upload
 from buildbay_client.cli.common import COMMANDS_GROUP, EXIT_CODES_HELP, err, options
+from buildbay_client.cli.devices import devices
 from buildbay_client.cli.projects import members, projects
 from buildbay_client.cli.webhooks import webhooks
 
@@ -31,7 +32,6 @@ __all__ = ["COMMANDS_GROUP", "command", "main", "progress_bar", "register"]
 
 def register(app: typer.Typer) -> None:
     """Add the client's commands to a Typer app."""
-    devices = typer.Typer(help="Testers' enrolled iPhones, iPads and Macs.", no_args_is_help=True)
     add_apple_commands(devices)
     app.callback()(options)
     app.command(rich_help_panel="Client")(login)
