@@ -1,5 +1,6 @@
 """The `buildbay` command: log in, manage projects, applications, members, API tokens,
-webhooks and builds, list, export and register testers' devices with Apple, and upload from a terminal or a CI job.
+webhooks and builds, list, export and register testers' devices with Apple, and upload from a
+terminal or a CI job.
 
 Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`). Other installed
 distributions add command groups through the `buildbay.commands` entry points (the server adds
