@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from buildbay.console import build_devices
 from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from tests.conftest import Account
@@ -89,8 +90,10 @@ async def test_the_page_names_the_testers_who_cannot_install_with_their_devices(
 
     assert r.status_code == 200, r.text
     shown = text(r)
-    assert "2 testers can't install this build on the devices below: its ad-hoc profile " in shown
+    # Tess installs it on her iPad: she is not counted, but her iPhone is listed.
+    assert "1 tester can't install this build: its ad-hoc profile lists none of their " in shown
     assert "2 enrolled devices can install it." in shown
+    assert "Devices its profile misses" in shown
     assert cells(r, "table.devices-missing") == [
         ["dan", "Dan's phone", "iPhone (iPhone12,1)", DAN_IPHONE],
         ["Tess Tester", "Tess's iPhone", "iPhone (iPhone15,2)", TESS_IPHONE],
@@ -110,6 +113,42 @@ def cells(r: httpx.Response, table: str) -> list[list[str]]:
             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
         ]
         for row in re.findall(r"<tr[^>]*>(.*?)</tr>", found.group(1), re.S)
+    ]
+
+
+async def test_a_long_list_of_missed_devices_is_cut_and_says_how_many_more(
+    lead: Lead, browser: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build_devices, "SHOWN_MISSING", 1)
+    await lead.enroll(lead.tess, TESS_IPHONE, "Tess's iPhone")
+    await lead.enroll(lead.tess, TESS_IPAD, "Tess's iPad", "iPad13,1")
+    await lead.enroll(lead.dan, DAN_IPHONE, "Dan's phone", "iPhone12,1")
+    build = await lead.build(adhoc_ipa([OLGA_IPHONE]))
+
+    r = await browser.get(lead.page(build))
+
+    shown = text(r)
+    assert "2 testers can't install this build" in shown
+    assert [row[1] for row in cells(r, "table.devices-missing")] == ["Dan's phone"]
+    assert "And 2 more devices: the project's devices page lists them all." in shown
+
+
+async def test_testers_who_can_install_on_one_of_their_devices_are_not_counted(
+    lead: Lead, browser: httpx.AsyncClient
+) -> None:
+    await lead.enroll(lead.tess, TESS_IPHONE, "Tess's iPhone")
+    await lead.enroll(lead.tess, TESS_IPAD, "Tess's iPad", "iPad13,1")
+    build = await lead.build(adhoc_ipa([TESS_IPAD]))
+
+    r = await browser.get(lead.page(build))
+
+    shown = text(r)
+    assert "can't install" not in shown
+    assert "Every tester with a registered device can install this build on one of them, but " in (
+        shown
+    )
+    assert cells(r, "table.devices-missing") == [
+        ["Tess Tester", "Tess's iPhone", "iPhone (iPhone15,2)", TESS_IPHONE]
     ]
 
 

@@ -176,7 +176,7 @@ async def render_build(
         same_version_label=same_version and version_label(same_version.metadata_),
         version_code=code,
         reach=await reach_of(reads, build, ctx.clock.now()),
-        devices=await build_devices(reads, build, names),
+        devices=await build_devices(reads, build),
     )  # fmt: skip
 
 

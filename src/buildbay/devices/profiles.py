@@ -1,6 +1,7 @@
-"""Which devices a build's profile lists, as far as this server knows it: a build verified before
-profiles' UDIDs were kept (build_profile_devices, issue 37) has an ad-hoc or development profile
-whose devices are not known, and must not read as one that lists none of them."""
+"""Which devices a build's profile lists, as far as this server knows it, before asking whose
+devices those are: a build verified before profiles' UDIDs were kept (build_profile_devices,
+issue 37) has an ad-hoc or development profile whose devices are not known, and must not read as
+one that lists none of them (the same rule as devices/reach.py's build_reach)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,5 @@ async def known_scope(
     scope = profile_scope(file_name, metadata)
     if scope is not ProfileScope.LISTED:
         return scope
-    provisioning = (metadata or {}).get("provisioning") or {}
-    if not provisioning.get("deviceCount"):
-        return scope  # a profile of no devices: known, and empty
     stored = await reads.scalar(_ANY_STORED, {"build_id": build_id})
     return scope if stored is not None else ProfileScope.UNKNOWN
