@@ -1,7 +1,9 @@
 """Issue 37 in a real browser: the tester's day (the install page on an iPhone offers "Register
-this device"; once the iPhone is enrolled and the build's profile misses it, the page says so
-before the Install button) and the team lead's (the build's page says which testers can't
-install it, with their devices).
+this device", whose profile her iPhone answers; once it is enrolled and the build's profile
+misses it, the page says so before the Install button; she renames it in her account) and the
+team lead's (the build's page says which testers can't install it, with their devices; the
+project's devices, the file for Apple's device upload, the App Store Connect key and "Register
+all missing" against a stand-in for Apple, the mail per registered device).
 
 With BUILDBAY_TEST_SCREENSHOTS set to a directory (docs/, to refresh them), the screens that
 docs/ios-devices.md shows are written there, cropped to what they show."""
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 import plistlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,24 @@ from tests.conftest import run_apart
 from tests.console.conftest import PHONE
 from tests.console.test_console import PASSWORD, sign_in
 from tests.devices import IPHONE
+from tests.ios.apple_receiver import AppleReceiver, apple_receiving, new_team_key
 from tests.ios.console_devices import DAN_IPHONE, TESS_IPHONE, adhoc_ipa, enroll_at
 from tests.ios.enrolling import signed_answer
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def receiver() -> Iterator[AppleReceiver]:
+    """App Store Connect's stand-in (tests/ios/apple_receiver.py), on the wall clock."""
+    with apple_receiving() as r:
+        yield r
+
+
+@pytest.fixture
+def server_env(server_env: dict[str, str], receiver: AppleReceiver) -> dict[str, str]:
+    return server_env | {"BUILDBAY_APPLE_API_URL": receiver.url}
+
 
 NewPage = Callable[..., Page]
 SHOTS = (
@@ -171,7 +187,7 @@ def test_the_tester_registers_her_iphone_and_learns_the_build_is_not_for_it(
 
 
 def test_the_team_lead_sees_who_cannot_install_the_build(
-    server: str, new_page: NewPage, team: Team, database_url: str
+    server: str, new_page: NewPage, team: Team, database_url: str, receiver: AppleReceiver
 ) -> None:
     run_apart(enroll_at(database_url, team.tess_id, TESS_IPHONE, "Tess's iPhone"))
     page = new_page(server)
@@ -181,7 +197,7 @@ def test_the_team_lead_sees_who_cannot_install_the_build(
 
     devices = page.locator("#devices")
     expect(devices.locator("#devices-summary")).to_contain_text(
-        "1 tester can't install this build on the device below"
+        "1 tester can't install this build: its ad-hoc profile lists none of their devices."
     )
     row = devices.locator("table.devices-missing tbody tr")
     expect(row).to_have_count(1)
@@ -189,3 +205,41 @@ def test_the_team_lead_sees_who_cannot_install_the_build(
         ["Tess Tester", "Tess's iPhone", "iPhone (iPhone15,2)", TESS_IPHONE]
     )
     shoot(page, "ios-devices-build.png", devices)
+
+    # The project's devices: whether the newest ad-hoc build lists each, and Apple's file.
+    page.get_by_role("link", name="Devices").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Devices")
+    listed = page.locator("table.devices tbody tr")
+    expect(listed).to_have_count(1)
+    expect(listed.locator("td.in-profile")).to_have_text("missing")
+    shoot(page, "ios-devices-project.png", page.locator("h1"), page.locator("#list"))
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Export for Apple").click()
+    assert download.value.suggested_filename == "acme-devices.txt"
+    assert Path(download.value.path()).read_text().splitlines() == [
+        "Device ID\tDevice Name\tDevice Platform",
+        f"{TESS_IPHONE}\tTess's iPhone\tios",
+    ]
+
+    # Olga (the owner) saves the team's App Store Connect key and sends Apple the devices.
+    key = receiver.trust(new_team_key())
+    page.get_by_label("Key ID").fill(key.key_id)
+    page.get_by_label("Issuer ID").fill(key.issuer_id)
+    page.get_by_label("Private key").fill(key.pem)
+    page.get_by_role("button", name="Save key").click()
+    expect(page.get_by_role("status")).to_have_text(
+        f"Key {key.key_id} saved. Devices can be registered with Apple from this page."
+    )
+    expect(page.locator("main")).not_to_contain_text("BEGIN PRIVATE KEY")
+    page.get_by_role("button", name="Register all missing").click()
+    expect(page.get_by_role("status")).to_have_text("1 device registered with Apple.")
+    expect(listed.locator("td.apple")).to_contain_text("registered")
+    assert receiver.udids == [TESS_IPHONE]
+    assert all(not received.problems for received in receiver.received)
+    shoot(page, "ios-devices-apple.png", page.locator("#apple"))
+
+    # And a mail for each device a member registers from now on.
+    page.get_by_label("Mail me when a member of Acme registers a device").check()
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("You will get a mail for each device")
+    expect(page.get_by_label("Mail me when a member of Acme registers a device")).to_be_checked()

@@ -21,6 +21,7 @@ from buildbay.console import (
     groups,
     install,
     invitations,
+    project_devices,
     projects,
     releases,
     unsubscribe,
@@ -46,5 +47,6 @@ routers: tuple[APIRouter, ...] = (
     releases.router,
     account.router,
     account_devices.router,
+    project_devices.router,
     unsubscribe.router,
 )
