@@ -46,6 +46,7 @@ from buildbay.db.reads import Reads
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
+from buildbay.feedback.routes import router as feedback_router
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
@@ -91,6 +92,7 @@ API_SECTIONS = (
     "channels",
     "webhooks",
     "builds",
+    "feedback",
     "updates",
     "storage",
     "install pages",
@@ -227,6 +229,7 @@ def create_app(
     for router in (
         updates_router,
         builds_router,
+        feedback_router,
         projects_router,
         applications_router,
         auth_router,

@@ -26,3 +26,4 @@ class SubscribableEvent(StrEnum):
     MEMBER_ADDED = "member.added"
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
+    FEEDBACK_CREATED = "feedback.created"
