@@ -31,6 +31,7 @@ from tests.feedback.submitting import (
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 MiB = 1024 * 1024
+SHOTS, UNREADABLE = "screenshots", "unreadable_screenshot"
 
 
 @pytest.fixture
@@ -38,9 +39,9 @@ async def world(api: Api, client: httpx.AsyncClient, app: FastAPI, owner: Accoun
     return await make_world(api, client, app, owner)
 
 
-def refused(r: httpx.Response, field: str, status: int = 422) -> str:
+def refused(r: httpx.Response, field: str, code: str = "validation_error") -> str:
     """The problem names `field` (in its errors) and says what is wrong in words."""
-    problem = assert_problem(r, status, "validation_error")
+    problem = assert_problem(r, 422, code)
     [error] = [e for e in problem["errors"] if e["field"] == field]
     assert field in problem["detail"]
     message: str = error["message"]
@@ -134,7 +135,7 @@ async def test_a_field_the_form_does_not_have_or_sent_twice_is_refused(world: Wo
 async def test_a_file_that_is_not_an_image_is_refused_whatever_its_name(world: World) -> None:
     fake = b"\x89PNG\r\n\x1a\n but then not a PNG at all"
     files = [*screenshots(png()), *screenshots(fake, name="screen.png", kind="image/png")]
-    message = refused(await world.send(world.tester, files=files), "screenshots")
+    message = refused(await world.send(world.tester, files=files), SHOTS, UNREADABLE)
     assert message == "screenshot 2 is not a PNG, JPEG or HEIC image"
     await nothing_stored(world)
 
@@ -148,7 +149,7 @@ async def test_an_image_of_another_format_is_refused(world: World, kind: str) ->
     out = io.BytesIO()
     Image.new("RGB", (8, 8)).save(out, kind)
     files = screenshots(out.getvalue(), name="shot.png", kind="image/png")
-    message = refused(await world.send(world.tester, files=files), "screenshots")
+    message = refused(await world.send(world.tester, files=files), SHOTS, UNREADABLE)
     assert "is not a PNG, JPEG or HEIC image" in message
 
 
@@ -162,7 +163,7 @@ async def test_a_truncated_image_is_refused(world: World) -> None:
     noise.save(out, "JPEG", quality=95)  # the pixels are most of the file
     whole = out.getvalue()
     files = screenshots(whole[: len(whole) * 2 // 3], name="cut.jpg", kind="image/jpeg")
-    message = refused(await world.send(world.tester, files=files), "screenshots")
+    message = refused(await world.send(world.tester, files=files), SHOTS, UNREADABLE)
     assert message == "screenshot 1 is not a whole image: it does not decode"
 
 
@@ -176,9 +177,23 @@ async def test_a_sixth_screenshot_is_refused(world: World) -> None:
     assert refused(r, "screenshots") == "at most 5 screenshots a feedback"
 
 
-async def test_an_empty_screenshot_is_refused(world: World) -> None:
-    r = await world.send(world.tester, files=screenshots(b""))
-    assert refused(r, "screenshots") == "screenshot 1 is empty"
+async def test_an_empty_file_part_is_no_screenshot(world: World) -> None:
+    """What a browser sends for a file input left empty: taken as no screenshot."""
+    empty = [("screenshots", ("", b"", "application/octet-stream"))]
+    r = await world.send(world.tester, files=[*empty, *screenshots(png((3, 3))), *empty])
+    assert r.status_code == 201, r.text
+    assert [(s["width"], s["height"]) for s in r.json()["screenshots"]] == [(3, 3)]
+
+
+@pytest.mark.parametrize(
+    "context",
+    ['{"a": "\\u0000"}', '{"\\u0000": 1}', '{"a": ["\\ud800"]}', '{"\\udfff": 1}'],
+)
+async def test_a_context_with_nul_or_half_a_surrogate_pair_is_refused(
+    world: World, context: str
+) -> None:
+    message = refused(await world.send(world.tester, {"context": context}), "context")
+    assert "NUL" in message or "surrogate" in message
 
 
 async def test_a_screenshot_over_10_mib_is_refused_as_it_arrives(world: World) -> None:
@@ -309,11 +324,11 @@ async def test_the_refusals_come_before_the_body_is_read_for_who_may_not_send(
 async def test_a_50000_by_50000_png_bomb_is_refused_from_its_header(world: World) -> None:
     bomb = png_bomb()
     assert len(bomb) < 200 * 1024  # a small file: the pixels are only claimed
-    message = refused(await world.send(world.tester, files=screenshots(bomb)), "screenshots")
+    message = refused(await world.send(world.tester, files=screenshots(bomb)), SHOTS, UNREADABLE)
     assert message == "screenshot 1 has more than 40 million pixels"
     # Just past the limit: refused too; a large screenshot within it is taken.
     over = png_bomb(8000, 5001, rows=5001)
-    message = refused(await world.send(world.tester, files=screenshots(over)), "screenshots")
+    message = refused(await world.send(world.tester, files=screenshots(over)), SHOTS, UNREADABLE)
     assert message == "screenshot 1 has more than 40 million pixels"
     within = png_bomb(6000, 6000, rows=6000)  # 36 million grey pixels, every row there
     r = await world.send(world.tester, files=screenshots(within))
@@ -394,6 +409,7 @@ async def test_the_bomb_is_refused_without_taking_100_mib_of_memory(
     result = json.loads(measured.stdout.strip().splitlines()[-1])
 
     assert result["status"] == 422, result
+    assert result["body"]["code"] == UNREADABLE
     assert result["body"]["errors"][0]["field"] == "screenshots"
     print(f"peak memory: {result['before']:.0f} MiB before the bomb, {result['after']:.0f} after")
     assert result["after"] - result["before"] < 100, result  # MiB of peak memory

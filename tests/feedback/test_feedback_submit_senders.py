@@ -94,7 +94,7 @@ async def test_a_reporter_email_is_refused_from_a_member(world: World) -> None:
     token = await world.own_link(world.tester)
     for who in (install_link(token), world.tester.headers):
         r = await world.send(who, {"reporterEmail": "someone.else@example.com"})
-        problem = assert_problem(r, 422, "validation_error")
+        problem = assert_problem(r, 422, "reporter_email_not_taken")
         assert problem["errors"][0]["field"] == "reporterEmail"
 
 

@@ -189,7 +189,7 @@ async def test_feedback_that_fails_tells_nobody(
     before = len(smtp.messages())
 
     r = await world.send(world.tester, files=screenshots(png(), b"not an image"))
-    assert_problem(r, 422, "validation_error")
+    assert_problem(r, 422, "unreadable_screenshot")
     await run_outbox(world)
 
     assert receiver.received == []

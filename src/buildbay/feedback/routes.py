@@ -73,7 +73,9 @@ async def send_feedback(
         try:
             shots = await reencode_all([u.file for u in submission.screenshots], spool)
         except NotAnImage as exc:
-            raise ValidationFailed.for_field(SCREENSHOTS, str(exc)) from None
+            raise ValidationFailed.for_field(
+                SCREENSHOTS, str(exc), code="unreadable_screenshot"
+            ) from None
         service = feedback_service(ctx, request_session(request))
         shown = await service.create(sender, submission, shots)
     finally:

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
 from buildbay.feedback.records import ScreenshotRecord, ShownFeedback
-from buildbay.schemas import ApiModel, RequestModel, Timestamp
+from buildbay.schemas import NOT_BLANK_PATTERN, ApiModel, RequestModel, Timestamp
 
 
 class FeedbackScreenshot(ApiModel):
@@ -91,18 +91,21 @@ SUBMISSION_BODY: dict[str, Any] = {
             "schema": {
                 "type": "object",
                 "required": ["text", "category"],
+                "additionalProperties": False,
                 "properties": {
                     "text": {
                         "type": "string",
                         "minLength": 1,
                         "maxLength": 20_000,
+                        "pattern": NOT_BLANK_PATTERN,
                         "description": "What happened (1 to 20,000 characters, trimmed)",
                     },
                     "category": {"type": "string", "enum": [c.value for c in FeedbackCategory]},
                     "context": {
-                        "type": "string",
-                        "description": "A JSON object of at most 16 KiB: what the app and the "
-                        'device say of themselves, e.g. {"model": "Pixel 8", "os": "14"}',
+                        "type": "object",
+                        "description": "A JSON object of at most 16 KiB (the part's text): what "
+                        'the app and the device say of themselves, e.g. {"model": "Pixel 8", '
+                        '"os": "14"}',
                     },
                     "reporterEmail": {
                         "type": "string",
@@ -119,7 +122,10 @@ SUBMISSION_BODY: dict[str, Any] = {
                     },
                 },
             },
-            "encoding": {"screenshots": {"contentType": "image/png, image/jpeg, image/heic"}},
+            "encoding": {
+                "context": {"contentType": "application/json"},
+                "screenshots": {"contentType": "image/png, image/jpeg, image/heic"},
+            },
         }
     },
 }

@@ -337,6 +337,7 @@ def reporter_email(sender: Sender, submission: Submission) -> str:
                 REPORTER_EMAIL,
                 "is only sent with the update key: a member's feedback is theirs, from their "
                 "own address",
+                code="reporter_email_not_taken",
             )
         return sender.tester.email
     if submission.reporter_email is None:

@@ -275,17 +275,18 @@ class _Reader:
                 checked[name] = check(self.fields.get(name))
             except ValueError as exc:
                 errors.append(FieldError(name, str(exc)))
-        for upload in self.uploads:
-            if upload.size == 0:
-                errors.append(FieldError(SCREENSHOTS, f"screenshot {upload.position} is empty"))
         if errors:
             self.close()
             detail = "; ".join(f"{e.field}: {e.message}" for e in errors)
             raise ValidationFailed(detail, errors=errors)
+        # An empty file part is no screenshot: what a browser sends for a file input left empty.
+        _close([u for u in self.uploads if u.size == 0])
+        sent = [u for u in self.uploads if u.size > 0]
+        for position, upload in enumerate(sent, start=1):
+            upload.position = position
         return Submission(
-            checked[TEXT], checked[CATEGORY], checked[CONTEXT], checked[REPORTER_EMAIL],
-            self.uploads,
-        )  # fmt: skip
+            checked[TEXT], checked[CATEGORY], checked[CONTEXT], checked[REPORTER_EMAIL], sent
+        )
 
 
 def _too_long(name: str) -> str:
@@ -340,7 +341,28 @@ def _context(raw: bytearray | None) -> dict[str, Any] | None:
         raise ValueError("is not JSON") from None
     if not isinstance(context, dict):
         raise ValueError('must be a JSON object, like {"model": "Pixel 8", "os": "14"}')
+    _check_strings(context)
     return context
+
+
+def _check_strings(value: object) -> None:
+    """No key or string in the JSON holds NUL (PostgreSQL keeps no such text) or half of a
+    UTF-16 surrogate pair written as an escape (no UTF-8 text holds one)."""
+    items: list[object] = [value]
+    while items:
+        item = items.pop()
+        if isinstance(item, dict):
+            items.extend(item.keys())
+            items.extend(item.values())
+        elif isinstance(item, list):
+            items.extend(item)
+        elif isinstance(item, str):
+            if NUL in item:
+                raise ValueError("cannot contain the NUL character (U+0000)")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("holds half of a UTF-16 surrogate pair (\\ud800 alone)") from None
 
 
 def _reporter_email(raw: bytearray | None) -> str | None:
