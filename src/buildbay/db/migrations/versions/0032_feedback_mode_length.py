@@ -35,9 +35,12 @@ def _feedback_mode_of_length(length: int) -> None:
         ),
     )
     # What does not fit (going back down) falls back to the default, the stricter mode.
-    op.execute(
-        "UPDATE applications SET feedback_mode = feedback_mode_before "
-        f"WHERE length(feedback_mode_before) <= {length}"
+    op.get_bind().execute(
+        sa.text(
+            "UPDATE applications SET feedback_mode = feedback_mode_before "
+            "WHERE length(feedback_mode_before) <= :length"
+        ),
+        {"length": length},
     )
     op.execute("ALTER TABLE applications DROP COLUMN feedback_mode_before")
 
