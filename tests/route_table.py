@@ -463,6 +463,10 @@ TARGETS: dict[Key, TargetFactory] = {}
 QUERIES: dict[Key, Callable[[World], str]] = {
     ("GET", "/api/updates/check"): lambda w: f"?key={w.update_key}&versionCode=1",
 }
+# Routes whose body is a multipart form, not JSON (FastAPI does not read it: the route does, as
+# it arrives): a valid form of each, as httpx's `files`.
+FormFactory = Callable[[World, Account], Awaitable[list[Any]]]
+FORMS: dict[Key, FormFactory] = {}
 # Routes that end the caller's login (or every other one): called with a login of their own,
 # so that the caller's session for the other routes lives on.
 ENDS_SESSIONS = {
@@ -658,6 +662,20 @@ async def _doomed_apple_key(w: World) -> dict[str, str]:
     return {"id": project_id}
 
 
+@body("PUT", "/api/projects/{id}/members/me/feedback-mail")
+async def _feedback_mail(w: World, subject: Account) -> dict[str, Any]:
+    return {"enabled": True}
+
+
+async def _feedback_form(w: World, subject: Account) -> list[Any]:
+    return [("text", (None, b"It crashes")), ("category", (None, b"crash"))]
+
+
+FORMS[("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback")] = (
+    _feedback_form
+)
+
+
 @target("DELETE", "/api/projects/{id}/webhooks/{webhookId}")
 async def _doomed_webhook(w: World) -> dict[str, str]:
     return {"webhookId": await w.new_webhook()}
@@ -749,6 +767,7 @@ class Prepared:
     payload: dict[str, Any] | None
     headers: dict[str, str]
     relogin: Account | None  # whose session to renew once it is sent
+    form: list[Any] | None = None  # a multipart form (FORMS), sent instead of JSON
 
 
 async def prepare(
@@ -769,14 +788,20 @@ async def prepare(
     if headers is None:
         headers = (await w.login(subject)).headers if ends_sessions else subject.headers
     payload = await BODIES[case.key](w, subject) if case.has_body else None
+    form = await FORMS[case.key](w, subject) if case.key in FORMS else None
     url = case.url(values) + (QUERIES[case.key](w) if case.key in QUERIES else "")
-    return Prepared(case.method, url, payload, headers, subject if ends_sessions else None)
+    return Prepared(case.method, url, payload, headers, subject if ends_sessions else None, form)
 
 
 async def send(w: World, prepared: Prepared) -> httpx.Response:
-    r = await w.client.request(
-        prepared.method, prepared.url, json=prepared.payload, headers=prepared.headers
-    )
+    if prepared.form is not None:
+        r = await w.client.request(
+            prepared.method, prepared.url, files=prepared.form, headers=prepared.headers
+        )
+    else:
+        r = await w.client.request(
+            prepared.method, prepared.url, json=prepared.payload, headers=prepared.headers
+        )
     if prepared.relogin is not None:
         await w.relogin(prepared.relogin)
     return r

@@ -156,6 +156,11 @@ RULES: dict[tuple[str, str], str] = {
         "developer"
     ),
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): "tester",
+    # Feedback: a tester the build is distributed to (the world's build is everyone's), or a
+    # personal install link or the update key (tests/feedback/test_feedback_submit_senders.py).
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): "tester",
+    # The mails per feedback are the team's to ask for (developer+).
+    ("PUT", "/api/projects/{id}/members/me/feedback-mail"): "developer",
     (
         "DELETE",
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
@@ -262,6 +267,9 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link",
     ): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): READ,
+    # A person's, not a pipeline's: a token without a scope (docs/feedback.md).
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): UNSCOPED,
+    ("PUT", "/api/projects/{id}/members/me/feedback-mail"): UNSCOPED,
     (
         "DELETE",
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
@@ -278,6 +286,8 @@ ALL_PROJECTS = {
 # Routes outside /api, by path prefix, and what guards them instead of a bearer token.
 OUTSIDE_API = {
     "/storage/": "a signed URL (tests/builds/test_upload_flow.py, test_builds_api.py)",
+    "/feedback-screenshots/": "a signed address that dies with its feedback "
+    "(tests/feedback/test_feedback_submit.py)",
     "/install/": "a signed install link; a personal one only while its person may open the "
     "build, and never to someone else signed in (tests/builds/test_install_links.py, "
     "tests/distribution/test_link_access.py); a device registers through a personal one only "

@@ -50,6 +50,7 @@ from buildbay.devices.routes import router as devices_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
+from buildbay.feedback.routes import router as feedback_router
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
@@ -96,6 +97,7 @@ API_SECTIONS = (
     "webhooks",
     "builds",
     "devices",
+    "feedback",
     "updates",
     "storage",
     "install pages",
@@ -232,6 +234,7 @@ def create_app(
     for router in (
         updates_router,
         builds_router,
+        feedback_router,
         projects_router,
         applications_router,
         auth_router,

@@ -121,6 +121,10 @@ class Settings(BaseSettings):
     # anonymous budget (100 a minute: about 25 testers behind one office NAT).
     install_pages_per_minute_per_ip: PositiveInt = 600
     update_checks_per_minute_per_key: PositiveInt = 6000
+    # Feedback sent on builds (feedback/): per reporter (a member, an install link's person, a
+    # reporter's e-mail given with an update key) and per client IP, each in a moving minute.
+    feedback_per_minute_per_reporter: PositiveInt = 10
+    feedback_per_minute_per_ip: PositiveInt = 30
 
     # Invitation mails (docs/operations.md, "Invitation caps"), each in a UTC day, 0 for no cap:
     # to one address whatever project invites it (resends included); sent by one account (its

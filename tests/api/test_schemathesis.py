@@ -105,6 +105,10 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # An App Store Connect key whose `privateKey` is text of the right length but no EC
         # P-256 key (a schema cannot say what a key is).
         "apple_key_invalid",
+        # Feedback: a screenshot that is not a PNG, JPEG or HEIC image (decoded to know), and
+        # `reporterEmail` from a member (taken only with the update key: the caller's state).
+        "unreadable_screenshot",
+        "reporter_email_not_taken",
     },
 }
 

@@ -70,6 +70,13 @@ class VersionPolicy(StrEnum):
     UNIQUE = "unique"  # refused: 409 `version_exists`
 
 
+class FeedbackMode(StrEnum):
+    """Who may send feedback on an application's builds."""
+
+    TESTERS_ONLY = "testers-only"  # its testers to whom a build is distributed, and developers
+    ANYONE_WITH_UPDATE_KEY = "anyone-with-update-key"  # also an app with the key and an e-mail
+
+
 class BuildStatus(StrEnum):
     PENDING = "pending"
     READY = "ready"
@@ -226,6 +233,7 @@ class Application(Model):
     auto_distribute_groups: list[str] = dataclasses.field(default_factory=lambda: ["everyone"])
     install_link_days: int = 14
     version_policy: VersionPolicy = VersionPolicy.WARN  # a server before it does not send it
+    feedback_mode: FeedbackMode = FeedbackMode.TESTERS_ONLY  # nor before feedback
 
 
 @dataclass(frozen=True)

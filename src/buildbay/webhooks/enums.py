@@ -27,3 +27,4 @@ class SubscribableEvent(StrEnum):
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
     DEVICE_ENROLLED = "device.enrolled"
+    FEEDBACK_CREATED = "feedback.created"

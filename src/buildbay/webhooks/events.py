@@ -72,6 +72,7 @@ class EventType(StrEnum):
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
     DEVICE_ENROLLED = "device.enrolled"
+    FEEDBACK_CREATED = "feedback.created"
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
 
 
@@ -302,6 +303,32 @@ async def build_downloaded(
         return {**dict(await build_data()), "downloadedBy": by, "installLinkId": link_id}
 
     await emit(db, build.project_id, EventType.BUILD_DOWNLOADED, data, now)
+
+
+async def feedback_created(
+    db: AsyncSession,
+    build: BuildRecord,
+    feedback: Callable[[], Data],
+    public_url: str,
+    now: datetime,
+) -> None:
+    """A feedback sent on `build`; `feedback` makes it as the API shows it (run only when some
+    endpoint wants the event), its screenshots' addresses signed for days: a receiver posts
+    them to a chat."""
+
+    async def data() -> Data:
+        made = feedback()
+        shown = made.model_dump(mode="json", by_alias=True) if isinstance(made, BaseModel) else made
+        return {
+            **shown,
+            "applicationId": build.application_id,
+            **await _names(Reads.within(db), build.project_id, build.application_id),
+            "version": version_label(build.metadata_),
+            "buildFileName": build.file_name,
+            "consoleUrl": build_url(public_url, build.project_id, build.application_id, build.id),
+        }
+
+    await emit(db, build.project_id, EventType.FEEDBACK_CREATED, data, now)
 
 
 def _application_data(view: ApplicationView) -> Data:
