@@ -38,6 +38,9 @@ from buildbay.config import InvitationCaps
 from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
+from buildbay.devices.dependencies import device_service
+from buildbay.devices.models import AppleDeviceRegistration
+from buildbay.devices.service import DeviceDescription
 from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
 from buildbay.feedback.models import Feedback
 from buildbay.ids import new_id
@@ -46,6 +49,7 @@ from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
 from tests.builds.android_files import APK
 from tests.conftest import Account, Api
+from tests.ios.apple_receiver import new_team_key
 
 NO_CAPS = InvitationCaps(per_recipient=None, per_account=None, per_project=None)
 
@@ -91,8 +95,14 @@ class RouteCase:
 
     @property
     def per_user(self) -> bool:
-        """The route names a thing of the caller's own account (`{id}`: an API token)."""
+        """The route names a thing of the caller's own account (`{id}`: an API token, a
+        device)."""
         return self.path.startswith("/api/account/") and bool(self.params)
+
+    @property
+    def owned(self) -> str:
+        """What a per-user route's `{id}` names: `api_token` or `device`."""
+        return "device" if self.path.startswith("/api/account/devices/") else "api_token"
 
     def url(self, values: dict[str, str]) -> str:
         return _PARAM.sub(lambda m: values[m.group(1)], self.path)
@@ -142,12 +152,15 @@ class World:
     ctx: AppContext  # for what no API hands out: the secrets that only mails carry
     ids: dict[str, str] = field(default_factory=dict)  # path parameter -> existing id
     api_token_id: str = ""  # one of the owner's API tokens
+    device_id: str = ""  # one of the owner's enrolled devices
     update_key: str = ""  # the world's application's
     token_ids: set[str] = field(default_factory=set)  # all the owner's API tokens
     _n: Iterator[int] = field(default_factory=itertools.count)
 
     def values_for(self, case: RouteCase) -> dict[str, str]:
-        return {"id": self.api_token_id} if case.per_user else dict(self.ids)
+        if not case.per_user:
+            return dict(self.ids)
+        return {"id": self.device_id if case.owned == "device" else self.api_token_id}
 
     async def login(self, account: Account) -> Account:
         return await Api(self.client).login(account)
@@ -239,9 +252,45 @@ class World:
         assert r.status_code == 202, r.text
         return str(r.json()["deliveryId"])
 
+    async def put_apple_key(self, project_id: str) -> None:
+        r = await self.client.put(
+            f"/api/projects/{project_id}/apple-api-key",
+            json=new_team_key().body(),
+            headers=self.accounts.owner.headers,
+        )
+        assert r.status_code == 200, r.text
+
+    async def registered_device(self) -> str:
+        """A device of the member's, registered with Apple through the world's project already
+        (so registering it again asks Apple nothing)."""
+        return await self.new_device(self.accounts.member)
+
     @property
     def channels(self) -> str:
         return f"/api/projects/{self.ids['id']}/applications/{self.ids['appId']}/channels"
+
+    async def new_device(self, account: Account) -> str:
+        """A device of `account`'s, as enrolling records it (tests/ios tests the enrolling),
+        registered with Apple through the world's project already: registering the project's
+        missing devices then asks Apple nothing (tests/ios tests asking Apple)."""
+        udid = f"{next(self._n):040X}"
+
+        async def enroll(db: AsyncSession) -> str:
+            service = device_service(self.ctx, db)
+            described = DeviceDescription(udid, "iPhone14,2", "21E236", None, "Test iPhone")
+            device_id = (await service.enroll(account.user["id"], described)).device.id
+            db.add(
+                AppleDeviceRegistration(
+                    project_id=self.ids["id"],
+                    device_id=device_id,
+                    apple_device_id=f"APPLE{udid[-5:]}",
+                    registered_by=self.accounts.owner.user["id"],
+                    registered_at=self.ctx.clock.now(),
+                )
+            )
+            return device_id
+
+        return await self._unit_of_work(enroll)
 
     async def new_feedback(self) -> str:
         """A feedback on the world's build by the member (a tester), written as the submission
@@ -412,8 +461,11 @@ async def build_world(
     world.ids["groupId"] = await world.new_group()
     world.ids["webhookId"] = await world.new_webhook()
     world.ids["deliveryId"] = await world.new_delivery()
+    await world.put_apple_key(project["id"])
+    world.ids["deviceId"] = await world.registered_device()
     world.ids["feedbackId"] = await world.new_feedback()
     world.api_token_id = await world.new_api_token(owner)
+    world.device_id = await world.new_device(owner)
     world.token_ids.add(world.api_token_id)
     await world.limited_tokens()
     return world
@@ -433,6 +485,10 @@ TARGETS: dict[Key, TargetFactory] = {}
 QUERIES: dict[Key, Callable[[World], str]] = {
     ("GET", "/api/updates/check"): lambda w: f"?key={w.update_key}&versionCode=1",
 }
+# Routes whose body is a multipart form, not JSON (FastAPI does not read it: the route does, as
+# it arrives): a valid form of each, as httpx's `files`.
+FormFactory = Callable[[World, Account], Awaitable[list[Any]]]
+FORMS: dict[Key, FormFactory] = {}
 # Routes that end the caller's login (or every other one): called with a login of their own,
 # so that the caller's session for the other routes lives on.
 ENDS_SESSIONS = {
@@ -626,6 +682,32 @@ async def _webhook_update(w: World, subject: Account) -> dict[str, Any]:
     return {"description": "Chat"}
 
 
+@body("PUT", "/api/projects/{id}/apple-api-key")
+async def _apple_key(w: World, subject: Account) -> dict[str, Any]:
+    return new_team_key().body()
+
+
+@target("DELETE", "/api/projects/{id}/apple-api-key")
+async def _doomed_apple_key(w: World) -> dict[str, str]:
+    project_id = await w.new_project()
+    await w.put_apple_key(project_id)
+    return {"id": project_id}
+
+
+@body("PUT", "/api/projects/{id}/members/me/feedback-mail")
+async def _feedback_mail(w: World, subject: Account) -> dict[str, Any]:
+    return {"enabled": True}
+
+
+async def _feedback_form(w: World, subject: Account) -> list[Any]:
+    return [("text", (None, b"It crashes")), ("category", (None, b"crash"))]
+
+
+FORMS[("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback")] = (
+    _feedback_form
+)
+
+
 @target("DELETE", "/api/projects/{id}/webhooks/{webhookId}")
 async def _doomed_webhook(w: World) -> dict[str, str]:
     return {"webhookId": await w.new_webhook()}
@@ -645,6 +727,21 @@ async def _doomed_group(w: World) -> dict[str, str]:
 @target("DELETE", "/api/account/api-tokens/{id}")
 async def _own_api_token(w: World) -> dict[str, str]:
     return {"id": await w.new_api_token(w.accounts.owner)}
+
+
+@body("PATCH", "/api/account/devices/{id}")
+async def _device_name(w: World, subject: Account) -> dict[str, Any]:
+    return {"name": "Renamed iPhone"}
+
+
+@target("DELETE", "/api/account/devices/{id}")
+async def _own_device(w: World) -> dict[str, str]:
+    return {"id": await w.new_device(w.accounts.owner)}
+
+
+@body("PUT", "/api/projects/{id}/members/me/device-mail")
+async def _device_mail(w: World, subject: Account) -> dict[str, Any]:
+    return {"deviceMail": True}
 
 
 @target("DELETE", "/api/projects/{id}")
@@ -702,6 +799,7 @@ class Prepared:
     payload: dict[str, Any] | None
     headers: dict[str, str]
     relogin: Account | None  # whose session to renew once it is sent
+    form: list[Any] | None = None  # a multipart form (FORMS), sent instead of JSON
 
 
 async def prepare(
@@ -722,14 +820,20 @@ async def prepare(
     if headers is None:
         headers = (await w.login(subject)).headers if ends_sessions else subject.headers
     payload = await BODIES[case.key](w, subject) if case.has_body else None
+    form = await FORMS[case.key](w, subject) if case.key in FORMS else None
     url = case.url(values) + (QUERIES[case.key](w) if case.key in QUERIES else "")
-    return Prepared(case.method, url, payload, headers, subject if ends_sessions else None)
+    return Prepared(case.method, url, payload, headers, subject if ends_sessions else None, form)
 
 
 async def send(w: World, prepared: Prepared) -> httpx.Response:
-    r = await w.client.request(
-        prepared.method, prepared.url, json=prepared.payload, headers=prepared.headers
-    )
+    if prepared.form is not None:
+        r = await w.client.request(
+            prepared.method, prepared.url, files=prepared.form, headers=prepared.headers
+        )
+    else:
+        r = await w.client.request(
+            prepared.method, prepared.url, json=prepared.payload, headers=prepared.headers
+        )
     if prepared.relogin is not None:
         await w.relogin(prepared.relogin)
     return r

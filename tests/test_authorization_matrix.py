@@ -69,6 +69,13 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/account/api-tokens"): ANY_USER,
     ("POST", "/api/account/api-tokens"): ANY_USER,
     ("DELETE", "/api/account/api-tokens/{id}"): OWN,
+    # A tester's enrolled devices (issue 37; tests/ios/test_enrollment_api.py).
+    ("GET", "/api/account/devices"): ANY_USER,
+    ("PATCH", "/api/account/devices/{id}"): OWN,
+    ("DELETE", "/api/account/devices/{id}"): OWN,
+    # A mail per device the project's members enroll: a developer's to ask for.
+    ("GET", "/api/projects/{id}/members/me/device-mail"): "developer",
+    ("PUT", "/api/projects/{id}/members/me/device-mail"): "developer",
     ("GET", "/api/projects"): ANY_USER,
     ("POST", "/api/projects"): ANY_USER,
     ("GET", "/api/project/{id}"): "tester",
@@ -95,6 +102,10 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): "developer",
+    # Testers' devices: their developers' (tests/ios/test_device_lists*.py).
+    ("GET", "/api/projects/{id}/devices"): "developer",
+    ("GET", "/api/projects/{id}/devices/export"): "developer",
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/devices"): "developer",
     # Webhooks: their URLs and delivery logs are the admins' (tests/webhooks/).
     ("GET", "/api/projects/{id}/webhooks"): "admin",
     ("POST", "/api/projects/{id}/webhooks"): "admin",
@@ -107,6 +118,14 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): "admin",
     ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): "admin",
     ("POST", "/api/projects/{id}/webhook-deliveries/{deliveryId}/retry"): "admin",
+    # The App Store Connect key is a secret of the project's, as webhooks are: admins put and
+    # remove it; developers see which is set and register devices (tests/ios/test_apple*.py).
+    ("PUT", "/api/projects/{id}/apple-api-key"): "admin",
+    ("GET", "/api/projects/{id}/apple-api-key"): "developer",
+    ("DELETE", "/api/projects/{id}/apple-api-key"): "admin",
+    ("POST", "/api/projects/{id}/devices/{deviceId}/register-with-apple"): "developer",
+    ("POST", "/api/projects/{id}/devices/register-with-apple"): "developer",
+    ("GET", "/api/projects/{id}/devices/apple-registrations"): "developer",
     # Feedback is the team's; the tester who sent one sees it and its comments too (the world's
     # is the member's: tests/feedback/test_feedback_team.py tests the sender's sight).
     ("GET", "/api/projects/{id}/feedback"): "developer",
@@ -146,6 +165,11 @@ RULES: dict[tuple[str, str], str] = {
         "developer"
     ),
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): "tester",
+    # Feedback: a tester the build is distributed to (the world's build is everyone's), or a
+    # personal install link or the update key (tests/feedback/test_feedback_submit_senders.py).
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): "tester",
+    # The mails per feedback are the team's to ask for (developer+).
+    ("PUT", "/api/projects/{id}/members/me/feedback-mail"): "developer",
     (
         "DELETE",
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
@@ -183,6 +207,11 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/projects/{id}/members"): READ,
     ("POST", "/api/projects/{id}/members"): UNSCOPED,
     ("PUT", "/api/projects/{id}/members/{userId}"): UNSCOPED,
+    ("GET", "/api/account/devices"): UNSCOPED,
+    ("PATCH", "/api/account/devices/{id}"): UNSCOPED,
+    ("DELETE", "/api/account/devices/{id}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/members/me/device-mail"): READ,
+    ("PUT", "/api/projects/{id}/members/me/device-mail"): UNSCOPED,
     ("DELETE", "/api/projects/{id}/members/{userId}"): UNSCOPED,
     ("POST", "/api/projects/{id}/invitations"): UNSCOPED,
     ("GET", "/api/projects/{id}/invitations"): READ,
@@ -199,6 +228,9 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute",
     ): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): READ,
+    ("GET", "/api/projects/{id}/devices"): READ,
+    ("GET", "/api/projects/{id}/devices/export"): READ,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/devices"): READ,
     ("GET", "/api/projects/{id}/webhooks"): READ,
     ("POST", "/api/projects/{id}/webhooks"): UNSCOPED,
     ("GET", "/api/projects/{id}/webhooks/{webhookId}"): READ,
@@ -210,6 +242,13 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}"): READ,
     ("POST", "/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry"): UNSCOPED,
     ("POST", "/api/projects/{id}/webhook-deliveries/{deliveryId}/retry"): UNSCOPED,
+    ("PUT", "/api/projects/{id}/apple-api-key"): UNSCOPED,
+    ("GET", "/api/projects/{id}/apple-api-key"): READ,
+    ("DELETE", "/api/projects/{id}/apple-api-key"): UNSCOPED,
+    # A CI job that makes an ad-hoc build may send the new devices to Apple first.
+    ("POST", "/api/projects/{id}/devices/{deviceId}/register-with-apple"): BUILDS_WRITE,
+    ("POST", "/api/projects/{id}/devices/register-with-apple"): BUILDS_WRITE,
+    ("GET", "/api/projects/{id}/devices/apple-registrations"): READ,
     ("GET", "/api/projects/{id}/feedback"): READ,
     ("GET", "/api/projects/{id}/feedback/{feedbackId}"): READ,
     ("PATCH", "/api/projects/{id}/feedback/{feedbackId}"): UNSCOPED,
@@ -243,19 +282,34 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-link",
     ): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): READ,
+    # A person's, not a pipeline's: a token without a scope (docs/feedback.md).
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): UNSCOPED,
+    ("PUT", "/api/projects/{id}/members/me/feedback-mail"): UNSCOPED,
     (
         "DELETE",
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links/{linkId}",
     ): BUILDS_WRITE,
 }
 # Routes that name no project but need a token free to reach every project (CurrentUser).
-ALL_PROJECTS = {("POST", "/api/projects"), ("PUT", "/api/auth/me")}
+ALL_PROJECTS = {
+    ("POST", "/api/projects"),
+    ("PUT", "/api/auth/me"),
+    ("GET", "/api/account/devices"),
+    ("PATCH", "/api/account/devices/{id}"),
+    ("DELETE", "/api/account/devices/{id}"),
+}
 # Routes outside /api, by path prefix, and what guards them instead of a bearer token.
 OUTSIDE_API = {
     "/storage/": "a signed URL (tests/builds/test_upload_flow.py, test_builds_api.py)",
+    "/feedback-screenshots/": "a signed address that dies with its feedback "
+    "(tests/feedback/test_feedback_submit.py)",
     "/install/": "a signed install link; a personal one only while its person may open the "
     "build, and never to someone else signed in (tests/builds/test_install_links.py, "
-    "tests/distribution/test_link_access.py)",
+    "tests/distribution/test_link_access.py); a device registers through a personal one only "
+    "(tests/ios/test_enrollment.py)",
+    "/devices/": "the profile service: the console's session cookie for the profile, its "
+    "challenge for a device's answer, a signed reference for the page after it "
+    "(tests/ios/test_enrollment.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
     "/favicon.ico": "public: a redirect to the icon under /static",
@@ -298,6 +352,7 @@ UNKNOWN = {
     "groupId": "grp_00000000000000000000000000",
     "webhookId": "whk_00000000000000000000000000",
     "deliveryId": "whd_00000000000000000000000000",
+    "deviceId": "dev_00000000000000000000000000",
     "feedbackId": "fbk_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
@@ -310,9 +365,13 @@ UNKNOWN_CODE = {
     "groupId": "group_not_found",
     "webhookId": "webhook_not_found",
     "deliveryId": "delivery_not_found",
+    "deviceId": "device_not_found",
     "feedbackId": "feedback_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
+# What an unknown (or another's) id of a per-user route answers, by what it names.
+OWN_CODE = {"api_token": "api_token_not_found", "device": "device_not_found"}
+UNKNOWN_OWN = {"api_token": UNKNOWN_API_TOKEN, "device": "dev_00000000000000000000000000"}
 
 
 def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:
@@ -326,8 +385,8 @@ def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:
         return 401, UNAUTHENTICATED[principal]
     if rule == ANY_USER:
         return case.success, None
-    if rule == OWN:  # the API token in the world is the owner's
-        return (case.success, None) if principal == "owner" else (404, "api_token_not_found")
+    if rule == OWN:  # the API token and the device in the world are the owner's
+        return (case.success, None) if principal == "owner" else (404, OWN_CODE[case.owned])
     if LADDER.index(principal) >= LADDER.index(rule):
         return case.success, None
     return 403, "not_a_member" if principal == "stranger" else "insufficient_role"
@@ -489,8 +548,8 @@ async def test_an_unknown_project_is_404_for_anyone_with_a_valid_token(
     failures: list[str] = []
     for case in cases_with_ids:
         if case.per_user:
-            r = await call(world, case, "owner", {"id": UNKNOWN_API_TOKEN})
-            check(failures, case, "the owner", r, 404, "api_token_not_found")
+            r = await call(world, case, "owner", {"id": UNKNOWN_OWN[case.owned]})
+            check(failures, case, "the owner", r, 404, OWN_CODE[case.owned])
             continue
         values = world.ids | {p: UNKNOWN[p] for p in PROJECT_PARAMS}
         for who in ("stranger", "tester", "owner"):

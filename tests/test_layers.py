@@ -35,8 +35,9 @@ WEB_MODULES = (
     "buildbay.templates",
     "buildbay.projects.access",
 )
-# A domain's second set of routes has a name of its own (feedback's `team_routes`).
-WEB_SUFFIXES = (".routes", ".dependencies", ".install_page", "_routes", "_dependencies")
+# A domain with more than one set of routes names the others `<what>_routes`
+# (devices/project_routes.py).
+WEB_SUFFIXES = (".routes", "_routes", ".dependencies", ".install_page")
 
 
 def _module_name(path: Path) -> str:
@@ -143,7 +144,7 @@ PLAIN = sorted(
     for m in MODULES
     if m.startswith("buildbay.storage")
     or m == "buildbay.schemas"
-    or m.endswith((".schemas", ".enums"))
+    or m.endswith((".schemas", "_schemas", ".enums"))
 )
 DATABASE_LIBRARIES = ("sqlalchemy", "alembic", "asyncpg", "aiosqlite")
 

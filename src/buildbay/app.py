@@ -43,9 +43,14 @@ from buildbay.context import AppContext
 from buildbay.db import migrate
 from buildbay.db.engine import create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
+from buildbay.devices.apple.routes import router as apple_router
+from buildbay.devices.project_routes import router as project_devices_router
+from buildbay.devices.routes import pages as device_pages_router
+from buildbay.devices.routes import router as devices_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
+from buildbay.feedback.routes import router as feedback_router
 from buildbay.feedback.team_routes import router as feedback_team_router
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
@@ -92,6 +97,7 @@ API_SECTIONS = (
     "channels",
     "webhooks",
     "builds",
+    "devices",
     "feedback",
     "updates",
     "storage",
@@ -229,18 +235,23 @@ def create_app(
     for router in (
         updates_router,
         builds_router,
+        feedback_router,
         projects_router,
         applications_router,
         auth_router,
         account_router,
         invitations_router,
         distribution_router,
+        project_devices_router,
         channels_router,
         webhooks_router,
         webhook_deliveries_router,
+        apple_router,
         feedback_team_router,
         storage_router,
         install_page_router,
+        devices_router,
+        device_pages_router,
         health_router,
         *console_routers,
     ):

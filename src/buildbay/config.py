@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from buildbay.devices.cms import ProfileSigner, SigningSetupError
+
 GiB = 1024**3
 MiB = 1024**2
 MIN_SECRET_KEY_LENGTH = 32
@@ -119,6 +121,10 @@ class Settings(BaseSettings):
     # anonymous budget (100 a minute: about 25 testers behind one office NAT).
     install_pages_per_minute_per_ip: PositiveInt = 600
     update_checks_per_minute_per_key: PositiveInt = 6000
+    # Feedback sent on builds (feedback/): per reporter (a member, an install link's person, a
+    # reporter's e-mail given with an update key) and per client IP, each in a moving minute.
+    feedback_per_minute_per_reporter: PositiveInt = 10
+    feedback_per_minute_per_ip: PositiveInt = 30
 
     # Invitation mails (docs/operations.md, "Invitation caps"), each in a UTC day, 0 for no cap:
     # to one address whatever project invites it (resends included); sent by one account (its
@@ -177,6 +183,16 @@ class Settings(BaseSettings):
     # connected to) unless WEBHOOK_ALLOW_PRIVATE (tests, closed networks).
     webhook_allow_http: bool = False
     webhook_allow_private: bool = False
+    # iOS device enrollment (devices/): the profile service's .mobileconfig is signed (CMS)
+    # with this certificate and key when both are set, so that iOS shows it as Verified, and
+    # handed out unsigned otherwise. Paths of PEM files: the certificate file may hold its chain
+    # after it (a Let's Encrypt `fullchain.pem`); the key is not encrypted (`privkey.pem`).
+    profile_signing_cert: Path | None = None
+    profile_signing_key: Path | None = None
+    # App Store Connect (devices/apple.py): where a project's devices are registered with
+    # Apple (`POST {APPLE_API_URL}/v1/devices`), and how long one of its answers may take.
+    apple_api_url: str = "https://api.appstoreconnect.apple.com"
+    apple_api_timeout_seconds: Annotated[float, Field(gt=0)] = 15.0
 
     @model_validator(mode="after")
     def _s3_needs_a_bucket(self) -> Settings:
@@ -196,6 +212,45 @@ class Settings(BaseSettings):
                     "else in clear)"
                 )
         return self
+
+    @field_validator("profile_signing_cert", "profile_signing_key", mode="before")
+    @classmethod
+    def _empty_path_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _profile_signing_works(self) -> Settings:
+        """Both files set or neither, and they sign: refused at start, not at a tester's tap."""
+        cert, key = self.profile_signing_cert, self.profile_signing_key
+        if (cert is None) != (key is None):
+            raise ConfigurationError(
+                "Set both BUILDBAY_PROFILE_SIGNING_CERT and BUILDBAY_PROFILE_SIGNING_KEY (PEM "
+                "files, e.g. the TLS certificate's fullchain.pem and privkey.pem), or neither"
+            )
+        if cert is not None and key is not None:
+            try:
+                ProfileSigner.load(cert, key)
+            except SigningSetupError as exc:
+                raise ConfigurationError(
+                    f"BUILDBAY_PROFILE_SIGNING_CERT / BUILDBAY_PROFILE_SIGNING_KEY: {exc}"
+                ) from None
+        return self
+
+    @field_validator("apple_api_url")
+    @classmethod
+    def _apple_api_url_is_https(cls, url: str) -> str:
+        """https://, so that the token it is sent never crosses a network in clear; http://
+        only to this machine (a test's receiver)."""
+        parts = urlsplit(url)
+        secure = parts.scheme == "https" or (
+            parts.scheme == "http" and parts.hostname in ("127.0.0.1", "::1", "localhost")
+        )
+        if not parts.hostname or not secure:
+            raise ConfigurationError(
+                "BUILDBAY_APPLE_API_URL must be an https:// address, "
+                "e.g. https://api.appstoreconnect.apple.com (http:// only to 127.0.0.1)"
+            )
+        return url.rstrip("/")
 
     @field_validator("database_url")
     @classmethod
@@ -248,6 +303,13 @@ class Settings(BaseSettings):
         if "." not in host or host.replace(".", "").isdigit():
             host = "localhost"  # an IP address or a bare name makes no mail domain
         return f"Buildbay <buildbay@{host}>"
+
+    @cached_property
+    def profile_signer(self) -> ProfileSigner | None:
+        """What signs the device enrollment profile (devices/cms.py), if the settings say."""
+        if self.profile_signing_cert is None or self.profile_signing_key is None:
+            return None
+        return ProfileSigner.load(self.profile_signing_cert, self.profile_signing_key)
 
     @property
     def mail_dir(self) -> Path:

@@ -1,5 +1,6 @@
 """One pure-ASGI middleware for what every request needs before and after the routes run:
-a request id, the JSON body rules of /api (Content-Type, 1 MiB), the RateLimit headers, the
+a request id, the JSON body rules of /api (Content-Type, 1 MiB; a feedback's form instead:
+multipart, 60 MiB), the RateLimit headers, the
 security headers (buildbay/security_headers.py), a time limit on reading a request body, and
 closing the connection after an answer given before the request's body was read."""
 
@@ -18,6 +19,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from buildbay.feedback.submission import MAX_BODY as MAX_FEEDBACK_BODY
 from buildbay.numbers import whole_number
 from buildbay.problems import PROBLEM_CONTENT_TYPE, problem_body
 from buildbay.security_headers import SecurityHeaders
@@ -29,6 +31,10 @@ MAX_JSON_BODY = 1024 * 1024
 BODY_READ_TIMEOUT = 30.0
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# The one /api body that is not JSON: a feedback's form, with its screenshots (feedback/).
+_FEEDBACK = re.compile(r"^/api/app-distribution/[^/]+/[^/]+/builds/[^/]+/feedback$")
+_JSON_LIMIT = "JSON request bodies are limited to 1 MiB"
+_FEEDBACK_LIMIT = f"A feedback's body is at most {MAX_FEEDBACK_BODY // (1024 * 1024)} MiB"
 
 
 def _is_json(content_type: str) -> bool:
@@ -79,14 +85,20 @@ class ApiMiddleware:
             return
 
         has_body = _has_body(headers)
+        form = False
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
-            problem = self._check_body_headers(headers, has_body=has_body)
+            form = scope["method"] == "POST" and bool(_FEEDBACK.match(scope["path"]))
+            check = self._check_form_headers if form else self._check_body_headers
+            problem = check(headers, has_body=has_body)
             if problem is not None:
                 status, code, detail = problem
                 await _send_problem(send, status, code, detail, request_id, security)
                 _log_access(scope, status, started, request_id)
                 return
-            receive = self._limited(receive)
+            if form:
+                receive = _limited(receive, MAX_FEEDBACK_BODY, _FEEDBACK_LIMIT)
+            else:
+                receive = _limited(receive, self.max_json_body, _JSON_LIMIT)
 
         # An answer sent before the body was read to its end (a 413 on an upload past its
         # declared size, a 403 on a bad signature, a JSON body over 1 MiB, a 408 on a body too
@@ -94,7 +106,9 @@ class ApiMiddleware:
         # client still sends, for as long as it sends it, only to throw it away.
         body = None
         if has_body:
-            upload = scope["path"].startswith(UPLOAD_PATH)
+            # An upload's (a build file, a feedback's screenshots from a phone) may rightly take
+            # longer than the timeout as a whole: each chunk must arrive within it.
+            upload = scope["path"].startswith(UPLOAD_PATH) or form
             body = _BodyReading(receive, self.body_read_timeout, per_chunk=upload)
             receive = body.receive
 
@@ -127,7 +141,7 @@ class ApiMiddleware:
         if text is not None and length is None:
             return 400, "bad_request", "Content-Length is not a number"
         if length is not None and length > self.max_json_body:
-            return 413, "body_too_large", "JSON request bodies are limited to 1 MiB"
+            return 413, "body_too_large", _JSON_LIMIT
         if has_body and not _is_json(headers.get("content-type", "")):
             return (
                 400,
@@ -136,20 +150,41 @@ class ApiMiddleware:
             )
         return None
 
-    def _limited(self, receive: Receive) -> Receive:
-        received = 0
-        limit = self.max_json_body
+    @staticmethod
+    def _check_form_headers(
+        headers: dict[str, str], *, has_body: bool
+    ) -> tuple[int, str, str] | None:
+        """A feedback's form: refused before a byte is read when it says it is too large."""
+        text = headers.get("content-length")
+        length = whole_number(text, max_digits=20) if text is not None else None
+        if text is not None and length is None:
+            return 400, "bad_request", "Content-Length is not a number"
+        if length is not None and length > MAX_FEEDBACK_BODY:
+            return 413, "body_too_large", _FEEDBACK_LIMIT
+        media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if has_body and media != "multipart/form-data":
+            return (
+                400,
+                "unsupported_content_type",
+                "Send feedback as multipart/form-data (text, category, context, screenshots)",
+            )
+        return None
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise HTTPException(413, "JSON request bodies are limited to 1 MiB")
-            return message
 
-        return limited_receive
+def _limited(receive: Receive, limit: int, refusal: str) -> Receive:
+    """`receive`, which stops the body with 413 once more than `limit` bytes have come."""
+    received = 0
+
+    async def limited_receive() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise HTTPException(413, refusal)
+        return message
+
+    return limited_receive
 
 
 def _has_body(headers: dict[str, str]) -> bool:
@@ -195,9 +230,13 @@ class _BodyReading:
 
 
 # Addresses whose next segment is a credential: an install link's token (and its download,
-# manifest and icon), an invitation's, an unsubscribe link's. tests/test_access_log.py checks
-# that every route with a `{token}` in its path is one of them.
-_SECRET_SEGMENT = re.compile(r"^(/(?:install|invitations|unsubscribe)/)[^/]*")
+# manifest, icon and device registration), an invitation's, an unsubscribe link's, a device
+# enrollment's challenge and the reference of the page after it, a feedback screenshot's.
+# tests/test_access_log.py checks that every route with a `{token}` in its path is one of them.
+_SECRET_SEGMENT = re.compile(
+    r"^(/(?:install|invitations|unsubscribe|devices/enroll|devices/enrolled"
+    r"|feedback-screenshots)/)[^/]*"
+)
 # What a logged path keeps as it is; anything else (a space, a line break, a non-ASCII
 # character) is written percent-encoded, so that a path cannot forge a line of the log.
 _LOGGED_AS_IS = "/-._~!$&'()*+,;=:@{}"

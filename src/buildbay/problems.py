@@ -79,6 +79,16 @@ class Problem(BaseModel):
     build: dict[str, Any] | None = Field(
         default=None, description="`invitation_limit` of a verify: the build (`id`, `status`)"
     )
+    # An Apple registration of the missing devices that Apple stopped (devices/apple/).
+    registered: list[str] | None = Field(
+        default=None,
+        description="`apple_*` of `devices/register-with-apple`: the ids of the devices "
+        "registered before Apple stopped the batch (they stay registered)",
+    )
+    remaining: int | None = Field(
+        default=None,
+        description="`apple_*` of `devices/register-with-apple`: the devices still to register",
+    )
 
 
 def request_id_of(request: Request) -> str | None:

@@ -11,6 +11,7 @@ ROLE_WORDS = {"owner": "Owner", "admin": "Admin", "developer": "Developer", "tes
 PLATFORM_WORDS = {
     "android": "Android",
     "ios": "iOS",
+    "ipados": "iPadOS",  # an enrolled device's (devices/enums.py)
     "macos": "macOS",
     "windows": "Windows",
     "linux": "Linux",

@@ -102,6 +102,13 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # its content at verify): the platform is the application's state, not the request's.
         "wrong_platform",
         "unreadable_build",
+        # An App Store Connect key whose `privateKey` is text of the right length but no EC
+        # P-256 key (a schema cannot say what a key is).
+        "apple_key_invalid",
+        # Feedback: a screenshot that is not a PNG, JPEG or HEIC image (decoded to know), and
+        # `reporterEmail` from a member (taken only with the update key: the caller's state).
+        "unreadable_screenshot",
+        "reporter_email_not_taken",
     },
 }
 

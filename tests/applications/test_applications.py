@@ -30,10 +30,12 @@ async def test_creating_an_application_answers_201_with_defaults(
     body = r.json()
     assert set(body) == {
         "id", "projectId", "name", "platform", "bundleId", "retention", "buildsCount", "updateKey",
-        "autoDistributeGroups", "installLinkDays", "versionPolicy", "createdAt", "updatedAt",
+        "autoDistributeGroups", "installLinkDays", "versionPolicy", "feedbackMode", "createdAt",
+        "updatedAt",
     }  # fmt: skip
     assert body["updateKey"].startswith("bbu_")
     assert body["versionPolicy"] == "warn"
+    assert body["feedbackMode"] == "testers-only"
     assert body["autoDistributeGroups"] == ["everyone"]
     assert body["installLinkDays"] == 14
     assert body["retention"] == {

@@ -109,6 +109,8 @@ CASES: dict[str, Op[Any]] = {
     "list_channels": ops.list_channels(P, A),
     "create_channel": ops.create_channel(P, A, "beta"),
     "list_groups": ops.list_groups(P, 10, "cursor"),
+    "list_project_devices": ops.list_project_devices(P, 10, "cursor", "ana"),
+    "export_devices": ops.export_devices(P, "csv"),
     "distribute_build": ops.distribute_build(P, A, B, ["everyone"], ["t@example.com"], False),
     "create_install_link": ops.create_install_link(P, A, B, 24),
     "list_install_links": ops.list_install_links(P, A, B),

@@ -457,7 +457,7 @@ async def test_a_member_blocks_invitations_from_a_new_build_mails_page(
     app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account, project: dict[str, Any]
 ) -> None:
     carol = await api.register("carol@example.com")
-    url = ctx_of(app).unsubscribe.url(carol.user["id"])
+    url = ctx_of(app).unsubscribe.url(carol.user["id"], carol.email)
 
     r = await client.get(url)
     assert "Stop new-build e-mails" in r.text

@@ -38,7 +38,7 @@ async def test_a_notification_carries_a_one_click_link_that_turns_off_new_build_
 ) -> None:
     ctx = ctx_of(app)
     other = await api.register("dave@example.com")
-    url = ctx.unsubscribe.url(carol.user["id"])
+    url = ctx.unsubscribe.url(carol.user["id"], carol.email)
     mail = notification(
         "new_build", carol.email, "Acme 1.2 is ready", url, application="Acme",
         version="1.2 (7)", project="Acme", notes="", link="http://x/install/t", uploader="Ada",
@@ -70,7 +70,7 @@ async def test_a_notification_carries_a_one_click_link_that_turns_off_new_build_
 async def test_opening_the_link_only_asks(
     app: FastAPI, client: httpx.AsyncClient, carol: Account
 ) -> None:
-    url = ctx_of(app).unsubscribe.url(carol.user["id"])
+    url = ctx_of(app).unsubscribe.url(carol.user["id"], carol.email)
 
     r = await client.get(url)
 
@@ -84,7 +84,7 @@ async def test_opening_the_link_only_asks(
 async def test_a_link_this_server_did_not_sign_is_refused(
     app: FastAPI, client: httpx.AsyncClient, carol: Account, method: str
 ) -> None:
-    token = ctx_of(app).unsubscribe.token(carol.user["id"])
+    token = ctx_of(app).unsubscribe.token(carol.user["id"], carol.email)
     forged = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
 
     for bad in (forged, carol.user["id"], "nothing", f"{carol.user['id']}."):

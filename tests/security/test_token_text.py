@@ -128,7 +128,7 @@ async def secrets_(app: FastAPI, client: httpx.AsyncClient, api: Api) -> Secrets
     secrets = Secrets(client, owner, csrf)
     secrets.made.update(
         install=install,
-        unsubscribe=ctx.unsubscribe.token(owner.user["id"]),
+        unsubscribe=ctx.unsubscribe.token(owner.user["id"], owner.email),
         invitation=await _unit_of_work(ctx, known_invitation),
         reset=await _unit_of_work(ctx, reset),
         access=owner.access_token,

@@ -228,6 +228,7 @@ class AsyncBuildbay(Core):
     retry_delivery = _async(ops.retry_delivery)
     list_applications = _async(ops.list_applications)
     list_groups = _async(ops.list_groups)
+    list_project_devices = _async(ops.list_project_devices)
     create_application = _async(ops.create_application)
     get_application = _async(ops.get_application)
     update_application = _async(ops.update_application)
@@ -280,6 +281,10 @@ class AsyncBuildbay(Core):
                 project_id, app_id, path, notes, install_link_hours, progress, release, parts
             )
         )
+
+    async def export_devices(self, project_id: str, format: str = "apple") -> bytes:  # noqa: A002
+        """As `Buildbay.export_devices`."""
+        return await self._drive(self._content_flow(ops.export_devices(project_id, format)))
 
     async def download_build(
         self,

@@ -340,6 +340,13 @@ class Core:
         response = yield from self._send_flow(op)
         return self._result(op, response)
 
+    def _content_flow(self, op: Op[Any]) -> Flow[bytes]:
+        """`op` sent as `_run_flow` sends it; the answer's bytes (a file the server writes)."""
+        response = yield from self._send_flow(op)
+        if response.is_error:
+            raise error_for(response.status_code, problem_of(response))
+        return response.content
+
     def _upload_flow(
         self,
         project_id: str,

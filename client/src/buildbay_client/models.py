@@ -70,6 +70,13 @@ class VersionPolicy(StrEnum):
     UNIQUE = "unique"  # refused: 409 `version_exists`
 
 
+class FeedbackMode(StrEnum):
+    """Who may send feedback on an application's builds."""
+
+    TESTERS_ONLY = "testers-only"  # its testers to whom a build is distributed, and developers
+    ANYONE_WITH_UPDATE_KEY = "anyone-with-update-key"  # also an app with the key and an e-mail
+
+
 class BuildStatus(StrEnum):
     PENDING = "pending"
     READY = "ready"
@@ -226,6 +233,7 @@ class Application(Model):
     auto_distribute_groups: list[str] = dataclasses.field(default_factory=lambda: ["everyone"])
     install_link_days: int = 14
     version_policy: VersionPolicy = VersionPolicy.WARN  # a server before it does not send it
+    feedback_mode: FeedbackMode = FeedbackMode.TESTERS_ONLY  # nor before feedback
 
 
 @dataclass(frozen=True)
@@ -449,6 +457,62 @@ class InstallLink(Model):
 @dataclass(frozen=True)
 class InstallLinkList(Model):
     install_links: list[InstallLink]
+
+
+# -- testers' devices ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceTester(Model):
+    """The project member a device belongs to."""
+
+    id: str
+    email: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ProfileInclusion(Model):
+    """An iOS application's newest ready ad-hoc or development .ipa, against one device."""
+
+    application_id: str
+    build_id: str
+    included: bool | None  # None: the build's profile devices are not known
+
+
+@dataclass(frozen=True)
+class ProjectDevice(Model):
+    """A device a member of the project enrolled, with its tester."""
+
+    id: str
+    udid: str
+    name: str
+    model: str  # the product: iPhone14,2
+    os_version: str
+    platform: str  # ios, ipados, macos (a string: a newer server may add one)
+    serial: str | None
+    tester_id: str
+    enrolled_at: datetime
+    last_seen_at: datetime
+    tester: DeviceTester
+    # By application id, for each iOS application; None where it has no ad-hoc build.
+    in_profile_of_latest: dict[str, ProfileInclusion | None]
+
+
+@dataclass(frozen=True)
+class LatestProfile(Model):
+    """An iOS application of the project, and the build `in_profile_of_latest` looks at."""
+
+    application_id: str
+    name: str
+    build_id: str | None
+
+
+@dataclass(frozen=True)
+class ProjectDeviceList(Model):
+    devices: list[ProjectDevice]
+    applications: list[LatestProfile]
+    next_cursor: str | None
 
 
 # -- reading and writing JSON -------------------------------------------------------------------

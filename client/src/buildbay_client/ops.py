@@ -210,6 +210,25 @@ def list_groups(
     return Op("GET", path, models.GroupList, params=_page(limit, cursor))
 
 
+# -- testers' devices ---------------------------------------------------------------------------
+
+
+def list_project_devices(
+    project_id: str, limit: int | None = None, cursor: str | None = None, q: str | None = None
+) -> Op[models.ProjectDeviceList]:
+    """A page of the devices the project's members enrolled (developer+); `q` searches their
+    names, models, UDIDs and testers."""
+    path = f"/api/projects/{_q(project_id)}/devices"
+    return Op("GET", path, models.ProjectDeviceList, params=_page(limit, cursor, q=q))
+
+
+def export_devices(project_id: str, format: str = "apple") -> Op[None]:  # noqa: A002
+    """The project's devices as a file (the client reads its bytes: `export_devices`):
+    `apple`, the file Apple's Register Multiple Devices upload takes, or `csv`."""
+    path = f"/api/projects/{_q(project_id)}/devices/export"
+    return Op("GET", path, None, params={"format": format})
+
+
 def create_application(
     project_id: str, name: str, platform: str | None = None, bundle_id: str | None = None
 ) -> Op[models.Application]:

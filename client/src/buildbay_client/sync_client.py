@@ -204,6 +204,7 @@ class Buildbay(Core):
     retry_delivery = _sync(ops.retry_delivery)
     list_applications = _sync(ops.list_applications)
     list_groups = _sync(ops.list_groups)
+    list_project_devices = _sync(ops.list_project_devices)
     create_application = _sync(ops.create_application)
     get_application = _sync(ops.get_application)
     update_application = _sync(ops.update_application)
@@ -275,6 +276,11 @@ class Buildbay(Core):
                 project_id, app_id, path, notes, install_link_hours, progress, release, parts
             )
         )
+
+    def export_devices(self, project_id: str, format: str = "apple") -> bytes:  # noqa: A002
+        """The devices the project's members enrolled, as a file: `apple`, the tab-separated
+        file Apple's Register Multiple Devices upload takes, or `csv` (developer+)."""
+        return self._drive(self._content_flow(ops.export_devices(project_id, format)))
 
     def download_build(
         self,

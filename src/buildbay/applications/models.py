@@ -43,9 +43,10 @@ class Application(Base):
     version_policy: Mapped[VersionPolicy] = mapped_column(
         EnumString(VersionPolicy), default=VersionPolicy.WARN, server_default=VersionPolicy.WARN
     )
-    # Who may send feedback on its builds (feedback/enums.py).
+    # Who may send feedback on its builds (feedback/enums.py); 32 long: `anyone-with-update-key`
+    # is 22 (migration 0032).
     feedback_mode: Mapped[FeedbackMode] = mapped_column(
-        EnumString(FeedbackMode),
+        EnumString(FeedbackMode, 32),
         default=FeedbackMode.TESTERS_ONLY,
         server_default=FeedbackMode.TESTERS_ONLY,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from buildbay.applications.enums import Platform, VersionPolicy
+from buildbay.feedback.enums import FeedbackMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class ApplicationRecord:
     created_at: datetime
     updated_at: datetime
     version_policy: VersionPolicy = VersionPolicy.WARN
+    feedback_mode: FeedbackMode = FeedbackMode.TESTERS_ONLY
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from buildbay.applications.enums import Platform, VersionPolicy
 from buildbay.applications.records import ApplicationView
 from buildbay.builds.records import ReadyBuild, RetentionPolicy
 from buildbay.builds.schemas import version_label
+from buildbay.feedback.enums import FeedbackMode
 from buildbay.projects.enums import ProjectRole
 from buildbay.schemas import ApiModel, JsonInteger, Name, NotNull, RequestModel, Timestamp
 from buildbay.text import BUNDLE_ID_MAX, BUNDLE_ID_PATTERN
@@ -92,6 +93,11 @@ VERSION_POLICY = (
     "default: the build is ready, with a `version_exists` warning) or `unique` (refused with 409 "
     "`version_exists`)"
 )
+FEEDBACK_MODE = (
+    "Who may send feedback on its builds: `testers-only` (the default: its testers to whom a "
+    "build is distributed, and developers) or `anyone-with-update-key` (also an app holding the "
+    "update key, naming the reporter's e-mail: for public beta rings)"
+)
 
 
 class ApplicationCreate(RequestModel):
@@ -108,6 +114,9 @@ class ApplicationCreate(RequestModel):
     auto_distribute_groups: GroupIds = Field(default_factory=lambda: ["everyone"])
     install_link_days: InstallLinkDays = 14
     version_policy: VersionPolicy = Field(default=VersionPolicy.WARN, description=VERSION_POLICY)
+    feedback_mode: FeedbackMode = Field(
+        default=FeedbackMode.TESTERS_ONLY, description=FEEDBACK_MODE
+    )
 
 
 class ApplicationUpdate(RequestModel):
@@ -124,9 +133,15 @@ class ApplicationUpdate(RequestModel):
     auto_distribute_groups: GroupIds | None = NotNull
     install_link_days: InstallLinkDays | None = NotNull
     version_policy: Annotated[VersionPolicy | None, Field(description=VERSION_POLICY)] = NotNull
+    feedback_mode: Annotated[FeedbackMode | None, Field(description=FEEDBACK_MODE)] = NotNull
 
     @field_validator(
-        "name", "platform", "auto_distribute_groups", "install_link_days", "version_policy"
+        "name",
+        "platform",
+        "auto_distribute_groups",
+        "install_link_days",
+        "version_policy",
+        "feedback_mode",
     )
     @classmethod
     def _not_null(cls, value: object) -> object:
@@ -158,6 +173,9 @@ class Application(ApiModel):
         description="How long the install link in each notified tester's mail works, in days"
     )
     version_policy: VersionPolicy = Field(default=VersionPolicy.WARN, description=VERSION_POLICY)
+    feedback_mode: FeedbackMode = Field(
+        default=FeedbackMode.TESTERS_ONLY, description=FEEDBACK_MODE
+    )
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -202,6 +220,7 @@ def application_schema(view: ApplicationView, role: ProjectRole) -> Application:
         auto_distribute_groups=a.auto_distribute_groups,
         install_link_days=a.install_link_days,
         version_policy=a.version_policy,
+        feedback_mode=a.feedback_mode,
         created_at=a.created_at,
         updated_at=a.updated_at,
     )

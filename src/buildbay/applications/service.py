@@ -23,6 +23,7 @@ from buildbay.db.reads import Reads
 from buildbay.distribution.groups import check_group_ids
 from buildbay.distribution.models import EVERYONE
 from buildbay.errors import Conflict
+from buildbay.feedback.removal import remove_screenshots, screenshots_of_application
 from buildbay.ids import new_id
 from buildbay.projects.models import Project
 from buildbay.projects.records import ProjectRecord
@@ -121,6 +122,9 @@ class ApplicationService:
         keys = await keys_of_builds_under(
             self.db, Application.id, Build.application_id, application.id
         )
+        screenshots = await screenshots_of_application(self.db, application.id)
         await self.db.execute(delete(Application).where(Application.id == application.id))
         prefix = f"{application.project_id}/{application.id}/"
         after_commit(self.db, lambda: remove_stored_files(storage, keys, prefix))
+        if screenshots:  # its builds' feedback went with them
+            after_commit(self.db, lambda: remove_screenshots(storage, screenshots))

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
 from buildbay.auth.authentication import Principal
+from buildbay.auth.email_change import drop_pending_change
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.logins import (
     IssuedTokens,
@@ -129,6 +130,8 @@ class AccountService:
         user.password_hash = await passwords.hash_password(new_password)
         user.updated_at = self.now
         await self.logins.revoke_sessions_of(user.id, keep=principal.session_id)
+        # A change of address asked for with the old password is spent (auth/email_change.py).
+        await drop_pending_change(self.db, user.id)
 
     async def update_profile(
         self, principal: Principal, name: str | None, notify_new_builds: bool | None
@@ -208,9 +211,11 @@ class AccountService:
         """Take the account back (a password reset): every session, access token, console
         cookie and API token of the user stops working once this commits, and so does any that
         a request running meanwhile makes from a proof read before the commit
-        (`LoginService.end_every_login`)."""
+        (`LoginService.end_every_login`); a change of address asked for with the old password
+        is spent too (auth/email_change.py)."""
         await self.logins.end_every_login(user_id)
         await self.delete_api_tokens_of(user_id)
+        await drop_pending_change(self.db, user_id)
 
     # -- helpers --------------------------------------------------------------------------------
 

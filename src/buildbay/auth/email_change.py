@@ -7,12 +7,17 @@ current password (counted against the same failure budget as logins, so a stolen
 no faster way to guess it) and writes the new address to `email_changes` (one per account: a new
 request replaces the last, whose link then stops working) and a mail to the new address to the
 outbox, in the same unit of work. Following the link moves the address, verified (the link
-proved the mailbox), and mails the old address that it happened, so a change nobody meant is
-noticed.
+proved the mailbox), spends the password-reset links and revokes the personal install links
+mailed to the old address, and mails the old address that it happened, so a change nobody meant
+is noticed.
 
 The link's token names the user and its expiry and carries an HMAC of the server's key over
-them, the account's present address, the address asked for and when it was asked: no secret is
-stored, and a link is worthless once the account's address or its pending change is another.
+them, the account's present address and password hash, the address asked for and when it was
+asked: no secret is stored, and a link is worthless once the account's address, its password or
+its pending change is another. Taking the account back (a password reset, a change of password)
+thus spends a change asked for with the old password, and drops it (`drop_pending_change`):
+otherwise whoever learnt the password could ask to move the account to their own mailbox, wait
+for the reset, then follow the link and reset it again from there.
 Mails to a new address are capped per address and UTC day (the verification mails' cap,
 `verification_mails_per_address_per_day`, counted apart) and a few an hour per account."""
 
@@ -26,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from limits import RateLimitItemPerHour
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -35,9 +41,11 @@ from buildbay.auth.logins import (
     password_is_right,
     user_by_email,
 )
-from buildbay.auth.models import EmailChange, User
+from buildbay.auth.models import EmailChange, PasswordReset, User
 from buildbay.auth.tokens import derive_key
+from buildbay.builds.models import InstallLink
 from buildbay.constant_time import same_secret
+from buildbay.distribution.models import BuildRecipient
 from buildbay.errors import Conflict, RateLimited, ValidationFailed
 from buildbay.ids import ID_PATTERN
 from buildbay.invitations.counts import address_hash, seconds_to_next_day, spend_one
@@ -74,7 +82,9 @@ class EmailChangeLinks:
 
     def _mac(self, user: User, change: EmailChange, expires: int) -> str:
         asked = change.requested_at.astimezone(UTC).isoformat()
-        signed = f"{user.id}|{expires}|{user.email}|{change.new_email}|{asked}".encode()
+        signed = (
+            f"{user.id}|{expires}|{user.email}|{change.new_email}|{asked}|{user.password_hash}"
+        ).encode()
         digest = hmac.new(self._key, signed, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest[:20]).rstrip(b"=").decode()
 
@@ -100,6 +110,12 @@ class EmailChangeLinks:
         expires = int(parts[1])
         mac = self._mac(user, change, expires)
         return same_secret(parts[2], mac) and datetime.fromtimestamp(expires, UTC) > now
+
+
+async def drop_pending_change(db: AsyncSession, user_id: str) -> None:
+    """Forget the account's pending change of address (its password changed: the link no longer
+    holds, and the account page no longer shows it as pending)."""
+    await db.execute(delete(EmailChange).where(EmailChange.user_id == user_id))
 
 
 def _is_seconds(text: str) -> bool:
@@ -199,6 +215,26 @@ class EmailChanges:
             await self.db.flush()
         except IntegrityError:  # an account took the address a moment ago
             raise _taken() from None
+        # The links mailed to the old address stop working: whoever reads that mailbox now (one
+        # its holder left for a reason) can neither take the account with a reset link nor
+        # install builds as its holder with a new-build mail's personal install link (what is
+        # done through one counts as its person's). The console makes them new ones.
+        await self.db.execute(
+            update(PasswordReset)
+            .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
+            .values(used_at=self.now)
+        )
+        mailed = select(BuildRecipient.install_link_id).where(
+            BuildRecipient.user_id == user.id,
+            BuildRecipient.email == old_email,
+            BuildRecipient.install_link_id.is_not(None),
+        )
+        await self.db.execute(
+            update(InstallLink)
+            .where(InstallLink.id.in_(mailed), InstallLink.revoked_at.is_(None))
+            .values(revoked_at=self.now)
+            .execution_options(synchronize_session=False)
+        )
         told = render(
             "email_changed", old_email, "The e-mail address of your Buildbay account changed",
             name=user.name, old_email=old_email, new_email=user.email,

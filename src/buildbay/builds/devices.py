@@ -33,6 +33,13 @@ def device_of(user_agent: str | None) -> Device:
     return Device.OTHER
 
 
+def apple_model_of(user_agent: str | None) -> str | None:
+    """ "iPhone", "iPad" or "iPod" as the User-Agent names it; None for anything else (an iPad
+    that asks for desktop pages says "Macintosh": None)."""
+    found = _IOS.search(user_agent or "")
+    return found.group(1) if found else None
+
+
 def is_ios_build(file_name: str) -> bool:
     return platform_of_name(file_name) == "ios"
 

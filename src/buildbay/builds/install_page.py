@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import plistlib
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
@@ -32,7 +33,7 @@ from buildbay.builds.dependencies import (
     build_reads,
     build_service,
 )
-from buildbay.builds.devices import device_of, is_android_build, is_ios_build
+from buildbay.builds.devices import apple_model_of, device_of, is_android_build, is_ios_build
 from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.removed import linked_build, newest_for
 from buildbay.builds.schemas import version_label
@@ -40,6 +41,10 @@ from buildbay.builds.service import human_size
 from buildbay.console.session import ConsoleSessions
 from buildbay.context import AppContext
 from buildbay.deps import Context, SessionDep, TransactionRoute
+from buildbay.devices.links import register_device_path
+from buildbay.devices.profiles import known_scope
+from buildbay.devices.records import ProfileScope
+from buildbay.devices.viewer import ViewerDevices, viewer_devices
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
 from buildbay.errors import BuildbayError, Gone, NotFound
@@ -169,6 +174,7 @@ async def install_page(
             build.id, links.public_url,  # never the page's address: it holds the link's token
         )  # fmt: skip
     qr = segno.make(page_url, error="m")
+    shown = await _viewer_devices(token, request, links, target) if ios else _NO_DEVICES
     return render(
         "install.html",
         # The buttons depend on the device: a cache must not hand an iPhone's page to Android.
@@ -196,7 +202,46 @@ async def install_page(
         expires_iso=_iso(target.link.expires_at),
         notes=_shown(build.notes),
         qr_svg=Markup(qr.svg_inline(scale=5, border=2, title=f"QR code of {page_url}")),  # noqa: S704
+        devices=shown.devices,
+        register_url=shown.register_url,
+        sign_in_url=shown.sign_in_url,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _DevicesShown:
+    """What the page of an ad-hoc or development .ipa says of its viewer's devices (before the
+    Install button), and where it offers to register the device in hand, or to sign in first."""
+
+    devices: ViewerDevices | None = None
+    register_url: str | None = None
+    sign_in_url: str | None = None
+
+
+_NO_DEVICES = _DevicesShown()
+
+
+async def _viewer_devices(
+    token: str, request: Request, links: InstallLinkReads, target: InstallTarget
+) -> _DevicesShown:
+    """The viewer is a personal link's person, else whoever is signed in on this browser;
+    nobody for a shared link opened signed out (offered to sign in and come back)."""
+    build = target.build
+    scope = await known_scope(links.reads, build.id, build.file_name, build.metadata_)
+    if scope is not ProfileScope.LISTED:
+        return _NO_DEVICES
+    if target.link.owner_id is not None:
+        viewer_id: str | None = target.link.owner_id
+        register_url = register_device_path(install_token=token)
+    else:
+        console: ConsoleSessions = request.app.state.console
+        viewer_id = await console.signed_in(request, links.reads, links.now)
+        register_url = register_device_path(build_id=build.id)
+    if viewer_id is None:
+        return _DevicesShown(sign_in_url=f"/login?{urlencode({'next': f'/install/{token}'})}")
+    opened_on = apple_model_of(request.headers.get("user-agent"))
+    devices = await viewer_devices(links.reads, viewer_id, build.id, scope, opened_on)
+    return _DevicesShown(devices, register_url)
 
 
 async def _newer_build_page(

@@ -58,6 +58,7 @@ from buildbay.distribution.models import EVERYONE, InstallEventKind
 from buildbay.distribution.service import distribute_when_ready
 from buildbay.distribution.visibility import Viewer
 from buildbay.errors import BuildbayError, Conflict, PayloadTooLarge, ValidationFailed
+from buildbay.feedback.removal import remove_screenshots, screenshots_of_builds
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue
 from buildbay.storage.base import (
@@ -763,10 +764,17 @@ class BuildService:
         """The build, by `by`: told of (`build.deleted`) and, if it was ready, remembered
         (removed.py)."""
         build = await self.reads.get(application.id, build_id)
+        # Locked first: no feedback can be added to it (feedback/service.py) once its
+        # screenshots are listed.
+        await lock_row(self.db, Build.id, build.id)
         await record_removals(
             self.db, [build], RemovalReason.MEMBER, by.id, self.now, self.public_url
         )
-        # Its icon and install links go with it (ON DELETE CASCADE).
+        screenshots = await screenshots_of_builds(self.db, [build.id])
+        # Its icon, install links and feedback go with it (ON DELETE CASCADE).
         await self.db.execute(delete(Build).where(Build.id == build.id))
         # The row first: a crash can leave orphan bytes (the sweeper's), never a broken build.
         after_commit(self.db, self._bytes_remover(build))
+        if screenshots:
+            storage = self.storage
+            after_commit(self.db, lambda: remove_screenshots(storage, screenshots))

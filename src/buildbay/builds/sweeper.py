@@ -26,6 +26,8 @@ from buildbay.builds.reads import BUILD
 from buildbay.builds.removed import forget_old_removals, record_removals
 from buildbay.builds.retention import doomed, ready_builds, rule_of
 from buildbay.db.reads import Reads
+from buildbay.feedback.models import FeedbackScreenshot
+from buildbay.feedback.removal import FEEDBACK_PREFIX, remove_screenshots, screenshots_of_builds
 from buildbay.invitations.caps import sweep_invitation_counts
 from buildbay.storage.base import Storage
 
@@ -132,14 +134,17 @@ async def sweep_orphan_multipart_uploads(
 async def sweep_orphan_objects(
     sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime
 ) -> int:
-    """Removes stored objects that no build row owns, once they are GRACE old.
+    """Removes stored objects that no build row owns, nor a feedback's screenshot (under
+    `feedback/`), once they are GRACE old.
 
     Deletes remove a build's row first and its bytes after the commit, so a crash between the
     two leaves bytes no row owns; and a presigned S3 PUT can still land after its build was
     deleted (the bucket does not ask us). A build's row exists before its upload URL does, so
     an object without a row is never one that a build will still claim; the grace period only
     keeps the sweeper away from bytes that are being written (an upload's own object is never
-    swept: its build owns it).
+    swept: its build owns it). A screenshot's object is written just before its feedback's row
+    commits (feedback/service.py): one without a row after GRACE was left by a crash, or by a
+    feedback sent while its application or project was being deleted.
     """
     removed = 0
     async for keys in storage.stored_keys(modified_before=now - GRACE):
@@ -147,6 +152,15 @@ async def sweep_orphan_objects(
             owned = set(
                 await db.scalars(select(Build.storage_key).where(Build.storage_key.in_(keys)))
             )
+            screenshots = [key for key in keys if key.startswith(f"{FEEDBACK_PREFIX}/")]
+            if screenshots:
+                owned.update(
+                    await db.scalars(
+                        select(FeedbackScreenshot.storage_key).where(
+                            FeedbackScreenshot.storage_key.in_(screenshots)
+                        )
+                    )
+                )
         for key in keys:
             if key not in owned:
                 await storage.delete(key)
@@ -208,9 +222,12 @@ async def _apply_rule(
             if not claimed:
                 continue
             await record_removals(db, claimed, RemovalReason.RETENTION, None, now, public_url)
+            screenshots = await screenshots_of_builds(db, [b.id for b in claimed])
+            # Their feedback goes with them (ON DELETE CASCADE).
             await db.execute(delete(Build).where(Build.id.in_([b.id for b in claimed])))
         for build in claimed:  # after the commit: a crash here leaves only orphan bytes
             await storage.delete(build.storage_key)
+        await remove_screenshots(storage, screenshots)
         swept += len(claimed)
     if swept:
         log.info("retention: deleted %d builds of %s", swept, application.id)

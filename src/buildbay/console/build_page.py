@@ -35,6 +35,7 @@ from buildbay.builds.schemas import (
     version_label,
 )
 from buildbay.builds.service import human_size
+from buildbay.console.build_devices import build_devices
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -175,6 +176,7 @@ async def render_build(
         same_version_label=same_version and version_label(same_version.metadata_),
         version_code=code,
         reach=await reach_of(reads, build, ctx.clock.now()),
+        devices=await build_devices(reads, build),
     )  # fmt: skip
 
 

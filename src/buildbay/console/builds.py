@@ -18,6 +18,7 @@ from buildbay.builds.dependencies import (
     install_link_reads,
     install_links,
 )
+from buildbay.builds.devices import apple_model_of
 from buildbay.builds.install import InstallLinks
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildReads
 from buildbay.builds.removed import RECENT_DAYS, RemovedBuildRecord, recent_removals
@@ -40,6 +41,9 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
+from buildbay.devices.reach import profile_scope
+from buildbay.devices.records import ProfileScope
+from buildbay.devices.viewer import missed_on_page
 from buildbay.distribution.installs import downloads_by_day
 from buildbay.errors import ValidationFailed
 from buildbay.projects.authorization import application_of, tester_of
@@ -93,6 +97,12 @@ async def render_application(
     uploaders = {m.user_id: m for m in await members(reads, access.project.id)}
     channels = await channels_of(reads, access.application.id, tester_of(access))
     versions = {b.id: version_label(b.metadata_) for b in builds}
+    # Beside an ad-hoc or development build: "Not made for your iPhone", when it lists none
+    # of the visitor's.
+    listed = [b.id for b in builds
+              if profile_scope(b.file_name, b.metadata_) is ProfileScope.LISTED]  # fmt: skip
+    agent = apple_model_of(request.headers.get("user-agent"))
+    not_for_you = await missed_on_page(reads, visitor.principal.user.id, listed, agent)
     chart = None
     removals: list[RemovedBuildRecord] = []
     if access.role.includes(ProjectRole.DEVELOPER):
@@ -113,7 +123,7 @@ async def render_application(
         max_notes=MAX_NOTES_LENGTH, downloads=chart, downloads_days=CHART_DAYS,
         file_types=FILE_TYPES.get(access.application.platform, ()),
         channels=channels, build_channels={k: extra.channels for k, extra in extras.items()},
-        removals=removals, removals_days=RECENT_DAYS,
+        removals=removals, removals_days=RECENT_DAYS, not_for_you=not_for_you,
         failed=failed, values=values or {}, errors=errors or {}, shown=shown,
         next_page=_page_query(shown, next_cursor) if next_cursor else None,
         first_page=_page_query(shown, None) if shown.after_id else None,

@@ -203,7 +203,8 @@ _LABELS = {
     "projects": "projects", "projectIds": "projects", "channels": "channels",
     "fileName": "file name", "fileSize": "file size", "partNumbers": "parts",
     "currentPassword": "current password", "newPassword": "new password",
-    "newEmail": "new e-mail address",
+    "newEmail": "new e-mail address", "keyId": "key ID", "issuerId": "issuer ID",
+    "privateKey": "private key",
 }  # fmt: skip
 # Fields whose shape is a rule of their own, said as the rule.
 _SHAPES = {

@@ -12,6 +12,7 @@ from fastapi import APIRouter
 
 from buildbay.console import (
     account,
+    account_devices,
     application_settings,
     auth,
     build_page,
@@ -20,6 +21,7 @@ from buildbay.console import (
     groups,
     install,
     invitations,
+    project_devices,
     projects,
     releases,
     unsubscribe,
@@ -44,5 +46,7 @@ routers: tuple[APIRouter, ...] = (
     install.router,
     releases.router,
     account.router,
+    account_devices.router,
+    project_devices.router,
     unsubscribe.router,
 )

@@ -35,12 +35,12 @@ async def _whose(request: Request, token: str) -> tuple[User | None, str]:
     address = links.address_of(token)
     if address is not None:
         return None, address
-    user_id = links.user_of(token)
-    if user_id is None:
+    user_id = links.user_named(token)
+    user = await request_session(request).get(User, user_id) if user_id is not None else None
+    # Also refused: a link of a mail to an address the account has left (its mailbox may be
+    # someone else's now), which must neither show the present one nor act on the account.
+    if user is None or not links.holds(token, user.id, user.email):
         raise NotFound("This unsubscribe link is not valid", code="invalid_unsubscribe_link")
-    user = await request_session(request).get(User, user_id)
-    if user is None:
-        raise NotFound("This account no longer exists", code="invalid_unsubscribe_link")
     return user, user.email
 
 

@@ -56,14 +56,16 @@ E = TypeVar("E", bound=StrEnum)
 
 
 class EnumString(TypeDecorator[E], Generic[E]):
-    """A StrEnum stored as its plain string value (no database enum type to migrate)."""
+    """A StrEnum stored as its plain string value (no database enum type to migrate), in a
+    VARCHAR of `length` (20 unless a value needs more)."""
 
-    impl = String(20)
+    impl = String
     cache_ok = True
 
-    def __init__(self, enum: type[E], *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, enum: type[E], length: int = 20) -> None:
+        super().__init__(length)
         self._enum = enum
+        self.length = length
 
     def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
         return None if value is None else self._enum(value).value

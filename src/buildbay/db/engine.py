@@ -281,6 +281,7 @@ _HELD = "buildbay.held"
 _WROTE = "buildbay.wrote"  # the current transaction has written (`connection_released`)
 _PENDING = "buildbay.after_commit.pending"
 _COMMITTED = "buildbay.after_commit.committed"
+_UNDO = "buildbay.unless_committed"
 
 
 async def hold_until_ended(session: AsyncSession, resource: AbstractAsyncContextManager[T]) -> T:
@@ -322,6 +323,14 @@ def after_commit(session: AsyncSession, action: Callable[[], Awaitable[None]]) -
     out, if the session's current transaction commits (whoever commits it); never if it rolls
     back. For telling the world outside the database what the transaction did."""
     session.info.setdefault(_PENDING, []).append(action)
+
+
+def unless_committed(session: AsyncSession, action: Callable[[], Awaitable[None]]) -> None:
+    """Have `finish` await `action` at the end of the unit of work unless its transaction
+    commits: rolled back, or its commit failed. For undoing what was done outside the database
+    for the transaction's sake before it committed (objects written to storage for the rows it
+    adds); a crash in between leaves what `action` would have undone, for a sweeper."""
+    session.info.setdefault(_UNDO, []).append(action)
 
 
 async def insert_rows(
@@ -404,6 +413,7 @@ def _note_a_flush(session: Session, _context: Any) -> None:
 @event.listens_for(UnitOfWork, "after_commit")
 def _move_to_committed(session: Session) -> None:
     session.info.pop(_WROTE, None)
+    session.info.pop(_UNDO, None)  # it committed: nothing to undo
     if pending := session.info.pop(_PENDING, None):
         session.info.setdefault(_COMMITTED, []).extend(pending)
 
@@ -420,6 +430,14 @@ async def _run_after_commit(session: AsyncSession) -> None:
             await action()
         except Exception:  # the commit stands; the request goes on
             log.exception("an action after a commit failed")
+
+
+async def _run_undo(session: AsyncSession) -> None:
+    for action in session.info.pop(_UNDO, ()):
+        try:
+            await action()
+        except Exception:  # what it left is a sweeper's
+            log.exception("undoing the work of a transaction that did not commit failed")
 
 
 def create_sessionmaker(
@@ -478,6 +496,8 @@ async def finish(session: AsyncSession, *, ok: bool) -> None:
             if (held := session.info.pop(_HELD, None)) is not None:
                 await held.aclose()
     finally:
+        if _UNDO in session.info:  # its transaction never committed
+            await _run_undo(session)
         if _COMMITTED in session.info:
             await _run_after_commit(session)
 

@@ -60,6 +60,8 @@ from buildbay.clock import Clock
 from buildbay.console_urls import application_url
 from buildbay.db.engine import insert_rows
 from buildbay.db.reads import Reads
+from buildbay.devices.gained import devices_gained
+from buildbay.devices.words import noun
 from buildbay.distribution.groups import check_group_ids
 from buildbay.distribution.membership import (
     DISTRIBUTION_JOB,
@@ -91,7 +93,7 @@ from buildbay.projects.authorization import (
     require_invite_rights,
 )
 from buildbay.projects.models import Project, ProjectMember
-from buildbay.text import normal_email_text
+from buildbay.text import normal_email_text, without_bidi_controls
 from buildbay.webhooks import events as webhook_events
 
 if TYPE_CHECKING:
@@ -618,6 +620,7 @@ def distribution_mail_handler(
         subject = f"{application} {version} is ready to test".replace("  ", " ")
         base = f"{public_url}/install/"
         link_of = dict(links)
+        gained = await devices_gained(Reads.within(db), build.application_id, build.id)
 
         def mails() -> list[Mail]:
             return [
@@ -625,7 +628,7 @@ def distribution_mail_handler(
                     "new_build",
                     email,
                     subject,
-                    unsubscribe.url(user_id or ""),  # set: only members are mailed
+                    unsubscribe.url(user_id or "", email),  # set: only members are mailed
                     application=application,
                     version=version,
                     project=project,
@@ -635,6 +638,10 @@ def distribution_mail_handler(
                     # page, where the builds given to them are (a build's page is developers').
                     uploader=uploader,
                     page=application_url(public_url, build.project_id, build.application_id),
+                    now_installs_on=[
+                        f"your {noun(d)} ({without_bidi_controls(d.name)})"
+                        for d in gained.get(user_id or "", [])
+                    ],
                 )
                 for email, user_id in claimed
             ]

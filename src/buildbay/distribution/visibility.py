@@ -41,7 +41,8 @@ def _distributed_to(
     user_id: ColumnElement[str | None], email: ColumnElement[str | None]
 ) -> ColumnElement[bool]:
     """True for a build (a row of `builds` in the query) distributed to this person: to a group
-    they are in now (`everyone` included), or to them by name. A row that only says a group
+    they are in now (`everyone` included), or to them by name (their account, or their address
+    while no account holds the row). A row that only says a group
     reached them once (`direct` false) gives nothing: they may have left that group.
 
     Correlated by name, not left to SQLAlchemy's guess: `user_id` may be a column of the
@@ -62,7 +63,13 @@ def _distributed_to(
         .where(
             BuildRecipient.build_id == Build.id,
             BuildRecipient.direct.is_(True),
-            or_(BuildRecipient.user_id == user_id, BuildRecipient.email == email),
+            # By account; by address only a row no account has yet (an invitee's, adopted when
+            # they join): a row of a tester who moved to another address is not given to
+            # whoever holds their old one next.
+            or_(
+                BuildRecipient.user_id == user_id,
+                and_(BuildRecipient.user_id.is_(None), BuildRecipient.email == email),
+            ),
         )
         .correlate_except(BuildRecipient),
     )

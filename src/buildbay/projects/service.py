@@ -26,6 +26,7 @@ from buildbay.db.engine import after_commit
 from buildbay.db.reads import Reads
 from buildbay.distribution.membership import leave_groups, reach_new_member
 from buildbay.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from buildbay.feedback.removal import screenshots_prefix
 from buildbay.ids import new_id
 from buildbay.invitations.caps import CapsOf, InvitationCaps, InvitationsLimited, recipient_blocked
 from buildbay.projects.authorization import ProjectAccess
@@ -93,6 +94,8 @@ class ProjectService:
         await self.db.execute(delete(Project).where(Project.id == project.id))
         prefix = f"{project.id}/"
         after_commit(self.db, lambda: remove_stored_files(storage, keys, prefix))
+        # Its feedback went with its builds: the screenshots are all under one prefix.
+        after_commit(self.db, lambda: storage.delete_prefix(screenshots_prefix(project.id)))
 
     # -- members ----------------------------------------------------------------------------------
 

@@ -155,6 +155,21 @@ class Storage(Protocol):
         """Size (and sha256 where known) of a stored object; None if there is none."""
         ...
 
+    async def put(self, key: str, source: IO[bytes], size: int, content_type: str) -> None:
+        """Store the `size` bytes `source` holds (a file, read from its start; its reads block)
+        under `key`, written by the server itself rather than through an upload URL: a
+        screenshot the server re-encoded. All or nothing: a reader sees no object or the whole
+        one."""
+        ...
+
+    async def view_url(
+        self, key: str, file_name: str, content_type: str, expires_at: datetime
+    ) -> str | None:
+        """A URL that serves the object inline (a browser shows it) as `content_type`, named
+        `file_name`, until `expires_at`; None where the backend has no such address of its own
+        (the local disk: the API process serves the bytes itself, from `open_reader`)."""
+        ...
+
     async def compute_sha256(self, key: str, version: str | None = None) -> str:
         """Read the object (that `version` of it) through SHA-256, off the event loop.
         ObjectNotFound if absent."""

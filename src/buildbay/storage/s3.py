@@ -23,7 +23,7 @@ import io
 import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from typing import Any, BinaryIO, TypeVar
+from typing import IO, Any, BinaryIO, TypeVar
 from urllib.parse import quote
 
 import botocore.session
@@ -128,6 +128,17 @@ class S3Storage:
         }
         return self._presign("get_object", params, expires_at)
 
+    async def view_url(
+        self, key: str, file_name: str, content_type: str, expires_at: datetime
+    ) -> str | None:
+        params = {
+            "Bucket": self.bucket,
+            "Key": self.object_key(key),
+            "ResponseContentType": content_type,
+            "ResponseContentDisposition": f'inline; filename="{quote(file_name)}"',
+        }
+        return self._presign("get_object", params, expires_at)
+
     def _presign(self, operation: str, params: dict[str, Any], expires_at: datetime) -> str:
         seconds = int((expires_at - self._now()).total_seconds())
         seconds = max(1, min(seconds, _MAX_PRESIGN_SECONDS))
@@ -173,6 +184,20 @@ class S3Storage:
                 return sha256_of(body)
 
         return await self._run(_hash)
+
+    async def put(self, key: str, source: IO[bytes], size: int, content_type: str) -> None:
+        def _put() -> None:
+            source.seek(0)
+            self._client.put_object(
+                Bucket=self.bucket,
+                Key=self.object_key(key),
+                Body=source,
+                ContentLength=size,
+                ContentType=content_type,
+            )
+
+        # One PUT: S3 stores the whole object or nothing.
+        await self._run(_put)
 
     def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:
         raw = _RangeReader(self._client, self.bucket, self.object_key(key), size, version)

@@ -7,6 +7,8 @@ from typing import Any
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from buildbay.devices.words import noun, nouns
+from buildbay.text import without_bidi_controls
 from buildbay.words import counted, platform_word, role_in_sentence, role_word
 
 environment = Environment(
@@ -18,7 +20,10 @@ environment = Environment(
 # Words for people, one place for every page: `role | role_word`, `n | counted("build")`.
 environment.filters.update(
     role_word=role_word, role_in_sentence=role_in_sentence, platform_word=platform_word,
-    counted=counted,
+    counted=counted, device_noun=noun, device_nouns=nouns,
+    # What a device or its tester says of itself, shown as it is but for bidirectional
+    # controls, which would make the text after it read backwards.
+    plain=without_bidi_controls,
 )  # fmt: skip
 
 # Install pages carry their credential in the URL: it never leaves in a Referer.

@@ -26,4 +26,6 @@ class SubscribableEvent(StrEnum):
     MEMBER_ADDED = "member.added"
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
+    DEVICE_ENROLLED = "device.enrolled"
+    FEEDBACK_CREATED = "feedback.created"
     FEEDBACK_UPDATED = "feedback.updated"

@@ -71,6 +71,8 @@ class EventType(StrEnum):
     MEMBER_ADDED = "member.added"
     MEMBER_REMOVED = "member.removed"
     MEMBER_ROLE_CHANGED = "member.role_changed"
+    DEVICE_ENROLLED = "device.enrolled"
+    FEEDBACK_CREATED = "feedback.created"
     FEEDBACK_UPDATED = "feedback.updated"  # its status or assignee (feedback/triage.py)
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
 
@@ -307,6 +309,32 @@ async def build_downloaded(
     await emit(db, build.project_id, EventType.BUILD_DOWNLOADED, data, now)
 
 
+async def feedback_created(
+    db: AsyncSession,
+    build: BuildRecord,
+    feedback: Callable[[], Data],
+    public_url: str,
+    now: datetime,
+) -> None:
+    """A feedback sent on `build`; `feedback` makes it as the API shows it (run only when some
+    endpoint wants the event), its screenshots' addresses signed for days: a receiver posts
+    them to a chat."""
+
+    async def data() -> Data:
+        made = feedback()
+        shown = made.model_dump(mode="json", by_alias=True) if isinstance(made, BaseModel) else made
+        return {
+            **shown,
+            "applicationId": build.application_id,
+            **await _names(Reads.within(db), build.project_id, build.application_id),
+            "version": version_label(build.metadata_),
+            "buildFileName": build.file_name,
+            "consoleUrl": build_url(public_url, build.project_id, build.application_id, build.id),
+        }
+
+    await emit(db, build.project_id, EventType.FEEDBACK_CREATED, data, now)
+
+
 def _application_data(view: ApplicationView) -> Data:
     # The view a tester gets: an event never carries the update key.
     return application_schema(view, ProjectRole.TESTER)
@@ -370,3 +398,12 @@ async def member_role_changed(
     await emit(
         db, member.project_id, EventType.MEMBER_ROLE_CHANGED, data, now, previousRole=previous.value
     )
+
+
+async def device_enrolled(
+    db: AsyncSession, project_id: str, device: dict[str, Any], now: datetime
+) -> None:
+    """A member of the project enrolled a device (devices/service.py): `device` as the API
+    shows it, with its tester; the project's page is the one to open."""
+    data = _told(db, device, project_id, lambda url: project_url(url, project_id))
+    await emit(db, project_id, EventType.DEVICE_ENROLLED, data, now)

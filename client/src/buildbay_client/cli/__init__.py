@@ -1,5 +1,6 @@
 """The `buildbay` command: log in, manage projects, applications, members, API tokens,
-webhooks and builds, triage testers' feedback, and upload from a terminal or a CI job.
+webhooks and builds, list and export testers' devices and register them with Apple, triage
+testers' feedback, and upload from a terminal or a CI job.
 
 Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`). Other installed
 distributions add command groups through the `buildbay.commands` entry points (the server adds
@@ -19,9 +20,11 @@ import typer
 from typer.core import TyperGroup
 
 from buildbay_client.cli.account import login, logout, tokens, whoami
+from buildbay_client.cli.apple import add_apple_commands
 from buildbay_client.cli.apps import apps, channels
 from buildbay_client.cli.builds import builds, progress_bar, upload
 from buildbay_client.cli.common import COMMANDS_GROUP, EXIT_CODES_HELP, err, options
+from buildbay_client.cli.devices import devices
 from buildbay_client.cli.feedback import feedback
 from buildbay_client.cli.projects import members, projects
 from buildbay_client.cli.webhooks import webhooks
@@ -31,6 +34,7 @@ __all__ = ["COMMANDS_GROUP", "command", "main", "progress_bar", "register"]
 
 def register(app: typer.Typer) -> None:
     """Add the client's commands to a Typer app."""
+    add_apple_commands(devices)
     app.callback()(options)
     app.command(rich_help_panel="Client")(login)
     app.command(rich_help_panel="Client")(logout)
@@ -44,6 +48,7 @@ def register(app: typer.Typer) -> None:
         (members, "members"),
         (tokens, "tokens"),
         (webhooks, "webhooks"),
+        (devices, "devices"),
         (feedback, "feedback"),
     ):
         app.add_typer(group, name=name, rich_help_panel="Client")

@@ -4,7 +4,7 @@ feedback of their projects; and deleting an account (its feedback's `tester_id` 
 finds that feedback by it.
 
 Revision ID: 0033
-Revises: 0031
+Revises: 0032
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0033"
-down_revision: str | None = "0031"
+down_revision: str | None = "0032"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

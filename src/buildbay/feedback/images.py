@@ -1,0 +1,158 @@
+"""A screenshot, made safe to keep and show: decoded with Pillow (which says whether it is a PNG,
+JPEG or HEIC image at all: its name and Content-Type are never asked), refused past MAX_PIXELS
+before a pixel is decoded, turned upright, and encoded anew with nothing but its pixels.
+
+- Formats: PNG stays PNG (lossless: text in a screenshot stays sharp, transparency kept); JPEG
+  stays JPEG (quality JPEG_QUALITY); HEIC (an iPhone's photos and, if so set, screenshots) is
+  decoded with pillow-heif and becomes a JPEG, which every browser shows. Anything else,
+  including an image that does not decode to its end, is refused.
+- Decompression bombs: the header's size is checked before decoding, and Pillow's own limit
+  (`Image.MAX_IMAGE_PIXELS`) is set to the same number, so a file that claims 50,000 x 50,000
+  pixels costs the few bytes of its header, not gigabytes.
+- Metadata: none survives. EXIF (GPS position, device, time), XMP, IPTC, PNG text chunks,
+  JPEG comments and the ICC profile are dropped; only the EXIF orientation is used first, to
+  turn the pixels upright. A colour profile other than sRGB is applied to the pixels (converted
+  to sRGB), not kept: a Display P3 screenshot keeps its colours (within sRGB's gamut), and no
+  profile's text (which can name a device or its owner, for a calibrated display) is kept.
+- Work: decoding is CPU and memory; it runs in a pool of WORKERS threads of its own, so that
+  at most that many images are decoded at once in a process, whatever the number of senders
+  (a 40-megapixel image takes ~160 MB while it is re-encoded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import io
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pillow_heif
+from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
+
+MAX_PIXELS = 40_000_000  # 40 megapixels: an 8K display's screenshot (33 MP) passes
+JPEG_QUALITY = 90
+WORKERS = 2
+# Pillow warns past its limit and refuses past twice it; the limit here is the same number, and
+# `reencode` refuses past it before Pillow's own check comes into play.
+Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+pillow_heif.register_heif_opener()
+
+# What `Image.open` may take a file for; anything else is not tried (GIF, BMP, TIFF, WebP, ...).
+_FORMATS = ("PNG", "JPEG", "HEIF")
+# A JPEG with a second image (an iPhone's, say) opens as MPO: its first image is the photo.
+_AS_JPEG = {"JPEG", "MPO", "HEIF"}
+_SRGB = ImageCms.createProfile("sRGB")
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="images")
+
+
+class NotAnImage(ValueError):
+    """The file is not an image this server takes, or not one it may decode; says why."""
+
+
+@dataclass
+class Reencoded:
+    """A screenshot encoded anew: its bytes in a temporary file (closed by `close`)."""
+
+    file: IO[bytes]
+    size: int
+    width: int
+    height: int
+    content_type: str  # image/png or image/jpeg
+    extension: str  # png or jpg
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+
+
+async def reencode_all(sources: list[IO[bytes]], spool_dir: Path) -> list[Reencoded]:
+    """`reencode` of each, in order, in the image threads; NotAnImage names the first that
+    fails by its position (from 1)."""
+    loop = asyncio.get_running_loop()
+    done: list[Reencoded] = []
+    try:
+        for position, source in enumerate(sources, start=1):
+            try:
+                done.append(await loop.run_in_executor(_POOL, reencode, source, spool_dir))
+            except NotAnImage as exc:
+                raise NotAnImage(f"screenshot {position} {exc}") from None
+    except BaseException:
+        for made in done:
+            made.close()
+        raise
+    return done
+
+
+def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
+    """The image in `source` (read from its start), upright and without metadata, as a PNG (a
+    PNG's) or a JPEG (a JPEG's or a HEIC's). NotAnImage if it is none of those, is larger than
+    MAX_PIXELS, or does not decode. Blocking: for a worker thread."""
+    source.seek(0)
+    try:
+        image = Image.open(source, formats=_FORMATS)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise _too_large() from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
+        raise NotAnImage("is not a PNG, JPEG or HEIC image") from None
+    with image:
+        width, height = image.size
+        if width * height > MAX_PIXELS:  # from the header alone: nothing decoded yet
+            raise _too_large()
+        as_jpeg = image.format in _AS_JPEG
+        try:
+            image.load()
+            # Orientation first, from the EXIF about to be dropped (in place: no second copy).
+            ImageOps.exif_transpose(image, in_place=True)
+            clean = _pixels_only(image, as_jpeg=as_jpeg)
+            return _encoded(clean, as_jpeg=as_jpeg, spool_dir=spool_dir)
+        except Image.DecompressionBombError:
+            raise _too_large() from None
+        except (OSError, ValueError, SyntaxError, EOFError, zlib.error, MemoryError) as exc:
+            raise NotAnImage("is not a whole image: it does not decode") from exc
+
+
+def _too_large() -> NotAnImage:
+    # The same words whichever check refused it (Pillow's own, in `open`, says no size).
+    return NotAnImage(f"has more than {MAX_PIXELS // 1_000_000} million pixels")
+
+
+def _pixels_only(image: Image.Image, *, as_jpeg: bool) -> Image.Image:
+    """The pixels in sRGB and in a mode the output format takes; the image's metadata gone."""
+    icc = image.info.get("icc_profile")
+    # Kept: what makes pixels transparent in a palette or greyscale PNG is not metadata.
+    transparency = None if as_jpeg else image.info.get("transparency")
+    image.info = {}
+    if icc and image.mode in ("RGB", "RGBA"):
+        try:
+            profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            ImageCms.profileToProfile(image, profile, _SRGB, outputMode=image.mode, inPlace=True)
+        except (ImageCms.PyCMSError, OSError, ValueError):
+            pass  # a profile that is not one: the pixels as they are
+    if as_jpeg and image.mode not in ("RGB", "L"):
+        image = image.convert("RGB")  # CMYK, an alpha channel (a HEIC's), 16-bit
+    if transparency is not None:
+        image.info["transparency"] = transparency
+    return image
+
+
+def _encoded(image: Image.Image, *, as_jpeg: bool, spool_dir: Path) -> Reencoded:
+    out = tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024, dir=str(spool_dir))  # noqa: SIM115 (the caller closes it)
+    try:
+        if as_jpeg:
+            # Only what is passed is written: no EXIF, ICC profile or comment.
+            image.save(out, "JPEG", quality=JPEG_QUALITY, exif=b"", icc_profile=None)
+            content_type, extension = "image/jpeg", "jpg"
+        else:
+            image.save(out, "PNG", exif=b"", icc_profile=None)
+            content_type, extension = "image/png", "png"
+        size = out.tell()
+        out.seek(0)
+    except BaseException:
+        out.close()
+        raise
+    return Reencoded(out, size, image.width, image.height, content_type, extension)

@@ -1,0 +1,415 @@
+"""Issue 38's bad input: each refused with the field named (422), a body over 60 MiB refused
+before it is read (413), a file that is not an image found out by decoding it, and a
+decompression bomb refused from its header, without the memory its pixels would take."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from buildbay.config import Settings
+from buildbay.feedback.submission import MAX_BODY, MAX_SCREENSHOT_BYTES
+from tests.conftest import BASE_URL, TEST_SECRET, Account, Api, assert_problem
+from tests.feedback.submitting import (
+    World,
+    form_parts,
+    make_world,
+    png,
+    png_bomb,
+    screenshots,
+)
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+MiB = 1024 * 1024
+SHOTS, UNREADABLE = "screenshots", "unreadable_screenshot"
+
+
+@pytest.fixture
+async def world(api: Api, client: httpx.AsyncClient, app: FastAPI, owner: Account) -> World:
+    return await make_world(api, client, app, owner)
+
+
+def refused(r: httpx.Response, field: str, code: str = "validation_error") -> str:
+    """The problem names `field` (in its errors) and says what is wrong in words."""
+    problem = assert_problem(r, 422, code)
+    [error] = [e for e in problem["errors"] if e["field"] == field]
+    assert field in problem["detail"]
+    message: str = error["message"]
+    return message
+
+
+async def nothing_stored(world: World) -> None:
+    """No screenshot was kept, and no feedback made."""
+    async for keys in world.ctx.storage.stored_keys(modified_before=_far_future()):
+        assert not [k for k in keys if k.startswith("feedback/")]
+
+
+def _far_future() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime(2100, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", "cannot be empty"),
+        (" \n\t ", "cannot be empty"),
+        ("x" * 20_001, "longer than 20,000 characters"),
+        (" " + "é" * 20_001, "longer than 20,000 characters"),
+        (None, "is required"),
+        ("nul \x00 inside", "NUL"),
+    ],
+)
+async def test_text_must_say_something_and_not_too_much(
+    world: World, text: str | None, why: str
+) -> None:
+    assert why in refused(await world.send(world.tester, {"text": text}), "text")
+
+
+async def test_text_of_exactly_20000_characters_after_trimming_is_taken(world: World) -> None:
+    r = await world.send(world.tester, {"text": "\n " + "ü" * 20_000 + " \n"})
+    assert r.status_code == 201, r.text
+    assert r.json()["text"] == "ü" * 20_000
+
+
+@pytest.mark.parametrize("category", ["feature", "BUG", "", None])
+async def test_category_is_one_of_four(world: World, category: str | None) -> None:
+    message = refused(await world.send(world.tester, {"category": category}), "category")
+    assert "bug, crash, suggestion, other" in message
+
+
+@pytest.mark.parametrize(
+    ("context", "why"),
+    [
+        ('["a list"]', "must be a JSON object"),
+        ('"a string"', "must be a JSON object"),
+        ("{not json", "is not JSON"),
+        ('{"free": "' + "x" * (16 * 1024) + '"}', "larger than 16 KiB"),
+        ("[" * 9000 + "]" * 9000, "larger than 16 KiB"),
+        ("[[1]]", "must be a JSON object"),
+        ("[" * 4000 + "]" * 4000, "nests too deeply"),
+        ("{" + '"a":{' * 2700 + "}" * 2701, "nests too deeply"),
+    ],
+)
+async def test_context_is_a_json_object_of_at_most_16_kib(
+    world: World, context: str, why: str
+) -> None:
+    assert why in refused(await world.send(world.tester, {"context": context}), "context")
+
+
+async def test_a_context_of_exactly_16_kib_is_taken(world: World) -> None:
+    filler = "x" * (16 * 1024 - len('{"free": ""}'))
+    context = '{"free": "' + filler + '"}'
+    assert len(context.encode()) == 16 * 1024
+    r = await world.send(world.tester, {"context": context})
+    assert r.status_code == 201, r.text
+    assert r.json()["context"] == {"free": filler}
+
+
+async def test_a_field_the_form_does_not_have_or_sent_twice_is_refused(world: World) -> None:
+    r = await world.client.post(
+        world.feedback_url(),
+        files=[*form_parts(), ("status", (None, b"resolved"))],
+        headers=world.tester.headers,
+    )
+    assert "is not a field of feedback" in refused(r, "status")
+    r = await world.client.post(
+        world.feedback_url(),
+        files=[*form_parts(), ("text", (None, b"again"))],
+        headers=world.tester.headers,
+    )
+    assert "sent twice" in refused(r, "text")
+
+
+async def test_a_file_that_is_not_an_image_is_refused_whatever_its_name(world: World) -> None:
+    fake = b"\x89PNG\r\n\x1a\n but then not a PNG at all"
+    files = [*screenshots(png()), *screenshots(fake, name="screen.png", kind="image/png")]
+    message = refused(await world.send(world.tester, files=files), SHOTS, UNREADABLE)
+    assert message == "screenshot 2 is not a PNG, JPEG or HEIC image"
+    await nothing_stored(world)
+
+
+@pytest.mark.parametrize("kind", ["GIF", "BMP", "WEBP", "TIFF"])
+async def test_an_image_of_another_format_is_refused(world: World, kind: str) -> None:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(out, kind)
+    files = screenshots(out.getvalue(), name="shot.png", kind="image/png")
+    message = refused(await world.send(world.tester, files=files), SHOTS, UNREADABLE)
+    assert "is not a PNG, JPEG or HEIC image" in message
+
+
+async def test_a_truncated_image_is_refused(world: World) -> None:
+    import io
+
+    from PIL import Image
+
+    noise = Image.frombytes("RGB", (256, 256), os.urandom(256 * 256 * 3))
+    out = io.BytesIO()
+    noise.save(out, "JPEG", quality=95)  # the pixels are most of the file
+    whole = out.getvalue()
+    files = screenshots(whole[: len(whole) * 2 // 3], name="cut.jpg", kind="image/jpeg")
+    message = refused(await world.send(world.tester, files=files), SHOTS, UNREADABLE)
+    assert message == "screenshot 1 is not a whole image: it does not decode"
+
+
+async def test_a_sixth_screenshot_is_refused(world: World) -> None:
+    five = screenshots(*[png((4 + i, 4)) for i in range(5)])
+    r = await world.send(world.tester, files=five)
+    assert r.status_code == 201, r.text
+    assert len(r.json()["screenshots"]) == 5
+
+    r = await world.send(world.tester, files=[*five, *screenshots(png())])
+    assert refused(r, "screenshots") == "at most 5 screenshots a feedback"
+
+
+async def test_an_empty_file_part_is_no_screenshot(world: World) -> None:
+    """What a browser sends for a file input left empty: taken as no screenshot."""
+    empty = [("screenshots", ("", b"", "application/octet-stream"))]
+    r = await world.send(world.tester, files=[*empty, *screenshots(png((3, 3))), *empty])
+    assert r.status_code == 201, r.text
+    assert [(s["width"], s["height"]) for s in r.json()["screenshots"]] == [(3, 3)]
+
+
+@pytest.mark.parametrize(
+    "context",
+    ['{"a": "\\u0000"}', '{"\\u0000": 1}', '{"a": ["\\ud800"]}', '{"\\udfff": 1}'],
+)
+async def test_a_context_with_nul_or_half_a_surrogate_pair_is_refused(
+    world: World, context: str
+) -> None:
+    message = refused(await world.send(world.tester, {"context": context}), "context")
+    assert "NUL" in message or "surrogate" in message
+
+
+async def test_a_screenshot_over_10_mib_is_refused_as_it_arrives(world: World) -> None:
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        boundary = b"limit"
+        head = (
+            b'--limit\r\nContent-Disposition: form-data; name="text"\r\n\r\nBig\r\n'
+            b'--limit\r\nContent-Disposition: form-data; name="category"\r\n\r\nbug\r\n'
+            b'--limit\r\nContent-Disposition: form-data; name="screenshots"; '
+            b'filename="big.png"\r\nContent-Type: image/png\r\n\r\n'
+        )
+        yield head
+        pulled += len(head)
+        chunk = b"\0" * (256 * 1024)
+        for _ in range(MAX_SCREENSHOT_BYTES * 3 // len(chunk)):  # 30 MiB, if it were all read
+            pulled += len(chunk)
+            yield chunk
+        yield b"\r\n--" + boundary + b"--\r\n"
+
+    r = await world.client.post(
+        world.feedback_url(),
+        content=body(),
+        headers={**world.tester.headers, "Content-Type": "multipart/form-data; boundary=limit"},
+    )
+
+    assert refused(r, "screenshots") == "screenshot 1 is larger than 10 MiB"
+    assert pulled <= MAX_SCREENSHOT_BYTES + 2 * 256 * 1024  # stopped at the limit
+    assert r.headers["connection"] == "close"
+
+
+@pytest.mark.parametrize("declared", [True, False])
+async def test_a_body_over_60_mib_is_refused_before_it_is_read(
+    world: World, declared: bool
+) -> None:
+    """A good form, then 61 MiB after its closing boundary (an epilogue, which a parser skips):
+    only the body's own limit stops it."""
+    size = 61 * MiB
+    form = (
+        b'--b\r\nContent-Disposition: form-data; name="text"\r\n\r\nhi\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="category"\r\n\r\nbug\r\n--b--\r\n'
+    )
+    chunk = b"-" * MiB
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        pulled += len(form)
+        yield form
+        for _ in range((size - len(form)) // len(chunk)):
+            pulled += len(chunk)
+            yield chunk
+        rest = (size - len(form)) % len(chunk)
+        pulled += rest
+        yield chunk[:rest]
+
+    headers = {**world.tester.headers, "Content-Type": "multipart/form-data; boundary=b"}
+    if declared:
+        headers["Content-Length"] = str(size)
+    r = await world.client.post(world.feedback_url(), content=body(), headers=headers)
+
+    problem = assert_problem(r, 413, "body_too_large")
+    assert "60 MiB" in problem["detail"]
+    assert r.headers["connection"] == "close"
+    if declared:
+        assert pulled == 0  # refused on its Content-Length alone
+    else:  # read as it came, and stopped at the limit
+        assert MAX_BODY - len(chunk) < pulled <= MAX_BODY + len(chunk)
+    await nothing_stored(world)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "code"),
+    [
+        ("application/json", "unsupported_content_type"),
+        ("application/x-www-form-urlencoded", "unsupported_content_type"),
+        ("multipart/form-data", "unsupported_content_type"),  # no boundary
+    ],
+)
+async def test_a_body_that_is_not_a_multipart_form_is_400(
+    world: World, content_type: str, code: str
+) -> None:
+    r = await world.client.post(
+        world.feedback_url(),
+        content=b'{"text": "hi", "category": "bug"}',
+        headers={**world.tester.headers, "Content-Type": content_type},
+    )
+    assert_problem(r, 400, code)
+
+
+async def test_a_malformed_multipart_body_is_400(world: World) -> None:
+    for body in (
+        b"no boundary anywhere",
+        b'--b\r\nContent-Disposition: form-data; name="text"\r\n\r\nunfinished',
+        b"--b\r\nX: " + b"y" * 10_000 + b"\r\n\r\n",
+        b"--b\r\nContent-Disposition: form-data\r\n\r\nno name\r\n--b--\r\n",
+    ):
+        r = await world.client.post(
+            world.feedback_url(),
+            content=body,
+            headers={**world.tester.headers, "Content-Type": "multipart/form-data; boundary=b"},
+        )
+        assert_problem(r, 400, "malformed_multipart")
+
+
+async def test_the_refusals_come_before_the_body_is_read_for_who_may_not_send(
+    world: World,
+) -> None:
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        for _ in range(10):
+            pulled += MiB
+            yield b"x" * MiB
+
+    r = await world.client.post(
+        world.feedback_url(),
+        content=body(),
+        headers={**world.stranger.headers, "Content-Type": "multipart/form-data; boundary=b"},
+    )
+    assert_problem(r, 403, "not_a_member")
+    assert pulled == 0
+
+
+async def test_a_50000_by_50000_png_bomb_is_refused_from_its_header(world: World) -> None:
+    bomb = png_bomb()
+    assert len(bomb) < 200 * 1024  # a small file: the pixels are only claimed
+    message = refused(await world.send(world.tester, files=screenshots(bomb)), SHOTS, UNREADABLE)
+    assert message == "screenshot 1 has more than 40 million pixels"
+    # Just past the limit: refused too; a large screenshot within it is taken.
+    over = png_bomb(8000, 5001, rows=5001)
+    message = refused(await world.send(world.tester, files=screenshots(over)), SHOTS, UNREADABLE)
+    assert message == "screenshot 1 has more than 40 million pixels"
+    within = png_bomb(6000, 6000, rows=6000)  # 36 million grey pixels, every row there
+    r = await world.send(world.tester, files=screenshots(within))
+    assert r.status_code == 201, r.text
+    assert (r.json()["screenshots"][0]["width"], r.json()["screenshots"][0]["height"]) == (
+        6000,
+        6000,
+    )
+
+
+# The measure, in a process of its own so that its peak memory is the request's: the app over
+# ASGI on the test's database, a warm-up feedback, then the bomb.
+_MEASURE = textwrap.dedent(
+    """
+    import asyncio, json, resource, sys
+    import httpx
+    from buildbay.app import create_app
+    from buildbay.config import Settings
+
+    settings = Settings()  # from the environment: the test's database, key and data
+    bomb = open(sys.argv[1], "rb").read()
+    ids = json.loads(sys.argv[2])
+
+    def peak_mib():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    async def main():
+        app = create_app(settings, migrate_on_start=False)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            headers = {"Authorization": "Bearer " + ids["token"]}
+            def form(data):
+                return [("text", (None, b"x")), ("category", (None, b"bug")),
+                        ("screenshots", ("s.png", data, "image/png"))]
+            warm = await c.post(ids["url"], files=form(ids["small"].encode("latin-1")),
+                                headers=headers)
+            assert warm.status_code == 201, warm.text
+            before = peak_mib()
+            r = await c.post(ids["url"], files=form(bomb), headers=headers)
+            after = peak_mib()
+        await app.state.ctx.dispose()
+        print(json.dumps({"status": r.status_code, "body": r.json(),
+                          "before": before, "after": after}))
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_the_bomb_is_refused_without_taking_100_mib_of_memory(
+    world: World, settings: Settings, tmp_path: Path
+) -> None:
+    full = png_bomb(rows=50_000 // 8)  # a longer stream of pixels, still a small file
+    path = tmp_path / "bomb.png"
+    path.write_bytes(full)
+    ids = {
+        "token": world.tester.access_token,
+        "url": world.feedback_url(),
+        "small": png((640, 480)).decode("latin-1"),
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDBAY_")}
+    env.update(
+        BUILDBAY_DATA_DIR=str(settings.data_dir),
+        BUILDBAY_DATABASE_URL=settings.resolved_database_url,
+        BUILDBAY_SECRET_KEY=TEST_SECRET,
+        BUILDBAY_PUBLIC_URL=BASE_URL,
+        BUILDBAY_SWEEP_INTERVAL_SECONDS="0",
+    )
+    measured = subprocess.run(  # noqa: ASYNC221 (the measure is this process's child)
+        [sys.executable, "-c", _MEASURE, str(path), json.dumps(ids)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    result = json.loads(measured.stdout.strip().splitlines()[-1])
+
+    assert result["status"] == 422, result
+    assert result["body"]["code"] == UNREADABLE
+    assert result["body"]["errors"][0]["field"] == "screenshots"
+    print(f"peak memory: {result['before']:.0f} MiB before the bomb, {result['after']:.0f} after")
+    assert result["after"] - result["before"] < 100, result  # MiB of peak memory

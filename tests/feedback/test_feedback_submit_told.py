@@ -1,0 +1,196 @@
+"""A feedback is told of: a `feedback.created` event (verified by a real receiver with the
+`standardwebhooks` package, its screenshots' addresses good for 7 days) and a mail to each
+developer of the project who asked for one (through a real SMTP server), both through the
+outbox, with the feedback's own transaction."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from buildbay.app import create_app
+from buildbay.clock import FrozenClock
+from buildbay.config import Settings
+from buildbay.context import AppContext
+from tests.conftest import BASE_URL, Account, Api, assert_problem
+from tests.feedback.submitting import World, make_world, opened, png, screenshots
+from tests.smtp import SmtpSink
+from tests.webhooks.receiver import Receiver, receiving
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpSink]:
+    sink = SmtpSink().start()
+    try:
+        yield sink
+    finally:
+        sink.stop()
+
+
+@pytest.fixture
+def settings(settings: Settings, smtp: SmtpSink) -> Settings:
+    return settings.model_copy(
+        update={
+            "smtp_url": SecretStr(smtp.url),
+            "webhook_allow_http": True,
+            "webhook_allow_private": True,
+        }
+    )
+
+
+@pytest.fixture
+async def app(settings: Settings, clock: FrozenClock) -> AsyncIterator[FastAPI]:
+    application = create_app(settings, clock=clock, migrate_on_start=False)
+    yield application
+    ctx: AppContext = application.state.ctx
+    await ctx.webhook_sender.aclose()
+    await ctx.dispose()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with receiving() as r:
+        yield r
+
+
+@pytest.fixture
+async def world(api: Api, client: httpx.AsyncClient, app: FastAPI, owner: Account) -> World:
+    return await make_world(api, client, app, owner)
+
+
+async def run_outbox(world: World) -> None:
+    jobs = world.ctx.jobs
+    assert jobs is not None
+    await jobs.run_until_idle()
+
+
+async def mail_opt_in(world: World, account: Account, enabled: bool = True) -> httpx.Response:
+    return await world.client.put(
+        f"/api/projects/{world.project['id']}/members/me/feedback-mail",
+        json={"enabled": enabled},
+        headers=account.headers,
+    )
+
+
+async def test_feedback_created_is_a_self_contained_signed_event(
+    world: World, receiver: Receiver, clock: FrozenClock
+) -> None:
+    await run_outbox(world)  # the sign-ups' mails
+    r = await world.client.post(
+        f"/api/projects/{world.project['id']}/webhooks",
+        json={"url": receiver.url, "events": ["feedback.created"]},
+        headers=world.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    receiver.secrets.append(r.json()["secret"])
+
+    r = await world.send(
+        world.tester,
+        {"text": "Crash on rotate", "context": '{"model": "Pixel 8"}'},
+        screenshots(png((12, 10))),
+    )
+    assert r.status_code == 201, r.text
+    sent = r.json()
+    await run_outbox(world)
+
+    [message] = receiver.received
+    assert message.verified_by  # standardwebhooks verified the signature
+    event = message.payload
+    assert event["type"] == "feedback.created"
+    data = event["data"]
+    for name in ("id", "buildId", "tester", "reporterEmail", "category", "text", "context",
+                 "status", "createdAt"):  # fmt: skip
+        assert data[name] == sent[name], name
+    assert data["projectId"] == world.project["id"]
+    assert data["applicationId"] == world.application["id"]
+    assert (data["projectName"], data["applicationName"]) == ("Acme", "Acme Android")
+    assert data["buildFileName"] == "app-release.apk"
+    assert "version" in data
+    assert data["consoleUrl"] == (
+        f"{BASE_URL}/projects/{world.project['id']}/apps/{world.application['id']}"
+        f"/builds/{world.build['buildId']}"
+    )
+    # Its screenshots' addresses last days, not minutes: a chat message links to them.
+    [shot] = data["screenshots"]
+    assert shot["id"] == sent["screenshots"][0]["id"]
+    clock.advance(days=6, hours=23)
+    served = await world.client.get(shot["url"].removeprefix(BASE_URL))
+    assert served.status_code == 200, served.text
+    assert opened(served.content).size == (12, 10)
+    clock.advance(hours=2)
+    assert_problem(await world.client.get(shot["url"].removeprefix(BASE_URL)), 403, "url_expired")
+
+
+async def test_developers_who_asked_get_a_mail_for_each_feedback(
+    world: World, api: Api, smtp: SmtpSink
+) -> None:
+    admin = await api.register("admin@example.com")
+    await api.add_member(world.owner, world.project["id"], admin, "admin")
+    quiet = await api.register("quiet@example.com")
+    await api.add_member(world.owner, world.project["id"], quiet, "developer")
+    for account in (world.developer, admin, world.owner):
+        r = await mail_opt_in(world, account)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"feedbackMail": True}
+    r = await mail_opt_in(world, world.owner, enabled=False)  # changed their mind
+    assert r.json() == {"feedbackMail": False}
+    # A tester cannot ask: the mails are the team's.
+    assert_problem(await mail_opt_in(world, world.tester), 403, "insufficient_role")
+    await run_outbox(world)
+    before = len(smtp.messages())
+
+    text = "<script>alert(1)</script> Crash when I rotate\nthe phone"
+    r = await world.send(world.tester, {"text": text, "category": "crash"}, screenshots(png()))
+    assert r.status_code == 201, r.text
+    await run_outbox(world)
+
+    mails = smtp.messages()[before:]
+    assert sorted(m.recipients[0] for m in mails) == sorted([world.developer.email, admin.email])
+    mail = mails[0]
+    assert str(mail.message["Subject"]).startswith("Crash feedback on Acme Android")
+    assert world.tester.email in mail.text
+    assert "Crash when I rotate\nthe phone" in mail.text.replace("\r\n", "\n")
+    assert "with 1 screenshot" in mail.text
+    assert f"/builds/{world.build['buildId']}" in mail.text
+    # The HTML part escapes what the tester wrote.
+    assert "<script>" not in mail.html
+    assert "&lt;script&gt;" in mail.html
+
+
+async def test_a_developer_s_own_feedback_mails_nobody_but_the_others(
+    world: World, smtp: SmtpSink
+) -> None:
+    await mail_opt_in(world, world.developer)
+    await run_outbox(world)
+    before = len(smtp.messages())
+    r = await world.send(world.developer, {"text": "Found while testing"})
+    assert r.status_code == 201, r.text
+    await run_outbox(world)
+    assert smtp.messages()[before:] == []
+
+
+async def test_feedback_that_fails_tells_nobody(
+    world: World, receiver: Receiver, smtp: SmtpSink
+) -> None:
+    await mail_opt_in(world, world.developer)
+    r = await world.client.post(
+        f"/api/projects/{world.project['id']}/webhooks",
+        json={"url": receiver.url, "events": ["feedback.created"]},
+        headers=world.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    await run_outbox(world)
+    before = len(smtp.messages())
+
+    r = await world.send(world.tester, files=screenshots(png(), b"not an image"))
+    assert_problem(r, 422, "unreadable_screenshot")
+    await run_outbox(world)
+
+    assert receiver.received == []
+    assert smtp.messages()[before:] == []
