@@ -696,7 +696,7 @@ async def _doomed_apple_key(w: World) -> dict[str, str]:
 
 @body("PUT", "/api/projects/{id}/members/me/feedback-mail")
 async def _feedback_mail(w: World, subject: Account) -> dict[str, Any]:
-    return {"enabled": True}
+    return {"feedbackMail": True}
 
 
 async def _feedback_form(w: World, subject: Account) -> list[Any]:

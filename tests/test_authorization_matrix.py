@@ -169,6 +169,7 @@ RULES: dict[tuple[str, str], str] = {
     # personal install link or the update key (tests/feedback/test_feedback_submit_senders.py).
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): "tester",
     # The mails per feedback are the team's to ask for (developer+).
+    ("GET", "/api/projects/{id}/members/me/feedback-mail"): "developer",
     ("PUT", "/api/projects/{id}/members/me/feedback-mail"): "developer",
     (
         "DELETE",
@@ -284,6 +285,7 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): READ,
     # A person's, not a pipeline's: a token without a scope (docs/feedback.md).
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): UNSCOPED,
+    ("GET", "/api/projects/{id}/members/me/feedback-mail"): READ,
     ("PUT", "/api/projects/{id}/members/me/feedback-mail"): UNSCOPED,
     (
         "DELETE",

@@ -10,9 +10,9 @@ what they sent, with the team's comments but not its triage (`FeedbackViewer`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, bindparam, func, or_, select
@@ -25,44 +25,20 @@ from buildbay.builds.models import Build
 from buildbay.builds.schemas import version_label
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import Forbidden, NotFound
+from buildbay.feedback import schemas as core_schemas
 from buildbay.feedback import team_schemas as schemas
 from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
+from buildbay.feedback.links import ScreenshotLinks
 from buildbay.feedback.models import Feedback, FeedbackComment, FeedbackScreenshot
+from buildbay.feedback.records import (
+    FeedbackRecord,
+    ScreenshotRecord,
+    ShownFeedback,
+    TesterRecord,
+)
 from buildbay.ids import split_page
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import ProjectMember
-from buildbay.storage.base import Storage
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackRecord:
-    """The feedback row."""
-
-    id: str
-    project_id: str
-    application_id: str
-    build_id: str
-    tester_id: str | None
-    reporter_email: str
-    category: FeedbackCategory
-    text: str
-    context: dict[str, Any] | None
-    status: FeedbackStatus
-    assignee_id: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class ScreenshotRecord:
-    id: str
-    feedback_id: str
-    position: int
-    storage_key: str
-    content_type: str
-    width: int
-    height: int
-    bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,26 +249,14 @@ async def new_feedback_counts(reads: Reads, build_ids: Collection[str]) -> dict[
     return {row["build_id"]: int(row["count"]) for row in rows}
 
 
-def screenshot_file_name(shot: ScreenshotRecord) -> str:
-    extension = "png" if shot.content_type == "image/png" else "jpg"
-    return f"{shot.id}.{extension}"
-
-
-async def screenshot_url(storage: Storage, shot: ScreenshotRecord, expires_at: datetime) -> str:
-    """A signed address of a screenshot's image until `expires_at`, as a build's file is
-    given: never a public one."""
-    return await storage.download_url(shot.storage_key, screenshot_file_name(shot), expires_at)
-
-
 class FeedbackReads:
     """Feedback as its readers see it: on a read-only request's reads, or a unit of work's.
-    `url_ttl`: how long the screenshot addresses it gives out work."""
+    `links` signs the screenshots' addresses it gives out."""
 
-    def __init__(self, reads: Reads, now: datetime, storage: Storage, url_ttl: timedelta) -> None:
+    def __init__(self, reads: Reads, now: datetime, links: ScreenshotLinks) -> None:
         self.reads = reads
         self.now = now
-        self.storage = storage
-        self.url_ttl = url_ttl
+        self.links = links
 
     async def page(self, query: FeedbackQuery) -> tuple[list[InboxItem], str | None]:
         """A page of the project's feedback as `query` asks, newest first."""
@@ -354,11 +318,13 @@ class FeedbackReads:
 
     # -- as the API shows it -------------------------------------------------------------------
 
-    async def present(
+    def present(
         self, found: Sequence[InboxItem], viewer: FeedbackViewer
     ) -> list[schemas.TeamFeedback]:
-        """`found` as the API shows it to `viewer`, with screenshot addresses for `url_ttl`."""
-        return await present(found, viewer, self.storage, self.now + self.url_ttl)
+        """`found` as the API shows it to `viewer`, with short-lived screenshot addresses (as
+        the submission's answer has them)."""
+        links, now = self.links, self.now
+        return present(found, viewer, lambda shot: links.short_lived(shot.id, now))
 
 
 def require_sight(feedback: FeedbackRecord, viewer: FeedbackViewer) -> None:
@@ -396,41 +362,19 @@ def comment_schema(comment: CommentRecord, viewer: FeedbackViewer) -> schemas.Fe
     )
 
 
-async def present(
-    found: Sequence[InboxItem], viewer: FeedbackViewer, storage: Storage, until: datetime
+def present(
+    found: Sequence[InboxItem], viewer: FeedbackViewer, url: Callable[[ScreenshotRecord], str]
 ) -> list[schemas.TeamFeedback]:
-    """`found` as the API (and a webhook event) shows it to `viewer`, its screenshots' addresses
-    signed until `until`."""
+    """`found` as the API (and a webhook event) shows it to `viewer`: the feedback as sent
+    (feedback/schemas.py), `url` giving each screenshot's signed address, plus its triage."""
     shown = []
     for item in found:
-        f = item.feedback
-        screenshots = [
-            schemas.FeedbackScreenshot(
-                id=shot.id,
-                width=shot.width,
-                height=shot.height,
-                bytes=shot.bytes,
-                url=await screenshot_url(storage, shot, until),
-            )
-            for shot in item.screenshots
-        ]
-        tester = item.tester
-        reporter = (
-            None if tester is None else schemas.FeedbackTester(id=tester.id, email=tester.email)
-        )
+        f, person = item.feedback, item.tester
+        tester = None if person is None else TesterRecord(person.id, person.email)
+        sent = core_schemas.feedback_schema(ShownFeedback(f, list(item.screenshots), tester), url)
         shown.append(
             schemas.TeamFeedback(
-                id=f.id,
-                build_id=f.build_id,
-                tester=reporter,
-                reporter_email=f.reporter_email,
-                category=f.category,
-                text=f.text,
-                context=f.context,
-                screenshots=screenshots,
-                status=f.status,
-                created_at=f.created_at,
-                updated_at=f.updated_at,
+                **dict(sent),
                 project_id=f.project_id,
                 application_id=f.application_id,
                 application_name=item.application_name,

@@ -11,9 +11,9 @@ from buildbay.auth.dependencies import Authenticated
 from buildbay.auth.enums import TokenScope
 from buildbay.deps import Page, TransactionRoute
 from buildbay.feedback import team_schemas as schemas
+from buildbay.feedback.dependencies import TeamReads, Triage
 from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
 from buildbay.feedback.reads import FeedbackQuery, FeedbackViewer, comment_schema
-from buildbay.feedback.team_dependencies import TeamReads, Triage
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectDeveloper, ProjectDeveloperReader, ProjectReader
@@ -78,7 +78,7 @@ async def list_feedback(
     )
     found, next_cursor = await reads.page(query)
     viewer = FeedbackViewer.of(access.caller.user.id, access.role)
-    shown = await reads.present(found, viewer)
+    shown = reads.present(found, viewer)
     return schemas.FeedbackList(feedback=shown, next_cursor=next_cursor)
 
 
@@ -92,7 +92,7 @@ async def get_feedback(
 ) -> schemas.TeamFeedback:
     viewer = FeedbackViewer.of(access.caller.user.id, access.role)
     shown = await reads.one(access.project.id, feedback_id, viewer)
-    return (await reads.present([shown], viewer))[0]
+    return reads.present([shown], viewer)[0]
 
 
 @router.patch(
@@ -105,7 +105,7 @@ async def update_feedback(
 ) -> schemas.TeamFeedback:
     shown = await triage.update(access, feedback_id, body.model_dump(exclude_unset=True))
     viewer = FeedbackViewer.of(access.caller.user.id, access.role)
-    return (await triage.reads.present([shown], viewer))[0]
+    return triage.reads.present([shown], viewer)[0]
 
 
 @router.get(
@@ -156,5 +156,5 @@ async def own_feedback(caller: Authenticated, reads: TeamReads, page: Page) -> s
         user_id, page.limit, page.after_id, caller.project_ids
     )
     viewer = FeedbackViewer(user_id, team=False)
-    shown = await reads.present(found, viewer)
+    shown = reads.present(found, viewer)
     return schemas.FeedbackList(feedback=shown, next_cursor=next_cursor)

@@ -1,9 +1,9 @@
 """The team's side of feedback as the API shows it: the inbox (a page of feedback with its
 triage), one feedback, the team's comments, and the bodies that change them.
 
-`Feedback` and `Screenshot` here are the shape issue 38 gives a feedback (submission's
-schemas.py shows it as sent); `TeamFeedback` is that shape plus what triage adds. Free of the
-database and the web (tests/test_layers.py): reads.py turns records into these.
+`TeamFeedback` is the feedback as the submission shows it (schemas.py's `Feedback`) plus what
+the team's side adds. Free of the database and the web (tests/test_layers.py): reads.py turns
+records into these.
 """
 
 from __future__ import annotations
@@ -12,42 +12,11 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
+from buildbay.feedback.enums import FeedbackStatus
+from buildbay.feedback.schemas import Feedback
 from buildbay.schemas import NO_NUL_PATTERN, ApiModel, NotNull, RequestModel, Timestamp, Trimmed
 
 MAX_COMMENT_LENGTH = 10_000
-
-
-class FeedbackTester(ApiModel):
-    id: str
-    email: str
-
-
-class FeedbackScreenshot(ApiModel):
-    id: str
-    width: int
-    height: int
-    bytes: int
-    url: str = Field(description="A short-lived signed address of the image (never public)")
-
-
-class Feedback(ApiModel):
-    id: str
-    build_id: str
-    tester: FeedbackTester | None = Field(
-        description="The member who sent it; null when an app sent it with the application's "
-        "update key and an e-mail (`reporterEmail`), or once their account is gone"
-    )
-    reporter_email: str
-    category: FeedbackCategory
-    text: str
-    context: dict[str, Any] | None = Field(
-        description="What the device said of itself (model, OS version, locale, the app's own)"
-    )
-    screenshots: list[FeedbackScreenshot]
-    status: FeedbackStatus
-    created_at: Timestamp
-    updated_at: Timestamp = Field(description="The last change of its status or assignee")
 
 
 class FeedbackPerson(ApiModel):

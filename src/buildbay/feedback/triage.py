@@ -14,7 +14,7 @@ them point the team's replies, under this server's name, at strangers who never 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -28,6 +28,7 @@ from buildbay.console_urls import application_url, build_url
 from buildbay.db.reads import Reads
 from buildbay.errors import ValidationFailed
 from buildbay.feedback.enums import FeedbackStatus
+from buildbay.feedback.links import ScreenshotLinks
 from buildbay.feedback.models import Feedback, FeedbackComment
 from buildbay.feedback.reads import (
     CommentRecord,
@@ -47,13 +48,9 @@ from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import ProjectMember
-from buildbay.storage.base import Storage
 from buildbay.text import BIDI_CONTROLS, CONTROL
 from buildbay.webhooks.events import Data, EventType, emit
 
-# How long the screenshot addresses of a webhook event work: a receiver may post the event to
-# a chat that people read later; S3 signs for at most this long.
-EVENT_URL_TTL = timedelta(days=7)
 # The team's view, as a webhook event shows it (to the project's admins' receivers).
 TEAM = FeedbackViewer(user_id="", team=True)
 # How much of the tester's own feedback a reply's mail quotes.
@@ -80,16 +77,15 @@ class TriageService:
         db: AsyncSession,
         now: datetime,
         mail: MailOutbox,
-        storage: Storage,
+        links: ScreenshotLinks,
         public_url: str,
-        url_ttl: timedelta,
     ) -> None:
         self.db = db
         self.now = now
         self.mail = mail
-        self.storage = storage
+        self.links = links
         self.public_url = public_url
-        self.reads = FeedbackReads(Reads.within(db), now, storage, url_ttl)
+        self.reads = FeedbackReads(Reads.within(db), now, links)
 
     async def update(
         self, access: ProjectAccess, feedback_id: str, changes: dict[str, Any]
@@ -162,13 +158,15 @@ class TriageService:
         self, access: ProjectAccess, feedback: Feedback, previous: dict[str, Any]
     ) -> None:
         """A `feedback.updated` event: the feedback as the team sees it (its screenshots'
-        addresses working for EVENT_URL_TTL), what tells of it on its own, and what it was
-        before (`previous`: the fields that changed)."""
+        addresses working for days, as in `feedback.created`: a chat's readers open them
+        later), what tells of it on its own, and what it was before (`previous`: the fields
+        that changed)."""
         project = access.project
 
         async def data() -> Data:
             shown = await self.reads.one(project.id, feedback.id, TEAM)
-            [schema] = await present([shown], TEAM, self.storage, self.now + EVENT_URL_TTL)
+            links, now = self.links, self.now
+            [schema] = present([shown], TEAM, lambda shot: links.for_event(shot.id, now))
             was: dict[str, Any] = {}
             if "status" in previous:
                 was["status"] = previous["status"]
