@@ -41,6 +41,9 @@ from buildbay.db.reads import Reads
 from buildbay.devices.dependencies import device_service
 from buildbay.devices.models import AppleDeviceRegistration
 from buildbay.devices.service import DeviceDescription
+from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
+from buildbay.feedback.models import Feedback
+from buildbay.ids import new_id
 from buildbay.invitations.service import InvitationService
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
@@ -289,6 +292,24 @@ class World:
 
         return await self._unit_of_work(enroll)
 
+    async def new_feedback(self) -> str:
+        """A feedback on the world's build by the member (a tester), written as the submission
+        stores it: the team's routes (tests/feedback/) act on it."""
+
+        async def write(db: AsyncSession) -> str:
+            now = self.ctx.clock.now()
+            feedback = Feedback(
+                id=new_id("fbk"), project_id=self.ids["id"], application_id=self.ids["appId"],
+                build_id=self.ids["buildId"], tester_id=self.accounts.member.user["id"],
+                reporter_email=self.accounts.member.email, category=FeedbackCategory.BUG,
+                text="It crashes", context=None, status=FeedbackStatus.NEW, assignee_id=None,
+                created_at=now, updated_at=now,
+            )  # fmt: skip
+            db.add(feedback)
+            return feedback.id
+
+        return await self._unit_of_work(write)
+
     async def new_api_token(self, account: Account) -> str:
         return str((await self._api_token(account, {"name": "ci"}))["id"])
 
@@ -442,6 +463,7 @@ async def build_world(
     world.ids["deliveryId"] = await world.new_delivery()
     await world.put_apple_key(project["id"])
     world.ids["deviceId"] = await world.registered_device()
+    world.ids["feedbackId"] = await world.new_feedback()
     world.api_token_id = await world.new_api_token(owner)
     world.device_id = await world.new_device(owner)
     world.token_ids.add(world.api_token_id)
@@ -645,6 +667,16 @@ async def _webhook(w: World, subject: Account) -> dict[str, Any]:
     return {"url": "https://hooks.example.com/another", "events": ["member.added"]}
 
 
+@body("PATCH", "/api/projects/{id}/feedback/{feedbackId}")
+async def _feedback_update(w: World, subject: Account) -> dict[str, Any]:
+    return {"status": "triaged"}
+
+
+@body("POST", "/api/projects/{id}/feedback/{feedbackId}/comments")
+async def _feedback_comment(w: World, subject: Account) -> dict[str, Any]:
+    return {"text": "Thanks, we are on it"}
+
+
 @body("PUT", "/api/projects/{id}/webhooks/{webhookId}")
 async def _webhook_update(w: World, subject: Account) -> dict[str, Any]:
     return {"description": "Chat"}
@@ -664,7 +696,7 @@ async def _doomed_apple_key(w: World) -> dict[str, str]:
 
 @body("PUT", "/api/projects/{id}/members/me/feedback-mail")
 async def _feedback_mail(w: World, subject: Account) -> dict[str, Any]:
-    return {"enabled": True}
+    return {"feedbackMail": True}
 
 
 async def _feedback_form(w: World, subject: Account) -> list[Any]:

@@ -126,6 +126,15 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/projects/{id}/devices/{deviceId}/register-with-apple"): "developer",
     ("POST", "/api/projects/{id}/devices/register-with-apple"): "developer",
     ("GET", "/api/projects/{id}/devices/apple-registrations"): "developer",
+    # Feedback is the team's; the tester who sent one sees it and its comments too (the world's
+    # is the member's: tests/feedback/test_feedback_team.py tests the sender's sight).
+    ("GET", "/api/projects/{id}/feedback"): "developer",
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}"): "developer",
+    ("PATCH", "/api/projects/{id}/feedback/{feedbackId}"): "developer",
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}/comments"): "developer",
+    ("POST", "/api/projects/{id}/feedback/{feedbackId}/comments"): "developer",
+    # What the caller sent, across their projects (an API token: its own projects').
+    ("GET", "/api/account/feedback"): ANY_USER,
     ("GET", "/api/projects/{id}/applications"): "tester",
     ("POST", "/api/projects/{id}/applications"): "admin",
     ("GET", "/api/projects/{id}/applications/{appId}"): "tester",
@@ -160,6 +169,7 @@ RULES: dict[tuple[str, str], str] = {
     # personal install link or the update key (tests/feedback/test_feedback_submit_senders.py).
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): "tester",
     # The mails per feedback are the team's to ask for (developer+).
+    ("GET", "/api/projects/{id}/members/me/feedback-mail"): "developer",
     ("PUT", "/api/projects/{id}/members/me/feedback-mail"): "developer",
     (
         "DELETE",
@@ -240,6 +250,12 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("POST", "/api/projects/{id}/devices/{deviceId}/register-with-apple"): BUILDS_WRITE,
     ("POST", "/api/projects/{id}/devices/register-with-apple"): BUILDS_WRITE,
     ("GET", "/api/projects/{id}/devices/apple-registrations"): READ,
+    ("GET", "/api/projects/{id}/feedback"): READ,
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}"): READ,
+    ("PATCH", "/api/projects/{id}/feedback/{feedbackId}"): UNSCOPED,
+    ("GET", "/api/projects/{id}/feedback/{feedbackId}/comments"): READ,
+    ("POST", "/api/projects/{id}/feedback/{feedbackId}/comments"): UNSCOPED,
+    ("GET", "/api/account/feedback"): READ,
     ("GET", "/api/projects/{id}/applications"): READ,
     ("POST", "/api/projects/{id}/applications"): UNSCOPED,
     ("GET", "/api/projects/{id}/applications/{appId}"): READ,
@@ -269,6 +285,7 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/install-links"): READ,
     # A person's, not a pipeline's: a token without a scope (docs/feedback.md).
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback"): UNSCOPED,
+    ("GET", "/api/projects/{id}/members/me/feedback-mail"): READ,
     ("PUT", "/api/projects/{id}/members/me/feedback-mail"): UNSCOPED,
     (
         "DELETE",
@@ -338,6 +355,7 @@ UNKNOWN = {
     "webhookId": "whk_00000000000000000000000000",
     "deliveryId": "whd_00000000000000000000000000",
     "deviceId": "dev_00000000000000000000000000",
+    "feedbackId": "fbk_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
@@ -350,6 +368,7 @@ UNKNOWN_CODE = {
     "webhookId": "webhook_not_found",
     "deliveryId": "delivery_not_found",
     "deviceId": "device_not_found",
+    "feedbackId": "feedback_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 # What an unknown (or another's) id of a per-user route answers, by what it names.

@@ -51,6 +51,7 @@ from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
 from buildbay.feedback.routes import router as feedback_router
+from buildbay.feedback.team_routes import router as feedback_team_router
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
@@ -246,6 +247,7 @@ def create_app(
         webhooks_router,
         webhook_deliveries_router,
         apple_router,
+        feedback_team_router,
         storage_router,
         install_page_router,
         devices_router,

@@ -115,6 +115,14 @@ CASES: dict[str, Op[Any]] = {
     "create_install_link": ops.create_install_link(P, A, B, 24),
     "list_install_links": ops.list_install_links(P, A, B),
     "revoke_install_link": ops.revoke_install_link(P, A, B, "lnk_01"),
+    "list_feedback": ops.list_feedback(
+        P, 10, "cursor", application=A, build=B, status="new", category="bug", q="crash"
+    ),
+    "get_feedback": ops.get_feedback(P, "fbk_01"),
+    "update_feedback": ops.update_feedback(P, "fbk_01", {"status": "triaged", "assignee": None}),
+    "list_feedback_comments": ops.list_feedback_comments(P, "fbk_01", 10, "cursor"),
+    "comment_on_feedback": ops.comment_on_feedback(P, "fbk_01", "Thanks, fixed in 1.4.3"),
+    "own_feedback": ops.own_feedback(10, "cursor"),
 }
 
 

@@ -73,7 +73,7 @@ async def run_outbox(world: World) -> None:
 async def mail_opt_in(world: World, account: Account, enabled: bool = True) -> httpx.Response:
     return await world.client.put(
         f"/api/projects/{world.project['id']}/members/me/feedback-mail",
-        json={"enabled": enabled},
+        json={"feedbackMail": enabled},
         headers=account.headers,
     )
 
@@ -125,6 +125,33 @@ async def test_feedback_created_is_a_self_contained_signed_event(
     assert opened(served.content).size == (12, 10)
     clock.advance(hours=2)
     assert_problem(await world.client.get(shot["url"].removeprefix(BASE_URL)), 403, "url_expired")
+
+
+async def test_a_developer_reads_and_sets_their_feedback_mail_as_their_device_mail(
+    world: World,
+) -> None:
+    """`{"feedbackMail": bool}` both ways, as `.../members/me/device-mail` has `deviceMail`."""
+    path = f"/api/projects/{world.project['id']}/members/me/feedback-mail"
+    dev = world.developer.headers
+    r = await world.client.get(path, headers=dev)
+    assert (r.status_code, r.json()) == (200, {"feedbackMail": False})
+    r = await world.client.put(path, json={"feedbackMail": True}, headers=dev)
+    assert (r.status_code, r.json()) == (200, {"feedbackMail": True})
+    assert (await world.client.get(path, headers=dev)).json() == {"feedbackMail": True}
+    # The owner's own wish is apart from the developer's.
+    assert (await world.client.get(path, headers=world.owner.headers)).json() == {
+        "feedbackMail": False
+    }
+    # The body names the setting as the answer does: the former `enabled` is refused.
+    r = await world.client.put(path, json={"enabled": False}, headers=dev)
+    assert_problem(r, 422, "validation_error")
+    assert {e["field"] for e in r.json()["errors"]} >= {"feedbackMail"}
+    r = await world.client.put(path, json={"feedbackMail": "no"}, headers=dev)
+    assert_problem(r, 422, "validation_error")
+    assert (await world.client.get(path, headers=dev)).json() == {"feedbackMail": True}
+    # A tester has no such mail to read.
+    r = await world.client.get(path, headers=world.tester.headers)
+    assert_problem(r, 403, "insufficient_role")
 
 
 async def test_developers_who_asked_get_a_mail_for_each_feedback(

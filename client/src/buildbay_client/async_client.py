@@ -246,6 +246,12 @@ class AsyncBuildbay(Core):
     create_install_link = _async(ops.create_install_link)
     list_install_links = _async(ops.list_install_links)
     revoke_install_link = _async(ops.revoke_install_link)
+    list_feedback = _async(ops.list_feedback)
+    get_feedback = _async(ops.get_feedback)
+    update_feedback = _async(ops.update_feedback)
+    list_feedback_comments = _async(ops.list_feedback_comments)
+    comment_on_feedback = _async(ops.comment_on_feedback)
+    own_feedback = _async(ops.own_feedback)
 
     async def upload_build(
         self,

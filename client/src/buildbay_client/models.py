@@ -385,6 +385,7 @@ class Build(Model):
     downloads_count: int = 0  # through install links and the API
     failure_code: str | None = None  # why a `failed` build was refused (metadata_error says it)
     warnings: list[BuildWarning] = dataclasses.field(default_factory=list)
+    new_feedback_count: int | None = None  # its feedback still `new` (null for a tester)
 
 
 @dataclass(frozen=True)
@@ -674,4 +675,85 @@ class Delivery(Model):
 @dataclass(frozen=True)
 class DeliveryList(Model):
     deliveries: list[Delivery]
+    next_cursor: str | None
+
+
+# -- feedback (the team's side) -----------------------------------------------------------------
+
+
+class FeedbackCategory(StrEnum):
+    BUG = "bug"
+    CRASH = "crash"
+    SUGGESTION = "suggestion"
+    OTHER = "other"
+
+
+class FeedbackStatus(StrEnum):
+    NEW = "new"
+    TRIAGED = "triaged"
+    RESOLVED = "resolved"
+    WONT_FIX = "wont-fix"
+
+
+@dataclass(frozen=True)
+class FeedbackTester(Model):
+    id: str
+    email: str
+
+
+@dataclass(frozen=True)
+class FeedbackScreenshot(Model):
+    id: str
+    width: int
+    height: int
+    bytes: int
+    url: str  # a short-lived signed address of the image
+
+
+@dataclass(frozen=True)
+class FeedbackPerson(Model):
+    id: str
+    name: str
+    email: str | None  # None to a tester
+
+
+@dataclass(frozen=True)
+class TeamFeedback(Model):
+    id: str
+    build_id: str
+    tester: FeedbackTester | None  # None: an app's reporter (reporter_email), or a gone account
+    reporter_email: str
+    category: FeedbackCategory
+    text: str
+    context: dict[str, Any] | None  # what the device said of itself
+    screenshots: list[FeedbackScreenshot]
+    status: FeedbackStatus
+    created_at: datetime
+    updated_at: datetime
+    project_id: str
+    application_id: str
+    application_name: str
+    build_version: str | None
+    assignee: FeedbackPerson | None
+    comments_count: int
+
+
+@dataclass(frozen=True)
+class FeedbackList(Model):
+    feedback: list[TeamFeedback]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class FeedbackComment(Model):
+    id: str
+    feedback_id: str
+    author: FeedbackPerson | None
+    text: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class FeedbackCommentList(Model):
+    comments: list[FeedbackComment]
     next_cursor: str | None

@@ -421,3 +421,62 @@ def list_install_links(project_id: str, app_id: str, build_id: str) -> Op[models
 def revoke_install_link(project_id: str, app_id: str, build_id: str, link_id: str) -> Op[None]:
     path = f"{_builds(project_id, app_id)}/{_q(build_id)}/install-links/{_q(link_id)}"
     return Op("DELETE", path)
+
+
+# -- feedback (the team's side) -----------------------------------------------------------------
+
+
+def _feedback(project_id: str, feedback_id: str | None = None) -> str:
+    path = f"/api/projects/{_q(project_id)}/feedback"
+    return path if feedback_id is None else f"{path}/{_q(feedback_id)}"
+
+
+def list_feedback(
+    project_id: str,
+    limit: int | None = None,
+    cursor: str | None = None,
+    *,
+    application: str | None = None,
+    build: str | None = None,
+    status: models.FeedbackStatus | str | None = None,
+    category: models.FeedbackCategory | str | None = None,
+    q: str | None = None,
+) -> Op[models.FeedbackList]:
+    """A page of the project's feedback, newest first (developer+), narrowed by an application
+    or a build (ids), a status, a category, or text in it or its reporter's e-mail (`q`)."""
+    params = _page(
+        limit, cursor, application=application, build=build,
+        status=models.FeedbackStatus(status).value if status is not None else None,
+        category=models.FeedbackCategory(category).value if category is not None else None, q=q,
+    )  # fmt: skip
+    return Op("GET", _feedback(project_id), models.FeedbackList, params=params)
+
+
+def get_feedback(project_id: str, feedback_id: str) -> Op[models.TeamFeedback]:
+    return Op("GET", _feedback(project_id, feedback_id), models.TeamFeedback)
+
+
+def update_feedback(
+    project_id: str, feedback_id: str, changes: dict[str, Any]
+) -> Op[models.TeamFeedback]:
+    """Triage: `changes` holds `status` and/or `assignee` (a developer's user id, or None:
+    nobody). The same values again change nothing, so sending it twice is harmless."""
+    return Op("PATCH", _feedback(project_id, feedback_id), models.TeamFeedback, dict(changes))
+
+
+def list_feedback_comments(
+    project_id: str, feedback_id: str, limit: int | None = None, cursor: str | None = None
+) -> Op[models.FeedbackCommentList]:
+    path = f"{_feedback(project_id, feedback_id)}/comments"
+    return Op("GET", path, models.FeedbackCommentList, params=_page(limit, cursor))
+
+
+def comment_on_feedback(project_id: str, feedback_id: str, text: str) -> Op[models.FeedbackComment]:
+    """A comment of the team's; the tester who sent the feedback gets it by mail."""
+    path = f"{_feedback(project_id, feedback_id)}/comments"
+    return Op("POST", path, models.FeedbackComment, {"text": text}, idempotent=False)
+
+
+def own_feedback(limit: int | None = None, cursor: str | None = None) -> Op[models.FeedbackList]:
+    """What you sent, across your projects, newest first."""
+    return Op("GET", "/api/account/feedback", models.FeedbackList, params=_page(limit, cursor))

@@ -222,6 +222,12 @@ class Buildbay(Core):
     create_install_link = _sync(ops.create_install_link)
     list_install_links = _sync(ops.list_install_links)
     revoke_install_link = _sync(ops.revoke_install_link)
+    list_feedback = _sync(ops.list_feedback)
+    get_feedback = _sync(ops.get_feedback)
+    update_feedback = _sync(ops.update_feedback)
+    list_feedback_comments = _sync(ops.list_feedback_comments)
+    comment_on_feedback = _sync(ops.comment_on_feedback)
+    own_feedback = _sync(ops.own_feedback)
 
     def upload_build(
         self,

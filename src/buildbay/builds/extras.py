@@ -1,6 +1,7 @@
 """What the API shows of each build beside its own row: the release channels it is published to,
-how many times it was downloaded, its live install link and a ready build of the same version
-code with other bytes (a warning: builds/duplicates.py), for a page of builds in one
+how many times it was downloaded, its live install link, a ready build of the same version
+code with other bytes (a warning: builds/duplicates.py) and how many of its testers' feedback
+is still `new` (feedback/), for a page of builds in one
 statement (each statement more cost a round trip and SQLAlchemy's per-statement work, on every
 read of a build: docs/performance.md)."""
 
@@ -18,10 +19,18 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, BuildChannel, Channel, InstallLink
 from buildbay.db.reads import Reads
 from buildbay.distribution.models import InstallEvent, InstallEventKind
+from buildbay.feedback.enums import FeedbackStatus
+from buildbay.feedback.models import Feedback
 
 _DOWNLOADS = (
     select(func.count())
     .where(InstallEvent.build_id == Build.id, InstallEvent.kind == InstallEventKind.DOWNLOAD)
+    .scalar_subquery()
+)
+# Along the index on feedback (build_id, id): a build without feedback costs one index probe.
+_NEW_FEEDBACK = (
+    select(func.count())
+    .where(Feedback.build_id == Build.id, Feedback.status == FeedbackStatus.NEW)
     .scalar_subquery()
 )
 # Channel names are [a-z0-9._-] (channels/schemas.py): a comma cannot be part of one.
@@ -84,6 +93,7 @@ EXTRA_COLUMNS = (
     _CHANNELS.label("x_channels"),
     *LIVE_LINK_COLUMNS,
     _SAME_VERSION.label("x_same_version"),
+    _NEW_FEEDBACK.label("x_new_feedback"),
 )
 _EXTRAS = select(Build.id, *EXTRA_COLUMNS).where(Build.id.in_(bindparam("ids", expanding=True)))
 
@@ -101,6 +111,7 @@ class BuildExtras:
     link: LiveLink | None  # the newest live shared install link, if any
     # The newest other ready build of the same version code with other bytes, if any.
     same_version: str | None = None
+    new_feedback: int = 0  # its feedback still `new`
 
 
 NONE = BuildExtras([], 0, None)
@@ -120,6 +131,7 @@ def extras_of(row: RowMapping) -> BuildExtras:
         int(row["x_downloads"] or 0),
         live_link_of(row),
         row["x_same_version"],
+        int(row["x_new_feedback"] or 0),
     )
 
 

@@ -147,7 +147,7 @@ def shown_schema(
         )
     return to_schema(
         build, links.public_url, url, extras.channels, extras.downloads, warnings,
-        console_page=shared_link,
+        console_page=shared_link, new_feedback_count=extras.new_feedback if shared_link else None,
     )  # fmt: skip
 
 

@@ -328,6 +328,11 @@ class Build(ApiModel):
         "ready build of the application has its version code with other bytes (the "
         "application's `versionPolicy` `warn`). Empty for a tester",
     )
+    new_feedback_count: int | None = Field(
+        default=None,
+        description="How many of its testers' feedback is still `new` (not yet triaged); null "
+        "for a tester, to whom triage is not shown",
+    )
 
 
 class InstallLinkOwner(ApiModel):
@@ -387,6 +392,7 @@ def build_schema(
     warnings: list[BuildWarning] | None = None,
     *,
     console_page: bool = True,
+    new_feedback_count: int | None = None,
 ) -> Build:
     """The build as the API (and a webhook's payload) shows it; `console_page` false for a
     tester, who has no console page of it."""
@@ -422,4 +428,5 @@ def build_schema(
         downloads_count=downloads_count,
         failure_code=build.failure_code,
         warnings=warnings or [],
+        new_feedback_count=new_feedback_count,
     )

@@ -1,6 +1,7 @@
-"""How the feedback services are made from the app's context, and who sends a feedback, as an
-HTTP request says it (its Authorization header or the console's session cookie), checked
-before a byte of its body is read."""
+"""How the feedback services are made from the app's context (the submission's, the team's
+triage and reads, on the request's unit of work or its read-only reads; the console calls the
+factories), and who sends a feedback, as an HTTP request says it (its Authorization header or
+the console's session cookie), checked before a byte of its body is read."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from buildbay.console.pages import sessions as console_sessions
 from buildbay.console.session import CSRF_HEADER
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
-from buildbay.deps import in_unit_of_work
+from buildbay.deps import in_unit_of_work, on_reads
 from buildbay.errors import NotAuthenticated
 from buildbay.feedback.links import ScreenshotLinks
+from buildbay.feedback.reads import FeedbackReads
 from buildbay.feedback.records import Sender
 from buildbay.feedback.service import FeedbackService, Senders
+from buildbay.feedback.triage import TriageService
 
 
 def screenshot_links(ctx: AppContext) -> ScreenshotLinks:
@@ -49,7 +52,19 @@ def spool_dir(ctx: AppContext) -> Path:
     return path
 
 
+def triage_service(ctx: AppContext, db: AsyncSession) -> TriageService:
+    return TriageService(
+        db, ctx.clock.now(), ctx.mail, screenshot_links(ctx), ctx.settings.resolved_public_url
+    )
+
+
+def feedback_reads(ctx: AppContext, reads: Reads) -> FeedbackReads:
+    return FeedbackReads(reads, ctx.clock.now(), screenshot_links(ctx))
+
+
 Service = Annotated[FeedbackService, in_unit_of_work(feedback_service)]
+Triage = Annotated[TriageService, in_unit_of_work(triage_service)]
+TeamReads = Annotated[FeedbackReads, on_reads(feedback_reads)]
 
 # The schemes of `Authorization` a feedback may come with, besides a session cookie.
 BEARER, INSTALL_LINK, UPDATE_KEY = "bearer", "installlink", "updatekey"

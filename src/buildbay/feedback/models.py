@@ -19,6 +19,8 @@ class Feedback(Base):
         Index("ix_feedback_project_id_id", "project_id", "id"),
         Index("ix_feedback_application_id_id", "application_id", "id"),
         Index("ix_feedback_build_id_id", "build_id", "id"),
+        # A tester's own feedback, newest first (migration 0033).
+        Index("ix_feedback_tester_id_id", "tester_id", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -15,7 +15,7 @@ from sqlalchemy import bindparam, select
 
 from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.db.reads import Reads
-from buildbay.deps import Context, TransactionRoute, request_session
+from buildbay.deps import Context, ReadsDep, TransactionRoute, request_session
 from buildbay.errors import NotFound, ValidationFailed
 from buildbay.feedback import schemas
 from buildbay.feedback.dependencies import (
@@ -29,10 +29,10 @@ from buildbay.feedback.dependencies import (
 from buildbay.feedback.images import NotAnImage, Reencoded, reencode_all
 from buildbay.feedback.links import SCREENSHOTS_PATH
 from buildbay.feedback.models import FeedbackScreenshot
-from buildbay.feedback.service import reporter_email
+from buildbay.feedback.service import feedback_mail_of, reporter_email
 from buildbay.feedback.submission import SCREENSHOTS, read_submission
 from buildbay.problems import problem_responses
-from buildbay.projects.access import ProjectDeveloper
+from buildbay.projects.access import ProjectDeveloper, ProjectDeveloperReader
 from buildbay.storage.base import READ_BLOCK
 
 router = APIRouter(tags=["feedback"], route_class=TransactionRoute)
@@ -86,6 +86,17 @@ async def send_feedback(
     return schemas.feedback_schema(shown, lambda s: links.short_lived(s.id, now))
 
 
+@router.get(
+    "/api/projects/{id}/members/me/feedback-mail",
+    responses=problem_responses(401, 403, 404, 429),
+    summary="Whether you get a mail for each feedback sent on the project's builds (developer+)",
+)
+async def get_feedback_mail(
+    access: ProjectDeveloperReader, reads: ReadsDep
+) -> schemas.FeedbackMail:
+    return schemas.FeedbackMail(feedback_mail=await feedback_mail_of(reads, access))
+
+
 @router.put(
     "/api/projects/{id}/members/me/feedback-mail",
     responses=problem_responses(400, 401, 403, 404, 413, 422, 429),
@@ -94,7 +105,7 @@ async def send_feedback(
 async def set_feedback_mail(
     body: schemas.FeedbackMailUpdate, access: ProjectDeveloper, service: Service
 ) -> schemas.FeedbackMail:
-    return schemas.FeedbackMail(feedback_mail=await service.set_mail(access, body.enabled))
+    return schemas.FeedbackMail(feedback_mail=await service.set_mail(access, body.feedback_mail))
 
 
 _SCREENSHOT = select(

@@ -69,9 +69,9 @@ def feedback_schema(shown: ShownFeedback, url: Callable[[ScreenshotRecord], str]
 
 
 class FeedbackMailUpdate(RequestModel):
-    EXAMPLE: ClassVar[dict[str, Any] | None] = {"enabled": True}
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"feedbackMail": True}
 
-    enabled: Annotated[bool, Field(strict=True)] = Field(
+    feedback_mail: Annotated[bool, Field(strict=True)] = Field(
         description="Whether to get a mail for each feedback sent on the project's builds"
     )
 

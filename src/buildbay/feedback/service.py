@@ -67,6 +67,10 @@ MAIL_TEXT_SHOWN = 2_000  # characters of the feedback a mail quotes
 # -- who may send ----------------------------------------------------------------------------------
 
 _APPLICATION_BY_ID = select(*APPLICATION.columns).where(Application.id == bindparam("app_id"))
+_FEEDBACK_MAIL = select(ProjectMember.feedback_mail).where(
+    ProjectMember.project_id == bindparam("project_id"),
+    ProjectMember.user_id == bindparam("user_id"),
+)
 _TO_EVERYONE = select(
     exists().where(BuildGroup.build_id == bindparam("build_id"), BuildGroup.group_id == EVERYONE)
 )
@@ -327,6 +331,12 @@ class FeedbackService:
             .values(feedback_mail=enabled)
         )
         return enabled
+
+
+async def feedback_mail_of(reads: Reads, access: ProjectAccess) -> bool:
+    """Whether the caller of `access` gets a mail for each feedback sent on its project."""
+    params = {"project_id": access.project.id, "user_id": access.caller.user.id}
+    return bool(await reads.scalar(_FEEDBACK_MAIL, params))
 
 
 def reporter_email(sender: Sender, submission: Submission) -> str:

@@ -83,7 +83,7 @@ def _app(
 
 # Routes that only read: the records come from the request's read-only reads.
 ProjectReader = Annotated[ProjectAccess, _project(_TESTER, read_only=True, scope=_READ)]
-# What only developers and above may see (the project's testers' devices).
+# What only developers and above may see (the project's testers' devices, its feedback inbox).
 ProjectDeveloperReader = Annotated[ProjectAccess, _project(_DEVELOPER, read_only=True, scope=_READ)]
 # What only admins may see (a project's invitations).
 ProjectAdminReader = Annotated[ProjectAccess, _project(_ADMIN, read_only=True, scope=_READ)]

@@ -28,3 +28,4 @@ class SubscribableEvent(StrEnum):
     MEMBER_ROLE_CHANGED = "member.role_changed"
     DEVICE_ENROLLED = "device.enrolled"
     FEEDBACK_CREATED = "feedback.created"
+    FEEDBACK_UPDATED = "feedback.updated"

@@ -73,6 +73,7 @@ class EventType(StrEnum):
     MEMBER_ROLE_CHANGED = "member.role_changed"
     DEVICE_ENROLLED = "device.enrolled"
     FEEDBACK_CREATED = "feedback.created"
+    FEEDBACK_UPDATED = "feedback.updated"  # its status or assignee (feedback/triage.py)
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
 
 
@@ -239,7 +240,10 @@ def _build_data(
         install_url = None
         if extras.link is not None and addresses is not None and not gone:
             install_url = f"{public_url}/install/{addresses.install_tokens.token(extras.link.id)}"
-        shown = build_schema(build, public_url, install_url, extras.channels, extras.downloads)
+        shown = build_schema(
+            build, public_url, install_url, extras.channels, extras.downloads,
+            new_feedback_count=extras.new_feedback,
+        )  # fmt: skip
         uploader = await user_by_id(reads, build.uploaded_by) if build.uploaded_by else None
         console = (
             application_url(public_url, build.project_id, build.application_id)

@@ -1,6 +1,6 @@
 """The `buildbay` command: log in, manage projects, applications, members, API tokens,
-webhooks and builds, list and export testers' devices and register them with Apple, and upload
-from a terminal or a CI job.
+webhooks and builds, list and export testers' devices and register them with Apple, triage
+testers' feedback, and upload from a terminal or a CI job.
 
 Exit codes a CI can trust are EXIT_CODES_HELP (shown by `buildbay --help`). Other installed
 distributions add command groups through the `buildbay.commands` entry points (the server adds
@@ -25,6 +25,7 @@ from buildbay_client.cli.apps import apps, channels
 from buildbay_client.cli.builds import builds, progress_bar, upload
 from buildbay_client.cli.common import COMMANDS_GROUP, EXIT_CODES_HELP, err, options
 from buildbay_client.cli.devices import devices
+from buildbay_client.cli.feedback import feedback
 from buildbay_client.cli.projects import members, projects
 from buildbay_client.cli.webhooks import webhooks
 
@@ -48,6 +49,7 @@ def register(app: typer.Typer) -> None:
         (tokens, "tokens"),
         (webhooks, "webhooks"),
         (devices, "devices"),
+        (feedback, "feedback"),
     ):
         app.add_typer(group, name=name, rich_help_panel="Client")
 
