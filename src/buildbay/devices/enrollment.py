@@ -207,8 +207,11 @@ def _shown_name(value: object, product: str) -> str:
 
 
 class EnrolledLinks:
-    """The page a device's Safari opens once it has enrolled: `{device}.{build}.{expiry}.{mac}`,
-    for an hour. No session: the device's browser has none; the reference is the credential."""
+    """The page a device's Safari opens once it has enrolled:
+    `{device}.{person}.{build}.{expiry}.{mac}`, for an hour. No session: the device's browser
+    has none; the reference is the credential. It names the person the device was enrolled for:
+    once the device is someone else's, the page is gone (it would show their device, and lead
+    to their own install link)."""
 
     def __init__(self, master_key: bytes, public_url: str) -> None:
         self._key = derive_key(master_key, "device-enrolled-page")
@@ -218,19 +221,19 @@ class EnrolledLinks:
         digest = hmac.new(self._key, text.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest[:18]).decode()
 
-    def url(self, device_id: str, build_id: str | None, now: datetime) -> str:
+    def url(self, device_id: str, user_id: str, build_id: str | None, now: datetime) -> str:
         expires = int((now + ENROLLED_PAGE_LIFETIME).timestamp())
-        text = f"{device_id}.{build_id or '-'}.{expires}"
+        text = f"{device_id}.{user_id}.{build_id or '-'}.{expires}"
         return f"{self.public_url}{ENROLLED_PATH}/{text}.{self._mac(text)}"
 
-    def open(self, reference: str, now: datetime) -> tuple[str, str | None]:
-        """The device and build a reference names; 404 if this server did not make it, 410
-        once it has expired."""
+    def open(self, reference: str, now: datetime) -> tuple[str, str, str | None]:
+        """The device, its person and the build a reference names; 404 if this server did not
+        make it, 410 once it has expired."""
         parts = reference.split(".")
-        if len(parts) != 4 or len(reference) > 200 or not reference.isascii():
+        if len(parts) != 5 or len(reference) > 200 or not reference.isascii():
             raise _no_such_page()
-        device_id, build_id, expires, mac = parts
-        if not same_secret(mac, self._mac(f"{device_id}.{build_id}.{expires}")):
+        device_id, user_id, build_id, expires, mac = parts
+        if not same_secret(mac, self._mac(f"{device_id}.{user_id}.{build_id}.{expires}")):
             raise _no_such_page()
         if not expires.isdigit() or int(expires) <= now.timestamp():
             raise Gone(
@@ -238,7 +241,7 @@ class EnrolledLinks:
                 "your account page",
                 code="enrolled_page_expired",
             )
-        return device_id, None if build_id == "-" else build_id
+        return device_id, user_id, None if build_id == "-" else build_id
 
 
 def _no_such_page() -> NotFound:
@@ -355,14 +358,14 @@ class Enrollment:
         if not taken.rowcount:  # type: ignore[attr-defined]
             raise Gone("This registration link was used already", code="challenge_used")
         enrolled: Enrolled = await self.devices.enroll(challenge.user_id, described)
-        return self.links.url(enrolled.device.id, challenge.build_id, self.now)
+        return self.links.url(enrolled.device.id, challenge.user_id, challenge.build_id, self.now)
 
     async def enrolled_page(self, reference: str) -> EnrolledPage:
-        """What the page after an enrollment shows: the device (410 if it was deleted since),
-        and the way back to the build the tester came from, if any."""
-        device_id, build_id = self.links.open(reference, self.now)
+        """What the page after an enrollment shows: the device (410 if it was deleted since, or
+        is someone else's now), and the way back to the build the tester came from, if any."""
+        device_id, user_id, build_id = self.links.open(reference, self.now)
         device = await device_by_id(self.reads, device_id)
-        if device is None:
+        if device is None or device.user_id != user_id:
             raise Gone("This device was removed from its account since", code="device_gone")
         return EnrolledPage(device, await self._back_to(build_id, device.user_id))
 

@@ -1,0 +1,78 @@
+"""Issue 37's enrollment as an attacker tries it: an answer forged with a certificate of one's
+own (the server cannot tell a device's from it: devices/cms.py), under one's own challenge, for
+a UDID that is someone else's (every ad-hoc .ipa's profile lists its devices' UDIDs to whoever
+downloads it), and the page after enrolling, kept open while the device changes hands."""
+
+from __future__ import annotations
+
+import plistlib
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from tests.conftest import BASE_URL, Account, Api
+from tests.console.test_mail_pages import sign_in
+from tests.ios.enrolling import (
+    UDID,
+    Profile,
+    answer,
+    enroll,
+    enrolled_path,
+    make_chain,
+    read_profile,
+    sign,
+    signed_answer,
+    text_of,
+)
+from tests.ios.test_enrollment import _build_with_tester, _personal_link
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+async def _profile(app: FastAPI, account: Account, query: str = "") -> Profile:
+    """The profile `account` downloads, signed in to the console on a browser of their own."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as browser:
+        await sign_in(browser, account.email)
+        return read_profile(await browser.get("/devices/register.mobileconfig" + query))
+
+
+def _forged(challenge: str, **attributes: Any) -> bytes:
+    """An answer signed by a key and certificate the forger made: no device's."""
+    return sign(plistlib.dumps(answer(challenge, **attributes)), make_chain("Forged iPhone"))
+
+
+async def _udids(client: httpx.AsyncClient, account: Account) -> list[str]:
+    r = await client.get("/api/account/devices", headers=account.headers)
+    assert r.status_code == 200, r.text
+    return [d["udid"] for d in r.json()["devices"]]
+
+
+async def test_the_page_after_enrolling_is_gone_once_the_device_is_someone_elses(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    """Mallory's page, made when she enrolled a phone from a build, would otherwise show the
+    phone's next holder's device and lead to *their* personal install link: a credential."""
+    mallory = await api.register("mallory@example.com")
+    bob = await api.register("bob@example.com")
+    build = await _build_with_tester(api, owner, bob)
+    await api.add_member(owner, build["projectId"], mallory, "tester")
+    bobs_link = await _personal_link(app, build["buildId"], bob)
+    profile = await _profile(app, mallory, f"?build={build['buildId']}")
+    mallorys_page = enrolled_path(await enroll(client, profile, signed_answer(profile.challenge)))
+    assert (await client.get(mallorys_page)).status_code == 200
+
+    # Within the hour, the phone is Bob's: he enrolls it through his own install link.
+    profile = read_profile(await client.get(f"/install/{bobs_link}/register-device"))
+    bobs_page = enrolled_path(await enroll(client, profile, signed_answer(profile.challenge)))
+    assert await _udids(client, bob) == [UDID]
+
+    r = await client.get(mallorys_page)
+    assert r.status_code == 410
+    assert bobs_link not in r.text
+    assert "This device was removed" in text_of(r.text)
+    r = await client.get(bobs_page)
+    assert r.status_code == 200
+    assert f'href="{BASE_URL}/install/{bobs_link}"' in r.text
