@@ -76,3 +76,53 @@ async def test_the_page_after_enrolling_is_gone_once_the_device_is_someone_elses
     r = await client.get(bobs_page)
     assert r.status_code == 200
     assert f'href="{BASE_URL}/install/{bobs_link}"' in r.text
+
+
+async def test_a_forged_answer_cannot_take_someone_elses_device(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    """Bob's phone is enrolled; Mallory, a tester of the same project, read its UDID in an
+    ad-hoc build's profile. Her answers, under her own challenge with a certificate of her own,
+    leave Bob's device his: without its serial number, or with another."""
+    mallory = await api.register("mallory@example.com")
+    bob = await api.register("bob@example.com")
+    build = await _build_with_tester(api, owner, bob)
+    await api.add_member(owner, build["projectId"], mallory, "tester")
+    profile = await _profile(app, bob)
+    enrolled_path(await enroll(client, profile, signed_answer(profile.challenge)))
+
+    for attributes in ({"SERIAL": None}, {"SERIAL": "C39XK1ZZZZ99"}):
+        profile = await _profile(app, mallory)
+        r = await enroll(client, profile, _forged(profile.challenge, **attributes))
+
+        assert r.status_code == 409, r.text
+        assert r.headers["content-type"].startswith("text/html")
+        assert "registered to another account" in text_of(r.text)
+        assert await _udids(client, bob) == [UDID]
+        assert await _udids(client, mallory) == []
+    # Nothing was stored, the challenge not spent: a device of her own still enrolls with it.
+    enrolled_path(await enroll(client, profile, _forged(profile.challenge, UDID="C" * 40)))
+    assert await _udids(client, mallory) == ["C" * 40]
+
+    # The phone itself, handed on to Mallory, names its serial number: hers now.
+    profile = await _profile(app, mallory)
+    enrolled_path(await enroll(client, profile, signed_answer(profile.challenge)))
+    assert sorted(await _udids(client, mallory)) == [UDID, "C" * 40]
+    assert await _udids(client, bob) == []
+
+
+async def test_a_device_recorded_without_a_serial_number_goes_to_the_phone_that_names_one(
+    app: FastAPI, client: httpx.AsyncClient, api: Api
+) -> None:
+    """A forger who enrolls a UDID first (without a serial number: they do not know it) does
+    not keep the device from its holder."""
+    mallory = await api.register("mallory@example.com")
+    bob = await api.register("bob@example.com")
+    profile = await _profile(app, mallory)
+    enrolled_path(await enroll(client, profile, _forged(profile.challenge, SERIAL=None)))
+
+    profile = await _profile(app, bob)
+    enrolled_path(await enroll(client, profile, signed_answer(profile.challenge)))
+
+    assert await _udids(client, bob) == [UDID]
+    assert await _udids(client, mallory) == []
