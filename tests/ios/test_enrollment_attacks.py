@@ -126,3 +126,19 @@ async def test_a_device_recorded_without_a_serial_number_goes_to_the_phone_that_
 
     assert await _udids(client, bob) == [UDID]
     assert await _udids(client, mallory) == []
+
+
+async def test_a_device_name_that_shows_nothing_is_named_for_its_family(
+    app: FastAPI, client: httpx.AsyncClient, api: Api
+) -> None:
+    """Zero-width characters alone would show developers (their list, their mail, Apple's) a
+    device without a name: the account's own rename refuses such a name (422), and an answer's
+    is replaced as an absent one is."""
+    ada = await api.register("ada@example.com")
+    profile = await _profile(app, ada)
+    answered = signed_answer(profile.challenge, DEVICE_NAME="\u200b\u2060\ufeff\u00ad \u200b")
+
+    enrolled_path(await enroll(client, profile, answered))
+
+    r = await client.get("/api/account/devices", headers=ada.headers)
+    assert [d["name"] for d in r.json()["devices"]] == ["iPhone"]

@@ -46,7 +46,7 @@ from buildbay.devices.service import DeviceDescription, DeviceService, Enrolled,
 from buildbay.errors import BadRequest, Gone, NotFound
 from buildbay.ids import ID_PATTERN
 from buildbay.projects.models import ProjectMember
-from buildbay.text import BIDI_CONTROLS, CONTROL, WHITESPACE
+from buildbay.text import BIDI_CONTROLS, CONTROL, WHITESPACE, shown_text_problem
 
 CHALLENGE_LIFETIME = timedelta(hours=1)
 # A device's answer is a few kilobytes (a plist of five strings and its certificates).
@@ -197,10 +197,11 @@ def _attribute(attributes: dict[str, Any], key: str, pattern: re.Pattern[str]) -
 def _shown_name(value: object, product: str) -> str:
     """The device's name as pages, mails and Apple's list may show it: no control or
     bidirectional-control character, trimmed, at most NAME_MAX characters; the model's family
-    (`iPhone`, `iPad`, `Mac`) if it sends none."""
+    (`iPhone`, `iPad`, `Mac`) if it sends none, or one that shows nothing (zero-width
+    characters alone: a rename refuses such a name too)."""
     name = " ".join(value.translate(_NOT_SHOWN).split()) if isinstance(value, str) else ""
     name = name.strip(WHITESPACE)[:NAME_MAX].strip(WHITESPACE)
-    if name:
+    if name and shown_text_problem(name) is None:
         return name
     family = re.match(r"[A-Za-z]+", product)
     return family.group() if family else "Device"
