@@ -8,11 +8,14 @@ request did so first (and only if its device still exists). A device registered 
 project before is answered as it is, without asking Apple again.
 
 "Register all missing" registers at most BATCH devices one after the other, within
-BATCH_SECONDS, and says how many remain: a client calls again until none does. An answer of
-Apple's that would refuse every device after it (the key refused, the yearly limit, the hourly
-quota, Apple unreachable) ends the batch: that problem is the answer, what was registered before
-it stands (`registered`, `remaining` in the problem). Apple refusing one device (its UDID) does
-not: it is listed under `refused` and the next device goes.
+BATCH_SECONDS, and says how many remain and the last device it sent: a client calls again after
+that device until a call sends none. After it, not from the start: the devices Apple refuses
+stay missing, and BATCH of them at the head would otherwise be all that every call sends.
+
+An answer of Apple's that would refuse every device after it (the key refused, the yearly
+limit, the hourly quota, Apple unreachable) ends the batch: that problem is the answer, what was
+registered before it stands (`registered`, `remaining` in the problem). Apple refusing one
+device (its UDID) does not: it is listed under `refused` and the next device goes.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class Batch:
     registrations: list[Registration]
     refused: list[Refused]
     remaining: int  # devices of the project's members not registered through it, after this
+    last_sent: str | None  # the last device Apple was sent (None: none was)
 
 
 DEVICE = RecordOf(DeviceRecord, Device)
@@ -103,7 +107,7 @@ _MEMBERS_DEVICE = (
 _MISSING = (
     select(*DEVICE.columns)
     .join(ProjectMember, _MEMBERS)
-    .where(~_REGISTERED)
+    .where(~_REGISTERED, Device.id > bindparam("after"))
     .order_by(Device.id)
     .limit(bindparam("limit"))
 )
@@ -217,16 +221,19 @@ class AppleRegistrationService:
             raise device_not_found()
         return Registration(record, entry, _outcome_of(answer))
 
-    async def register_missing(self, project_id: str, by: str) -> Batch:
+    async def register_missing(self, project_id: str, by: str, after: str | None = None) -> Batch:
         """Register the project's members' devices not yet registered through it, at most
-        BATCH of them (see the module's docstring)."""
+        BATCH of them, those after the device `after` (see the module's docstring)."""
         key = await usable_key(self.reads, self.seal, project_id)
-        rows = await self.reads.all(_MISSING, {"project_id": project_id, "limit": BATCH})
+        rows = await self.reads.all(
+            _MISSING, {"project_id": project_id, "limit": BATCH, "after": after or ""}
+        )
         missing = int(await self.reads.scalar(_MISSING_COUNT, {"project_id": project_id}) or 0)
         devices = [DEVICE.of(row) for row in rows]
         answered: list[tuple[DeviceRecord, DeviceEntry, Registered]] = []
         refused: list[Refused] = []
         stop: AppleStop | None = None
+        last_sent: str | None = None
         if devices:
             async with connection_released(self.db), self._conversation(key) as apple:
                 deadline = self.clock.monotonic() + BATCH_SECONDS
@@ -234,6 +241,7 @@ class AppleRegistrationService:
                     if self.clock.monotonic() >= deadline:
                         break
                     entry = entry_of(device)
+                    last_sent = device.id
                     try:
                         answered.append((device, entry, await apple.register(entry)))
                     except AppleRefusedDevice as exc:
@@ -254,7 +262,7 @@ class AppleRegistrationService:
                 registered=[r.record.device.id for r in registrations], remaining=remaining
             )
             raise stop
-        return Batch(registrations, refused, remaining)
+        return Batch(registrations, refused, remaining, last_sent)
 
     def _conversation(self, key: AppleKey) -> AbstractAsyncContextManager[AppStoreConnect]:
         return conversation(self.apple.base_url, key, self.now, answer_within=self.apple.timeout)
