@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import assert_problem
-from tests.ios.apple_receiver import Answer, AppleReceiver, apple_error
+from tests.conftest import Api, assert_problem
+from tests.ios.apple_receiver import Answer, AppleReceiver, apple_error, new_team_key
 from tests.ios.test_apple_registrations import Team, receiver, settings, team
 
 __all__ = ["receiver", "settings", "team"]  # the fixtures, shared
@@ -63,3 +63,40 @@ async def test_after_must_be_a_device_id(team: Team, receiver: AppleReceiver) ->
         )
         assert_problem(r, 422, "validation_error")
     assert receiver.received == []
+
+
+async def test_no_more_than_a_hundred_registrations_an_hour_go_to_apple_for_a_project(
+    team: Team, receiver: AppleReceiver, api: Api
+) -> None:
+    """However often a developer (or a loop of theirs) calls, the project's key's quota at
+    Apple, which the team's other tools share, is not spent on the devices Apple refuses again
+    and again: 100 an hour (Apple registers at most 100 of a kind a year)."""
+    devices = [await team.device(team.tester) for _ in range(20)]
+    receiver.answers += [Answer(409, REFUSED) for _ in range(100)]
+
+    for _ in range(5):  # from the start each time: the same twenty, refused
+        r = await team.register_all()
+        assert r.status_code == 200, r.text
+        assert len(r.json()["refused"]) == 20
+    r = await team.register_all()
+
+    problem = assert_problem(r, 429, "apple_requests_throttled")
+    assert 0 < int(r.headers["retry-after"]) <= 3600
+    assert "100 device registrations in the last hour" in problem["detail"]
+    assert (problem["registered"], problem["remaining"]) == ([], 20)
+    r = await team.register(devices[0]["id"])
+    assert_problem(r, 429, "apple_requests_throttled")
+    assert len(receiver.received) == 100
+    # Another project's budget is its own.
+    other = await api.project(team.owner, "Other")
+    await api.add_member(team.owner, other["id"], team.tester, "tester")
+    key = receiver.trust(new_team_key())
+    r = await team.client.put(
+        f"/api/projects/{other['id']}/apple-api-key", json=key.body(), headers=team.owner.headers
+    )
+    assert r.status_code == 200, r.text
+    r = await team.client.post(
+        f"/api/projects/{other['id']}/devices/{devices[0]['id']}/register-with-apple",
+        headers=team.owner.headers,
+    )
+    assert r.status_code == 200, r.text
