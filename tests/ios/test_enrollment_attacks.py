@@ -142,3 +142,26 @@ async def test_a_device_name_that_shows_nothing_is_named_for_its_family(
 
     r = await client.get("/api/account/devices", headers=ada.headers)
     assert [d["name"] for d in r.json()["devices"]] == ["iPhone"]
+
+
+async def test_the_profile_says_whose_account_the_device_joins(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, owner: Account
+) -> None:
+    """Mallory's profile, sent to Bob to install ("register for the beta"), would enroll Bob's
+    phone into her account and show her its UDID and serial number: the profile iOS shows Bob
+    before he installs it names the account his device would join."""
+    mallory = await api.register("mallory@example.com")
+    profile = await _profile(app, mallory)
+    assert "mallory@example.com" in profile.payload["PayloadDescription"]
+
+    # The same through a personal install link: the link's person.
+    tess = await api.register("tess@example.com")
+    build = await _build_with_tester(api, owner, tess)
+    token = await _personal_link(app, build["buildId"], tess)
+    profile = read_profile(await client.get(f"/install/{token}/register-device"))
+    assert "tess@example.com" in profile.payload["PayloadDescription"]
+    # An address with what XML would read is text in the plist (plistlib escapes it).
+    odd = await api.register("o'brien&co@example.com")
+    profile = await _profile(app, odd)
+    assert "o'brien&co@example.com" in profile.payload["PayloadDescription"]
+    assert b"o&apos;brien&amp;co@example.com" in profile.body or b"o'brien&amp;co" in profile.body

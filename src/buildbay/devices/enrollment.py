@@ -32,6 +32,7 @@ from xml.parsers.expat import ExpatError
 from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.reads import user_by_id
 from buildbay.auth.tokens import derive_key, hash_token
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.models import Build, InstallLink
@@ -105,9 +106,11 @@ _OWN_LIVE_LINK = (
 )
 
 
-def profile_service(public_url: str, challenge: str) -> dict[str, Any]:
+def profile_service(public_url: str, challenge: str, account: str) -> dict[str, Any]:
     """The Profile Service payload: where the device sends which of its attributes, with the
-    challenge that binds its answer to the person who asked for the profile."""
+    challenge that binds its answer to the person who asked for the profile, and that person's
+    address (`account`) in the description iOS shows before it installs the profile: someone
+    handed another's profile sees whose account their device would join."""
     host = urlsplit(public_url).hostname or "localhost"
     return {
         "PayloadType": "Profile Service",
@@ -117,9 +120,10 @@ def profile_service(public_url: str, challenge: str) -> dict[str, Any]:
         "PayloadDisplayName": "Buildbay: register this device",
         "PayloadOrganization": f"Buildbay ({host})",
         "PayloadDescription": (
-            f"Sends this device's UDID, model, system version, serial number and name to "
-            f"Buildbay at {host}, so that the developers can make builds that install on it. "
-            "Nothing stays installed: the profile only asks the device for these."
+            f"Registers this device to the Buildbay account of {account} at {host}: sends its "
+            "UDID, model, system version, serial number and name there, so that the developers "
+            "can make builds that install on it. Nothing stays installed: the profile only asks "
+            "the device for these. If this is not your account, do not install it."
         ),
         "PayloadContent": {
             "URL": f"{public_url}{ENROLL_PATH}/{challenge}",
@@ -308,7 +312,10 @@ class Enrollment:
             )
         )
         await self.db.flush()
-        return mobileconfig(profile_service(self.public_url, token), self.signer)
+        person = await user_by_id(self.reads, user_id)
+        assert person is not None  # signed in, or the owner of a live install link
+        payload = profile_service(self.public_url, token, person.email)
+        return mobileconfig(payload, self.signer)
 
     async def challenge(self, token: str) -> ChallengeRecord:
         """The live challenge `token` names: 404 if there is none, 410 if it was used or has
