@@ -399,7 +399,7 @@ async def test_register_all_sends_only_the_members_devices_not_yet_registered_an
     r = await team.register_all()
 
     assert r.status_code == 200, r.text
-    assert r.json() == {"registrations": [], "refused": [], "remaining": 0}
+    assert r.json() == {"registrations": [], "refused": [], "remaining": 0, "lastSent": None}
     assert len(receiver.received) == before + 3
 
 

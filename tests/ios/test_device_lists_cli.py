@@ -159,7 +159,7 @@ def test_devices_export_writes_apple_s_file_or_the_csv(acme: Acme, tmp_path: Pat
         == (
             "Device ID\tDevice Name\tDevice Platform\n"
             f"{udid(1)}\tAna's iPhone\tios\n"
-            f"{udid(2)}\t=cmd|' /C calc'!A0\tios\n"
+            f"{udid(2)}\tcmd|' /C calc'!A0\tios\n"  # no formula's start
             f"{udid(3)}\tDev Mac\tmac\n"
         ).encode()
     )

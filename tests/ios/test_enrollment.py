@@ -654,9 +654,10 @@ async def test_the_page_after_enrolling_lives_an_hour_and_cannot_be_forged(
     profile = await _profile(browser)
     page_path = enrolled_path(await enroll(client, profile, signed_answer(profile.challenge)))
     [device] = await _devices(client, ada)
-    device_id, build, expires, mac = page_path.rsplit("/", 1)[1].split(".")
+    device_id, person, build, expires, mac = page_path.rsplit("/", 1)[1].split(".")
+    assert (device_id, person) == (device["id"], ada.user["id"])
 
-    forged = f"/devices/enrolled/{device_id}.{build}.{int(expires) + 3600}.{mac}"
+    forged = f"/devices/enrolled/{device_id}.{person}.{build}.{int(expires) + 3600}.{mac}"
     assert (await client.get(forged)).status_code == 404
     assert (await client.get(f"/devices/enrolled/{device['id']}")).status_code == 404
     clock.advance(hours=1)

@@ -67,6 +67,7 @@ class AppleRegistrationBatch(Model):
     registrations: list[AppleRegistration]
     refused: list[AppleRefusal]
     remaining: int
+    last_sent: str | None = None  # the last device sent to Apple: the next call's `after`
 
 
 def _project(project_id: str) -> str:
@@ -96,7 +97,12 @@ def register_device_with_apple(project_id: str, device_id: str) -> Op[AppleRegis
     return Op("POST", path, AppleRegistration)
 
 
-def register_missing_with_apple(project_id: str) -> Op[AppleRegistrationBatch]:
-    """Register up to 20 of the devices not yet registered; `remaining` says how many are left."""
+def register_missing_with_apple(
+    project_id: str, after: str | None = None
+) -> Op[AppleRegistrationBatch]:
+    """Register up to 20 of the devices not yet registered, after the device `after` (the last
+    call's `last_sent`: the devices Apple refused are not sent again); `remaining` says how many
+    are left."""
     path = f"{_project(project_id)}/devices/register-with-apple"
-    return Op("POST", path, AppleRegistrationBatch)
+    params = {"after": after} if after else {}
+    return Op("POST", path, AppleRegistrationBatch, params=params)

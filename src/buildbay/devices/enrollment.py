@@ -32,6 +32,7 @@ from xml.parsers.expat import ExpatError
 from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.auth.reads import user_by_id
 from buildbay.auth.tokens import derive_key, hash_token
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.models import Build, InstallLink
@@ -46,7 +47,7 @@ from buildbay.devices.service import DeviceDescription, DeviceService, Enrolled,
 from buildbay.errors import BadRequest, Gone, NotFound
 from buildbay.ids import ID_PATTERN
 from buildbay.projects.models import ProjectMember
-from buildbay.text import BIDI_CONTROLS, CONTROL, WHITESPACE
+from buildbay.text import BIDI_CONTROLS, CONTROL, WHITESPACE, shown_text_problem
 
 CHALLENGE_LIFETIME = timedelta(hours=1)
 # A device's answer is a few kilobytes (a plist of five strings and its certificates).
@@ -105,9 +106,11 @@ _OWN_LIVE_LINK = (
 )
 
 
-def profile_service(public_url: str, challenge: str) -> dict[str, Any]:
+def profile_service(public_url: str, challenge: str, account: str) -> dict[str, Any]:
     """The Profile Service payload: where the device sends which of its attributes, with the
-    challenge that binds its answer to the person who asked for the profile."""
+    challenge that binds its answer to the person who asked for the profile, and that person's
+    address (`account`) in the description iOS shows before it installs the profile: someone
+    handed another's profile sees whose account their device would join."""
     host = urlsplit(public_url).hostname or "localhost"
     return {
         "PayloadType": "Profile Service",
@@ -117,9 +120,10 @@ def profile_service(public_url: str, challenge: str) -> dict[str, Any]:
         "PayloadDisplayName": "Buildbay: register this device",
         "PayloadOrganization": f"Buildbay ({host})",
         "PayloadDescription": (
-            f"Sends this device's UDID, model, system version, serial number and name to "
-            f"Buildbay at {host}, so that the developers can make builds that install on it. "
-            "Nothing stays installed: the profile only asks the device for these."
+            f"Registers this device to the Buildbay account of {account} at {host}: sends its "
+            "UDID, model, system version, serial number and name there, so that the developers "
+            "can make builds that install on it. Nothing stays installed: the profile only asks "
+            "the device for these. If this is not your account, do not install it."
         ),
         "PayloadContent": {
             "URL": f"{public_url}{ENROLL_PATH}/{challenge}",
@@ -197,18 +201,22 @@ def _attribute(attributes: dict[str, Any], key: str, pattern: re.Pattern[str]) -
 def _shown_name(value: object, product: str) -> str:
     """The device's name as pages, mails and Apple's list may show it: no control or
     bidirectional-control character, trimmed, at most NAME_MAX characters; the model's family
-    (`iPhone`, `iPad`, `Mac`) if it sends none."""
+    (`iPhone`, `iPad`, `Mac`) if it sends none, or one that shows nothing (zero-width
+    characters alone: a rename refuses such a name too)."""
     name = " ".join(value.translate(_NOT_SHOWN).split()) if isinstance(value, str) else ""
     name = name.strip(WHITESPACE)[:NAME_MAX].strip(WHITESPACE)
-    if name:
+    if name and shown_text_problem(name) is None:
         return name
     family = re.match(r"[A-Za-z]+", product)
     return family.group() if family else "Device"
 
 
 class EnrolledLinks:
-    """The page a device's Safari opens once it has enrolled: `{device}.{build}.{expiry}.{mac}`,
-    for an hour. No session: the device's browser has none; the reference is the credential."""
+    """The page a device's Safari opens once it has enrolled:
+    `{device}.{person}.{build}.{expiry}.{mac}`, for an hour. No session: the device's browser
+    has none; the reference is the credential. It names the person the device was enrolled for:
+    once the device is someone else's, the page is gone (it would show their device, and lead
+    to their own install link)."""
 
     def __init__(self, master_key: bytes, public_url: str) -> None:
         self._key = derive_key(master_key, "device-enrolled-page")
@@ -218,19 +226,19 @@ class EnrolledLinks:
         digest = hmac.new(self._key, text.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest[:18]).decode()
 
-    def url(self, device_id: str, build_id: str | None, now: datetime) -> str:
+    def url(self, device_id: str, user_id: str, build_id: str | None, now: datetime) -> str:
         expires = int((now + ENROLLED_PAGE_LIFETIME).timestamp())
-        text = f"{device_id}.{build_id or '-'}.{expires}"
+        text = f"{device_id}.{user_id}.{build_id or '-'}.{expires}"
         return f"{self.public_url}{ENROLLED_PATH}/{text}.{self._mac(text)}"
 
-    def open(self, reference: str, now: datetime) -> tuple[str, str | None]:
-        """The device and build a reference names; 404 if this server did not make it, 410
-        once it has expired."""
+    def open(self, reference: str, now: datetime) -> tuple[str, str, str | None]:
+        """The device, its person and the build a reference names; 404 if this server did not
+        make it, 410 once it has expired."""
         parts = reference.split(".")
-        if len(parts) != 4 or len(reference) > 200 or not reference.isascii():
+        if len(parts) != 5 or len(reference) > 200 or not reference.isascii():
             raise _no_such_page()
-        device_id, build_id, expires, mac = parts
-        if not same_secret(mac, self._mac(f"{device_id}.{build_id}.{expires}")):
+        device_id, user_id, build_id, expires, mac = parts
+        if not same_secret(mac, self._mac(f"{device_id}.{user_id}.{build_id}.{expires}")):
             raise _no_such_page()
         if not expires.isdigit() or int(expires) <= now.timestamp():
             raise Gone(
@@ -238,7 +246,7 @@ class EnrolledLinks:
                 "your account page",
                 code="enrolled_page_expired",
             )
-        return device_id, None if build_id == "-" else build_id
+        return device_id, user_id, None if build_id == "-" else build_id
 
 
 def _no_such_page() -> NotFound:
@@ -304,7 +312,10 @@ class Enrollment:
             )
         )
         await self.db.flush()
-        return mobileconfig(profile_service(self.public_url, token), self.signer)
+        person = await user_by_id(self.reads, user_id)
+        assert person is not None  # signed in, or the owner of a live install link
+        payload = profile_service(self.public_url, token, person.email)
+        return mobileconfig(payload, self.signer)
 
     async def challenge(self, token: str) -> ChallengeRecord:
         """The live challenge `token` names: 404 if there is none, 410 if it was used or has
@@ -355,14 +366,14 @@ class Enrollment:
         if not taken.rowcount:  # type: ignore[attr-defined]
             raise Gone("This registration link was used already", code="challenge_used")
         enrolled: Enrolled = await self.devices.enroll(challenge.user_id, described)
-        return self.links.url(enrolled.device.id, challenge.build_id, self.now)
+        return self.links.url(enrolled.device.id, challenge.user_id, challenge.build_id, self.now)
 
     async def enrolled_page(self, reference: str) -> EnrolledPage:
-        """What the page after an enrollment shows: the device (410 if it was deleted since),
-        and the way back to the build the tester came from, if any."""
-        device_id, build_id = self.links.open(reference, self.now)
+        """What the page after an enrollment shows: the device (410 if it was deleted since, or
+        is someone else's now), and the way back to the build the tester came from, if any."""
+        device_id, user_id, build_id = self.links.open(reference, self.now)
         device = await device_by_id(self.reads, device_id)
-        if device is None:
+        if device is None or device.user_id != user_id:
             raise Gone("This device was removed from its account since", code="device_gone")
         return EnrolledPage(device, await self._back_to(build_id, device.user_id))
 

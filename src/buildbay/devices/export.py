@@ -65,13 +65,18 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 # Tabs, line breaks and every other control character (Unicode's Cc), and Unicode's line and
 # paragraph separators: none may split Apple's columns or lines. A run of them is one space.
 _LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# The start of a name that a spreadsheet would read as a formula: those characters, and the
+# spaces between them.
+_FORMULA_START = re.compile(r"^[=+\-@\s]+")
 
 
 def apple_name(device: DeviceRecord) -> str:
-    """The device's name as Apple's file takes it: on one line, within 50 characters, never
-    empty (the model, `iPhone14,2`, stands in for a name that is only spaces)."""
-    text = _LINE_BREAKING.sub(" ", device.name).strip()[:APPLE_NAME_MAX].rstrip()
-    return text or device.model[:APPLE_NAME_MAX] or device.udid
+    """The device's name as Apple's file takes it: on one line, within 50 characters, not
+    starting as a formula does (the file is tab-separated text, which spreadsheets open too:
+    the characters that would start one go, as Apple keeps no quote), never empty (the model,
+    `iPhone14,2`, stands in for a name that is only spaces or those characters)."""
+    text = _FORMULA_START.sub("", _LINE_BREAKING.sub(" ", device.name))[:APPLE_NAME_MAX].rstrip()
+    return text or _FORMULA_START.sub("", device.model)[:APPLE_NAME_MAX] or device.udid
 
 
 def apple_line(device: DeviceRecord) -> str:

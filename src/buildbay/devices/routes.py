@@ -149,6 +149,7 @@ _PAGES = {
         "Register the device from your own account or your own install link.",
     ),
     "answer_too_large": ("This answer is too large", _AGAIN),
+    "device_enrolled_elsewhere": ("This device is someone else's", ""),
     "enrolled_page_expired": ("This page has expired", ""),
     "device_gone": ("This device was removed", ""),
 }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, case, delete, select, update
+from sqlalchemy import bindparam, case, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth.models import User
@@ -25,7 +25,7 @@ from buildbay.devices.reach import DEVICE
 from buildbay.devices.records import DeviceRecord
 from buildbay.devices.schemas import device_schema
 from buildbay.distribution.membership import insert_of
-from buildbay.errors import NotFound
+from buildbay.errors import Conflict, NotFound
 from buildbay.ids import new_id
 from buildbay.mail.headers import UnmailableAddress
 from buildbay.mail.message import render
@@ -126,9 +126,16 @@ class DeviceService:
         self.reads = Reads.within(db)
 
     async def enroll(self, owner_id: str, described: DeviceDescription) -> Enrolled:
-        """Record the device as `owner_id`'s: a new row, or the UDID's row updated (its owner
-        too: whoever holds the phone enrolls it). Its name stays the one its owner gave it if
-        they enroll it again. Then every project of the owner hears of it."""
+        """Record the device as `owner_id`'s: a new row, or the UDID's row updated. Its name
+        stays the one its owner gave it if they enroll it again. Then every project of the owner
+        hears of it.
+
+        A device someone else enrolled moves to `owner_id` (a phone handed on) only if the
+        answer names the serial number it was recorded with (or none was recorded): the
+        answer's signature proves nothing of the device (devices/cms.py), and UDIDs are no
+        secret (every ad-hoc build's profile lists them to whoever downloads it), while a serial
+        number is shown only to the device's holder and the developers of their projects.
+        409 `device_enrolled_elsewhere` otherwise."""
         before = await self.reads.first(_DEVICE_BY_UDID, {"udid": described.udid})
         statement = insert_of(self.db, Device).values(
             id=new_id("dev"),
@@ -145,10 +152,12 @@ class DeviceService:
         new: Any = statement.excluded  # type: ignore[attr-defined]
         same_owner = Device.user_id == new.user_id
         # One statement, whoever enrolls the same UDID at the same moment: the row is updated,
-        # never a second one inserted (nor a unique-constraint error answered).
+        # never a second one inserted (nor a unique-constraint error answered); or left as it
+        # is, someone else's, for an answer that does not show the device's serial number.
         await self.db.execute(
             statement.on_conflict_do_update(  # type: ignore[attr-defined]
                 index_elements=[Device.udid],
+                where=or_(same_owner, Device.serial.is_(None), Device.serial == new.serial),
                 set_={
                     "user_id": new.user_id,
                     "name": case((same_owner, Device.name), else_=new.name),
@@ -163,6 +172,14 @@ class DeviceService:
         )
         row = await self.reads.first(_DEVICE_BY_UDID, {"udid": described.udid})
         assert row is not None  # written just now, in this transaction
+        if row["user_id"] != owner_id:
+            raise Conflict(
+                "This device is registered to another account on this server, and its answer "
+                "does not name the serial number it was registered with. If the device is yours "
+                "now, whoever registered it first removes it from their account (their "
+                "devices, on their account page); then register it again",
+                code="device_enrolled_elsewhere",
+            )
         device = DEVICE.of(row)
         reenrolled = before is not None and before["user_id"] == owner_id
         await self._tell(device, reenrolled=reenrolled)

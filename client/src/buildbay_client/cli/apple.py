@@ -60,22 +60,22 @@ def register_with_apple(
     from buildbay_client import apple
 
     registered: list[Any] = []
-    refused: dict[str, Any] = {}  # by device: each round sends the refused ones again
+    refused: dict[str, Any] = {}  # by device
     remaining = 0
     with connect(ctx) as client:
         pid = project_id(client, project)
         if device is not None:
             registered.append(client.run(apple.register_device_with_apple(pid, device)))
         else:
+            after = None
             for _ in range(MAX_ROUNDS):
-                batch = client.run(apple.register_missing_with_apple(pid))
+                batch = client.run(apple.register_missing_with_apple(pid, after))
                 registered += batch.registrations
                 refused.update((r.device_id, r) for r in batch.refused)
-                for r in batch.registrations:
-                    refused.pop(r.device_id, None)
                 remaining = batch.remaining
-                if not batch.registrations or not remaining:
-                    break  # done, or nothing more goes through (Apple refused those left)
+                after = batch.last_sent
+                if after is None or not remaining:
+                    break  # done: none left, or none after those sent (Apple refused those)
     if as_json:
         from buildbay_client.models import to_json
 

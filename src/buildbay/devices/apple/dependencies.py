@@ -25,7 +25,7 @@ def apple_key_service(ctx: AppContext, db: AsyncSession) -> AppleKeyService:
 def apple_registration_service(ctx: AppContext, db: AsyncSession) -> AppleRegistrationService:
     settings = ctx.settings
     apple = AppleApi(settings.apple_api_url, settings.apple_api_timeout_seconds)
-    return AppleRegistrationService(db, ctx.clock, key_seal(ctx), apple)
+    return AppleRegistrationService(db, ctx.clock, key_seal(ctx), apple, ctx.limiter)
 
 
 KeyService = Annotated[AppleKeyService, in_unit_of_work(apple_key_service)]

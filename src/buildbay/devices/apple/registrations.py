@@ -8,11 +8,20 @@ request did so first (and only if its device still exists). A device registered 
 project before is answered as it is, without asking Apple again.
 
 "Register all missing" registers at most BATCH devices one after the other, within
-BATCH_SECONDS, and says how many remain: a client calls again until none does. An answer of
-Apple's that would refuse every device after it (the key refused, the yearly limit, the hourly
-quota, Apple unreachable) ends the batch: that problem is the answer, what was registered before
-it stands (`registered`, `remaining` in the problem). Apple refusing one device (its UDID) does
-not: it is listed under `refused` and the next device goes.
+BATCH_SECONDS, and says how many remain and the last device it sent: a client calls again after
+that device until a call sends none. After it, not from the start: the devices Apple refuses
+stay missing, and BATCH of them at the head would otherwise be all that every call sends.
+
+An answer of Apple's that would refuse every device after it (the key refused, the yearly
+limit, the hourly quota, Apple unreachable) ends the batch: that problem is the answer, what was
+registered before it stands (`registered`, `remaining` in the problem). Apple refusing one
+device (its UDID) does not: it is listed under `refused` and the next device goes.
+
+Whoever calls, Buildbay sends Apple at most REQUESTS_PER_HOUR registrations of a project's
+devices in an hour (counted as the request budgets are, ratelimit/limiter.py): the project's key
+has an hourly quota at Apple that the team's other tools share, and the devices Apple refuses
+stay missing, so that each call would send them again. Apple registers at most 100 devices of a
+kind a year, so no team needs more; past it, 429 `apple_requests_throttled` ends the batch.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
+from limits import RateLimitItemPerHour
 from sqlalchemy import and_, bindparam, exists, func, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
@@ -44,12 +54,20 @@ from buildbay.devices.apple.enums import Outcome
 from buildbay.devices.apple.keys import AppleKey, KeySeal, usable_key
 from buildbay.devices.models import AppleDeviceRegistration, Device
 from buildbay.devices.records import DeviceRecord
-from buildbay.errors import NotFound
+from buildbay.errors import NotFound, RateLimited
 from buildbay.ids import split_page
 from buildbay.projects.models import ProjectMember
+from buildbay.ratelimit.limiter import RateLimiter
 
 BATCH = 20  # devices a "register all missing" sends at most
 BATCH_SECONDS = 30.0  # and for at most this long (a device under way is finished)
+REQUESTS_PER_HOUR = RateLimitItemPerHour(100)  # devices sent to Apple, per project
+
+
+class RequestsThrottled(AppleStop, RateLimited):
+    """The project's budget of registrations sent to Apple is spent for the hour."""
+
+    code = "apple_requests_throttled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,7 @@ class Batch:
     registrations: list[Registration]
     refused: list[Refused]
     remaining: int  # devices of the project's members not registered through it, after this
+    last_sent: str | None  # the last device Apple was sent (None: none was)
 
 
 DEVICE = RecordOf(DeviceRecord, Device)
@@ -103,7 +122,7 @@ _MEMBERS_DEVICE = (
 _MISSING = (
     select(*DEVICE.columns)
     .join(ProjectMember, _MEMBERS)
-    .where(~_REGISTERED)
+    .where(~_REGISTERED, Device.id > bindparam("after"))
     .order_by(Device.id)
     .limit(bindparam("limit"))
 )
@@ -188,12 +207,15 @@ class AppleApi:
 
 
 class AppleRegistrationService:
-    def __init__(self, db: AsyncSession, clock: Clock, seal: KeySeal, apple: AppleApi) -> None:
+    def __init__(
+        self, db: AsyncSession, clock: Clock, seal: KeySeal, apple: AppleApi, limiter: RateLimiter
+    ) -> None:
         self.db = db
         self.clock = clock
         self.now = clock.now()
         self.seal = seal
         self.apple = apple
+        self.limiter = limiter
         self.reads = Reads.within(db)
 
     async def register_device(self, project_id: str, device_id: str, by: str) -> Registration:
@@ -211,22 +233,26 @@ class AppleRegistrationService:
             return Registration(before, entry, Outcome.UNCHANGED)
         key = await usable_key(self.reads, self.seal, project_id)
         async with connection_released(self.db), self._conversation(key) as apple:
+            await self._spend(project_id)
             answer = await apple.register(entry)
         record = await self._record(project_id, device, answer, by)
         if record is None:  # deleted while Apple answered
             raise device_not_found()
         return Registration(record, entry, _outcome_of(answer))
 
-    async def register_missing(self, project_id: str, by: str) -> Batch:
+    async def register_missing(self, project_id: str, by: str, after: str | None = None) -> Batch:
         """Register the project's members' devices not yet registered through it, at most
-        BATCH of them (see the module's docstring)."""
+        BATCH of them, those after the device `after` (see the module's docstring)."""
         key = await usable_key(self.reads, self.seal, project_id)
-        rows = await self.reads.all(_MISSING, {"project_id": project_id, "limit": BATCH})
+        rows = await self.reads.all(
+            _MISSING, {"project_id": project_id, "limit": BATCH, "after": after or ""}
+        )
         missing = int(await self.reads.scalar(_MISSING_COUNT, {"project_id": project_id}) or 0)
         devices = [DEVICE.of(row) for row in rows]
         answered: list[tuple[DeviceRecord, DeviceEntry, Registered]] = []
         refused: list[Refused] = []
         stop: AppleStop | None = None
+        last_sent: str | None = None
         if devices:
             async with connection_released(self.db), self._conversation(key) as apple:
                 deadline = self.clock.monotonic() + BATCH_SECONDS
@@ -235,6 +261,8 @@ class AppleRegistrationService:
                         break
                     entry = entry_of(device)
                     try:
+                        await self._spend(project_id)
+                        last_sent = device.id
                         answered.append((device, entry, await apple.register(entry)))
                     except AppleRefusedDevice as exc:
                         refused.append(Refused(device, entry, exc.code, exc.detail))
@@ -254,7 +282,18 @@ class AppleRegistrationService:
                 registered=[r.record.device.id for r in registrations], remaining=remaining
             )
             raise stop
-        return Batch(registrations, refused, remaining)
+        return Batch(registrations, refused, remaining, last_sent)
+
+    async def _spend(self, project_id: str) -> None:
+        """Count one registration sent to Apple for the project; 429 once the hour's are."""
+        wait = await self.limiter.throttle("apple-devices", project_id, REQUESTS_PER_HOUR)
+        if wait is not None:
+            raise RequestsThrottled(
+                f"This project has sent Apple {REQUESTS_PER_HOUR.amount} device registrations "
+                f"in the last hour, as many as Buildbay sends for a project (Apple registers at "
+                f"most 100 devices of a kind a year); try again in {wait} seconds",
+                headers={"Retry-After": str(wait)},
+            )
 
     def _conversation(self, key: AppleKey) -> AbstractAsyncContextManager[AppStoreConnect]:
         return conversation(self.apple.base_url, key, self.now, answer_within=self.apple.timeout)

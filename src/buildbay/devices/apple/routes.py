@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Depends, Path, Query, Response, status
 
 from buildbay.auth.enums import TokenScope
 from buildbay.deps import Page, ReadsDep, TransactionRoute
@@ -24,6 +24,7 @@ from buildbay.devices.apple.registrations import (
     RegistrationRecord,
     registrations_of,
 )
+from buildbay.ids import ID_PATTERN
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, project_access
 from buildbay.projects.authorization import ProjectAccess
@@ -33,6 +34,8 @@ from buildbay.schemas import PAGE_QUERY
 router = APIRouter(prefix="/api/projects/{id}", tags=["devices"], route_class=TransactionRoute)
 
 DeviceId = Annotated[str, Path(alias="deviceId")]
+# A device's id, as `?after=` takes it.
+ID_QUERY_PATTERN = f"^{ID_PATTERN.pattern}$"
 
 # Developers read which key is set and what was registered (read-only requests), and register
 # devices (a unit of work, whose connection is given back while Apple answers).
@@ -140,18 +143,28 @@ async def register_device_with_apple(
 
 @router.post(
     "/devices/register-with-apple",
-    responses=problem_responses(401, 403, 404, 409, 429, 502),
+    responses=problem_responses(401, 403, 404, 409, 422, 429, 502),
     summary="Register the members' devices not yet registered with Apple through the project, "
     "20 at a time (developer+)",
 )
 async def register_missing_with_apple(
-    access: Registrar, service: RegistrationService
+    access: Registrar,
+    service: RegistrationService,
+    after: Annotated[
+        str | None,
+        Query(
+            pattern=ID_QUERY_PATTERN,
+            description="Only the devices after this one (the last call's `lastSent`), so "
+            "that the devices Apple refused are not sent again and again",
+        ),
+    ] = None,
 ) -> schemas.AppleRegistrationBatch:
-    batch = await service.register_missing(access.project.id, access.caller.user.id)
+    batch = await service.register_missing(access.project.id, access.caller.user.id, after)
     return schemas.AppleRegistrationBatch(
         registrations=[registration_schema(r) for r in batch.registrations],
         refused=[refusal_schema(r) for r in batch.refused],
         remaining=batch.remaining,
+        last_sent=batch.last_sent,
     )
 
 

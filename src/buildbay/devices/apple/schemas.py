@@ -116,8 +116,12 @@ class AppleRegistrationBatch(ApiModel):
     registrations: list[AppleRegistration]
     refused: list[AppleRefusal] = Field(description="Devices Apple refused (an invalid UDID)")
     remaining: int = Field(
-        description="Devices of the project's members still not registered through it: call "
-        "again while it is above zero and the last call registered some"
+        description="Devices of the project's members still not registered through it (those "
+        "Apple refused included)"
+    )
+    last_sent: str | None = Field(
+        description="The last device this call sent to Apple: call again with it as `?after=` "
+        "(past the devices Apple refused) until a call sends none (null)"
     )
 
 
