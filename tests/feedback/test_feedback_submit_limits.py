@@ -186,14 +186,22 @@ async def test_an_empty_file_part_is_no_screenshot(world: World) -> None:
 
 
 @pytest.mark.parametrize(
-    "context",
-    ['{"a": "\\u0000"}', '{"\\u0000": 1}', '{"a": ["\\ud800"]}', '{"\\udfff": 1}'],
+    ("context", "kept"),
+    [
+        ('{"a": "x\\u0000y"}', {"a": "x\ufffdy"}),
+        ('{"\\u0000": 1}', {"\ufffd": 1}),
+        ('{"a": ["\\ud800", "\\ud83d\\ude00"]}', {"a": ["\ufffd", "\U0001f600"]}),
+        ('{"\\udfff": 1}', {"\ufffd": 1}),
+    ],
 )
-async def test_a_context_with_nul_or_half_a_surrogate_pair_is_refused(
-    world: World, context: str
+async def test_a_context_s_nul_or_half_a_surrogate_pair_is_kept_as_a_replacement_character(
+    world: World, context: str, kept: dict[str, object]
 ) -> None:
-    message = refused(await world.send(world.tester, {"context": context}), "context")
-    assert "NUL" in message or "surrogate" in message
+    """Neither is text UTF-8 or PostgreSQL keeps; the report is taken, the character shown as
+    a browser shows it (a whole surrogate pair is one character, kept)."""
+    r = await world.send(world.tester, {"context": context})
+    assert r.status_code == 201, r.text
+    assert r.json()["context"] == kept
 
 
 async def test_a_screenshot_over_10_mib_is_refused_as_it_arrives(world: World) -> None:

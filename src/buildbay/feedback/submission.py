@@ -37,6 +37,9 @@ from buildbay.errors import BadRequest, FieldError, PayloadTooLarge, ValidationF
 from buildbay.feedback.enums import FeedbackCategory
 from buildbay.schemas import NUL, WHITESPACE, Email
 
+REPLACEMENT = "\ufffd"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
@@ -341,28 +344,22 @@ def _context(raw: bytearray | None) -> dict[str, Any] | None:
         raise ValueError("is not JSON") from None
     if not isinstance(context, dict):
         raise ValueError('must be a JSON object, like {"model": "Pixel 8", "os": "14"}')
-    _check_strings(context)
-    return context
+    return _representable(context)  # type: ignore[no-any-return]
 
 
-def _check_strings(value: object) -> None:
-    """No key or string in the JSON holds NUL (PostgreSQL keeps no such text) or half of a
-    UTF-16 surrogate pair written as an escape (no UTF-8 text holds one)."""
-    items: list[object] = [value]
-    while items:
-        item = items.pop()
-        if isinstance(item, dict):
-            items.extend(item.keys())
-            items.extend(item.values())
-        elif isinstance(item, list):
-            items.extend(item)
-        elif isinstance(item, str):
-            if NUL in item:
-                raise ValueError("cannot contain the NUL character (U+0000)")
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError("holds half of a UTF-16 surrogate pair (\\ud800 alone)") from None
+def _representable(value: Any) -> Any:
+    """The JSON with each NUL, and each half of a UTF-16 surrogate pair written alone as an
+    escape (`\\ud800`), in its keys and strings replaced by U+FFFD, as a browser shows them:
+    neither is text that UTF-8 or PostgreSQL can keep, and a device's context is what the app
+    sent, not a reason to lose the report."""
+    if isinstance(value, dict):
+        return {_representable(k): _representable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_representable(item) for item in value]
+    if isinstance(value, str):
+        text = value.replace(NUL, REPLACEMENT)
+        return _LONE_SURROGATE.sub(REPLACEMENT, text)
+    return value
 
 
 def _reporter_email(raw: bytearray | None) -> str | None:
