@@ -169,7 +169,7 @@ async def test_a_key_that_leaves_the_object_tree_is_refused_everywhere(
     with pytest.raises(ObjectNotFound):
         await local.stat(key)
     with pytest.raises(ObjectNotFound):
-        await local.compute_sha256(key)
+        await local.compute_digests(key)
     with pytest.raises(ObjectNotFound):
         await local.delete(key)
     with pytest.raises(ObjectNotFound):
@@ -220,7 +220,7 @@ async def test_stat_forgets_the_hash_when_the_object_was_replaced_by_hand(
     assert info is not None
     assert info.size == len(other)
     assert info.sha256 is None
-    assert await local.compute_sha256(key) == hashlib.sha256(other).hexdigest()
+    assert (await local.compute_digests(key)).sha256 == hashlib.sha256(other).hexdigest()
 
 
 async def test_stat_forgets_the_hash_when_the_object_was_truncated_by_hand(

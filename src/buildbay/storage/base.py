@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import concurrent.futures
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator
@@ -25,6 +27,8 @@ from buildbay.errors import (
 class ObjectInfo:
     size: int
     sha256: str | None  # None when the backend does not know it without reading the bytes
+    # Base64 of the SHA-512 (as electron-updater reads it), where the backend knows it too.
+    sha512: str | None = None
     # The version of these bytes where the backend keeps several (an S3 bucket with versioning):
     # verify pins it, so a later PUT to a still-valid upload URL cannot change a ready build.
     version: str | None = None
@@ -82,12 +86,82 @@ READ_BLOCK = 1024 * 1024
 LIST_PAGE = 1000  # keys a page of `Storage.stored_keys` (S3's ListObjectsV2 page)
 
 
-def sha256_of(stream: IO[bytes]) -> str:
-    """Hex SHA-256 of what is left to read in `stream`, read in blocks (blocking: a thread's)."""
-    digest = hashlib.sha256()
+@dataclass(frozen=True, slots=True)
+class Digests:
+    """A file's SHA-256 (hex, as the API shows it) and SHA-512 (base64, as electron-updater
+    reads it), from one pass over its bytes."""
+
+    sha256: str
+    sha512: str
+
+
+class Hashes:
+    """The SHA-256 and SHA-512 of the same bytes, as they are read or arrive. Each hash
+    releases the interpreter's lock on large blocks: `submit` runs the two side by side."""
+
+    def __init__(self, sha256: Digest | None = None, sha512: Digest | None = None) -> None:
+        self.sha256: Digest = sha256 or hashlib.sha256()
+        self.sha512: Digest = sha512 or hashlib.sha512()
+
+    def copy(self) -> Hashes:
+        return Hashes(self.sha256.copy(), self.sha512.copy())
+
+    def update(self, data: bytes) -> None:
+        """Both hashes, side by side: the SHA-512 in another thread (blocking)."""
+        second = _SECOND_HASH.submit(self.sha512.update, data)
+        self.sha256.update(data)
+        second.result()
+
+    def submit(
+        self, pool: concurrent.futures.Executor, block: list[bytes]
+    ) -> list[concurrent.futures.Future[object]]:
+        """Hash the block's chunks into both, each in a thread of `pool`; the futures say when
+        they are done. A hash's blocks must be submitted one after the other, each once the
+        one before it is done."""
+        return [
+            pool.submit(_hash_all, self.sha256, block),
+            pool.submit(_hash_all, self.sha512, block),
+        ]
+
+    def digests(self) -> Digests:
+        return Digests(self.sha256.hexdigest(), base64.b64encode(self.sha512.digest()).decode())
+
+
+class Digest(Protocol):
+    """What a hashlib hash object offers that the stores use."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def copy(self) -> Digest: ...
+
+    def digest(self) -> bytes: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _hash_all(digest: Digest, block: list[bytes]) -> None:
+    for chunk in block:
+        digest.update(chunk)
+
+
+# SHA-512's half of reading a file through both hashes (`digests_of`), beside the reader's.
+_SECOND_HASH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sha512")
+
+
+def digests_of(stream: IO[bytes]) -> Digests:
+    """SHA-256 and SHA-512 of what is left to read in `stream`, read once in blocks; the
+    SHA-512 of a block is computed in another thread while this one does its SHA-256 and reads
+    the next (blocking: a thread's)."""
+    hashes = Hashes()
+    pending: concurrent.futures.Future[object] | None = None
     while block := stream.read(READ_BLOCK):
-        digest.update(block)
-    return digest.hexdigest()
+        if pending is not None:
+            pending.result()
+        pending = _SECOND_HASH.submit(_hash_all, hashes.sha512, [block])
+        hashes.sha256.update(block)
+    if pending is not None:
+        pending.result()
+    return hashes.digests()
 
 
 class StorageError(BuildbayError):
@@ -152,12 +226,12 @@ class Storage(Protocol):
         ...
 
     async def stat(self, key: str) -> ObjectInfo | None:
-        """Size (and sha256 where known) of a stored object; None if there is none."""
+        """Size (and sha256, sha512 where known) of a stored object; None if there is none."""
         ...
 
-    async def compute_sha256(self, key: str, version: str | None = None) -> str:
-        """Read the object (that `version` of it) through SHA-256, off the event loop.
-        ObjectNotFound if absent."""
+    async def compute_digests(self, key: str, version: str | None = None) -> Digests:
+        """Read the object (that `version` of it) once through SHA-256 and SHA-512, off the
+        event loop. ObjectNotFound if absent."""
         ...
 
     def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:
