@@ -19,14 +19,14 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("builds") as batch:
-        batch.add_column(sa.Column("sha512", sa.String(length=88), nullable=True))
-        batch.add_column(sa.Column("architecture", sa.String(length=16), nullable=True))
-        batch.add_column(sa.Column("sparkle_ed_signature", sa.String(length=88), nullable=True))
+    # In place on both databases: a batch copy of `builds` on SQLite would drop the table that
+    # install links, icons and channels point at.
+    op.add_column("builds", sa.Column("sha512", sa.String(length=88), nullable=True))
+    op.add_column("builds", sa.Column("architecture", sa.String(length=16), nullable=True))
+    op.add_column("builds", sa.Column("sparkle_ed_signature", sa.String(length=88), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("builds") as batch:
-        batch.drop_column("sparkle_ed_signature")
-        batch.drop_column("architecture")
-        batch.drop_column("sha512")
+    # In place too (SQLite since 3.35), for the same reason.
+    for column in ("sparkle_ed_signature", "architecture", "sha512"):
+        op.execute(f"ALTER TABLE builds DROP COLUMN {column}")
