@@ -544,3 +544,14 @@ async def test_a_deb_whose_version_holds_a_control_character_is_refused(
     assert problem["detail"] == (
         "This .deb cannot be taken: its Version contains a control character (U+001B)"
     )
+
+
+async def test_the_install_page_names_the_desktop_system_the_build_needs(builds: Builds) -> None:
+    await _platform(builds, "macos")
+    build = await _ready(builds, files.app_zip(), "Example.zip", installLink={})
+
+    page = await builds.client.get(build["installUrl"])
+
+    assert page.status_code == 200, page.text
+    assert "macOS 11.0" in page.text
+    assert "iOS 11.0" not in page.text
