@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from buildbay.config import Settings
 from tests.builds.conftest import Builds, storage_key_of
 from tests.builds.test_metadata import ipa
-from tests.builds.test_multipart import Parts, ctx_of
+from tests.builds.test_multipart import Parts, _upload_id, ctx_of
 from tests.desktop import files
 
 MiB = files.MiB
@@ -100,6 +100,25 @@ async def test_a_build_uploaded_in_one_put_has_both_digests_from_that_put(
     r = await builds.verify(link["buildId"], version="2.0.0")
 
     assert r.json()["sha512"] == _sha512(data)
+
+
+@pytest.mark.parametrize(("platform", "hashed"), [("windows", True), ("other", False)])
+async def test_parts_are_hashed_through_sha512_as_they_arrive_for_a_desktop_application(
+    app: FastAPI, builds: Builds, parts: Parts, platform: str, hashed: bool
+) -> None:
+    await _platform(builds, platform)
+    data = files.msi(12 * MiB + 7)
+    link = await parts.link(data, fileName="Example.msi")
+    await parts.send_all(link["buildId"], data, [2, 1])
+    storage = ctx_of(app).storage
+    key = builds.key_of(link)
+
+    await storage.complete_multipart(key, _upload_id(app, key), len(data), 8 * MiB)
+
+    info = await storage.stat(key)
+    assert info is not None
+    assert info.sha256 == hashlib.sha256(data).hexdigest()  # both known without reading the file
+    assert info.sha512 == (_sha512(data) if hashed else None)
 
 
 async def test_a_large_desktop_build_checked_in_the_background_keeps_the_updaters_fields(

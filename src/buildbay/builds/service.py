@@ -51,7 +51,7 @@ from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.reads import BUILD, BuildReads, storage_usage
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.removed import record_removals
-from buildbay.builds.updaters import UpdaterFields, with_fields
+from buildbay.builds.updaters import UpdaterFields, needs_sha512, with_fields
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.concurrency import lock_row
@@ -122,8 +122,7 @@ class CheckedFile:
     what the file says (with what verify's fields add), and the desktop updaters' facts."""
 
     sha256: str
-    # Base64; None only for a mobile build whose storage knew the SHA-256 without reading it.
-    sha512: str | None
+    sha512: str | None  # base64; a desktop application's build's (updaters.needs_sha512)
     version: str | None
     reading: Reading
     architecture: str | None = None
@@ -703,13 +702,14 @@ class BuildService:
     async def _checked_bytes(
         self, build: BuildRecord, platform: str
     ) -> tuple[str, str | None, str | None]:
-        """The stored bytes' SHA-256, SHA-512 and storage version, once they are all there and
-        match what was declared.
+        """The stored bytes' SHA-256, SHA-512 (for a desktop application's build:
+        updaters.needs_sha512; else as far as the storage knows it) and storage version, once
+        they are all there and match what was declared.
 
-        Both digests come from one read of the bytes where the storage knows neither (a local
-        upload hashed both on the way in). Where it knows the SHA-256 alone (a bucket told the
-        checksum at the PUT), the bytes are read for the SHA-512 only for an application that
-        is not a phone's: the desktop updaters' feeds need it, a phone's installs do not."""
+        Both digests come from the one read of the bytes that already makes the SHA-256: on
+        the way in (a local upload, its parts) or here, where the storage does not know them.
+        Where it knows the SHA-256 alone (a bucket told the checksum at the PUT), a desktop
+        build's bytes are read for both here."""
         info = await self.storage.stat(build.storage_key)
         if info is None:
             raise ValidationFailed(
@@ -722,8 +722,9 @@ class BuildService:
                 code="upload_incomplete",
             )
         sha256, sha512 = info.sha256, info.sha512
-        if sha256 is None or (sha512 is None and platform not in PLATFORM_FILES):
-            digests = await self.storage.compute_digests(build.storage_key, info.version)
+        wanted = needs_sha512(platform)
+        if sha256 is None or (sha512 is None and wanted):
+            digests = await self.storage.compute_digests(build.storage_key, info.version, wanted)
             sha256, sha512 = digests.sha256, digests.sha512
         if build.expected_sha256 is not None and sha256 != build.expected_sha256:
             raise ValidationFailed(

@@ -15,6 +15,7 @@ from typing import Any
 
 from buildbay.builds.desktop import ARCHITECTURES, architecture_of
 from buildbay.builds.macos import architecture_of_app
+from buildbay.builds.metadata import DESKTOP_FILES
 from buildbay.errors import ValidationFailed
 
 SIGNATURE_BYTES = 64  # an Ed25519 signature
@@ -46,6 +47,14 @@ _FILLS = (
     ("minimum_os_version", "minOs", "minimumOsVersion"),
 )
 FROM_VERIFY = "fromVerify"  # the metadata key listing what verify's fields gave
+
+
+def needs_sha512(platform: str) -> bool:
+    """Whether a build of an application of `platform` gets a SHA-512: a desktop one's, which
+    desktop updaters' feeds serve (electron-updater checks the SHA-512). A phone's, or
+    `other`'s, does not pay for it: hashing through SHA-512 costs more processor time than the
+    SHA-256, on every byte of the upload."""
+    return platform in DESKTOP_FILES
 
 
 def ed_signature_problem(value: str) -> str | None:

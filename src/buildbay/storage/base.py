@@ -88,26 +88,36 @@ LIST_PAGE = 1000  # keys a page of `Storage.stored_keys` (S3's ListObjectsV2 pag
 
 @dataclass(frozen=True, slots=True)
 class Digests:
-    """A file's SHA-256 (hex, as the API shows it) and SHA-512 (base64, as electron-updater
-    reads it), from one pass over its bytes."""
+    """A file's SHA-256 (hex, as the API shows it) and, where it was asked for, its SHA-512
+    (base64, as electron-updater reads it), from one pass over its bytes."""
 
     sha256: str
-    sha512: str
+    sha512: str | None = None
 
 
 class Hashes:
-    """The SHA-256 and SHA-512 of the same bytes, as they are read or arrive. Each hash
-    releases the interpreter's lock on large blocks: `submit` runs the two side by side."""
+    """The SHA-256 (and, `with_sha512`, the SHA-512) of the same bytes, as they are read or
+    arrive. Each hash releases the interpreter's lock on large blocks: the two run side by
+    side, in threads of their own.
 
-    def __init__(self, sha256: Digest | None = None, sha512: Digest | None = None) -> None:
-        self.sha256: Digest = sha256 or hashlib.sha256()
-        self.sha512: Digest = sha512 or hashlib.sha512()
+    The SHA-512 is asked for where a desktop updater's feed needs it (a build of a desktop
+    application): it costs more processor time than the SHA-256 (no instructions of its own)."""
+
+    def __init__(self, with_sha512: bool = True) -> None:
+        self.sha256: Digest = hashlib.sha256()
+        self.sha512: Digest | None = hashlib.sha512() if with_sha512 else None
 
     def copy(self) -> Hashes:
-        return Hashes(self.sha256.copy(), self.sha512.copy())
+        copied = Hashes(with_sha512=False)
+        copied.sha256 = self.sha256.copy()
+        copied.sha512 = self.sha512.copy() if self.sha512 is not None else None
+        return copied
 
     def update(self, data: bytes) -> None:
-        """Both hashes, side by side: the SHA-512 in another thread (blocking)."""
+        """Each hash, side by side: the SHA-512 in another thread (blocking)."""
+        if self.sha512 is None:
+            self.sha256.update(data)
+            return
         second = _SECOND_HASH.submit(self.sha512.update, data)
         self.sha256.update(data)
         second.result()
@@ -115,16 +125,22 @@ class Hashes:
     def submit(
         self, pool: concurrent.futures.Executor, block: list[bytes]
     ) -> list[concurrent.futures.Future[object]]:
-        """Hash the block's chunks into both, each in a thread of `pool`; the futures say when
-        they are done. A hash's blocks must be submitted one after the other, each once the
-        one before it is done."""
-        return [
-            pool.submit(_hash_all, self.sha256, block),
-            pool.submit(_hash_all, self.sha512, block),
+        """Hash the block's chunks into each hash, each in a thread of `pool`; the futures say
+        when they are done. A hash's blocks must be submitted one after the other, each once
+        the one before it is done."""
+        futures: list[concurrent.futures.Future[object]] = [
+            pool.submit(_hash_all, self.sha256, block)
         ]
+        if self.sha512 is not None:
+            futures.append(pool.submit(_hash_all, self.sha512, block))
+        return futures
 
     def digests(self) -> Digests:
-        return Digests(self.sha256.hexdigest(), base64.b64encode(self.sha512.digest()).decode())
+        sha512 = self.sha512
+        return Digests(
+            self.sha256.hexdigest(),
+            base64.b64encode(sha512.digest()).decode() if sha512 is not None else None,
+        )
 
 
 class Digest(Protocol):
@@ -148,16 +164,18 @@ def _hash_all(digest: Digest, block: list[bytes]) -> None:
 _SECOND_HASH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sha512")
 
 
-def digests_of(stream: IO[bytes]) -> Digests:
-    """SHA-256 and SHA-512 of what is left to read in `stream`, read once in blocks; the
+def digests_of(stream: IO[bytes], with_sha512: bool = True) -> Digests:
+    """SHA-256 (and SHA-512) of what is left to read in `stream`, read once in blocks; the
     SHA-512 of a block is computed in another thread while this one does its SHA-256 and reads
     the next (blocking: a thread's)."""
-    hashes = Hashes()
+    hashes = Hashes(with_sha512)
+    sha512 = hashes.sha512
     pending: concurrent.futures.Future[object] | None = None
     while block := stream.read(READ_BLOCK):
-        if pending is not None:
-            pending.result()
-        pending = _SECOND_HASH.submit(_hash_all, hashes.sha512, [block])
+        if sha512 is not None:
+            if pending is not None:
+                pending.result()
+            pending = _SECOND_HASH.submit(_hash_all, sha512, [block])
         hashes.sha256.update(block)
     if pending is not None:
         pending.result()
@@ -229,8 +247,10 @@ class Storage(Protocol):
         """Size (and sha256, sha512 where known) of a stored object; None if there is none."""
         ...
 
-    async def compute_digests(self, key: str, version: str | None = None) -> Digests:
-        """Read the object (that `version` of it) once through SHA-256 and SHA-512, off the
+    async def compute_digests(
+        self, key: str, version: str | None = None, with_sha512: bool = True
+    ) -> Digests:
+        """Read the object (that `version` of it) once through SHA-256 (and SHA-512), off the
         event loop. ObjectNotFound if absent."""
         ...
 

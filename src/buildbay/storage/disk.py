@@ -122,7 +122,8 @@ def sidecar_of(path: Path) -> Path:
 def sidecar_text(digests: Digests, size: int, inode: int) -> str:
     """A sidecar: the digests, and the size and inode of the object they describe. (Its first
     three fields were its only ones before the SHA-512 joined them.)"""
-    return f"{digests.sha256} {size} {inode} {digests.sha512}\n"
+    sha512 = f" {digests.sha512}" if digests.sha512 is not None else ""
+    return f"{digests.sha256} {size} {inode}{sha512}\n"
 
 
 def read_sidecar(path: Path, size: int, inode: int) -> tuple[str | None, str | None]:

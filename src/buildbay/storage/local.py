@@ -143,10 +143,12 @@ class LocalStorage:
         except (FileNotFoundError, IsADirectoryError):
             raise ObjectNotFound("No stored object under this key") from None
 
-    async def compute_digests(self, key: str, version: str | None = None) -> Digests:
+    async def compute_digests(
+        self, key: str, version: str | None = None, with_sha512: bool = True
+    ) -> Digests:
         def _hash() -> Digests:
             with self.open_reader(key) as f:
-                return digests_of(f)
+                return digests_of(f, with_sha512)
 
         return await asyncio.to_thread(_hash)
 
@@ -223,8 +225,10 @@ class LocalStorage:
         size: int,
         body: AsyncIterator[bytes],
         before_publish: Callable[[], Awaitable[object]] | None = None,
+        with_sha512: bool = True,
     ) -> ObjectInfo:
-        """Store exactly `size` bytes from `body` under `key`; nothing is kept on any failure.
+        """Store exactly `size` bytes from `body` under `key`, with its SHA-256 (and SHA-512);
+        nothing is kept on any failure.
 
         The event loop only gathers chunks; a block's two hashes and its write run in three
         worker threads, side by side and one block behind the network, so socket, hash and disk
@@ -241,7 +245,7 @@ class LocalStorage:
         # Held until the file is closed (or this process dies): the sweeper leaves it alone.
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         tmp = Path(tmp_name)
-        sink = _HashingFile(fd)
+        sink = _HashingFile(fd, with_sha512)
         # The block before the one being gathered: its hashes and its write, in three threads.
         inflight: list[concurrent.futures.Future[object]] = []
         try:
@@ -289,9 +293,14 @@ class LocalStorage:
             yield page
 
     async def receive_part(
-        self, key: str, number: int, size: int, body: AsyncIterator[bytes]
+        self,
+        key: str,
+        number: int,
+        size: int,
+        body: AsyncIterator[bytes],
+        with_sha512: bool = True,
     ) -> PartInfo:
-        return await self._uploads.receive_part(key, number, size, body)
+        return await self._uploads.receive_part(key, number, size, body, with_sha512)
 
 
 def part_resource(key: str, number: int) -> str:
@@ -300,11 +309,11 @@ def part_resource(key: str, number: int) -> str:
 
 
 class _HashingFile:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, with_sha512: bool) -> None:
         self.fd = fd
-        self._hashes = Hashes()
+        self._hashes = Hashes(with_sha512)
         self._file = FileWriter(fd)
-        self.digests = Digests("", "")
+        self.digests = Digests("")
         self.closed = False
 
     @property

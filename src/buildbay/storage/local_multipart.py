@@ -156,11 +156,17 @@ class MultipartUploads:
             yield found[start : start + LIST_PAGE]
 
     async def receive_part(
-        self, key: str, number: int, size: int, body: AsyncIterator[bytes]
+        self,
+        key: str,
+        number: int,
+        size: int,
+        body: AsyncIterator[bytes],
+        with_sha512: bool = True,
     ) -> PartInfo:
         """Write part `number` (exactly `size` bytes from `body`) at its offset in the upload's
         file. Until the whole copy has been written the part is not listed; on any failure it is
-        left out (a copy that was there before is overwritten in part, so it goes too)."""
+        left out (a copy that was there before is overwritten in part, so it goes too). The
+        upload's first part decides whether its parts are hashed through SHA-512 too."""
         directory = self._upload_dir(key)
         meta = await asyncio.to_thread(_meta, directory)
         offset, length = part_bounds(number, meta["partSize"], meta["size"])
@@ -177,7 +183,7 @@ class MultipartUploads:
             hasher = self._hashers.get(directory)
             if hasher is None:
                 hasher = self._hashers[directory] = _PartHasher(
-                    directory, meta["size"], meta["partSize"]
+                    directory, meta["size"], meta["partSize"], with_sha512
                 )
             inline = hasher.begin_inline(number)  # after the old copy's marker went
             received = await _write_at(data, offset, size, body, hasher.writes, inline)
@@ -222,13 +228,13 @@ class _PartHasher:
     file one call at a time anyway (ext4 holds the inode's lock), and threads that wait here
     sleep, where in the kernel they would spin."""
 
-    def __init__(self, directory: Path, size: int, part_size: int) -> None:
+    def __init__(self, directory: Path, size: int, part_size: int, with_sha512: bool) -> None:
         self.directory, self.size, self.part_size = directory, size, part_size
         self.count = -(-size // part_size)
         self._state = threading.Lock()
         self._running = threading.Lock()
         self._again = False
-        self.hashes = Hashes()
+        self.hashes = Hashes(with_sha512)
         self.seen: dict[int, tuple[int, int]] = {}
         self.writes = threading.Lock()
 

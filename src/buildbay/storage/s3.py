@@ -160,7 +160,9 @@ class S3Storage:
             version=version if version and version != "null" else None,
         )
 
-    async def compute_digests(self, key: str, version: str | None = None) -> Digests:
+    async def compute_digests(
+        self, key: str, version: str | None = None, with_sha512: bool = True
+    ) -> Digests:
         response = await self._call(
             self._client.get_object,
             Bucket=self.bucket,
@@ -171,7 +173,7 @@ class S3Storage:
 
         def _hash() -> Digests:
             with contextlib.closing(body):
-                return digests_of(body)
+                return digests_of(body, with_sha512)
 
         return await self._run(_hash)
 
