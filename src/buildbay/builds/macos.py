@@ -18,7 +18,7 @@ import zlib
 from typing import IO, Any
 from xml.etree.ElementTree import Element
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from buildbay.builds.archive import (
     MetadataError,
@@ -158,7 +158,11 @@ def icns_png(data: bytes) -> bytes:
                 raise MetadataError("icon too large")
             image.load()
             icon = image.convert("RGBA")
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, struct.error) as exc:
+    except MetadataError:
+        raise
+    except MemoryError:
+        raise
+    except Exception as exc:  # Pillow raises many types for a damaged image: no icon, no more
         raise MetadataError(f"not an icon Pillow reads: {type(exc).__name__}") from None
     icon.thumbnail((ICON_SIDE_KEPT, ICON_SIDE_KEPT))
     out = io.BytesIO()
