@@ -29,6 +29,7 @@ Requirements: median ratio upload/baseline >= 0.6, peak RSS growth < 100 MiB (wo
 in parts: median speed at least the one PUT's (ratio >= 1.0), RSS growth < 64 MiB.
 Exits 1 if one is missed.
 Usage: .venv/bin/python bench/upload.py [--size-mib 512] [--repeat 3] [--parts-in-flight 4]
+       [--platform other|linux]  (linux: a .tar.gz to a Linux app: SHA-512 hashed too)
 """
 
 from __future__ import annotations
@@ -102,11 +103,14 @@ class RssSampler(threading.Thread):
         self.peak_kib = max(self.peak_kib, vm_rss_kib(self.pid))
 
 
-def make_source(path: Path, size: int) -> str:
+def make_source(path: Path, size: int, start: bytes = b"") -> str:
+    """Random bytes, after `start` (a format's first bytes), fsynced; their SHA-256."""
     digest = hashlib.sha256()
     with path.open("wb") as f:
-        for _ in range(size // BLOCK):
+        for n in range(size // BLOCK):
             block = os.urandom(BLOCK)
+            if n == 0:
+                block = start + block[len(start) :]
             digest.update(block)
             f.write(block)
         f.flush()
@@ -179,13 +183,13 @@ def put_range(url: str, headers: dict[str, str], source: Path, offset: int, leng
 
 
 def upload_in_parts(
-    client: httpx.Client, builds: str, source: Path, size: int, in_flight: int
+    client: httpx.Client, builds: str, source: Path, size: int, in_flight: int, file_name: str
 ) -> tuple[float, float, str]:
     """(seconds to send every part, seconds from verify to the build being ready, the build's
     sha256) of `source` uploaded in parts, `in_flight` at a time."""
     link = client.post(
         f"{builds}/upload-link",
-        json={"fileName": "bench.apk", "fileSize": size, "multipart": True},
+        json={"fileName": file_name, "fileSize": size, "multipart": True},
     )
     link.raise_for_status()
     build_id, plan = link.json()["buildId"], link.json()["multipart"]
@@ -228,23 +232,37 @@ def main() -> int:
     parser.add_argument(
         "--dir", type=Path, default=None, help="where the temporary files go (default: $TMPDIR)"
     )
+    parser.add_argument(
+        "--platform",
+        choices=sorted(FILES),
+        default="other",
+        help="the application's platform: `linux` uploads a .tar.gz to a Linux application, "
+        "whose bytes are hashed through SHA-512 too (for the desktop updaters' feeds)",
+    )
     args = parser.parse_args()
     size = args.size_mib * MiB
 
     root = Path(tempfile.mkdtemp(prefix="buildbay-bench-upload-", dir=args.dir))
     try:
-        return run(root, size, args.size_mib, args.repeat, args.parts_in_flight)
+        return run(root, size, args.size_mib, args.repeat, args.parts_in_flight, args.platform)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> int:
+# Per platform: the file uploaded, and its first bytes (what verify recognises it by).
+FILES = {"other": ("bench.apk", b""), "linux": ("bench.tar.gz", b"\x1f\x8b")}
+
+
+def run(
+    root: Path, size: int, size_mib: int, repeat: int, in_flight: int, platform: str = "other"
+) -> int:
+    file_name, start = FILES[platform]
     data_dir = root / "data"
     data_dir.mkdir()
     source = root / "source.bin"
     baseline_target = data_dir / "baseline.bin"
     print(f"creating a {size_mib} MiB source file in {root} ...", flush=True)
-    source_sha256 = make_source(source, size)
+    source_sha256 = make_source(source, size, start)
     if source.stat().st_dev != data_dir.stat().st_dev:
         raise SystemExit("the source and the data directory are not on the same filesystem")
 
@@ -272,7 +290,7 @@ def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> in
                 capture_output=True,
             )
         project = create_project(client, "bench upload")
-        application = create_application(client, project, "bench app")
+        application = create_application(client, project, "bench app", platform)
         builds = f"/api/app-distribution/{project}/{application}/builds"
 
         # The first writes of this size on a fresh page cache run at other speeds (slower, then
@@ -290,7 +308,7 @@ def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> in
                 raise SystemExit(f"the sink answered {status}: {sink_body}")
 
             link = client.post(
-                f"{builds}/upload-link", json={"fileName": "bench.apk", "fileSize": size}
+                f"{builds}/upload-link", json={"fileName": file_name, "fileSize": size}
             )
             link.raise_for_status()
             link_body = link.json()
@@ -328,7 +346,7 @@ def run(root: Path, size: int, size_mib: int, repeat: int, in_flight: int) -> in
             parts_sampler.start()
             try:
                 parts_s, parts_verify_s, parts_sha256 = upload_in_parts(
-                    client, builds, source, size, in_flight
+                    client, builds, source, size, in_flight, file_name
                 )
             finally:
                 parts_sampler.stop()

@@ -196,8 +196,8 @@ def seed(fuzz_app: FastAPI) -> Seed:
             "POST",
             f"/api/projects/{project['id']}/applications",
             201,
-            # Of a platform that takes any file, as the scenarios' (_as_a_client_sends_it).
-            json={"name": "Seed installer", "platform": "windows"},
+            # Of the platform that takes any file, as the scenarios' (_as_a_client_sends_it).
+            json={"name": "Seed installer", "platform": "other"},
             headers=auth,
         )
         builds = f"/api/app-distribution/{project['id']}/{app['id']}/builds"
@@ -453,6 +453,10 @@ def _run_sequences(schema: Any, scenarios_wanted: int) -> Counter[tuple[str, int
     return seen
 
 
+# The platforms whose applications take only their own kinds of file.
+OWN_FILES_PLATFORMS = ("android", "ios", "macos", "windows", "linux")
+
+
 def _as_a_client_sends_it(case: Case) -> None:
     """A request as a client sends it. A signed storage URL's parts, as it follows the URL: the
     PUT sends as many bytes as the URL was signed for (when that is at most 1 MiB: the schema
@@ -465,12 +469,12 @@ def _as_a_client_sends_it(case: Case) -> None:
             case.body = (b"buildbay" * (int(size) // 8 + 1))[: int(size)]
     if case.operation.path == "/storage/files/{key}" and isinstance(query.get("name"), str):
         query["name"] = unquote_plus(query["name"])
-    # The bytes a client sends (b"buildbay...") are a readable build of no mobile platform:
-    # the scenarios' applications take any file, so that uploads reach their download.
-    # (What an android or ios application refuses is tested in tests/builds.)
+    # The bytes a client sends (b"buildbay...") are a build of no platform's own format: the
+    # scenarios' applications take any file, so that uploads reach their download. (What a
+    # mobile or desktop application refuses is tested in tests/builds and tests/desktop.)
     body = case.body
     applications = case.operation.path == "/api/projects/{id}/applications"
-    if applications and isinstance(body, dict) and body.get("platform") in ("android", "ios"):
+    if applications and isinstance(body, dict) and body.get("platform") in OWN_FILES_PLATFORMS:
         body["platform"] = "other"
 
 

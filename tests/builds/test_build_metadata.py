@@ -87,7 +87,7 @@ async def test_a_file_that_is_not_the_ipa_it_claims_is_ready_without_metadata(
 
 
 async def test_a_format_not_read_yet_has_neither_metadata_nor_an_error(builds: Builds) -> None:
-    build = (await _verified(builds, IPA, "installer.exe")).json()
+    build = (await _verified(builds, IPA, "installer.7z")).json()
     assert build["metadata"] is None
     assert build["metadataError"] is None
 
@@ -431,13 +431,26 @@ async def test_an_application_that_took_an_apk_refuses_other_files_from_then_on(
     assert_problem(r, 422, "wrong_platform")
 
 
-async def test_an_application_of_another_platform_takes_any_file(builds: Builds) -> None:
-    await _platform(builds, "windows")
+async def test_an_application_of_platform_other_takes_any_file(builds: Builds) -> None:
     r = await _verified(builds, b"MZ an installer", "setup.exe")
     assert r.status_code == 200, r.text
-    r = await _verified(builds, IPA, "Example.ipa")  # read, but no platform is forced on it
+    assert r.json()["metadata"] is None
+    assert r.json()["metadataError"].startswith("Not a readable .exe: not a Windows executable")
+    r = await _verified(builds, b"the bytes of something", "notes.bin")
     assert r.status_code == 200, r.text
-    assert (await _application(builds))["platform"] == "windows"
+    assert (await _application(builds))["platform"] == "other"
+
+
+async def test_a_desktop_application_refuses_a_phone_s_build(builds: Builds) -> None:
+    await _platform(builds, "windows")
+
+    r = await builds.request_link({"fileName": "Example.ipa", "fileSize": len(IPA)})
+
+    problem = assert_problem(r, 422, "wrong_platform")
+    assert problem["detail"] == (
+        "This is a Windows application: it takes .msix, .msi, .exe, .appx, .msixbundle, "
+        '.appxbundle or .zip files, and "Example.ipa" is not one'
+    )
 
 
 async def test_verify_keeps_an_ad_hoc_profile_s_udids_beside_the_build(

@@ -622,6 +622,7 @@ async def test_parts_hashed_as_they_arrive_spare_verify_a_second_read(
     info = await storage.stat(key)
     assert info is not None
     assert info.sha256 == hashlib.sha256(data).hexdigest()  # known without reading the file
+    assert info.sha512 is None  # not a desktop application's build (tests/desktop)
 
 
 async def test_a_part_sent_again_after_it_was_hashed_is_hashed_as_it_now_is(

@@ -242,7 +242,7 @@ async def test_files_without_metadata_start_no_process(
     readers: Callable[..., MetadataReaders],
 ) -> None:
     pool = readers(spin)
-    assert await pool.read(opener(b"MZ"), "setup.exe") == Reading()
+    assert await pool.read(opener(b"7z\xbc\xaf"), "setup.7z") == Reading()
     assert pool.started == 0
 
 

@@ -16,6 +16,7 @@ from tests.builds.android_files import APK, APK_V1, expected
 from tests.builds.test_metadata import INFO, ipa, profile
 from tests.console.test_distribution_pages import browser, text
 from tests.console.test_mail_pages import post, sign_in
+from tests.desktop.files import msix
 from tests.distribution.conftest import Team, settings, smtp, team
 
 __all__ = ["browser", "settings", "smtp", "team"]
@@ -94,6 +95,25 @@ async def test_the_page_of_an_ipa_shows_its_provisioning_profile(
                  "Minimum iOS 16.0", "Provisioning profile ad-hoc",
                  "Profile expires 01 Mar 2027, 12:00", "Devices in the profile 3"):  # fmt: skip
         assert fact in shown, fact
+
+
+async def test_the_page_of_a_desktop_build_shows_what_its_file_says(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    app = await team.api.application(team.owner, team.project["id"], "Acme for Windows",
+                                      platform="windows")  # fmt: skip
+    build = await team.api.upload(
+        team.owner, team.project["id"], app["id"], msix(), "Acme-1.4.2.0.msix", None
+    )
+    await sign_in(browser, team.owner.email)
+
+    shown = text(await browser.get(_page(team, build, app["id"])))
+
+    for fact in ("App name Example App", "Version 1.4.2.0", "Identity name Example.DesktopApp",
+                 "Publisher CN=Example Corp, O=Example Corp, C=US", "Architecture x64",
+                 "Minimum OS version 10.0.17763.0"):  # fmt: skip
+        assert fact in shown, fact
+    assert "Minimum iOS" not in shown
 
 
 async def test_notes_are_edited_and_too_long_notes_are_refused_beside_the_field(

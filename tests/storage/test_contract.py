@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
@@ -28,18 +29,21 @@ async def test_stored_object_reports_its_size_and_sha256(harness: StorageHarness
     assert info.sha256 in (None, hashlib.sha256(data).hexdigest())
 
 
-async def test_compute_sha256_equals_hashlib(harness: StorageHarness) -> None:
+async def test_compute_digests_equals_hashlib(harness: StorageHarness) -> None:
     key, data = new_key(), os.urandom(3 * 1024 * 1024 + 17)
     await harness.put(key, data)
 
-    assert await harness.storage.compute_sha256(key) == hashlib.sha256(data).hexdigest()
+    digests = await harness.storage.compute_digests(key)
+
+    assert digests.sha256 == hashlib.sha256(data).hexdigest()
+    assert digests.sha512 == base64.b64encode(hashlib.sha512(data).digest()).decode()
 
 
-async def test_compute_sha256_of_an_absent_key_raises_object_not_found(
+async def test_compute_digests_of_an_absent_key_raises_object_not_found(
     harness: StorageHarness,
 ) -> None:
     with pytest.raises(ObjectNotFound):
-        await harness.storage.compute_sha256(new_key())
+        await harness.storage.compute_digests(new_key())
 
 
 async def test_delete_removes_the_object(harness: StorageHarness) -> None:
@@ -51,7 +55,7 @@ async def test_delete_removes_the_object(harness: StorageHarness) -> None:
 
     assert await harness.storage.stat(key) is None
     with pytest.raises(ObjectNotFound):
-        await harness.storage.compute_sha256(key)
+        await harness.storage.compute_digests(key)
     kept = await harness.storage.stat(other)
     assert kept is not None
     assert kept.size == len(b"kept")
@@ -125,7 +129,7 @@ async def test_upload_url_takes_the_bytes_and_download_url_serves_them(
     info = await harness.storage.stat(key)
     assert info is not None
     assert info.size == len(data)
-    assert await harness.storage.compute_sha256(key) == digest
+    assert (await harness.storage.compute_digests(key)).sha256 == digest
 
     url = await harness.storage.download_url(key, "app-release.apk", expiry(harness.clock, 300))
     r = await harness.http.get(url)
@@ -165,13 +169,12 @@ async def test_a_key_prefix_is_not_an_object(harness: StorageHarness) -> None:
     for prefix in ("p1", "p1/a1"):
         assert await harness.storage.stat(prefix) is None
         with pytest.raises(ObjectNotFound):
-            await harness.storage.compute_sha256(prefix)
+            await harness.storage.compute_digests(prefix)
         await harness.storage.delete(prefix)
 
-    assert (
-        await harness.storage.compute_sha256("p1/a1/b1")
-        == hashlib.sha256(b"the only object").hexdigest()
-    )
+    assert (await harness.storage.compute_digests("p1/a1/b1")).sha256 == hashlib.sha256(
+        b"the only object"
+    ).hexdigest()
 
 
 async def _listed(harness: StorageHarness, modified_before: datetime) -> list[list[str]]:
@@ -215,7 +218,7 @@ async def test_put_stores_what_the_server_wrote_itself(harness: StorageHarness) 
     info = await harness.storage.stat(key)
     assert info is not None
     assert info.size == len(data)
-    assert await harness.storage.compute_sha256(key) == hashlib.sha256(data).hexdigest()
+    assert (await harness.storage.compute_digests(key)).sha256 == hashlib.sha256(data).hexdigest()
     await harness.storage.delete(key)
     assert await harness.storage.stat(key) is None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 from collections.abc import AsyncIterator
@@ -147,12 +148,28 @@ async def test_a_repeat_receive_replaces_the_bytes_and_the_sidecar_hash(
     info = await local.receive(key, len(second), chunks_of(second))
 
     digest = hashlib.sha256(second).hexdigest()
-    assert info.sha256 == digest
+    sha512 = base64.b64encode(hashlib.sha512(second).digest()).decode()
+    assert (info.sha256, info.sha512) == (digest, sha512)  # both hashed on the way in
     assert local.path_of(key).read_bytes() == second
     assert await local.stat(key) == info
     sidecar = local.path_of(key).with_name(local.path_of(key).name + ".sha256")
-    assert sidecar.read_text().split()[0] == digest
+    fields = sidecar.read_text().split()
+    assert (fields[0], fields[3]) == (digest, sha512)
     assert incoming(local) == []
+
+
+async def test_a_sidecar_written_before_the_sha512_still_gives_the_sha256(
+    local: LocalStorage,
+) -> None:
+    key, data = new_key(), os.urandom(5000)
+    await local.receive(key, len(data), chunks_of(data))
+    sidecar = local.path_of(key).with_name(local.path_of(key).name + ".sha256")
+    sidecar.write_text(" ".join(sidecar.read_text().split()[:3]) + "\n")  # the old three fields
+
+    info = await local.stat(key)
+
+    assert info is not None
+    assert (info.sha256, info.sha512) == (hashlib.sha256(data).hexdigest(), None)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +186,7 @@ async def test_a_key_that_leaves_the_object_tree_is_refused_everywhere(
     with pytest.raises(ObjectNotFound):
         await local.stat(key)
     with pytest.raises(ObjectNotFound):
-        await local.compute_sha256(key)
+        await local.compute_digests(key)
     with pytest.raises(ObjectNotFound):
         await local.delete(key)
     with pytest.raises(ObjectNotFound):
@@ -220,7 +237,7 @@ async def test_stat_forgets_the_hash_when_the_object_was_replaced_by_hand(
     assert info is not None
     assert info.size == len(other)
     assert info.sha256 is None
-    assert await local.compute_sha256(key) == hashlib.sha256(other).hexdigest()
+    assert (await local.compute_digests(key)).sha256 == hashlib.sha256(other).hexdigest()
 
 
 async def test_stat_forgets_the_hash_when_the_object_was_truncated_by_hand(

@@ -74,7 +74,7 @@ async def test_with_a_declared_sha256_the_upload_and_verify_need_no_read_of_the_
     # AWS S3 keeps the checksum it checked and HEAD returns it; moto's server keeps none from a
     # presigned PUT, and verify then reads the object through the hash instead.
     assert info.sha256 in (digest, None)
-    assert await s3.compute_sha256(key) == digest
+    assert (await s3.compute_digests(key)).sha256 == digest
 
 
 @pytest.mark.parametrize(
@@ -149,7 +149,7 @@ async def test_a_missing_bucket_is_storage_unavailable_not_a_missing_object(
     with pytest.raises(StorageUnavailable):
         await storage.check()
     with pytest.raises((StorageUnavailable, ObjectNotFound)):
-        await storage.compute_sha256(new_key())
+        await storage.compute_digests(new_key())
 
 
 async def test_readyz_fails_while_the_bucket_is_unreachable(

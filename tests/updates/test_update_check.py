@@ -160,21 +160,19 @@ async def test_an_app_bundle_is_never_offered(
 async def test_a_device_is_offered_only_its_platform_s_files(
     api: Api, client: httpx.AsyncClient, owner: Account
 ) -> None:
-    """A Windows application takes any file: its .ipa only to iOS, its .apk only to Android,
-    and neither to a device that does not say (a Windows one, by its application)."""
+    """A Windows application's installer (its version given at verify: an .msi does not say
+    it) is offered to a Windows device, and to one that does not say (by its application), never
+    to a phone."""
     project = await api.project(owner)
     app = await api.application(owner, project["id"], platform="windows")
-    info = {**INFO, "CFBundleIdentifier": "dev.buildbay.demo", "CFBundleVersion": "3",
-            "CFBundleShortVersionString": "1.3"}  # fmt: skip
-    iphone = await publish(client, owner, app, ipa(info).getvalue(), "app.ipa")
-    phone = await publish(client, owner, app, android(2, "1.2"))
+    msi = bytes.fromhex("d0cf11e0a1b11ae1") + bytes(504)  # a compound file's signature
+    installer = await publish(client, owner, app, msi, "setup.msi", version="1.3")
 
-    body = await check(client, app, versionCode=1, platform="android")
-    assert body["build"]["buildId"] == phone["buildId"]
-    body = await check(client, app, versionCode=1, platform="iOS")
-    assert body["build"]["buildId"] == iphone["buildId"]
-    for params in [{}, {"platform": "windows"}, {"platform": "macos"}]:
-        assert (await check(client, app, versionCode=1, **params))["build"] is None, params
+    for params in [{}, {"platform": "windows"}]:
+        body = await check(client, app, versionName="1.2", **params)
+        assert body["build"]["buildId"] == installer["buildId"], params
+    for params in [{"platform": "android"}, {"platform": "iOS"}]:
+        assert (await check(client, app, versionName="1.2", **params))["build"] is None, params
 
 
 async def test_an_application_s_platform_is_the_device_s_when_it_does_not_say(

@@ -18,13 +18,13 @@ class Platform(StrEnum):
 
 
 # The files a build of each platform comes as: what the console's file picker offers (its
-# `accept`). A hint to the picker, not a rule: the service reads any file (an .ipa's or an
-# .apk's metadata when it is one); `other` offers every file.
+# `accept`), and what an application of the platform takes (builds/metadata.py: a file of
+# another kind is refused, `wrong_platform`). `other` takes every file.
 FILE_TYPES = {
     Platform.ANDROID: (".apk", ".aab"),
     Platform.IOS: (".ipa",),
     Platform.MACOS: (".dmg", ".pkg", ".zip"),
-    Platform.WINDOWS: (".msix", ".msi", ".exe", ".appx", ".zip"),
+    Platform.WINDOWS: (".msix", ".msi", ".exe", ".appx", ".msixbundle", ".appxbundle", ".zip"),
     Platform.LINUX: (".appimage", ".deb", ".rpm", ".snap", ".flatpak", ".gz", ".xz", ".zip"),
     Platform.OTHER: (),
 }

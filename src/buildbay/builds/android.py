@@ -91,7 +91,7 @@ def parse_apk(file: IO[bytes]) -> Parsed:
             "signingCertificateSha256": _certificate_sha256(file, archive, names),
         }
         icon = _icon(archive, names, resources, icon_ref)
-    return Parsed(metadata, icon)
+    return Parsed(metadata, icon, platform="android")
 
 
 def _binary_xml(data: bytes) -> Any:
@@ -288,6 +288,7 @@ def parse_aab(file: IO[bytes]) -> Parsed:
             "targetSdk": _proto_int(sdk.get("targetSdkVersion")),
         },
         None,
+        platform="android",
     )
 
 

@@ -8,9 +8,11 @@ end record before `zipfile` reads it (`zipfile` reads and indexes all of it at o
 
 from __future__ import annotations
 
+import re
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -35,11 +37,34 @@ class MetadataError(Exception):
 @dataclass(frozen=True)
 class Parsed:
     metadata: dict[str, Any]
-    icon_png: bytes | None  # a PNG any browser shows, when the build has one
+    icon_png: bytes | None = None  # a PNG any browser shows, when the build has one
     # An ad-hoc or development .ipa's provisioning profile's UDIDs (`ProvisionedDevices`), upper
     # case: stored beside the build (devices.models.BuildProfileDevice), not in its metadata,
     # which every list reads.
     profile_udids: tuple[str, ...] = ()
+    # The platform the file is built for, as its contents say (None: they do not say).
+    platform: str | None = None
+
+
+_ANDROID_MANIFESTS = {"AndroidManifest.xml", "base/manifest/AndroidManifest.xml"}  # .apk, .aab
+_IOS_INFO = re.compile(r"Payload/[^/]+\.app/Info\.plist")
+_MACOS_INFO = re.compile(r"[^/]+\.app/Contents/Info\.plist")
+_WINDOWS_MANIFESTS = {"AppxManifest.xml", "AppxMetadata/AppxBundleManifest.xml"}
+
+
+def platform_of_entries(names: Iterable[str]) -> str | None:
+    """The platform an archive's entry names say it is built for ("android", "ios", "macos" or
+    "windows"), or None."""
+    for name in names:
+        if name in _ANDROID_MANIFESTS:
+            return "android"
+        if _IOS_INFO.fullmatch(name):
+            return "ios"
+        if _MACOS_INFO.fullmatch(name):
+            return "macos"
+        if name in _WINDOWS_MANIFESTS:
+            return "windows"
+    return None
 
 
 def open_archive(file: IO[bytes]) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo]]:
@@ -107,3 +132,13 @@ def read_entry(archive: zipfile.ZipFile, entry: zipfile.ZipInfo, limit: int) -> 
     if len(data) > limit:
         raise MetadataError(f"{entry.filename} is larger than {limit} bytes")
     return data
+
+
+def read_head(archive: zipfile.ZipFile, entry: zipfile.ZipInfo, length: int) -> bytes:
+    """The first `length` bytes of an entry (fewer if it is shorter), inflating no more than
+    they need: a large entry (an app's executable) is never read whole."""
+    try:
+        with archive.open(entry) as stream:
+            return stream.read(length)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError) as exc:
+        raise MetadataError(f"{entry.filename} cannot be read: {exc}") from None

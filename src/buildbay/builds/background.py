@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION
 from buildbay.builds.service import VERIFY_JOB, BuildService
+from buildbay.builds.updaters import UpdaterFields
 from buildbay.db.reads import Reads
 from buildbay.jobs.worker import Handler, JobRun
 
@@ -34,6 +35,7 @@ def verify_handler(build_service: Callable[[AsyncSession], BuildService]) -> Han
             payload.get("notes"),
             payload.get("channels"),
             bool(payload.get("mandatory")),
+            UpdaterFields.of_json(payload.get("updater")),
         )
 
     return handle

@@ -126,6 +126,10 @@ def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# The system a desktop application's minimum OS version (`minOs`) is of.
+_DESKTOP_SYSTEMS = {"macos": "macOS", "windows": "Windows", "linux": "Linux"}
+
+
 def _is_ios(target: InstallTarget) -> bool:
     return is_ios_build(target.build.file_name)
 
@@ -156,7 +160,8 @@ async def install_page(
     ios = _is_ios(target)
     min_os = None
     if metadata.get("minOs"):
-        min_os = f"iOS {metadata['minOs']}"
+        system = _DESKTOP_SYSTEMS.get(application.platform, "iOS" if ios else "OS")
+        min_os = f"{system} {metadata['minOs']}"
     elif metadata.get("minSdk"):
         min_os = f"Android API {metadata['minSdk']}"
     provisioning = metadata.get("provisioning") or {}

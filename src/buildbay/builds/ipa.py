@@ -57,7 +57,7 @@ def parse_ipa(file: IO[bytes]) -> Parsed:
             if read is not None:
                 metadata["provisioning"], udids = read
         icon = _icon(archive, names, app_dir, info)
-    return Parsed(metadata, icon, udids)
+    return Parsed(metadata, icon, udids, platform="ios")
 
 
 def _plist(data: bytes) -> dict[str, Any]:

@@ -66,6 +66,13 @@ class Build(Base):
     upload_id: Mapped[str | None] = mapped_column(String(1024))
     # Why a build `failed` (the background check's problem code, e.g. `checksum_mismatch`).
     failure_code: Mapped[str | None] = mapped_column(String(40))
+    # For the desktop updaters' feeds (builds/updaters.py): the SHA-512 (base64, as
+    # electron-updater reads it), set at verify beside the SHA-256; the architecture (`x64`,
+    # `arm64`, `universal`), from verify's field or the file; Sparkle's EdDSA signature of the
+    # file (base64), as CI's `sign_update` made it.
+    sha512: Mapped[str | None] = mapped_column(String(88))
+    architecture: Mapped[str | None] = mapped_column(String(16))
+    sparkle_ed_signature: Mapped[str | None] = mapped_column(String(88))
 
 
 class BuildIcon(Base):

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, String, and_, bindparam, cast, func, or_, select
 from sqlalchemy.engine import RowMapping
 
+from buildbay.applications.models import Application
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import EXTRA_COLUMNS, BuildExtras, extras_of
 from buildbay.builds.models import Build, BuildIcon
@@ -133,6 +134,9 @@ async def storage_usage(reads: Reads, user_id: str, now: datetime) -> StorageUsa
 
 
 # Built once: composing a statement per request costs more than the database takes to run it.
+_PLATFORM_OF_APPLICATION = select(Application.platform).where(
+    Application.id == bindparam("application_id")
+)
 _BUILDS = select(*BUILD.columns)
 _BUILDS_OF_APPLICATION = _BUILDS.where(Build.application_id == bindparam("application_id"))
 _BUILD_OF_APPLICATION = _BUILDS_OF_APPLICATION.where(Build.id == bindparam("build_id"))
@@ -304,6 +308,13 @@ class BuildReads:
         if build.status is not BuildStatus.PENDING:
             raise already_verified()
         return build
+
+    async def platform_of(self, build: BuildRecord) -> str | None:
+        """The platform of the build's application (None if it was deleted meanwhile)."""
+        platform = await self.reads.scalar(
+            _PLATFORM_OF_APPLICATION, {"application_id": build.application_id}
+        )
+        return str(platform) if platform is not None else None
 
     def uploading_in_parts(self, build: BuildRecord) -> BuildRecord:
         """`build`, if its upload is a multipart one still taking parts."""

@@ -34,6 +34,9 @@ class BuildRecord:
     part_size: int | None
     upload_id: str | None
     failure_code: str | None
+    sha512: str | None
+    architecture: str | None
+    sparkle_ed_signature: str | None
 
     @property
     def multipart(self) -> bool:

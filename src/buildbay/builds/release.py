@@ -9,6 +9,7 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinks
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.service import BuildService
+from buildbay.builds.updaters import UpdaterFields
 from buildbay.distribution.service import Distributor
 from buildbay.invitations.caps import InvitationsLimited
 from buildbay.projects.authorization import ApplicationAccess
@@ -25,6 +26,7 @@ class Verify:
     mandatory: bool
     link_hours: int | None = None
     distribute: Distribution | None = None
+    updater: UpdaterFields | None = None  # what the desktop updaters need of CI
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,12 @@ async def verify_and_release(
     if asked.distribute is not None:
         await distributor.check_may_invite(access, asked.distribute.emails)
     build = await builds.verify(
-        access.application, asked.build_id, asked.notes, asked.channels, asked.mandatory
+        access.application,
+        asked.build_id,
+        asked.notes,
+        asked.channels,
+        asked.mandatory,
+        asked.updater,
     )
     if build.status is not BuildStatus.READY:
         return build

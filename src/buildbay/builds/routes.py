@@ -330,6 +330,7 @@ async def verify_upload(
         link_hours=body.install_link.expires_in_hours if body.install_link else None,
         distribute=Distribution(wanted.groups, [str(e) for e in wanted.emails], wanted.notify)
         if wanted is not None else None,
+        updater=body.updater_fields(),
     )  # fmt: skip
     build = await verify_and_release(service, links, distributor(ctx, service.db), access, asked)
     if build.status is BuildStatus.PROCESSING:

@@ -6,6 +6,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from buildbay.builds.enums import BuildStatus, OnDuplicate
 from buildbay.builds.records import BuildRecord
+from buildbay.builds.updaters import UpdaterFields, ed_signature_problem
 from buildbay.channels.schemas import ChannelNames
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.schemas import ApiModel, JsonInteger, NotNull, RequestModel, Timestamp, Trimmed
@@ -14,9 +15,12 @@ from buildbay.text import (
     CONTROL_CLASS,
     INVISIBLE_CLASS,
     NOT_SHOWN_CLASS,
+    VERSION_MAX,
     WHITESPACE_CLASS,
     file_name_problem,
 )
+
+Architecture = Literal["x64", "arm64", "universal"]
 
 # What the rules below allow, for the OpenAPI document: a character other than `/`, `\`, the
 # control, bidirectional-control and invisible characters (buildbay.text), at least one of them
@@ -190,6 +194,21 @@ class InstallLinkRequest(RequestModel):
     ] = DEFAULT_HOURS
 
 
+# What verify takes for the desktop updaters (builds/updaters.py): versions as CI writes them
+# (`1.4.2`, `1.4.2-beta.1+812`, a Debian-style `2:1.4.2~rc1`), an OS version as dotted numbers,
+# Sparkle's signature as `sign_update` prints it (base64 of 64 bytes, with its padding).
+VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z.+_~:-]*$"
+OS_VERSION_PATTERN = r"^[0-9]{1,9}(\.[0-9]{1,9}){0,3}$"
+ED_SIGNATURE_PATTERN = r"^[A-Za-z0-9+/]{86}==$"
+GivenVersion = Annotated[str, Field(min_length=1, max_length=VERSION_MAX, pattern=VERSION_PATTERN)]
+
+
+def _ed_signature(value: str) -> str:
+    if problem := ed_signature_problem(value):
+        raise ValueError(problem)
+    return value
+
+
 class VerifyRequest(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "buildId": "bld_01JD8Z4K2W8D5V3Q6R7S8T9V0X",
@@ -217,6 +236,50 @@ class VerifyRequest(RequestModel):
         description="Also distribute the build (as `POST .../builds/{buildId}/distribute`), "
         "besides the application's autoDistributeGroups",
     )
+    # For the desktop updaters: what only CI can say about the file.
+    architecture: Architecture | None = Field(
+        default=None,
+        description="The processor architecture the build is for, as desktop updaters tell "
+        "them apart (`universal`: one file for both). Where the file names its own (a .deb's "
+        "Architecture, an .msix's ProcessorArchitecture, an .exe's machine, an .app's "
+        "executable) it must agree (else 422 `metadata_mismatch`); left out, the file's is kept",
+    )
+    sparkle_ed_signature: (
+        Annotated[str, Field(pattern=ED_SIGNATURE_PATTERN), AfterValidator(_ed_signature)] | None
+    ) = Field(
+        default=None,
+        description="Sparkle's EdDSA (Ed25519) signature of the file, base64, as its "
+        "`sign_update` tool prints it (`sparkle:edSignature`); Buildbay never holds the key",
+    )
+    minimum_os_version: Annotated[str, Field(max_length=40, pattern=OS_VERSION_PATTERN)] | None = (
+        Field(
+            default=None,
+            description="The lowest OS version the build runs on (`11.0`, `10.0.17763.0`), for a "
+            "file that does not say it; one that does (an .app's LSMinimumSystemVersion, an "
+            ".msix's MinVersion) must say the same (else 422 `metadata_mismatch`)",
+        )
+    )
+    version: GivenVersion | None = Field(
+        default=None,
+        description="The build's version (`1.4.2`), for a file whose version cannot be read "
+        "(.dmg, .msi, .AppImage, .tar.gz); kept as `metadata.shortVersion`. A file that says "
+        "its own must say the same (else 422 `metadata_mismatch`)",
+    )
+    build_number: GivenVersion | None = Field(
+        default=None,
+        description="The build number (Sparkle's `sparkle:version`, CFBundleVersion), for a "
+        "file that does not say it; kept as `metadata.buildNumber`",
+    )
+
+    def updater_fields(self) -> UpdaterFields | None:
+        fields = UpdaterFields(
+            architecture=self.architecture,
+            sparkle_ed_signature=self.sparkle_ed_signature,
+            minimum_os_version=self.minimum_os_version,
+            version=self.version,
+            build_number=self.build_number,
+        )
+        return fields if fields != UpdaterFields() else None
 
 
 class BuildChannelsUpdate(RequestModel):
@@ -272,6 +335,20 @@ class Build(ApiModel):
     file_name: str
     file_size: int
     sha256: str | None = Field(description="Hex SHA-256 of the stored bytes, set at verify")
+    sha512: str | None = Field(
+        default=None,
+        description="Base64 SHA-512 of the stored bytes (as electron-updater reads it), set at "
+        "verify; null for a build verified before Buildbay kept it, and for a mobile build "
+        "whose bucket knew its SHA-256 without the bytes being read",
+    )
+    architecture: Architecture | None = Field(
+        default=None,
+        description="The processor architecture the build is for (`x64`, `arm64`, "
+        "`universal`): verify's `architecture`, else the file's own; null if neither says",
+    )
+    sparkle_ed_signature: str | None = Field(
+        default=None, description="Sparkle's EdDSA signature of the file, as verify was given it"
+    )
     status: BuildStatus
     notes: str | None
     created_at: Timestamp
@@ -408,6 +485,9 @@ def build_schema(
         file_name=build.file_name,
         file_size=build.file_size,
         sha256=build.sha256,
+        sha512=build.sha512,
+        architecture=build.architecture,
+        sparkle_ed_signature=build.sparkle_ed_signature,
         status=build.status,
         notes=build.notes,
         created_at=build.created_at,

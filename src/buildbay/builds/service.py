@@ -14,6 +14,7 @@ file too large to hash within a request is checked by a job (`VERIFY_JOB`): the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -37,9 +38,12 @@ from buildbay.builds.duplicates import (
 from buildbay.builds.enums import BuildStatus, OnDuplicate, RemovalReason
 from buildbay.builds.install import InstallLinkRecord
 from buildbay.builds.metadata import (
+    DESKTOP_FILES,
     PLATFORM_FILES,
     Reading,
-    platform_name,
+    a_platform,
+    suffix_of,
+    unreadable_problem,
     wrong_platform_problem,
 )
 from buildbay.builds.models import Build, BuildIcon
@@ -47,6 +51,7 @@ from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.reads import BUILD, BuildReads, storage_usage
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.removed import record_removals
+from buildbay.builds.updaters import UpdaterFields, needs_sha512, with_fields
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
 from buildbay.db.concurrency import lock_row
@@ -110,6 +115,19 @@ class VersionTaken(Exception):
 
 
 E = TypeVar("E", bound=BuildbayError)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedFile:
+    """A build's stored bytes once verify has checked them: their digests and storage version,
+    what the file says (with what verify's fields add), and the desktop updaters' facts."""
+
+    sha256: str
+    sha512: str | None  # base64; a desktop application's build's (updaters.needs_sha512)
+    version: str | None
+    reading: Reading
+    architecture: str | None = None
+    sparkle_ed_signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,9 +310,11 @@ class BuildService:
         notes: str | None,
         channels: list[str] | None = None,
         mandatory: bool = False,
+        updater: UpdaterFields | None = None,
     ) -> BuildRecord:
         """`channels`: the release channels to publish it to (None: `default`, if the build
-        goes to everyone: ChannelService.publish_verified).
+        goes to everyone: ChannelService.publish_verified). `updater`: what the desktop
+        updaters need that only CI knows (builds/updaters.py).
 
         A multipart build's parts are joined first; if it is larger than
         `verify_inline_max_bytes` its check is left to a job and the build answered is
@@ -313,37 +333,39 @@ class BuildService:
             if build.multipart:
                 await self._join_parts(build)
                 if build.file_size > self.settings.verify_inline_max_bytes:
-                    return await self._verify_later(build, notes, channels, mandatory)
-            sha256, version, reading = await self._checked_bytes_under_guard(application, build)
+                    return await self._verify_later(build, notes, channels, mandatory, updater)
+            checked = await self._checked_bytes_under_guard(application, build, updater)
         except ValidationFailed as refused:
             if build.multipart and refused.code == "checksum_mismatch":
                 await self._reopen_parts(build)
             raise await self._refused(build, refused) from None
         try:
-            return await self.mark_ready(
-                application, build, sha256, version, reading, notes, channels, mandatory
-            )
+            return await self.mark_ready(application, build, checked, notes, channels, mandatory)
         except Duplicate as found:
             raise await self._dropped(build, found.problem) from None
         except VersionTaken as taken:
             raise await self._refused(build, taken.problem) from None
 
     async def _checked_bytes_under_guard(
-        self, application: ApplicationRecord, build: BuildRecord
-    ) -> tuple[str, str | None, Reading]:
+        self, application: ApplicationRecord, build: BuildRecord, updater: UpdaterFields | None
+    ) -> CheckedFile:
         """`_checked_file`, then the object's guard, held until the request's unit of work has
         ended, over bytes seen unchanged since they were checked: an upload still streaming
         either landed before (its bytes are checked in turn) or finds the build ready and is
         refused. The guard is taken only once the file is read, not for the seconds a file
         takes to read: its lock stripe is shared with other builds' uploads and verifies."""
         for _ in range(CHECKS_WHILE_REPLACED):
-            sha256, version, reading = await self._checked_file(application, build)
+            checked = await self._checked_file(application, build, updater)
             guard = contextlib.AsyncExitStack()
             await guard.enter_async_context(self.storage.guard(build.storage_key))
             now = await self.storage.stat(build.storage_key)
-            if now is not None and now.version == version and now.sha256 in (None, sha256):  # same
+            if (
+                now is not None
+                and now.version == checked.version
+                and now.sha256 in (None, checked.sha256)  # the same bytes
+            ):
                 await hold_until_ended(self.db, guard)
-                return sha256, version, reading
+                return checked
             await guard.aclose()  # replaced while it was read: read what is there now
         raise Conflict(
             "This build's file was replaced again and again while it was checked; verify it "
@@ -426,7 +448,12 @@ class BuildService:
         )
 
     async def _verify_later(
-        self, build: BuildRecord, notes: str | None, channels: list[str] | None, mandatory: bool
+        self,
+        build: BuildRecord,
+        notes: str | None,
+        channels: list[str] | None,
+        mandatory: bool,
+        updater: UpdaterFields | None,
     ) -> BuildRecord:
         """The build is `processing`; a job checks its bytes and makes it ready or failed."""
         marked = await self.db.execute(
@@ -442,6 +469,7 @@ class BuildService:
                 "notes": notes,
                 "channels": channels,
                 "mandatory": mandatory,
+                "updater": updater.to_json() if updater is not None else None,
             }
             enqueue(self.db, VERIFY_JOB, payload, self.now)
         return await self.reads.get(build.application_id, build.id)
@@ -453,6 +481,7 @@ class BuildService:
         notes: str | None,
         channels: list[str] | None,
         mandatory: bool,
+        updater: UpdaterFields | None = None,
     ) -> BuildRecord | None:
         """The job's side of a `processing` build: check its bytes, then make it ready, or
         `failed` with the reason. None if the build is gone or no longer processing."""
@@ -463,10 +492,8 @@ class BuildService:
         if build.status is not BuildStatus.PROCESSING:
             return None  # a run before this one finished it
         try:
-            sha256, version, reading = await self._checked_file(application, build)
-            return await self.mark_ready(
-                application, build, sha256, version, reading, notes, channels, mandatory
-            )
+            checked = await self._checked_file(application, build, updater)
+            return await self.mark_ready(application, build, checked, notes, channels, mandatory)
         except ValidationFailed as refused:
             problem: BuildbayError = refused
         except (Duplicate, VersionTaken) as found:
@@ -486,10 +513,11 @@ class BuildService:
         return await self.reads.get(application.id, build.id)
 
     async def _checked_file(
-        self, application: ApplicationRecord, build: BuildRecord
-    ) -> tuple[str, str | None, Reading]:
-        """The stored bytes' sha256 and version, and what the file says about itself, once
-        they match what was declared and the file belongs to the application.
+        self, application: ApplicationRecord, build: BuildRecord, updater: UpdaterFields | None
+    ) -> CheckedFile:
+        """The stored bytes' digests and version, and what the file says about itself (with
+        what verify's `updater` fields add), once they match what was declared and the file
+        belongs to the application.
 
         The unit of work, which has written nothing yet, gives its database connection back
         while the bytes are hashed and read (seconds for a large or crafted file, waiting for a
@@ -497,42 +525,45 @@ class BuildService:
         connections that everyone else's requests need. What follows writes conditionally."""
         platform = application.platform
         async with connection_released(self.db):
-            sha256, version = await self._checked_bytes(build)
+            sha256, sha512, version = await self._checked_bytes(build, platform)
             if problem := wrong_platform_problem(platform, build.file_name):
                 raise ValidationFailed(problem, code="wrong_platform")  # the platform changed
             reading = await self._metadata(build, version)
         if reading.refused is not None:
             raise ValidationFailed(reading.refused, code="unreadable_build")
-        if reading.metadata is None and platform in PLATFORM_FILES:
-            # A mobile application offers its testers only builds their devices can install.
-            content = reading.platform  # what the file's entries say, if they could be read
-            if content is not None and content != platform:
-                raise ValidationFailed(
-                    f"This file is an {platform_name(content)} app, and this is an "
-                    f"{platform_name(platform)} application",
-                    code="wrong_platform",
-                )
+        content = reading.platform  # what the file's contents say, if they could be read
+        own_files = platform in PLATFORM_FILES or platform in DESKTOP_FILES
+        if own_files and content is not None and content != platform:
+            # An application offers its testers only builds their devices can install.
             raise ValidationFailed(
-                f"{reading.error}; an {platform_name(platform)} application takes only builds "
-                "whose metadata can be read",
-                code="unreadable_build",
+                f"This file is {a_platform(content)} app, and this is {a_platform(platform)} "
+                "application",
+                code="wrong_platform",
             )
-        metadata = reading.metadata or {}
-        identity = metadata.get("bundleId") or metadata.get("packageName")
+        if problem := unreadable_problem(platform, build.file_name, reading):
+            raise ValidationFailed(problem, code="unreadable_build")
+        fields = updater or UpdaterFields()
+        metadata, architecture = with_fields(reading.metadata, suffix_of(build.file_name), fields)
+        identity = (metadata or {}).get("bundleId") or (metadata or {}).get("packageName")
         if identity and application.bundle_id and identity != application.bundle_id:
             raise ValidationFailed(
                 f"This build is {identity}; the application is {application.bundle_id}",
                 code="bundle_id_mismatch",
             )
-        return sha256, version, reading
+        return CheckedFile(
+            sha256,
+            sha512,
+            version,
+            dataclasses.replace(reading, metadata=metadata),
+            architecture,
+            fields.sparkle_ed_signature,
+        )
 
     async def mark_ready(
         self,
         application: ApplicationRecord,
         build: BuildRecord,
-        sha256: str,
-        version: str | None,
-        reading: Reading,
+        checked: CheckedFile,
         notes: str | None,
         channels: list[str] | None,
         mandatory: bool,
@@ -547,11 +578,12 @@ class BuildService:
         one has this version code with other bytes and the application's versions are
         `unique`: decided under the application's row lock, held until the unit of work ends,
         so that of two builds made ready at the same moment the second sees the first."""
+        reading = checked.reading
         metadata = reading.metadata or {}
         identity = metadata.get("bundleId") or metadata.get("packageName")
         version_code = version_code_of(metadata)
         await lock_row(self.db, Application.id, application.id)
-        await self._check_one_per_binary(application, build, sha256, version_code)
+        await self._check_one_per_binary(application, build, checked.sha256, version_code)
         channel_service = ChannelService(self.db, self.now)
         # Conditional: of two concurrent verifies one makes the change, both answer the build.
         verified = await self.db.execute(
@@ -562,8 +594,11 @@ class BuildService:
             )
             .values(
                 status=BuildStatus.READY,
-                sha256=sha256,
-                storage_version=version,
+                sha256=checked.sha256,
+                sha512=checked.sha512,
+                architecture=checked.architecture,
+                sparkle_ed_signature=checked.sparkle_ed_signature,
+                storage_version=checked.version,
                 metadata_=reading.metadata,
                 metadata_error=reading.error,
                 failure_code=None,  # an earlier verify's refusal
@@ -577,9 +612,8 @@ class BuildService:
         )
         # The one that made the change does the rest; the other would add the icon twice.
         if verified.rowcount:  # type: ignore[attr-defined]
-            if identity:
-                platform = Platform.IOS if "bundleId" in metadata else Platform.ANDROID
-                await self._adopt_identity(application, identity, platform)
+            if identity and reading.platform is not None:
+                await self._adopt_identity(application, identity, Platform(reading.platform))
             if reading.icon_png is not None:
                 await self.db.merge(BuildIcon(build_id=build.id, png=reading.icon_png))
             if reading.profile_udids:
@@ -666,9 +700,17 @@ class BuildService:
             .execution_options(synchronize_session=False)
         )
 
-    async def _checked_bytes(self, build: BuildRecord) -> tuple[str, str | None]:
-        """The stored bytes' SHA-256 (and storage version), once they are all there and match
-        what was declared."""
+    async def _checked_bytes(
+        self, build: BuildRecord, platform: str
+    ) -> tuple[str, str | None, str | None]:
+        """The stored bytes' SHA-256, SHA-512 (for a desktop application's build:
+        updaters.needs_sha512; else as far as the storage knows it) and storage version, once
+        they are all there and match what was declared.
+
+        Both digests come from the one read of the bytes that already makes the SHA-256: on
+        the way in (a local upload, its parts) or here, where the storage does not know them.
+        Where it knows the SHA-256 alone (a bucket told the checksum at the PUT), a desktop
+        build's bytes are read for both here."""
         info = await self.storage.stat(build.storage_key)
         if info is None:
             raise ValidationFailed(
@@ -680,13 +722,17 @@ class BuildService:
                 f"The stored file has {info.size} of the declared {build.file_size} bytes",
                 code="upload_incomplete",
             )
-        sha256 = info.sha256 or await self.storage.compute_sha256(build.storage_key, info.version)
+        sha256, sha512 = info.sha256, info.sha512
+        wanted = needs_sha512(platform)
+        if sha256 is None or (sha512 is None and wanted):
+            digests = await self.storage.compute_digests(build.storage_key, info.version, wanted)
+            sha256, sha512 = digests.sha256, digests.sha512
         if build.expected_sha256 is not None and sha256 != build.expected_sha256:
             raise ValidationFailed(
                 f"The stored bytes have sha256 {sha256}, not the declared {build.expected_sha256}",
                 code="checksum_mismatch",
             )
-        return sha256, info.version
+        return sha256, sha512, info.version
 
     # -- publishing -------------------------------------------------------------------------------
 

@@ -94,7 +94,17 @@ def file_facts(build: BuildRecord) -> Iterator[tuple[str, str]]:
         ("Build number", data.get("buildNumber")),
         ("Minimum Android API level", data.get("minSdk")),
         ("Target Android API level", data.get("targetSdk")),
-        ("Minimum iOS", data.get("minOs")),
+        (
+            "Minimum iOS" if build.file_name.lower().endswith(".ipa") else "Minimum OS version",
+            data.get("minOs"),
+        ),
+        # a desktop build's own
+        ("Package", data.get("package")),
+        ("Package identifier", data.get("packageId")),
+        ("Identity name", data.get("identityName")),
+        ("Publisher", data.get("publisher") or data.get("companyName")),
+        ("Architecture", build.architecture or data.get("arch")),
+        ("Description", data.get("description")),
         ("Signing certificate (SHA-256)", data.get("signingCertificateSha256")),
         ("Provisioning profile", profile and profile.get("type")),
         ("Profile expires", profile and _date(profile.get("expiresAt"))),

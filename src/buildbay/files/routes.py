@@ -16,6 +16,7 @@ from fastapi.responses import FileResponse
 from buildbay.builds.dependencies import build_reads
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import StoredPart, StoredUpload
+from buildbay.builds.updaters import needs_sha512
 from buildbay.db.reads import Reads
 from buildbay.deps import Context, TransactionRoute
 from buildbay.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
@@ -116,11 +117,15 @@ def _local(ctx: Context) -> LocalStorage:
 async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUpload:
     storage = _local(ctx)
     size_ = read_upload_url(ctx.signer, key, request.query_params, ctx.clock.now())
-    build = await _pending_build(ctx, key)
+    build, with_sha512 = await _pending_upload(ctx, key)
     _check_length(request, size_, "the build's declared")
     # Checked again once the bytes are in: the build may have been verified or deleted meanwhile.
     info = await storage.receive(
-        key, size_, request.stream(), before_publish=lambda: _pending_build(ctx, key)
+        key,
+        size_,
+        request.stream(),
+        before_publish=lambda: _pending_build(ctx, key),
+        with_sha512=with_sha512,
     )
     assert info.sha256 is not None
     return StoredUpload(build_id=build.id, size=info.size, sha256=info.sha256)
@@ -138,12 +143,25 @@ async def receive_upload(key: str, request: Request, ctx: Context) -> StoredUplo
 async def receive_part(key: str, request: Request, ctx: Context) -> StoredPart:
     storage = _local(ctx)
     number, size_ = read_part_url(ctx.signer, key, request.query_params, ctx.clock.now())
-    build = await _pending_build(ctx, key)
+    build, with_sha512 = await _pending_upload(ctx, key)
     _check_length(request, size_, "the part's")
     # Verify and delete take the upload away under the storage's own locks: a part that
     # streams meanwhile is refused, not half kept.
-    part = await storage.receive_part(key, number, size_, request.stream())
+    part = await storage.receive_part(key, number, size_, request.stream(), with_sha512)
     return StoredPart(build_id=build.id, part_number=part.number, size=part.size)
+
+
+async def _pending_upload(ctx: Context, key: str) -> tuple[BuildRecord, bool]:
+    """`_pending_build`, and whether its bytes are hashed through SHA-512 as they arrive (a
+    desktop application's build: updaters.needs_sha512)."""
+    reads = Reads.on(ctx.read_engine)
+    try:
+        builds = build_reads(ctx, reads)
+        build = await builds.pending_upload(key)
+        platform = await builds.platform_of(build)
+    finally:
+        await reads.close()
+    return build, platform is not None and needs_sha512(platform)
 
 
 async def _pending_build(ctx: Context, key: str) -> BuildRecord:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import concurrent.futures
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator
@@ -25,6 +27,8 @@ from buildbay.errors import (
 class ObjectInfo:
     size: int
     sha256: str | None  # None when the backend does not know it without reading the bytes
+    # Base64 of the SHA-512 (as electron-updater reads it), where the backend knows it too.
+    sha512: str | None = None
     # The version of these bytes where the backend keeps several (an S3 bucket with versioning):
     # verify pins it, so a later PUT to a still-valid upload URL cannot change a ready build.
     version: str | None = None
@@ -82,12 +86,100 @@ READ_BLOCK = 1024 * 1024
 LIST_PAGE = 1000  # keys a page of `Storage.stored_keys` (S3's ListObjectsV2 page)
 
 
-def sha256_of(stream: IO[bytes]) -> str:
-    """Hex SHA-256 of what is left to read in `stream`, read in blocks (blocking: a thread's)."""
-    digest = hashlib.sha256()
+@dataclass(frozen=True, slots=True)
+class Digests:
+    """A file's SHA-256 (hex, as the API shows it) and, where it was asked for, its SHA-512
+    (base64, as electron-updater reads it), from one pass over its bytes."""
+
+    sha256: str
+    sha512: str | None = None
+
+
+class Hashes:
+    """The SHA-256 (and, `with_sha512`, the SHA-512) of the same bytes, as they are read or
+    arrive. Each hash releases the interpreter's lock on large blocks: the two run side by
+    side, in threads of their own.
+
+    The SHA-512 is asked for where a desktop updater's feed needs it (a build of a desktop
+    application): it costs more processor time than the SHA-256 (no instructions of its own)."""
+
+    def __init__(self, with_sha512: bool = True) -> None:
+        self.sha256: Digest = hashlib.sha256()
+        self.sha512: Digest | None = hashlib.sha512() if with_sha512 else None
+
+    def copy(self) -> Hashes:
+        copied = Hashes(with_sha512=False)
+        copied.sha256 = self.sha256.copy()
+        copied.sha512 = self.sha512.copy() if self.sha512 is not None else None
+        return copied
+
+    def update(self, data: bytes) -> None:
+        """Each hash, side by side: the SHA-512 in another thread (blocking)."""
+        if self.sha512 is None:
+            self.sha256.update(data)
+            return
+        second = _SECOND_HASH.submit(self.sha512.update, data)
+        self.sha256.update(data)
+        second.result()
+
+    def submit(
+        self, pool: concurrent.futures.Executor, block: list[bytes]
+    ) -> list[concurrent.futures.Future[object]]:
+        """Hash the block's chunks into each hash, each in a thread of `pool`; the futures say
+        when they are done. A hash's blocks must be submitted one after the other, each once
+        the one before it is done."""
+        futures: list[concurrent.futures.Future[object]] = [
+            pool.submit(_hash_all, self.sha256, block)
+        ]
+        if self.sha512 is not None:
+            futures.append(pool.submit(_hash_all, self.sha512, block))
+        return futures
+
+    def digests(self) -> Digests:
+        sha512 = self.sha512
+        return Digests(
+            self.sha256.hexdigest(),
+            base64.b64encode(sha512.digest()).decode() if sha512 is not None else None,
+        )
+
+
+class Digest(Protocol):
+    """What a hashlib hash object offers that the stores use."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def copy(self) -> Digest: ...
+
+    def digest(self) -> bytes: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _hash_all(digest: Digest, block: list[bytes]) -> None:
+    for chunk in block:
+        digest.update(chunk)
+
+
+# SHA-512's half of reading a file through both hashes (`digests_of`), beside the reader's.
+_SECOND_HASH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sha512")
+
+
+def digests_of(stream: IO[bytes], with_sha512: bool = True) -> Digests:
+    """SHA-256 (and SHA-512) of what is left to read in `stream`, read once in blocks; the
+    SHA-512 of a block is computed in another thread while this one does its SHA-256 and reads
+    the next (blocking: a thread's)."""
+    hashes = Hashes(with_sha512)
+    sha512 = hashes.sha512
+    pending: concurrent.futures.Future[object] | None = None
     while block := stream.read(READ_BLOCK):
-        digest.update(block)
-    return digest.hexdigest()
+        if sha512 is not None:
+            if pending is not None:
+                pending.result()
+            pending = _SECOND_HASH.submit(_hash_all, sha512, [block])
+        hashes.sha256.update(block)
+    if pending is not None:
+        pending.result()
+    return hashes.digests()
 
 
 class StorageError(BuildbayError):
@@ -152,7 +244,7 @@ class Storage(Protocol):
         ...
 
     async def stat(self, key: str) -> ObjectInfo | None:
-        """Size (and sha256 where known) of a stored object; None if there is none."""
+        """Size (and sha256, sha512 where known) of a stored object; None if there is none."""
         ...
 
     async def put(self, key: str, source: IO[bytes], size: int, content_type: str) -> None:
@@ -170,9 +262,11 @@ class Storage(Protocol):
         (the local disk: the API process serves the bytes itself, from `open_reader`)."""
         ...
 
-    async def compute_sha256(self, key: str, version: str | None = None) -> str:
-        """Read the object (that `version` of it) through SHA-256, off the event loop.
-        ObjectNotFound if absent."""
+    async def compute_digests(
+        self, key: str, version: str | None = None, with_sha512: bool = True
+    ) -> Digests:
+        """Read the object (that `version` of it) once through SHA-256 (and SHA-512), off the
+        event loop. ObjectNotFound if absent."""
         ...
 
     def open_reader(self, key: str, size: int, version: str | None = None) -> BinaryIO:

@@ -17,9 +17,8 @@ import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
-from typing import Protocol
 
-from buildbay.storage.base import BodyTooLarge, StorageFull, StorageUnavailable
+from buildbay.storage.base import BodyTooLarge, Digests, StorageFull, StorageUnavailable
 
 WRITE_BLOCK = 1024 * 1024  # bytes handed to the writer thread at a time
 # Chunks in one block at most: one pwritev takes them all (Linux's IOV_MAX is 1024), however
@@ -27,19 +26,10 @@ WRITE_BLOCK = 1024 * 1024  # bytes handed to the writer thread at a time
 BLOCK_CHUNKS = 512
 WRITEBACK_EVERY = 8 * 1024 * 1024  # bytes written after which the kernel starts flushing them
 
-# Hashing and writing release the GIL: each block's two run side by side, while the event loop
-# gathers the next one. Two threads per upload in progress; more uploads queue for them.
-WRITERS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="upload")
-
-
-class Digest(Protocol):
-    """What a hashlib hash object offers that the local store uses."""
-
-    def update(self, data: bytes, /) -> None: ...
-
-    def copy(self) -> Digest: ...
-
-    def hexdigest(self) -> str: ...
+# Hashing and writing release the GIL: a block's SHA-256, SHA-512 and write run side by side,
+# while the event loop gathers the next one. Three threads per upload in progress; more uploads
+# queue for them.
+WRITERS = concurrent.futures.ThreadPoolExecutor(max_workers=12, thread_name_prefix="upload")
 
 
 async def gather_blocks(
@@ -71,11 +61,6 @@ async def settled(futures: list[concurrent.futures.Future[object]]) -> None:
     """Wait for every one of `futures`, then raise the first error among them."""
     for future in futures:
         await asyncio.wrap_future(future)
-
-
-def hash_all(digest: Digest, block: list[bytes]) -> None:
-    for chunk in block:
-        digest.update(chunk)
 
 
 def pwrite_all(fd: int, block: list[bytes], offset: int, lock: threading.Lock | None = None) -> int:
@@ -130,8 +115,27 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
 
 
 def sidecar_of(path: Path) -> Path:
-    """Where the SHA-256 of the object at `path` is kept, beside it."""
+    """Where the SHA-256 and SHA-512 of the object at `path` are kept, beside it."""
     return path.with_name(path.name + ".sha256")
+
+
+def sidecar_text(digests: Digests, size: int, inode: int) -> str:
+    """A sidecar: the digests, and the size and inode of the object they describe. (Its first
+    three fields were its only ones before the SHA-512 joined them.)"""
+    sha512 = f" {digests.sha512}" if digests.sha512 is not None else ""
+    return f"{digests.sha256} {size} {inode}{sha512}\n"
+
+
+def read_sidecar(path: Path, size: int, inode: int) -> tuple[str | None, str | None]:
+    """The SHA-256 and SHA-512 kept beside the object at `path`, if they describe an object
+    of this size and inode (None for each that is not known)."""
+    try:
+        fields = sidecar_of(path).read_text().split()
+        if int(fields[1]) != size or int(fields[2]) != inode:
+            return None, None
+    except (OSError, ValueError, IndexError):
+        return None, None
+    return fields[0], fields[3] if len(fields) > 3 else None
 
 
 def fsync_dir(path: Path) -> None:

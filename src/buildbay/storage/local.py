@@ -2,8 +2,8 @@
 
 Uploads stream into a temporary file in the same directory tree while being hashed, are flushed
 to disk, then renamed into place atomically: a reader sees the old object or the whole new one,
-never a partial file. The SHA-256 is kept beside the object (`<object>.sha256`), tied to the
-object's inode and size, so verify does not read the bytes again.
+never a partial file. The SHA-256 and SHA-512 are kept beside the object (`<object>.sha256`),
+tied to the object's inode and size, so verify does not read the bytes again.
 
 An upload holds an flock on its temporary file while it streams. A process killed in the middle
 leaves the file behind, unlocked: the sweeper removes such files once they are old.
@@ -19,7 +19,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import tempfile
@@ -35,22 +34,25 @@ from buildbay.storage.base import (
     LIST_PAGE,
     READ_BLOCK,
     BodyTooShort,
+    Digests,
+    Hashes,
     MultipartUpload,
     ObjectInfo,
     ObjectNotFound,
     PartInfo,
     StorageUnavailable,
     UploadTarget,
-    sha256_of,
+    digests_of,
 )
 from buildbay.storage.disk import (
     WRITERS,
     FileWriter,
     fsync_dir,
     gather_blocks,
-    hash_all,
+    read_sidecar,
     settled,
     sidecar_of,
+    sidecar_text,
     storage_error,
 )
 from buildbay.storage.local_multipart import MultipartUploads
@@ -132,12 +134,8 @@ class LocalStorage:
             return None
         if not S_ISREG(st.st_mode):
             return None  # a directory of objects (a key prefix) is not an object
-        sha256 = None
-        with contextlib.suppress(OSError, ValueError):
-            digest, size, inode = sidecar_of(path).read_text().split()
-            if int(size) == st.st_size and int(inode) == st.st_ino:
-                sha256 = digest
-        return ObjectInfo(size=st.st_size, sha256=sha256)
+        sha256, sha512 = read_sidecar(path, st.st_size, st.st_ino)
+        return ObjectInfo(size=st.st_size, sha256=sha256, sha512=sha512)
 
     async def put(self, key: str, source: IO[bytes], size: int, content_type: str) -> None:
         # As an upload arrives, from the file instead of a request: the same atomic install.
@@ -156,10 +154,12 @@ class LocalStorage:
         except (FileNotFoundError, IsADirectoryError):
             raise ObjectNotFound("No stored object under this key") from None
 
-    async def compute_sha256(self, key: str, version: str | None = None) -> str:
-        def _hash() -> str:
+    async def compute_digests(
+        self, key: str, version: str | None = None, with_sha512: bool = True
+    ) -> Digests:
+        def _hash() -> Digests:
             with self.open_reader(key) as f:
-                return sha256_of(f)
+                return digests_of(f, with_sha512)
 
         return await asyncio.to_thread(_hash)
 
@@ -236,11 +236,14 @@ class LocalStorage:
         size: int,
         body: AsyncIterator[bytes],
         before_publish: Callable[[], Awaitable[object]] | None = None,
+        with_sha512: bool = True,
     ) -> ObjectInfo:
-        """Store exactly `size` bytes from `body` under `key`; nothing is kept on any failure.
+        """Store exactly `size` bytes from `body` under `key`, with its SHA-256 (and SHA-512);
+        nothing is kept on any failure.
 
-        The event loop only gathers chunks; a block's hash and write run in two worker threads,
-        side by side and one block behind the network, so socket, hash and disk work overlap.
+        The event loop only gathers chunks; a block's two hashes and its write run in three
+        worker threads, side by side and one block behind the network, so socket, hash and disk
+        work overlap.
         Once every byte is on disk, `before_publish` runs under the key's guard and may still
         refuse (the build was verified or deleted while the bytes streamed); only then does the
         object change.
@@ -253,8 +256,8 @@ class LocalStorage:
         # Held until the file is closed (or this process dies): the sweeper leaves it alone.
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         tmp = Path(tmp_name)
-        sink = _HashingFile(fd)
-        # The block before the one being gathered: its hash and its write, in two threads.
+        sink = _HashingFile(fd, with_sha512)
+        # The block before the one being gathered: its hashes and its write, in three threads.
         inflight: list[concurrent.futures.Future[object]] = []
         try:
             async with contextlib.aclosing(
@@ -262,7 +265,7 @@ class LocalStorage:
             ) as blocks:
                 async for data in blocks:
                     await settled(inflight)
-                    inflight = [WRITERS.submit(sink.hash, data), WRITERS.submit(sink.write, data)]
+                    inflight = [*sink.hash(data), WRITERS.submit(sink.write, data)]
             await settled(inflight)
             if sink.size < size:
                 raise BodyTooShort(f"The body ended after {sink.size} of the declared {size} bytes")
@@ -301,9 +304,14 @@ class LocalStorage:
             yield page
 
     async def receive_part(
-        self, key: str, number: int, size: int, body: AsyncIterator[bytes]
+        self,
+        key: str,
+        number: int,
+        size: int,
+        body: AsyncIterator[bytes],
+        with_sha512: bool = True,
     ) -> PartInfo:
-        return await self._uploads.receive_part(key, number, size, body)
+        return await self._uploads.receive_part(key, number, size, body, with_sha512)
 
 
 async def _blocks_of(source: IO[bytes]) -> AsyncIterator[bytes]:
@@ -319,26 +327,27 @@ def part_resource(key: str, number: int) -> str:
 
 
 class _HashingFile:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, with_sha512: bool) -> None:
         self.fd = fd
-        self._hash = hashlib.sha256()
+        self._hashes = Hashes(with_sha512)
         self._file = FileWriter(fd)
-        self.hexdigest = ""
+        self.digests = Digests("")
         self.closed = False
 
     @property
     def size(self) -> int:
         return self._file.position
 
-    def hash(self, block: list[bytes]) -> None:
-        hash_all(self._hash, block)
+    def hash(self, block: list[bytes]) -> list[concurrent.futures.Future[object]]:
+        """The block's two hashes, each in a thread of WRITERS."""
+        return self._hashes.submit(WRITERS, block)
 
     def write(self, block: list[bytes]) -> None:
         self._file.write(block)
 
     def finish(self) -> None:
         os.fsync(self.fd)
-        self.hexdigest = self._hash.hexdigest()
+        self.digests = self._hashes.digests()
 
     def close(self) -> None:
         if not self.closed:
@@ -360,7 +369,7 @@ def _install(sink: _HashingFile, inode: int, tmp: Path, target: Path) -> ObjectI
     sidecar = sidecar_of(target)
     # Written before anything changes: a full disk refuses it with nothing in place yet.
     sidecar_tmp = sidecar_of(tmp)
-    sidecar_tmp.write_text(f"{sink.hexdigest} {sink.size} {inode}\n")
+    sidecar_tmp.write_text(sidecar_text(sink.digests, sink.size, inode))
     # The old sidecar goes before the object: a crash in between leaves an object without a
     # known hash (verify then reads the bytes), never a hash that describes other bytes.
     with contextlib.suppress(FileNotFoundError):
@@ -368,7 +377,7 @@ def _install(sink: _HashingFile, inode: int, tmp: Path, target: Path) -> ObjectI
     tmp.replace(target)
     fsync_dir(target.parent)
     sidecar_tmp.replace(sidecar)
-    return ObjectInfo(size=sink.size, sha256=sink.hexdigest)
+    return ObjectInfo(size=sink.size, sha256=sink.digests.sha256, sha512=sink.digests.sha512)
 
 
 def _discard(

@@ -23,7 +23,7 @@ not meant to be shared by several hosts over a network file system.
 While parts arrive, a hasher of this process reads each part once the parts before it are in
 (from the page cache, just written) and hashes it, so that verify need not read the whole file
 again. It notes each part's marker as it was when hashed; at verify, if every marker is still
-that one (no copy of a part was sent again since, by any process), its digest is kept as the
+that one (no copy of a part was sent again since, by any process), its digests are kept as the
 object's sidecar; otherwise verify reads the file as for any object.
 """
 
@@ -33,7 +33,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -49,6 +48,8 @@ from buildbay.storage.base import (
     LIST_PAGE,
     READ_BLOCK,
     BodyTooShort,
+    Digests,
+    Hashes,
     MultipartUpload,
     PartInfo,
     PartsMissing,
@@ -59,13 +60,12 @@ from buildbay.storage.base import (
 )
 from buildbay.storage.disk import (
     WRITERS,
-    Digest,
     FileWriter,
     fsync_dir,
     gather_blocks,
-    hash_all,
     settled,
     sidecar_of,
+    sidecar_text,
     storage_error,
 )
 
@@ -156,11 +156,17 @@ class MultipartUploads:
             yield found[start : start + LIST_PAGE]
 
     async def receive_part(
-        self, key: str, number: int, size: int, body: AsyncIterator[bytes]
+        self,
+        key: str,
+        number: int,
+        size: int,
+        body: AsyncIterator[bytes],
+        with_sha512: bool = True,
     ) -> PartInfo:
         """Write part `number` (exactly `size` bytes from `body`) at its offset in the upload's
         file. Until the whole copy has been written the part is not listed; on any failure it is
-        left out (a copy that was there before is overwritten in part, so it goes too)."""
+        left out (a copy that was there before is overwritten in part, so it goes too). The
+        upload's first part decides whether its parts are hashed through SHA-512 too."""
         directory = self._upload_dir(key)
         meta = await asyncio.to_thread(_meta, directory)
         offset, length = part_bounds(number, meta["partSize"], meta["size"])
@@ -177,7 +183,7 @@ class MultipartUploads:
             hasher = self._hashers.get(directory)
             if hasher is None:
                 hasher = self._hashers[directory] = _PartHasher(
-                    directory, meta["size"], meta["partSize"]
+                    directory, meta["size"], meta["partSize"], with_sha512
                 )
             inline = hasher.begin_inline(number)  # after the old copy's marker went
             received = await _write_at(data, offset, size, body, hasher.writes, inline)
@@ -209,38 +215,39 @@ _HASHING = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_pref
 
 
 class _PartHasher:
-    """The SHA-256 of an upload's parts from the first, advanced as they arrive. `seen` holds
-    each hashed part's marker identity, which says the bytes are still those that were hashed.
+    """The SHA-256 and SHA-512 of an upload's parts from the first, advanced as they arrive.
+    `seen` holds each hashed part's marker identity, which says the bytes are still those that
+    were hashed.
 
     A part that is next in line when its copy begins is hashed on the way in, as one PUT is
     (`begin_inline`, `finish_inline`); the others are read back by `advance` (blocking: a
-    thread's) once the parts before them are in. `_state` guards `digest` and `seen` and is only
+    thread's) once the parts before them are in. `_state` guards `hashes` and `seen` and is only
     held for moments; `_running` lets one `advance` run at a time.
 
     `writes` is held by each block's write into the upload's file: the kernel writes into one
     file one call at a time anyway (ext4 holds the inode's lock), and threads that wait here
     sleep, where in the kernel they would spin."""
 
-    def __init__(self, directory: Path, size: int, part_size: int) -> None:
+    def __init__(self, directory: Path, size: int, part_size: int, with_sha512: bool) -> None:
         self.directory, self.size, self.part_size = directory, size, part_size
         self.count = -(-size // part_size)
         self._state = threading.Lock()
         self._running = threading.Lock()
         self._again = False
-        self.digest: Digest = hashlib.sha256()
+        self.hashes = Hashes(with_sha512)
         self.seen: dict[int, tuple[int, int]] = {}
         self.writes = threading.Lock()
 
-    def begin_inline(self, number: int) -> Digest | None:
-        """A digest to hash part `number` into as it arrives, if it is next in line."""
+    def begin_inline(self, number: int) -> Hashes | None:
+        """Hashes to hash part `number` into as it arrives, if it is next in line."""
         with self._state:
-            return self.digest.copy() if len(self.seen) + 1 == number else None
+            return self.hashes.copy() if len(self.seen) + 1 == number else None
 
-    def finish_inline(self, number: int, digest: Digest, marker: tuple[int, int]) -> None:
-        """Part `number` arrived whole, hashed into `digest`; `marker` is its marker's identity."""
+    def finish_inline(self, number: int, hashes: Hashes, marker: tuple[int, int]) -> None:
+        """Part `number` arrived whole, hashed into `hashes`; `marker` is its marker's identity."""
         with self._state:
             if len(self.seen) + 1 == number:  # else `advance` read it back first
-                self.digest = digest
+                self.hashes = hashes
                 self.seen[number] = marker
 
     def advance(self) -> None:
@@ -262,7 +269,7 @@ class _PartHasher:
         while True:
             with self._state:
                 number = len(self.seen) + 1
-                digest = self.digest.copy()
+                hashes = self.hashes.copy()
             if number > self.count:
                 return
             marker = self.directory / "parts" / str(number)
@@ -277,7 +284,7 @@ class _PartHasher:
                     block = os.pread(fd, min(READ_BLOCK, length - done), offset + done)
                     if not block:
                         return
-                    digest.update(block)
+                    hashes.update(block)
                     done += len(block)
             finally:
                 os.close(fd)
@@ -285,11 +292,11 @@ class _PartHasher:
                 return  # a new copy began meanwhile: hashed once it has arrived
             with self._state:
                 if len(self.seen) + 1 == number:  # else hashed on the way in meanwhile
-                    self.digest = digest
+                    self.hashes = hashes
                     self.seen[number] = before
 
-    def sha256_if_current(self) -> str | None:
-        """The whole file's digest, if every part was hashed and none changed since (waits for
+    def digests_if_current(self) -> Digests | None:
+        """The whole file's digests, if every part was hashed and none changed since (waits for
         an `advance` that is running)."""
         with self._running, self._state:
             if len(self.seen) != self.count:
@@ -297,7 +304,7 @@ class _PartHasher:
             for number, identity in self.seen.items():
                 if _identity(self.directory / "parts" / str(number)) != identity:
                     return None
-            return self.digest.hexdigest()
+            return self.hashes.digests()
 
 
 def _identity(marker: Path) -> tuple[int, int] | None:
@@ -351,9 +358,9 @@ async def _write_at(
     size: int,
     body: AsyncIterator[bytes],
     lock: threading.Lock,
-    digest: Digest | None = None,
+    hashes: Hashes | None = None,
 ) -> int:
-    """Write `body` at `offset` (and hash it into `digest`, if given), a block at a time in
+    """Write `body` at `offset` (and hash it into `hashes`, if given), a block at a time in
     worker threads, one block behind the network (as `receive` does), each write under `lock`;
     refuse past `size`. The write-back of the last bytes starts at the end too, so that
     verify's fsync has little left to wait for. Every write is done when it returns or raises,
@@ -365,8 +372,8 @@ async def _write_at(
             async for data in blocks:
                 await settled(inflight)  # every block before this one is written
                 inflight = [WRITERS.submit(writer.write, data)]
-                if digest is not None:
-                    inflight.append(WRITERS.submit(hash_all, digest, data))
+                if hashes is not None:
+                    inflight += hashes.submit(WRITERS, data)
         await settled(inflight)
         await asyncio.to_thread(writer.write_back)
     except BaseException:
@@ -456,7 +463,7 @@ def _complete(
         if missing:
             raise PartsMissing(missing)
         # Under the exclusive lock no part changes: the hash, if current, is the file's.
-        sha256 = hasher.sha256_if_current() if hasher is not None else None
+        digests = hasher.digests_if_current() if hasher is not None else None
         target.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             sidecar_of(target).unlink()
@@ -471,8 +478,8 @@ def _complete(
             raise
         data.replace(target)  # the bytes stay where the parts put them
         fsync_dir(target.parent)
-        if sha256 is not None:
-            sidecar_of(target).write_text(f"{sha256} {size} {inode}\n")
+        if digests is not None:
+            sidecar_of(target).write_text(sidecar_text(digests, size, inode))
         shutil.rmtree(directory, ignore_errors=True)
     finally:
         os.close(fd)

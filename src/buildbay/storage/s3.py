@@ -32,6 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from buildbay.storage.base import (
     LIST_PAGE,
+    Digests,
     MultipartUpload,
     ObjectInfo,
     ObjectNotFound,
@@ -40,8 +41,8 @@ from buildbay.storage.base import (
     StorageUnavailable,
     UploadGone,
     UploadTarget,
+    digests_of,
     missing_parts,
-    sha256_of,
 )
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,9 @@ class S3Storage:
             version=version if version and version != "null" else None,
         )
 
-    async def compute_sha256(self, key: str, version: str | None = None) -> str:
+    async def compute_digests(
+        self, key: str, version: str | None = None, with_sha512: bool = True
+    ) -> Digests:
         response = await self._call(
             self._client.get_object,
             Bucket=self.bucket,
@@ -179,9 +182,9 @@ class S3Storage:
         )
         body = response["Body"]
 
-        def _hash() -> str:
+        def _hash() -> Digests:
             with contextlib.closing(body):
-                return sha256_of(body)
+                return digests_of(body, with_sha512)
 
         return await self._run(_hash)
 
