@@ -377,6 +377,11 @@ class Build(Model):
     downloads_count: int = 0  # through install links and the API
     failure_code: str | None = None  # why a `failed` build was refused (metadata_error says it)
     warnings: list[BuildWarning] = dataclasses.field(default_factory=list)
+    # For the desktop updaters: base64 SHA-512 (a desktop application's build), `x64`, `arm64`
+    # or `universal`, and Sparkle's EdDSA signature as verify was given it.
+    sha512: str | None = None
+    architecture: str | None = None
+    sparkle_ed_signature: str | None = None
 
 
 @dataclass(frozen=True)
