@@ -386,6 +386,11 @@ class Build(Model):
     failure_code: str | None = None  # why a `failed` build was refused (metadata_error says it)
     warnings: list[BuildWarning] = dataclasses.field(default_factory=list)
     new_feedback_count: int | None = None  # its feedback still `new` (null for a tester)
+    # For the desktop updaters: base64 SHA-512 (a desktop application's build), `x64`, `arm64`
+    # or `universal`, and Sparkle's EdDSA signature as verify was given it.
+    sha512: str | None = None
+    architecture: str | None = None
+    sparkle_ed_signature: str | None = None
 
 
 @dataclass(frozen=True)

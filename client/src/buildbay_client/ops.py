@@ -372,11 +372,26 @@ def verify(
     channels: Sequence[str] | None = None,
     mandatory: bool = False,
     distribute: dict[str, Any] | None = None,
+    *,
+    architecture: str | None = None,
+    sparkle_ed_signature: str | None = None,
+    minimum_os_version: str | None = None,
+    version: str | None = None,
+    build_number: str | None = None,
 ) -> Op[models.Build]:
     """`channels`: the release channels to publish the build to (None: the server's default,
     `default`); `mandatory`: update checks that find it say so; `distribute`: `{groups?,
-    emails?, notify?}`, to distribute the build too."""
-    body: dict[str, Any] = _fields(buildId=build_id, notes=notes)
+    emails?, notify?}`, to distribute the build too. The keyword fields are what the desktop
+    updaters need that only CI knows (docs/api.md, desktop builds)."""
+    body: dict[str, Any] = _fields(
+        buildId=build_id,
+        notes=notes,
+        architecture=architecture,
+        sparkleEdSignature=sparkle_ed_signature,
+        minimumOsVersion=minimum_os_version,
+        version=version,
+        buildNumber=build_number,
+    )
     if install_link_hours is not None:
         body["installLink"] = {"expiresInHours": install_link_hours}
     if channels is not None:

@@ -153,6 +153,10 @@ def a_platform(platform: str) -> str:
     return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
 
 
+ARCH_MAX = 40
+PUBLISHER_MAX = BUNDLE_ID_MAX * 4  # an MSIX publisher is a distinguished name: CN=..., O=..., C=..
+
+
 def _version(value: str) -> str | None:
     return shown_text_problem(value, VERSION_MAX)
 
@@ -172,9 +176,6 @@ def _description(value: str) -> str | None:
 def _publisher(value: str) -> str | None:
     return shown_text_problem(value, PUBLISHER_MAX)
 
-
-ARCH_MAX = 40
-PUBLISHER_MAX = BUNDLE_ID_MAX * 4  # an MSIX publisher is a distinguished name: CN=..., O=..., C=..
 
 # Every field a parser reads from a file, with its name for people and the rule of the API's own
 # field it stands beside (buildbay.text): what a file says is trusted no more than what a client
