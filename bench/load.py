@@ -34,6 +34,7 @@ under 100 ms with 50 clients. The load generators share the machine's cores with
 Usage: .venv/bin/python bench/load.py [--config sqlite|postgres|both] [--duration 60]
        [--stages 10,25,50] [--think-ms 200] [--saturation-seconds 10] [--uploaders 2] [--no-mail]
        [--postgres postgresql://postgres@127.0.0.1:5432] [--redis redis://127.0.0.1:6379/13]
+       [--database buildbay_load]
 """
 
 from __future__ import annotations
@@ -411,6 +412,9 @@ def main() -> int:
     )
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/13")
+    parser.add_argument(
+        "--database", default=DATABASE, help="created afresh and dropped afterwards (PostgreSQL)"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed")
@@ -424,7 +428,7 @@ def main() -> int:
                 run_configuration("SQLite + local files", {}, root / "sqlite", args, blob)
             )
         if args.config in ("postgres", "both"):
-            with scaled_out(args.postgres, args.redis, DATABASE, root / "pg") as env:
+            with scaled_out(args.postgres, args.redis, args.database, root / "pg") as env:
                 for workers in args.postgres_workers:
                     name = f"PostgreSQL + Redis + local files, {workers} process(es)"
                     outcomes.append(run_configuration(name, env, root / "pg", args, blob, workers))

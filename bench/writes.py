@@ -18,6 +18,7 @@ per-IP budget in a fraction of a second.
 
 Usage: .venv/bin/python bench/writes.py [--clients 50] [--seconds 15] [--rounds 2]
        [--postgres postgresql://postgres@127.0.0.1:5432] [--redis redis://127.0.0.1:6379/5]
+       [--database bench_writes]
 """
 
 from __future__ import annotations
@@ -73,12 +74,15 @@ def main() -> int:
     parser.add_argument(
         "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
     )
+    parser.add_argument(
+        "--database", default="bench_writes", help="created afresh and dropped afterwards"
+    )
     args = parser.parse_args()
     rows = []
     p99s: dict[int, list[float]] = {DEFAULT_POOL: [], args.clients: []}
     with tempfile.TemporaryDirectory(prefix="buildbay-writes-") as tmp:
         work = Path(tmp)
-        with scaled_out(args.postgres, args.redis, "bench_writes", work / "data") as env:
+        with scaled_out(args.postgres, args.redis, args.database, work / "data") as env:
             env["BUILDBAY_RATE_LIMIT_ENABLED"] = "false"
             for _ in range(args.rounds):
                 for pool in (DEFAULT_POOL, args.clients):
