@@ -37,8 +37,8 @@ from buildbay.devices.apple.keys import AppleKeyRecord, apple_key_of
 from buildbay.devices.apple.registrations import Batch, Registration, registrations_by_device
 from buildbay.devices.apple.schemas import AppleKeyPut
 from buildbay.devices.dependencies import device_service
-from buildbay.devices.export import BATCH, DeviceFileFormat, Exported, export_chunks, file_name
-from buildbay.devices.reads import MAX_SEARCH, devices_after, project_devices
+from buildbay.devices.export import DeviceFileFormat, device_file, download_headers
+from buildbay.devices.reads import MAX_SEARCH, project_devices
 from buildbay.devices.service import device_mail_of
 from buildbay.errors import BuildbayError, NotFound, ValidationFailed
 from buildbay.projects.authorization import project_of
@@ -132,27 +132,9 @@ async def export_devices(request: Request, project_id: str) -> Response:
         raise ValidationFailed("Choose the file for Apple's device upload, or the CSV file.")
     kind = DeviceFileFormat(wanted)
     project = access.project
-    first = await devices_after(reads, project.id, None, BATCH)
-    ctx = get_context(request)
-
-    async def fetch_after(after_id: str | None, limit: int) -> list[Exported]:
-        # After the first batch the request's unit of work is over: a connection of its own
-        # for each batch, given back before its bytes are sent.
-        batch_reads = Reads.on(ctx.read_engine)
-        try:
-            return await devices_after(batch_reads, project.id, after_id, limit)
-        finally:
-            await batch_reads.close()
-
-    name = file_name(project.name, project.id, kind)
-    return StreamingResponse(
-        export_chunks(kind, first, fetch_after),
-        media_type=kind.media_type,
-        headers={
-            "Content-Disposition": f'attachment; filename="{name}"',
-            "Cache-Control": "no-store",
-        },
-    )
+    chunks = await device_file(reads, get_context(request).read_engine, project.id, kind)
+    headers = download_headers(project.name, project.id, kind)
+    return StreamingResponse(chunks, media_type=kind.media_type, headers=headers)
 
 
 @router.post("/projects/{project_id}/devices/mail")

@@ -20,8 +20,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime
 from enum import StrEnum
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from buildbay.clock import utc_whole_seconds
+from buildbay.db.reads import Reads
 from buildbay.devices.enums import DevicePlatform
+from buildbay.devices.reads import devices_after
 from buildbay.devices.records import DeviceRecord, DeviceTester
 
 APPLE_NAME_MAX = 50  # characters, as Apple's device upload takes them
@@ -136,3 +140,29 @@ def file_name(project_name: str, project_id: str, kind: DeviceFileFormat) -> str
     ascii_name = unicodedata.normalize("NFKD", project_name).encode("ascii", "ignore").decode()
     slug = re.sub(r"[^A-Za-z0-9]+", "-", ascii_name).strip("-").lower()[:60].strip("-")
     return f"{slug or project_id}-devices.{kind.extension}"
+
+
+async def device_file(
+    reads: Reads, read_engine: AsyncEngine, project_id: str, kind: DeviceFileFormat
+) -> AsyncIterator[bytes]:
+    """A project's device file as its bytes arrive. The first batch is read now, on the
+    request's `reads`: a database that fails, fails the request with its problem, before the
+    answer begins. Later batches are read once the answer is under way, when the request's
+    reads are closed: each on a connection of its own, given back before its bytes are sent (a
+    slow client holds no connection)."""
+    first = await devices_after(reads, project_id, None, BATCH)
+
+    async def fetch_after(after_id: str | None, limit: int) -> list[Exported]:
+        batch_reads = Reads.on(read_engine)
+        try:
+            return await devices_after(batch_reads, project_id, after_id, limit)
+        finally:
+            await batch_reads.close()
+
+    return export_chunks(kind, first, fetch_after)
+
+
+def download_headers(project_name: str, project_id: str, kind: DeviceFileFormat) -> dict[str, str]:
+    """An attachment named for the project, never cached."""
+    name = file_name(project_name, project_id, kind)
+    return {"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"}

@@ -9,18 +9,11 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 
 from buildbay.builds.dependencies import Builds
-from buildbay.db.reads import Reads
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.devices import project_schemas as schemas
-from buildbay.devices.export import (
-    BATCH,
-    DeviceFileFormat,
-    Exported,
-    export_chunks,
-    file_name,
-)
+from buildbay.devices.export import DeviceFileFormat, device_file, download_headers
 from buildbay.devices.reach import profile_scope, reach_counts, reach_page
-from buildbay.devices.reads import MAX_SEARCH, ListedDevice, devices_after, project_devices
+from buildbay.devices.reads import MAX_SEARCH, ListedDevice, project_devices
 from buildbay.devices.records import DeviceRecord, DeviceTester, ProfileScope
 from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloperReader, ProjectDeveloperReader
@@ -133,29 +126,9 @@ async def export_project_devices(
     ] = DeviceFileFormat.APPLE,
 ) -> StreamingResponse:
     project = access.project
-    # The first batch is read now, on the request's reads: a database that fails, fails the
-    # request with its problem, before the answer begins.
-    first = await devices_after(reads, project.id, None, BATCH)
-
-    async def fetch_after(after_id: str | None, limit: int) -> list[Exported]:
-        # Later batches are read once the answer is under way, when the request's reads are
-        # closed: each on a connection of its own, given back before the bytes are sent (a
-        # slow client holds no connection).
-        batch_reads = Reads.on(ctx.read_engine)
-        try:
-            return await devices_after(batch_reads, project.id, after_id, limit)
-        finally:
-            await batch_reads.close()
-
-    name = file_name(project.name, project.id, format)
-    return StreamingResponse(
-        export_chunks(format, first, fetch_after),
-        media_type=format.media_type,
-        headers={
-            "Content-Disposition": f'attachment; filename="{name}"',
-            "Cache-Control": "no-store",
-        },
-    )
+    chunks = await device_file(reads, ctx.read_engine, project.id, format)
+    headers = download_headers(project.name, project.id, format)
+    return StreamingResponse(chunks, media_type=format.media_type, headers=headers)
 
 
 @router.get(
