@@ -10,6 +10,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     LargeBinary,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -131,6 +132,8 @@ class BuildChannel(Base):
     build_id: Mapped[str] = mapped_column(
         ForeignKey("builds.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+    # The share of the channel's installs the build is offered to (staged rollout): 1-100.
+    rollout_percent: Mapped[int] = mapped_column(SmallInteger, default=100, server_default="100")
 
 
 class RemovedBuild(Base):
