@@ -36,6 +36,7 @@ from buildbay.builds.schemas import (
 )
 from buildbay.builds.service import human_size
 from buildbay.console.build_devices import build_devices
+from buildbay.console.feedback import render_tester_build
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -146,6 +147,11 @@ def _link_rows(
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}")
 async def build_page(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
+    )
+    if tester_of(access) is not None:  # a tester's page: the build, and their feedback form
+        return await render_tester_build(request, visitor, db, access, build_id)
     return await render_build(request, visitor, db, project_id, app_id, build_id)
 
 
