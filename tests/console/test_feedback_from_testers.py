@@ -184,7 +184,10 @@ def test_the_console_build_page_takes_feedback_and_the_tester_reads_the_reply(
 ) -> None:
     tess = new_page(server)
     sign_in(tess, "tess@example.com")
-    tess.goto(bench.build_path(bench.distributed))
+    # From the application's page, whose build rows lead a tester to their build's page.
+    tess.goto(f"/projects/{bench.project_id}/apps/{bench.app_id}")
+    tess.get_by_role("link", name="Send feedback on Example.ipa").click()
+    expect(tess).to_have_url(re.compile(re.escape(bench.build_path(bench.distributed))))
     expect(tess.get_by_role("heading", name="Send feedback")).to_be_visible()
     # A tester's page: no team tools on it.
     expect(tess.get_by_role("button", name="Distribute")).to_have_count(0)
@@ -257,7 +260,7 @@ def test_a_tester_who_may_not_open_the_build_gets_no_form(
         shared = r.json()["url"]
     tess.goto(shared)
     expect(tess.locator("form.feedback")).to_have_count(0)
-    expect(tess.get_by_role("link", name="Sign in and send feedback from its page")).to_be_visible()
+    expect(tess.get_by_role("link", name="Send feedback from its page")).to_be_visible()
     posted = tess.request.post(
         urlsplit(shared).path + "/feedback",
         multipart={"text": "from a shared link", "category": "bug"},
