@@ -220,10 +220,7 @@ async def test_triage_is_told_by_a_self_contained_feedback_updated_event(
     assert first["text"] == "Crash"
     assert first["commentsCount"] == 0
     assert "version" in first
-    assert first["consoleUrl"] == (
-        f"http://testserver/projects/{team.pid}/apps/{team.application['id']}"
-        f"/builds/{build['buildId']}"
-    )
+    assert first["consoleUrl"] == f"http://testserver/projects/{team.pid}/feedback/{first['id']}"
     assert second["status"] == "resolved"
     assert second["assignee"] is None
     assert second["commentsCount"] == 1

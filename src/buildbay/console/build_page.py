@@ -53,6 +53,7 @@ from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import installs_of
 from buildbay.distribution.reach import reach_of
+from buildbay.feedback.reads import new_feedback_counts
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
@@ -187,6 +188,7 @@ async def render_build(
         version_code=code,
         reach=await reach_of(reads, build, ctx.clock.now()),
         devices=await build_devices(reads, build),
+        new_feedback=(await new_feedback_counts(reads, [build.id])).get(build.id, 0),
     )  # fmt: skip
 
 
