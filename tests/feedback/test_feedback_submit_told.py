@@ -112,10 +112,7 @@ async def test_feedback_created_is_a_self_contained_signed_event(
     assert (data["projectName"], data["applicationName"]) == ("Acme", "Acme Android")
     assert data["buildFileName"] == "app-release.apk"
     assert "version" in data
-    assert data["consoleUrl"] == (
-        f"{BASE_URL}/projects/{world.project['id']}/apps/{world.application['id']}"
-        f"/builds/{world.build['buildId']}"
-    )
+    assert data["consoleUrl"] == f"{BASE_URL}/projects/{world.project['id']}/feedback/{sent['id']}"
     # Its screenshots' addresses last days, not minutes: a chat message links to them.
     [shot] = data["screenshots"]
     assert shot["id"] == sent["screenshots"][0]["id"]
@@ -184,7 +181,8 @@ async def test_developers_who_asked_get_a_mail_for_each_feedback(
     assert world.tester.email in mail.text
     assert "Crash when I rotate\nthe phone" in mail.text.replace("\r\n", "\n")
     assert "with 1 screenshot" in mail.text
-    assert f"/builds/{world.build['buildId']}" in mail.text
+    # It links to the feedback's page in the team's inbox (console/feedback.py).
+    assert f"/projects/{world.project['id']}/feedback/{r.json()['id']}" in mail.text
     # The HTML part escapes what the tester wrote.
     assert "<script>" not in mail.html
     assert "&lt;script&gt;" in mail.html

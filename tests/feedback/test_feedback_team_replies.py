@@ -93,7 +93,7 @@ async def test_a_comment_reaches_the_tester_who_sent_the_feedback_by_mail(
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "Crash when I &lt;b&gt;tap&lt;/b&gt; save" in html  # their own words, quoted
     assert "Crash when I <b>tap</b> save" in text
-    # Their own feedback's page, where the replies are (console/feedback.py).
+    # Their own feedback's page, where the replies are (console/tester_feedback.py).
     page = f"http://testserver/account/feedback#{fid}"
     assert page in text
     assert f'href="{page}"' in html
@@ -221,10 +221,7 @@ async def test_triage_is_told_by_a_self_contained_feedback_updated_event(
     assert first["text"] == "Crash"
     assert first["commentsCount"] == 0
     assert "version" in first
-    assert first["consoleUrl"] == (
-        f"http://testserver/projects/{team.pid}/apps/{team.application['id']}"
-        f"/builds/{build['buildId']}"
-    )
+    assert first["consoleUrl"] == f"http://testserver/projects/{team.pid}/feedback/{first['id']}"
     assert second["status"] == "resolved"
     assert second["assignee"] is None
     assert second["commentsCount"] == 1

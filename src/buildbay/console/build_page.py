@@ -36,7 +36,6 @@ from buildbay.builds.schemas import (
 )
 from buildbay.builds.service import human_size
 from buildbay.console.build_devices import build_devices
-from buildbay.console.feedback import render_tester_build
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -49,11 +48,13 @@ from buildbay.console.pages import (
     visit_application,
 )
 from buildbay.console.session import Visitor
+from buildbay.console.tester_feedback import render_tester_build
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import installs_of
 from buildbay.distribution.reach import reach_of
+from buildbay.feedback.reads import new_feedback_counts
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
@@ -193,6 +194,7 @@ async def render_build(
         version_code=code,
         reach=await reach_of(reads, build, ctx.clock.now()),
         devices=await build_devices(reads, build),
+        new_feedback=(await new_feedback_counts(reads, [build.id])).get(build.id, 0),
     )  # fmt: skip
 
 

@@ -124,6 +124,8 @@ async def render_application(
         file_types=FILE_TYPES.get(access.application.platform, ()),
         channels=channels, build_channels={k: extra.channels for k, extra in extras.items()},
         removals=removals, removals_days=RECENT_DAYS, not_for_you=not_for_you,
+        # Each build's feedback still new, for the team (a link to the inbox on that build).
+        new_feedback={k: e.new_feedback for k, e in extras.items()} if sharing else {},
         failed=failed, values=values or {}, errors=errors or {}, shown=shown,
         next_page=_page_query(shown, next_cursor) if next_cursor else None,
         first_page=_page_query(shown, None) if shown.after_id else None,

@@ -111,6 +111,15 @@ class FeedbackQuery:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Neighbours:
+    """A feedback's neighbours in the inbox's order (newest first): the one shown before it
+    (`newer`) and after it (`older`), None at either end."""
+
+    newer: str | None
+    older: str | None
+
+
 FEEDBACK = RecordOf(FeedbackRecord, Feedback, "f_")
 SCREENSHOT = RecordOf(ScreenshotRecord, FeedbackScreenshot)
 
@@ -224,17 +233,24 @@ def _search_clause(text: str | None) -> list[ColumnElement[bool]]:
     ]
 
 
+def _filters(query: FeedbackQuery, *, status: bool = True) -> list[ColumnElement[bool]]:
+    """What `query` narrows the project's feedback to, but its cursor (and its status, unless
+    `status`): on the feedback's own columns."""
+    found = [Feedback.project_id == query.project_id, *_search_clause(query.search)]
+    if query.application_id is not None:
+        found.append(Feedback.application_id == query.application_id)
+    if query.build_id is not None:
+        found.append(Feedback.build_id == query.build_id)
+    if status and query.status is not None:
+        found.append(Feedback.status == query.status)
+    if query.category is not None:
+        found.append(Feedback.category == query.category)
+    return found
+
+
 def _composed(query: FeedbackQuery) -> Select[Any]:
     """The statement of a page other than the plain first one."""
-    stmt = _OF_PROJECT.where(*_search_clause(query.search))
-    if query.application_id is not None:
-        stmt = stmt.where(Feedback.application_id == query.application_id)
-    if query.build_id is not None:
-        stmt = stmt.where(Feedback.build_id == query.build_id)
-    if query.status is not None:
-        stmt = stmt.where(Feedback.status == query.status)
-    if query.category is not None:
-        stmt = stmt.where(Feedback.category == query.category)
+    stmt = _OF_PROJECT.where(*_filters(query))
     if query.after_id is not None:
         stmt = stmt.where(Feedback.id < query.after_id)
     return stmt.order_by(Feedback.id.desc()).limit(bindparam("limit"))
@@ -301,6 +317,31 @@ class FeedbackReads:
         rows = await self.reads.all(stmt, {"feedback_id": feedback_id, "limit": limit + 1})
         found, cursor = split_page(rows, limit, lambda row: str(row["id"]))
         return [comment_of(row) for row in found], cursor
+
+    async def status_counts(self, query: FeedbackQuery) -> dict[FeedbackStatus, int]:
+        """How many feedback `query` finds in each state, whatever its status and cursor (the
+        console's status chips), in one statement; every state is there, at 0 if need be."""
+        stmt = (
+            select(Feedback.status, func.count(Feedback.id).label("count"))
+            .where(*_filters(query, status=False))
+            .group_by(Feedback.status)
+        )
+        counts = dict.fromkeys(FeedbackStatus, 0)
+        for row in await self.reads.all(stmt):
+            counts[FeedbackStatus(row["status"])] = int(row["count"])
+        return counts
+
+    async def neighbours(self, query: FeedbackQuery, feedback_id: str) -> Neighbours:
+        """The feedback just newer and just older than `feedback_id` among those `query`
+        finds (its cursor aside), in the inbox's order: in one statement."""
+        filters = _filters(query)
+        newer = select(func.min(Feedback.id)).where(*filters, Feedback.id > feedback_id)
+        older = select(func.max(Feedback.id)).where(*filters, Feedback.id < feedback_id)
+        row = await self.reads.first(
+            select(newer.scalar_subquery().label("newer"), older.scalar_subquery().label("older"))
+        )
+        assert row is not None  # a select of two values has one row
+        return Neighbours(row["newer"], row["older"])
 
     async def _with_screenshots(self, found: Sequence[InboxItem]) -> list[InboxItem]:
         """`found`, each with its screenshots: one statement for them all."""

@@ -30,7 +30,7 @@ from buildbay.builds.models import Build
 from buildbay.builds.reads import BuildReads, not_in_application
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import version_label
-from buildbay.console_urls import build_url
+from buildbay.console_urls import feedback_url
 from buildbay.db.concurrency import lock_row
 from buildbay.db.engine import insert_rows, unless_committed
 from buildbay.db.reads import Reads
@@ -309,9 +309,7 @@ class FeedbackService:
             names["application"],
             version_label(sender.build.metadata_) or sender.build.file_name,
         )
-        page = build_url(
-            self.public_url, feedback.project_id, feedback.application_id, feedback.build_id
-        )
+        page = feedback_url(self.public_url, feedback.project_id, feedback.id)
         setting = f"{self.public_url}/api/projects/{feedback.project_id}/members/me/feedback-mail"
         await self.mail.send_all(
             self.db,
