@@ -179,15 +179,27 @@ async def test_install_links_are_made_with_a_lifetime_copied_and_revoked(
     assert (await team.client.get(url.group(1))).status_code == 410
 
 
-async def test_a_tester_cannot_open_the_page_but_sees_icons(
+async def test_a_tester_gets_a_page_of_their_own_and_sees_icons(
     team: Team, browser: httpx.AsyncClient
 ) -> None:
+    """The team's page is not a tester's: theirs has the build and its feedback form
+    (tests/console/test_feedback_from_testers.py), no install links, notes to edit or
+    distribution; a build not given to them is refused."""
     build = await _apk(team)
+    app = await team.api.application(
+        team.owner, team.project["id"], "Acme iOS", platform="ios", autoDistributeGroups=[]
+    )
+    hidden = await _ipa(team, app, "2.0", "20")  # given to nobody
     tess = await team.member("tess@example.com")
     await team.distribute(build["buildId"], groups=["everyone"], notify=False)
     await sign_in(browser, tess.email)
 
-    assert (await browser.get(_page(team, build))).status_code == 403
+    own = await browser.get(_page(team, build))
+    assert own.status_code == 200
+    assert 'class="feedback"' in own.text
+    for team_only in ("install-links", "/notes", "/distribute", "Who installed it"):
+        assert team_only not in own.text
+    assert (await browser.get(_page(team, hidden, app["id"]))).status_code == 403
     assert (await browser.get(f"{_page(team, build)}/icon")).status_code == 200
     app = await browser.get(_page(team, build).rsplit("/builds/", 1)[0])
     assert f'<img class="icon" src="{_page(team, build)}/icon"' in app.text

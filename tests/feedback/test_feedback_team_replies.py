@@ -93,7 +93,8 @@ async def test_a_comment_reaches_the_tester_who_sent_the_feedback_by_mail(
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "Crash when I &lt;b&gt;tap&lt;/b&gt; save" in html  # their own words, quoted
     assert "Crash when I <b>tap</b> save" in text
-    page = f"http://testserver/projects/{team.pid}/apps/{team.application['id']}"
+    # Their own feedback's page, where the replies are (console/tester_feedback.py).
+    page = f"http://testserver/account/feedback#{fid}"
     assert page in text
     assert f'href="{page}"' in html
     # No unsubscribe link that would turn off something else (new builds).

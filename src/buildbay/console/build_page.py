@@ -48,6 +48,7 @@ from buildbay.console.pages import (
     visit_application,
 )
 from buildbay.console.session import Visitor
+from buildbay.console.tester_feedback import render_tester_build
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
@@ -147,6 +148,11 @@ def _link_rows(
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}")
 async def build_page(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
+    )
+    if tester_of(access) is not None:  # a tester's page: the build, and their feedback form
+        return await render_tester_build(request, visitor, db, access, build_id)
     return await render_build(request, visitor, db, project_id, app_id, build_id)
 
 

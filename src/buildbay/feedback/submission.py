@@ -24,7 +24,7 @@ import contextlib
 import json
 import re
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -51,6 +51,7 @@ MAX_TEXT = 20_000  # characters, after trimming
 MAX_CONTEXT_BYTES = 16 * 1024
 SPOOL_BYTES = 1 * MiB  # of a screenshot kept in memory before its file goes to disk
 MAX_PART_HEADERS = 8 * 1024  # bytes of one part's headers
+EXTRA_FIELD_BYTES = 1024  # of a page's own field (its CSRF token)
 
 SCREENSHOTS = "screenshots"
 TEXT, CATEGORY, CONTEXT, REPORTER_EMAIL = "text", "category", "context", "reporterEmail"
@@ -86,6 +87,8 @@ class Submission:
     context: dict[str, Any] | None
     reporter_email: str | None
     screenshots: list[Upload] = field(default_factory=list)
+    # A page's own fields (`extra` of read_submission), as sent: the console's CSRF token.
+    extra: dict[str, str] = field(default_factory=dict)
 
     def close(self) -> None:
         _close(self.screenshots)
@@ -102,12 +105,22 @@ def _refused(name: str, message: str) -> ValidationFailed:
 
 
 async def read_submission(
-    content_type: str, body: AsyncIterator[bytes], spool_dir: Path
+    content_type: str,
+    body: AsyncIterator[bytes],
+    spool_dir: Path,
+    *,
+    extra: Collection[str] = (),
+    seen: dict[str, bytearray] | None = None,
 ) -> Submission:
     """The feedback a `multipart/form-data` body (`content_type` its header, with the boundary)
-    carries, read from `body` as it arrives; its screenshots spooled under `spool_dir`."""
+    carries, read from `body` as it arrives; its screenshots spooled under `spool_dir`.
+
+    A page's form (console/feedback.py) names the fields of its own it also sends (`extra`,
+    each at most EXTRA_FIELD_BYTES, unchecked), and passes `seen`, which holds the fields as
+    they arrived even when the body is refused part way (a sixth screenshot): what the person
+    typed is shown again beside the refusal."""
     boundary = _boundary(content_type)
-    reader = _Reader(spool_dir)
+    reader = _Reader(spool_dir, extra, seen)
     parser = MultipartParser(boundary, cast("MultipartCallbacks", reader.callbacks()))
     received = 0
     try:
@@ -150,9 +163,16 @@ def _boundary(content_type: str) -> bytes:
 class _Reader:
     """python-multipart's callbacks: each part's headers name where its bytes go."""
 
-    def __init__(self, spool_dir: Path) -> None:
+    def __init__(
+        self,
+        spool_dir: Path,
+        extra: Collection[str] = (),
+        seen: dict[str, bytearray] | None = None,
+    ) -> None:
         self.spool_dir = spool_dir
-        self.fields: dict[str, bytearray] = {}
+        self.limits = FIELD_BYTES | dict.fromkeys(extra, EXTRA_FIELD_BYTES)
+        self.extra = tuple(extra)
+        self.fields: dict[str, bytearray] = {} if seen is None else seen
         self.uploads: list[Upload] = []
         self.ended = False
         self._header_name = bytearray()
@@ -216,7 +236,7 @@ class _Reader:
             spooled = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, dir=str(self.spool_dir))  # noqa: SIM115 (closed with the submission)
             self._upload = Upload(len(self.uploads) + 1, spooled)
             self.uploads.append(self._upload)
-        elif name in FIELD_BYTES:
+        elif name in self.limits:
             if name in self.fields:
                 raise _refused(name, "is sent twice; send it once")
             self._field, self.fields[name] = name, bytearray()
@@ -242,7 +262,7 @@ class _Reader:
         if self._field is None:
             return  # a part refused at its headers never gets here
         held = self.fields[self._field]
-        if len(held) + end - start > FIELD_BYTES[self._field]:
+        if len(held) + end - start > self.limits[self._field]:
             raise _refused(self._field, _too_long(self._field))
         held += data[start:end]
 
@@ -287,9 +307,12 @@ class _Reader:
         sent = [u for u in self.uploads if u.size > 0]
         for position, upload in enumerate(sent, start=1):
             upload.position = position
+        extra = {name: self.fields[name].decode("utf-8", "replace") for name in self.extra
+                 if name in self.fields}  # fmt: skip
         return Submission(
-            checked[TEXT], checked[CATEGORY], checked[CONTEXT], checked[REPORTER_EMAIL], sent
-        )
+            checked[TEXT], checked[CATEGORY], checked[CONTEXT], checked[REPORTER_EMAIL], sent,
+            extra,
+        )  # fmt: skip
 
 
 def _too_long(name: str) -> str:
