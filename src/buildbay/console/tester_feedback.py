@@ -162,19 +162,18 @@ async def own_feedback(request: Request) -> Response:
             return see_other(OWN_FEEDBACK_PATH)
     found, next_cursor = await reads.own_page(visitor.principal.user.id, OWN_PAGE_SIZE, after_id)
     links, now = screenshot_links(ctx), ctx.clock.now()
+    replies = await reads.latest_comments(
+        [item.feedback.id for item in found if item.comments_count], REPLIES_SHOWN
+    )
     shown = []
     for item in found:
-        replies: list[CommentRecord] = []
-        if item.comments_count:
-            replies, _ = await reads.comments(item.feedback.id, REPLIES_SHOWN, None)
-            replies.reverse()  # oldest first, as a conversation reads
         f = item.feedback
         shown.append(
             OwnFeedback(
                 item,
                 STATUS_WORDS[f.status],
                 [(links.short_lived(s.id, now), s.width, s.height) for s in item.screenshots],
-                replies,
+                replies.get(f.id, []),
                 context_json(f.context),
                 build_url("", f.project_id, f.application_id, f.build_id),
             )

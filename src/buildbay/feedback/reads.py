@@ -188,6 +188,33 @@ _COMMENTS = (
     .order_by(FeedbackComment.id.desc())
     .limit(bindparam("limit"))
 )
+# The newest `per_feedback` comments of each of several feedback, in one statement: numbered
+# newest first within each feedback by a window function (SQLite 3.25+, PostgreSQL).
+_LATEST_COMMENTS_RANKED = (
+    select(
+        FeedbackComment.id,
+        func.row_number()
+        .over(partition_by=FeedbackComment.feedback_id, order_by=FeedbackComment.id.desc())
+        .label("rank"),
+    )
+    .where(FeedbackComment.feedback_id.in_(bindparam("ids", expanding=True)))
+    .subquery()
+)
+_LATEST_COMMENTS = (
+    select(
+        FeedbackComment.id,
+        FeedbackComment.feedback_id,
+        FeedbackComment.text,
+        FeedbackComment.created_at,
+        _AUTHOR.id.label("author_id"),
+        _AUTHOR.email.label("author_email"),
+        _AUTHOR.name.label("author_name"),
+    )
+    .join(_LATEST_COMMENTS_RANKED, _LATEST_COMMENTS_RANKED.c.id == FeedbackComment.id)
+    .outerjoin(_AUTHOR, _AUTHOR.id == FeedbackComment.author_id)
+    .where(_LATEST_COMMENTS_RANKED.c.rank <= bindparam("per_feedback"))
+    .order_by(FeedbackComment.feedback_id, FeedbackComment.id)
+)
 _NEW_COUNTS = (
     select(Feedback.build_id, func.count(Feedback.id).label("count"))
     .where(
@@ -317,6 +344,22 @@ class FeedbackReads:
         rows = await self.reads.all(stmt, {"feedback_id": feedback_id, "limit": limit + 1})
         found, cursor = split_page(rows, limit, lambda row: str(row["id"]))
         return [comment_of(row) for row in found], cursor
+
+    async def latest_comments(
+        self, feedback_ids: Collection[str], per_feedback: int
+    ) -> dict[str, list[CommentRecord]]:
+        """The newest `per_feedback` comments of each feedback, oldest first as a conversation
+        reads, by feedback id (none: not in the answer); one statement for them all. Its reader's
+        sight of each feedback is checked beforehand."""
+        if not feedback_ids:
+            return {}
+        rows = await self.reads.all(
+            _LATEST_COMMENTS, {"ids": list(feedback_ids), "per_feedback": per_feedback}
+        )
+        by_feedback: dict[str, list[CommentRecord]] = {}
+        for row in rows:
+            by_feedback.setdefault(str(row["feedback_id"]), []).append(comment_of(row))
+        return by_feedback
 
     async def status_counts(self, query: FeedbackQuery) -> dict[FeedbackStatus, int]:
         """How many feedback `query` finds in each state, whatever its status and cursor (the
