@@ -100,6 +100,13 @@ async def test_category_is_one_of_four(world: World, category: str | None) -> No
         ("[[1]]", "must be a JSON object"),
         ("[" * 4000 + "]" * 4000, "nests too deeply"),
         ("{" + '"a":{' * 2700 + "}" * 2701, "nests too deeply"),
+        # Deep enough for a stack of readers (the answer, the webhook event), not for json's.
+        ('{"a":' * 300 + "1" + "}" * 300, "nests too deeply"),
+        ('{"a":' + "[" * 32 + "]" * 32 + "}", "at most 32 levels"),
+        # Python's decoder takes these; neither PostgreSQL nor any JSON reader takes them back.
+        ('{"battery": NaN}', "holds NaN, which is not a JSON number"),
+        ('{"a": [-Infinity]}', "holds -Infinity, which is not a JSON number"),
+        ('{"free": 1e400}', "holds a number too large to keep (1e400)"),
     ],
 )
 async def test_context_is_a_json_object_of_at_most_16_kib(
@@ -115,6 +122,16 @@ async def test_a_context_of_exactly_16_kib_is_taken(world: World) -> None:
     r = await world.send(world.tester, {"context": context})
     assert r.status_code == 201, r.text
     assert r.json()["context"] == {"free": filler}
+
+
+async def test_a_context_32_levels_deep_with_every_kind_of_number_is_taken(world: World) -> None:
+    context = {"deep": json.loads("[" * 30 + "]" * 30), "n": [10**30, -0.5, 1e-400, 1.5e300]}
+    r = await world.send(world.tester, {"context": json.dumps(context)})
+    assert r.status_code == 201, r.text
+    assert r.json()["context"] == context
+    inbox = f"/api/projects/{world.project['id']}/feedback"
+    r = await world.client.get(inbox, headers=world.owner.headers)
+    assert r.json()["feedback"][0]["context"] == context
 
 
 async def test_a_field_the_form_does_not_have_or_sent_twice_is_refused(world: World) -> None:
