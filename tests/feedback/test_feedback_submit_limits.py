@@ -4,6 +4,7 @@ decompression bomb refused from its header, without the memory its pixels would 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from PIL import Image
 
 from buildbay.config import Settings
 from buildbay.feedback.submission import MAX_BODY, MAX_SCREENSHOT_BYTES
@@ -23,7 +25,9 @@ from tests.conftest import BASE_URL, TEST_SECRET, Account, Api, assert_problem
 from tests.feedback.submitting import (
     World,
     form_parts,
+    jpeg_scan_bomb,
     make_world,
+    opened,
     png,
     png_bomb,
     screenshots,
@@ -362,6 +366,33 @@ async def test_a_50000_by_50000_png_bomb_is_refused_from_its_header(world: World
         6000,
         6000,
     )
+
+
+async def test_a_jpeg_of_more_than_100_scans_is_refused_before_it_is_decoded(
+    world: World,
+) -> None:
+    """Each scan of a progressive JPEG is a pass over the whole image and can take a dozen
+    bytes: 10 MiB of them on 40 megapixels would keep an image worker busy for hours."""
+    progressive = io.BytesIO()
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(progressive, "JPEG", progressive=True)
+    within = jpeg_scan_bomb(640, 480, 99)  # with its DC scan: 100
+    assert opened(within).size == (640, 480)  # a JPEG Pillow decodes, warnings and all
+    r = await world.send(world.tester, files=screenshots(progressive.getvalue(), within))
+    assert r.status_code == 201, r.text
+
+    for bomb in (
+        jpeg_scan_bomb(640, 480, 100),
+        jpeg_scan_bomb(640, 480, 200, between=b"\x00garbage\xff\x00"),  # skipped by libjpeg
+    ):
+        message = refused(
+            await world.send(world.tester, files=screenshots(bomb)), SHOTS, UNREADABLE
+        )
+        assert message == ("screenshot 1 has more than 100 scans: it would take too long to decode")
+    padded = jpeg_scan_bomb(64, 64, 1, comments=10_000)
+    message = refused(
+        await world.send(world.tester, files=screenshots(png(), padded)), SHOTS, UNREADABLE
+    )
+    assert message == "screenshot 2 has more than 10,000 segments: it is not a JPEG to decode"
 
 
 # The measure, in a process of its own so that its peak memory is the request's: the app over

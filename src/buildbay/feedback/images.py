@@ -9,6 +9,11 @@ before a pixel is decoded, turned upright, and encoded anew with nothing but its
 - Decompression bombs: the header's size is checked before decoding, and Pillow's own limit
   (`Image.MAX_IMAGE_PIXELS`) is set to the same number, so a file that claims 50,000 x 50,000
   pixels costs the few bytes of its header, not gigabytes.
+- Scans: a progressive JPEG is decoded in scans, each a pass over the whole image, and one
+  scan can take a dozen bytes: a 10 MiB file of 40 megapixels and 600,000 scans would keep a
+  worker busy for hours. A JPEG of more than MAX_JPEG_SCANS scans (libjpeg's progressive JPEGs
+  have 10, mozjpeg's a few more) is refused before a pixel is decoded, its scans counted by
+  walking its markers as the decoder does.
 - Metadata: none survives. EXIF (GPS position, device, time), XMP, IPTC, PNG text chunks,
   JPEG comments and the ICC profile are dropped; only the EXIF orientation is used first, to
   turn the pixels upright. A colour profile other than sRGB is applied to the pixels (converted
@@ -25,6 +30,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import io
+import re
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -36,6 +42,8 @@ from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
 MAX_PIXELS = 40_000_000  # 40 megapixels: an 8K display's screenshot (33 MP) passes
 JPEG_QUALITY = 90
+MAX_JPEG_SCANS = 100
+MAX_JPEG_SEGMENTS = 10_000  # its markers with a length, RSTn aside
 WORKERS = 2
 # Pillow warns past its limit and refuses past twice it; the limit here is the same number, and
 # `reencode` refuses past it before Pillow's own check comes into play.
@@ -46,6 +54,13 @@ pillow_heif.register_heif_opener()
 _FORMATS = ("PNG", "JPEG", "HEIF")
 # A JPEG with a second image (an iPhone's, say) opens as MPO: its first image is the photo.
 _AS_JPEG = {"JPEG", "MPO", "HEIF"}
+_JPEG = {"JPEG", "MPO"}
+# The next marker with a length, as libjpeg finds it: past any garbage, fill bytes, stuffed
+# zeros and the markers that stand alone (TEM, the restart markers RSTn between a scan's
+# intervals, SOI). Any other is followed by its segment's length. (`\xff\xff*`, not `\xff+`: a
+# literal first byte, which the regular expression engine looks for 15 times as fast.)
+_MARKER = re.compile(rb"\xff\xff*([^\x00\x01\xd0-\xd8\xff])")
+_SOS, _EOI = 0xDA, 0xD9
 _SRGB = ImageCms.createProfile("sRGB")
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="images")
 
@@ -104,6 +119,10 @@ def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
         if width * height > MAX_PIXELS:  # from the header alone: nothing decoded yet
             raise _too_large()
         as_jpeg = image.format in _AS_JPEG
+        if image.format in _JPEG and _jpeg_scans(source) > MAX_JPEG_SCANS:
+            raise NotAnImage(
+                f"has more than {MAX_JPEG_SCANS} scans: it would take too long to decode"
+            )
         try:
             image.load()
             # Orientation first, from the EXIF about to be dropped (in place: no second copy).
@@ -114,6 +133,29 @@ def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
             raise _too_large() from None
         except (OSError, ValueError, SyntaxError, EOFError, zlib.error, MemoryError) as exc:
             raise NotAnImage("is not a whole image: it does not decode") from exc
+
+
+def _jpeg_scans(source: IO[bytes]) -> int:
+    """How many scans (SOS segments) the JPEG in `source` has before its first EOI (its first
+    image, the one decoded), counted up to one past MAX_JPEG_SCANS; `source` is left where it
+    was. NotAnImage past MAX_JPEG_SEGMENTS segments (no encoder writes thousands; walking
+    millions of empty ones would hold a worker)."""
+    position = source.tell()
+    source.seek(0)
+    data = source.read()
+    source.seek(position)
+    scans, at = 0, 2  # past SOI
+    for _ in range(MAX_JPEG_SEGMENTS):
+        found = _MARKER.search(data, at)
+        if found is None or found.group(1)[0] == _EOI:
+            return scans
+        at = found.end()
+        at += int.from_bytes(data[at : at + 2], "big")  # the segment's length counts itself
+        if found.group(1)[0] == _SOS:
+            scans += 1
+            if scans > MAX_JPEG_SCANS:
+                return scans
+    raise NotAnImage(f"has more than {MAX_JPEG_SEGMENTS:,} segments: it is not a JPEG to decode")
 
 
 def _too_large() -> NotAnImage:
