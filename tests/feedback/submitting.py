@@ -69,7 +69,7 @@ def heic_with_gps(size: tuple[int, int] = (64, 48)) -> bytes:
     return out.getvalue()
 
 
-def _chunk(kind: bytes, data: bytes) -> bytes:
+def png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
@@ -82,9 +82,9 @@ def png_bomb(width: int = 50_000, height: int = 50_000, rows: int = 64) -> bytes
     data = b"".join(compressor.compress(row) for _ in range(rows)) + compressor.flush()
     return (
         b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", header)
-        + _chunk(b"IDAT", data)
-        + _chunk(b"IEND", b"")
+        + png_chunk(b"IHDR", header)
+        + png_chunk(b"IDAT", data)
+        + png_chunk(b"IEND", b"")
     )
 
 

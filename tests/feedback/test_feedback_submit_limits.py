@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -30,6 +31,7 @@ from tests.feedback.submitting import (
     opened,
     png,
     png_bomb,
+    png_chunk,
     screenshots,
 )
 
@@ -393,6 +395,38 @@ async def test_a_jpeg_of_more_than_100_scans_is_refused_before_it_is_decoded(
         await world.send(world.tester, files=screenshots(png(), padded)), SHOTS, UNREADABLE
     )
     assert message == "screenshot 2 has more than 10,000 segments: it is not a JPEG to decode"
+
+
+async def test_a_png_of_more_than_20000_chunks_is_refused_before_pillow_reads_them(
+    world: World,
+) -> None:
+    """Pillow reads a PNG's chunks one at a time in Python: 800,000 empty ones (10 MiB) held
+    an image worker, and the interpreter, for seconds."""
+    shot = png((64, 48))
+    idat = shot.index(b"IDAT") - 4
+    pixels = shot[idat + 8 : idat + 8 + struct.unpack(">I", shot[idat : idat + 4])[0]]
+
+    def split(pieces: int, empty: int) -> bytes:
+        """The same image, its pixels in `pieces` IDAT chunks, after `empty` empty chunks."""
+        step = -(-len(pixels) // pieces)
+        return (
+            shot[:idat]
+            + png_chunk(b"teSt", b"") * empty
+            + b"".join(
+                png_chunk(b"IDAT", pixels[i : i + step]) for i in range(0, len(pixels), step)
+            )
+            + png_chunk(b"IEND", b"")
+        )
+
+    within = split(pieces=10, empty=20_000 - 12)  # IHDR, the IDATs and IEND: 20,000 chunks
+    r = await world.send(world.tester, files=screenshots(within))
+    assert r.status_code == 201, r.text
+    assert [(s["width"], s["height"]) for s in r.json()["screenshots"]] == [(64, 48)]
+    for many in (split(pieces=10, empty=20_000 - 11), split(pieces=len(pixels), empty=800_000)):
+        message = refused(
+            await world.send(world.tester, files=screenshots(many)), SHOTS, UNREADABLE
+        )
+        assert message == "screenshot 1 has more than 20,000 chunks: it is not a PNG to decode"
 
 
 # The measure, in a process of its own so that its peak memory is the request's: the app over
