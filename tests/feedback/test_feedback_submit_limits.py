@@ -370,6 +370,15 @@ async def test_a_50000_by_50000_png_bomb_is_refused_from_its_header(world: World
     )
 
 
+async def test_a_png_whose_exif_is_not_exif_is_taken_as_its_pixels(world: World) -> None:
+    shot = io.BytesIO()
+    Image.new("RGB", (40, 30), (0, 90, 200)).save(shot, "PNG", exif=bytes(range(256)))
+    r = await world.send(world.tester, files=screenshots(shot.getvalue()))
+    assert r.status_code == 201, r.text
+    [stored] = r.json()["screenshots"]
+    assert (stored["width"], stored["height"]) == (40, 30)
+
+
 async def test_a_jpeg_of_more_than_100_scans_is_refused_before_it_is_decoded(
     world: World,
 ) -> None:

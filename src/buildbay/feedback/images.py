@@ -131,8 +131,7 @@ def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
         as_jpeg = image.format in _AS_JPEG
         try:
             image.load()
-            # Orientation first, from the EXIF about to be dropped (in place: no second copy).
-            ImageOps.exif_transpose(image, in_place=True)
+            _upright(image)
             clean = _pixels_only(image, as_jpeg=as_jpeg)
             return _encoded(clean, as_jpeg=as_jpeg, spool_dir=spool_dir)
         except Image.DecompressionBombError:
@@ -188,6 +187,15 @@ def _png_chunks(data: bytes) -> int:
             break
         at += 12 + length  # length, type, data, CRC
     return chunks
+
+
+def _upright(image: Image.Image) -> None:
+    """The image turned as its EXIF orientation says, first, from the EXIF about to be dropped
+    (in place: no second copy). EXIF that is not EXIF (a PNG's eXIf chunk of anything: Pillow
+    reads a JPEG's more leniently) says nothing: the pixels are the image, as they are."""
+    # SyntaxError: Pillow's "not a TIFF file", the EXIF's header is not one.
+    with contextlib.suppress(SyntaxError):
+        ImageOps.exif_transpose(image, in_place=True)
 
 
 def _too_large() -> NotAnImage:
