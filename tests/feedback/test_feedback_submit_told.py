@@ -202,6 +202,8 @@ async def test_a_feedback_mail_reads_as_it_was_written_and_says_whose_address_is
     r = await world.send(world.tester, {"text": text})
     assert r.status_code == 201, r.text
     assert r.json()["text"] == text  # kept as sent: only the mail leaves them out
+    await run_outbox(world)
+    [member] = smtp.messages()[before:]
     r = await world.client.put(
         f"/api/projects/{world.project['id']}/applications/{world.application['id']}",
         json={"feedbackMode": "anyone-with-update-key"},
@@ -215,7 +217,7 @@ async def test_a_feedback_mail_reads_as_it_was_written_and_says_whose_address_is
     assert r.status_code == 201, r.text
     await run_outbox(world)
 
-    member, app = smtp.messages()[before:]
+    [app] = smtp.messages()[before + 1 :]
     for part in (member.text, member.html):
         assert not set(part) & {"\u202e", "\u202c", "\x1b", "\x07"}
     assert "Open invoicegpj.exe[2J from the menu\nthen    tap" in member.text.replace("\r\n", "\n")
