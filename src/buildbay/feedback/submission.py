@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 import tempfile
 from collections.abc import AsyncIterator, Callable, Collection
@@ -49,6 +50,10 @@ MAX_SCREENSHOTS = 5
 MAX_SCREENSHOT_BYTES = 10 * MiB
 MAX_TEXT = 20_000  # characters, after trimming
 MAX_CONTEXT_BYTES = 16 * 1024
+# How deep a context's objects and arrays may nest: what a device says of itself is a few levels
+# (one for the keys, a list of them, an object in it), and every reader (the API's answer, a
+# webhook event) writes the JSON out again, where hundreds of levels cost a stack each time.
+MAX_CONTEXT_DEPTH = 32
 SPOOL_BYTES = 1 * MiB  # of a screenshot kept in memory before its file goes to disk
 MAX_PART_HEADERS = 8 * 1024  # bytes of one part's headers
 EXTRA_FIELD_BYTES = 1024  # of a page's own field (its CSRF token)
@@ -360,14 +365,51 @@ def _context(raw: bytearray | None) -> dict[str, Any] | None:
     if not text.strip(WHITESPACE):
         return None  # an empty form field: no context
     try:
-        context = json.loads(text)
+        context = json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
     except RecursionError:
-        raise ValueError("nests too deeply") from None
+        raise ValueError(_TOO_DEEP) from None
+    except _NotJsonNumber as exc:
+        raise ValueError(str(exc)) from None
     except ValueError:  # not JSON, or a number Python will not convert
         raise ValueError("is not JSON") from None
     if not isinstance(context, dict):
         raise ValueError('must be a JSON object, like {"model": "Pixel 8", "os": "14"}')
+    if _depth(context) > MAX_CONTEXT_DEPTH:
+        raise ValueError(_TOO_DEEP)
     return _representable(context)  # type: ignore[no-any-return]
+
+
+_TOO_DEEP = f"nests too deeply (at most {MAX_CONTEXT_DEPTH} levels of objects and arrays)"
+
+
+class _NotJsonNumber(ValueError):
+    """A number JSON cannot say (Python's decoder takes NaN, Infinity and 1e400 as floats, and
+    neither PostgreSQL nor a JSON reader takes them back)."""
+
+
+def _not_a_number(name: str) -> Any:
+    raise _NotJsonNumber(f"holds {name}, which is not a JSON number")
+
+
+def _finite(digits: str) -> float:
+    number = float(digits)
+    if not math.isfinite(number):
+        raise _NotJsonNumber(f"holds a number too large to keep ({digits[:20]})")
+    return number
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in `value` (1 for a flat object), counted without
+    recursion: stopped as soon as it is past MAX_CONTEXT_DEPTH."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_CONTEXT_DEPTH:
+            return depth
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
 
 
 def _representable(value: Any) -> Any:
