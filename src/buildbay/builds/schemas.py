@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from buildbay.builds.enums import BuildStatus, OnDuplicate
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.updaters import UpdaterFields, ed_signature_problem
-from buildbay.channels.schemas import ChannelName, ChannelNames
+from buildbay.channels.names import NAME_MAX, NAME_PATTERN
+from buildbay.channels.schemas import MAX_CHANNELS_OF_BUILD, ChannelName, ChannelNames
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.schemas import ApiModel, JsonInteger, NotNull, RequestModel, Timestamp, Trimmed
 from buildbay.text import (
@@ -285,6 +286,18 @@ class VerifyRequest(RequestModel):
 RolloutPercent = Annotated[int, Field(strict=True, ge=1, le=100), JsonInteger]
 
 
+# The document says what the model checks: pydantic would move the names' pattern into
+# patternProperties, and leave other names (which the model refuses) unconstrained.
+ROLLOUTS_SCHEMA = WithJsonSchema(
+    {
+        "type": "object",
+        "maxProperties": MAX_CHANNELS_OF_BUILD,
+        "propertyNames": {"minLength": 1, "maxLength": NAME_MAX, "pattern": NAME_PATTERN},
+        "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 100},
+    }
+)
+
+
 class BuildChannelsUpdate(RequestModel):
     """The build's channels, and the share of each channel's installs it is offered to (its
     staged rollout: docs/updates.md). A channel's percentage comes from `rolloutPercents`,
@@ -304,13 +317,18 @@ class BuildChannelsUpdate(RequestModel):
         "given that `rolloutPercents` does not name. Left out (or null): each channel keeps its "
         "percentage, and a channel the build joins starts at 100 (every install)",
     )
-    rollout_percents: Annotated[dict[ChannelName, RolloutPercent], Field(max_length=20)] | None = (
-        Field(
-            default=None,
-            description="A percentage (1-100) per channel, by name, each one of `channels`: "
-            "for a build rolled out further on one channel than on another",
-            examples=[{"default": 10, "beta": 100}],
-        )
+    rollout_percents: (
+        Annotated[
+            dict[ChannelName, RolloutPercent],
+            Field(max_length=MAX_CHANNELS_OF_BUILD),
+            ROLLOUTS_SCHEMA,
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="A percentage (1-100) per channel, by name, each one of `channels`: "
+        "for a build rolled out further on one channel than on another",
+        examples=[{"default": 10, "beta": 100}],
     )
 
     def rollouts(self) -> dict[str, int]:
