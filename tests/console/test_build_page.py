@@ -380,3 +380,34 @@ async def test_the_build_page_says_whose_each_link_is(
     name = tess.user["name"] or tess.email
     assert f"{name} <{tess.email}> (personal)" in shown
     assert f"Shared, made by {team.owner.user['name'] or team.owner.email}" in shown
+
+
+async def test_the_rollout_form_saves_per_channel_and_refuses_what_the_api_refuses(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    build = await _apk(team)
+    await sign_in(browser, team.owner.email)
+    page = _page(team, build)
+
+    r = await post(browser, f"{page}/rollout", {"channel": "default", "percent": "35"}, page)
+    assert r.status_code == 303, r.text
+    assert r.headers["location"] == f"{page}#updates"
+    shown = text(await browser.get(page))
+    assert "Update checks on default now offer this build to 35% of its installs." in shown
+    assert "Lowered the rollout on default from 100% to 35%" in shown
+    api = await team.api.client.get(
+        f"/api/app-distribution/{team.project['id']}/{team.application['id']}/builds/"
+        f"{build['buildId']}",
+        headers=team.owner.headers,
+    )
+    assert api.json()["rolloutPercents"] == {"default": 35}
+
+    for wrong in ("0", "101", "", "12.5", "ten"):
+        r = await post(browser, f"{page}/rollout", {"channel": "default", "percent": wrong}, page)
+        assert r.status_code == 422, wrong
+        assert "Choose a rollout from 1 to 100 percent of the channel's installs." in text(r)
+    # A channel the build is not on (or none at all): nothing to roll out there.
+    r = await post(browser, f"{page}/rollout", {"channel": "beta", "percent": "50"}, page)
+    assert r.status_code == 404
+    assert "The build is not published to beta" in text(r)
+    assert "35%" in text(await browser.get(page))

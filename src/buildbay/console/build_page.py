@@ -20,6 +20,8 @@ from buildbay.builds.dependencies import (
     install_links,
 )
 from buildbay.builds.duplicates import ready_build_of_version, version_code_of
+from buildbay.builds.history import history_of
+from buildbay.builds.history import said as said_in_history
 from buildbay.builds.install import (
     InstallLinkReads,
     InstallLinkRecord,
@@ -145,6 +147,25 @@ def _link_rows(
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    at: datetime
+    who: str | None  # by name; None: the server
+    what: str
+
+
+async def _history(reads: Reads, build_id: str, names: dict[str, str]) -> list[HistoryRow]:
+    """The build's history, newest first, each event said in words with who did it."""
+    return [
+        HistoryRow(
+            event.at,
+            None if event.actor_id is None else names.get(event.actor_id, "a former member"),
+            said_in_history(event),
+        )
+        for event in await history_of(reads, build_id)
+    ]
+
+
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}")
 async def build_page(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     visitor, db = await visit(request)
@@ -190,6 +211,7 @@ async def render_build(
         max_notes=MAX_NOTES_LENGTH,
         failed=failed, values=values or {}, errors=errors or {},
         release=await release_of(reads, build.id), same_version=same_version,
+        history=await _history(reads, build.id, names),
         same_version_label=same_version and version_label(same_version.metadata_),
         version_code=code,
         reach=await reach_of(reads, build, ctx.clock.now()),

@@ -454,3 +454,12 @@ if (inbox || feedbackKeys.length) {
     }
   });
 }
+
+// Rollout sliders: the number beside each follows it while it moves (without JavaScript, the
+// saved number shows, and the form posts the slider's value all the same).
+document.addEventListener("input", (event) => {
+  const slider = event.target;
+  if (!(slider instanceof HTMLInputElement) || !slider.dataset.output) return;
+  const shown = document.getElementById(slider.dataset.output);
+  if (shown) shown.textContent = slider.value;
+});

@@ -20,6 +20,8 @@ from buildbay.updates.versions import MAX_LENGTH
 router = APIRouter(prefix="/api/updates", tags=["updates"], route_class=TransactionRoute)
 
 CACHE_CONTROL = "public, max-age=60"
+INSTALL_ID_MAX = 128
+INSTALL_ID_PATTERN = "^[A-Za-z0-9._:-]+$"
 _SHORT = {"max_length": MAX_LENGTH, "pattern": NO_NUL_PATTERN}
 
 
@@ -112,6 +114,20 @@ async def check_for_update(
             description="The OS version: Android's API level (34), iOS's version (17.4)", **_SHORT
         ),
     ] = None,
+    install_id: Annotated[
+        str | None,
+        Query(
+            alias="installId",
+            min_length=1,
+            max_length=INSTALL_ID_MAX,
+            pattern=INSTALL_ID_PATTERN,
+            description="A stable id of this installed copy (random, made on first launch and "
+            "kept; a UUID will do): 1 to 128 of A-Z, a-z, 0-9, `.`, `_`, `:` and `-`. Hashed "
+            "with each build's id into a bucket 0-99, it decides whether a build rolled out to "
+            "part of the channel is offered (bucket below its percentage). Left out: only "
+            "builds rolled out to 100% are offered",
+        ),
+    ] = None,
 ) -> Response:
     settings = ctx.settings
     await count_budget(
@@ -126,7 +142,7 @@ async def check_for_update(
         settings.update_checks_per_minute_per_key, "updates-key",
         "More than {limit} update checks in a minute (updates-key)",
     )  # fmt: skip
-    caller = Caller(channel, version_code, version_name, platform, os)
+    caller = Caller(channel, version_code, version_name, platform, os, install_id)
     result = await answer(
         reads, owner, caller, install_link_reads(ctx, reads),
         lambda: install_links(ctx, request_session(request)),

@@ -242,7 +242,7 @@ def _build_data(
             install_url = f"{public_url}/install/{addresses.install_tokens.token(extras.link.id)}"
         shown = build_schema(
             build, public_url, install_url, extras.channels, extras.downloads,
-            new_feedback_count=extras.new_feedback,
+            rollouts=extras.rollouts, new_feedback_count=extras.new_feedback,
         )  # fmt: skip
         uploader = await user_by_id(reads, build.uploaded_by) if build.uploaded_by else None
         console = (
