@@ -1,0 +1,158 @@
+"""The builds a feed lists: those the update check offers on the channel (one rule,
+updates/published.py), with what the desktop updaters need of them."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from packaging.version import Version
+from sqlalchemy import bindparam, select
+
+from buildbay.applications.models import Application
+from buildbay.builds.metadata import DESKTOP_FILES, suffix_of
+from buildbay.builds.models import Build, BuildChannel
+from buildbay.db.reads import Reads
+from buildbay.errors import NotFound
+from buildbay.updates.check import KeyOwner, unknown_channel
+from buildbay.updates.published import CHANNEL, offered_on_channel
+from buildbay.updates.versions import app_version
+
+MAX_BUILDS = 500  # the newest offered builds of a channel that a feed looks at
+DEFAULT_CHANNEL = "default"
+
+_PLATFORM_NAMES = {"macos": "macOS", "windows": "Windows", "linux": "Linux"}
+
+
+@dataclass(frozen=True)  # no slots: parsed_version is cached on the instance
+class FeedBuild:
+    id: str
+    file_name: str
+    file_size: int
+    sha512: str | None
+    notes: str | None
+    metadata: dict[str, Any]
+    mandatory: bool
+    version_code: int | None
+    verified_at: datetime | None
+    architecture: str | None
+    sparkle_ed_signature: str | None
+    rollout_percent: int
+
+    @property
+    def suffix(self) -> str:
+        return suffix_of(self.file_name)
+
+    @property
+    def version(self) -> str | None:
+        """As people read it (CFBundleShortVersionString, the package's version)."""
+        value = self.metadata.get("shortVersion") or self.metadata.get("versionName")
+        return value if isinstance(value, str) else None
+
+    @property
+    def build_number(self) -> str | None:
+        """CFBundleVersion where the file says it, else the version code, else the version."""
+        value = self.metadata.get("buildNumber")
+        if isinstance(value, str):
+            return value
+        return str(self.version_code) if self.version_code is not None else self.version
+
+    @functools.cached_property
+    def parsed_version(self) -> Version | None:
+        return app_version(self.version)
+
+
+_COLUMNS = (
+    Build.id, Build.file_name, Build.file_size, Build.sha512, Build.notes, Build.metadata_,
+    Build.mandatory, Build.version_code, Build.verified_at, Build.architecture,
+    Build.sparkle_ed_signature, BuildChannel.rollout_percent,
+)  # fmt: skip
+
+
+def _statement(limit: int) -> Any:
+    return offered_on_channel(*_COLUMNS).order_by(Build.id.desc()).limit(limit)
+
+
+_NEWEST = {limit: _statement(limit) for limit in (20, MAX_BUILDS)}
+
+
+_NAME = select(Application.name).where(Application.id == bindparam("application_id"))
+
+
+async def application_name(reads: Reads, owner: KeyOwner) -> str:
+    return str(await reads.scalar(_NAME, {"application_id": owner.application_id}) or "")
+
+
+def channel_name(name: str) -> str:
+    """The channel a feed's name means: electron-updater's `latest` is the `default` one."""
+    return DEFAULT_CHANNEL if name == "latest" else name
+
+
+async def offered_builds(
+    reads: Reads, owner: KeyOwner, channel: str, limit: int = MAX_BUILDS
+) -> list[FeedBuild]:
+    """The channel's offered builds, newest upload first (404 `unknown_channel` for a channel
+    the application does not have)."""
+    params = {"application_id": owner.application_id, "channel": channel}
+    statement = _NEWEST[limit] if limit in _NEWEST else _statement(limit)
+    rows = await reads.all(statement, params)
+    if not rows and await reads.first(CHANNEL, params) is None:
+        raise unknown_channel(channel)
+    return [
+        FeedBuild(
+            row["id"], row["file_name"], row["file_size"], row["sha512"], row["notes"],
+            row["metadata"] or {}, row["mandatory"], row["version_code"], row["verified_at"],
+            row["architecture"], row["sparkle_ed_signature"], row["rollout_percent"],
+        )
+        for row in rows
+    ]  # fmt: skip
+
+
+def platform_name(platform: str) -> str:
+    return _PLATFORM_NAMES.get(platform, platform)
+
+
+def require_desktop(owner: KeyOwner) -> None:
+    """404 `not_a_desktop_application` for a phone's (or an `other`) application's key."""
+    if owner.platform not in DESKTOP_FILES:
+        raise NotFound(
+            f"This update key belongs to {_a(owner.platform)} application: the feeds are for "
+            "macOS, Windows and Linux applications (an app on a phone asks "
+            "GET /api/updates/check)",
+            code="not_a_desktop_application",
+        )
+
+
+def require_platform(owner: KeyOwner, platform: str, feed: str) -> None:
+    """404 `wrong_feed` when `feed` (Sparkle's, App Installer's) is not one for the
+    application's platform."""
+    require_desktop(owner)
+    if owner.platform != platform:
+        raise NotFound(
+            f"{feed} feeds are for {platform_name(platform)} applications; this update key "
+            f"belongs to a {platform_name(owner.platform)} one",
+            code="wrong_feed",
+        )
+
+
+def _a(platform: str) -> str:
+    names = {"android": "an Android", "ios": "an iOS", "other": "an `other`"}
+    return names.get(platform, f"a {platform_name(platform)}")
+
+
+def newest(builds: list[FeedBuild]) -> FeedBuild | None:
+    """The newest by version (a later upload where versions are equal or unreadable)."""
+    if not builds:
+        return None
+    return max(builds, key=functools.cmp_to_key(_order))
+
+
+def _order(a: FeedBuild, b: FeedBuild) -> int:
+    x, y = a.parsed_version, b.parsed_version
+    if x is not None and y is not None and x != y:
+        return 1 if x > y else -1
+    if (x is None) != (y is None):
+        return 1 if y is None else -1  # a build whose version reads wins over one whose does not
+    return (a.id > b.id) - (a.id < b.id)
