@@ -101,6 +101,7 @@ API_SECTIONS = (
     "devices",
     "feedback",
     "updates",
+    "desktop feeds",
     "storage",
     "install pages",
     "health",

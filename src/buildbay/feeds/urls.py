@@ -36,3 +36,26 @@ def appinstaller_url(public_url: str, update_key: str, channel: str) -> str:
     return (
         f"{feeds_url(public_url, update_key)}/appinstaller/{quote(channel, safe='')}.appinstaller"
     )
+
+
+def electron_publish(public_url: str, update_key: str, channel: str) -> str:
+    """electron-builder.yml's `publish` for a channel (the default one is electron-updater's
+    `latest`)."""
+    name = "latest" if channel == "default" else channel
+    return (
+        "publish:\n"
+        "  provider: generic\n"
+        f"  url: {electron_url(public_url, update_key)}\n"
+        f"  channel: {name}\n"
+    )
+
+
+def feed_addresses(public_url: str, update_key: str, platform: str, channel: str) -> dict[str, str]:
+    """What a team pastes to point its updaters at a channel, by what it is pasted into: the
+    console's application page lists them per channel."""
+    found = {"electron-builder.yml": electron_publish(public_url, update_key, channel)}
+    if platform == "macos":
+        found["SUFeedURL (Info.plist)"] = sparkle_url(public_url, update_key, channel)
+    if platform == "windows":
+        found["App Installer (MSIX)"] = appinstaller_url(public_url, update_key, channel)
+    return found
