@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from packaging.version import Version
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, null, select
 
 from buildbay.applications.models import Application
 from buildbay.builds.metadata import DESKTOP_FILES, suffix_of
@@ -65,17 +65,30 @@ class FeedBuild:
 
 
 _COLUMNS = (
-    Build.id, Build.file_name, Build.file_size, Build.sha512, Build.notes, Build.metadata_,
+    Build.id, Build.file_name, Build.file_size, Build.sha512, Build.metadata_,
     Build.mandatory, Build.version_code, Build.verified_at, Build.architecture,
     Build.sparkle_ed_signature, BuildChannel.rollout_percent,
 )  # fmt: skip
 
 
-def _statement(limit: int) -> Any:
-    return offered_on_channel(*_COLUMNS).order_by(Build.id.desc()).limit(limit)
+def _statement(limit: int, notes: bool) -> Any:
+    # Without the notes, a feed that describes one version (electron-updater's) reads the
+    # notes of that build alone (`notes_of`), not a channel's worth of them.
+    extra = Build.notes if notes else null().label("notes")
+    return offered_on_channel(*_COLUMNS, extra).order_by(Build.id.desc()).limit(limit)
 
 
-_NEWEST = {limit: _statement(limit) for limit in (20, MAX_BUILDS)}
+_NEWEST = {
+    (limit, notes): _statement(limit, notes)
+    for limit in (20, MAX_BUILDS)
+    for notes in (True, False)
+}
+_NOTES = select(Build.notes).where(Build.id == bindparam("build_id"))
+
+
+async def notes_of(reads: Reads, build_id: str) -> str | None:
+    notes = await reads.scalar(_NOTES, {"build_id": build_id})
+    return notes if isinstance(notes, str) else None
 
 
 _NAME = select(Application.name).where(Application.id == bindparam("application_id"))
@@ -91,12 +104,13 @@ def channel_name(name: str) -> str:
 
 
 async def offered_builds(
-    reads: Reads, owner: KeyOwner, channel: str, limit: int = MAX_BUILDS
+    reads: Reads, owner: KeyOwner, channel: str, limit: int = MAX_BUILDS, *, notes: bool = True
 ) -> list[FeedBuild]:
     """The channel's offered builds, newest upload first (404 `unknown_channel` for a channel
-    the application does not have)."""
+    the application does not have); their `notes` None unless `notes`."""
     params = {"application_id": owner.application_id, "channel": channel}
-    statement = _NEWEST[limit] if limit in _NEWEST else _statement(limit)
+    known = _NEWEST.get((limit, notes))
+    statement = known if known is not None else _statement(limit, notes)
     rows = await reads.all(statement, params)
     if not rows and await reads.first(CHANNEL, params) is None:
         raise unknown_channel(channel)

@@ -106,15 +106,11 @@ def release_date(when: datetime | None) -> str | None:
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
-def update_info(
-    builds: list[FeedBuild],
-    platform: str,
-    wanted: ChannelFile,
-    public_url: str,
-    update_key: str,
-) -> dict[str, Any]:
-    """electron-updater's UpdateInfo for the newest version on the channel. 404 `no_build` if
-    the channel offers no file this platform's updater installs."""
+def update_files(
+    builds: list[FeedBuild], platform: str, wanted: ChannelFile
+) -> tuple[FeedBuild, list[FeedBuild]]:
+    """The newest build on the channel that this platform's updater installs, and every file of
+    its version, in the order the feed lists them. 404 `no_build` if there is none."""
     eligible = [b for b in builds if _fits(b, platform, wanted.architecture)]
     best = newest(eligible)
     if best is None:
@@ -131,7 +127,17 @@ def update_info(
     for build in eligible:  # newest upload first: a re-upload of a version replaces it
         if build.version == best.version:
             chosen.setdefault((build.suffix, build.architecture), build)
-    files = sorted(chosen.values(), key=lambda b: _rank(platform, b))
+    return best, sorted(chosen.values(), key=lambda b: _rank(platform, b))
+
+
+def update_info(
+    best: FeedBuild,
+    files: list[FeedBuild],
+    notes: str | None,
+    public_url: str,
+    update_key: str,
+) -> dict[str, Any]:
+    """electron-updater's UpdateInfo for `best`'s version (`update_files`), with its notes."""
     first = files[0]
     info: dict[str, Any] = {
         "version": best.version or best.build_number or "0.0.0",
@@ -148,8 +154,8 @@ def update_info(
     }
     if (date := release_date(best.verified_at)) is not None:
         info["releaseDate"] = date
-    if best.notes:
-        info["releaseNotes"] = best.notes
+    if notes:
+        info["releaseNotes"] = notes
     rollout = min(b.rollout_percent for b in files)
     if rollout < 100:
         info["stagingPercentage"] = rollout
