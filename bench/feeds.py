@@ -12,7 +12,8 @@ for `--duration` with every client pausing 0..200 ms between answers. The satura
 long for the reason bench/updates.py gives (wrk's coordinated-omission correction of the first
 answers of 50 connections opened at once). Prints requests per second, p50 and p99 of each, each
 feed's p99 against the update check's (a ratio), and each feed's p99 at 50 clients (target:
-under 50 ms).
+under 50 ms); and the server process's CPU time per request of each (from /proc), which a
+machine busy with other work does not inflate as it does latency.
 
 Rate limiting is off for the run (BUILDBAY_RATE_LIMIT_ENABLED=false), as in bench/updates.py.
 
@@ -36,6 +37,7 @@ import httpx
 
 from _common import (
     VENV_BIN,
+    cpu_seconds,
     create_application,
     create_project,
     free_port,
@@ -143,19 +145,30 @@ def run(
             run_wrk(clients, WARMUP, *load(name, 0))
         rows = []
         p99s: dict[tuple[str, int], float] = {}
+        cpu_per_request: dict[str, list[float]] = {}
         for think in (0, THINK_MS):
             for name in endpoints:
+                cpu = cpu_seconds(server.pid)
                 result = run_wrk(clients, duration if think else saturation, *load(name, think))
+                cpu_ms = (cpu_seconds(server.pid) - cpu) * 1000 / max(1, result.requests)
+                cpu_per_request.setdefault(name, []).append(cpu_ms)
                 failures = result.non_2xx + result.socket_errors
                 p99s[(name, think)] = result.p99_ms
                 pauses = f"0..{think}" if think else "none"
                 rows.append(
                     (name, pauses, f"{result.rps:.0f}", f"{result.p50_ms:.1f}",
-                     f"{result.p99_ms:.1f}", failures)
+                     f"{result.p99_ms:.1f}", f"{cpu_ms:.2f}", failures)
                 )  # fmt: skip
                 if failures:
                     print(f"{name}: {failures} failed requests", file=sys.stderr)
-        print(table(["endpoint", "pauses ms", "req/s", "p50 ms", "p99 ms", "failed"], rows))
+        print(
+            table(
+                ["endpoint", "pauses ms", "req/s", "p50 ms", "p99 ms", "server CPU ms/req",
+                 "failed"],
+                rows,
+            )
+        )  # fmt: skip
+        baseline_cpu = min(cpu_per_request["update check"])
         for name in list(endpoints)[1:]:
             ratios = ", ".join(
                 f"{'without pauses' if think == 0 else f'pausing 0..{think} ms'} "
@@ -163,7 +176,12 @@ def run(
                 for think in (0, THINK_MS)
             )
             print(f"p99 of {name} at {clients} clients (target: under 50 ms): {ratios}")
-        return 1 if any(row[5] for row in rows) else 0
+            cpu = min(cpu_per_request[name])
+            print(
+                f"server CPU per request of {name}: {cpu:.2f} ms "
+                f"({cpu / baseline_cpu:.2f}x the update check's {baseline_cpu:.2f} ms)"
+            )
+        return 1 if any(row[6] for row in rows) else 0
 
 
 def main() -> int:
