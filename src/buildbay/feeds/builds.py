@@ -26,7 +26,7 @@ DEFAULT_CHANNEL = "default"
 _PLATFORM_NAMES = {"macos": "macOS", "windows": "Windows", "linux": "Linux"}
 
 
-@dataclass(frozen=True)  # no slots: parsed_version is cached on the instance
+@dataclass(frozen=True, slots=True)
 class FeedBuild:
     id: str
     file_name: str
@@ -58,10 +58,6 @@ class FeedBuild:
         if isinstance(value, str):
             return value
         return str(self.version_code) if self.version_code is not None else self.version
-
-    @functools.cached_property
-    def parsed_version(self) -> Version | None:
-        return app_version(self.version)
 
 
 _COLUMNS = (
@@ -157,16 +153,21 @@ def _a(platform: str) -> str:
 
 
 def newest(builds: list[FeedBuild]) -> FeedBuild | None:
-    """The newest by version (a later upload where versions are equal or unreadable)."""
-    if not builds:
-        return None
-    return max(builds, key=functools.cmp_to_key(_order))
+    """The newest by version (a later upload where versions are equal; a build whose version
+    reads as one before any whose does not)."""
+    return max(builds, key=_newness, default=None)
 
 
-def _order(a: FeedBuild, b: FeedBuild) -> int:
-    x, y = a.parsed_version, b.parsed_version
-    if x is not None and y is not None and x != y:
-        return 1 if x > y else -1
-    if (x is None) != (y is None):
-        return 1 if y is None else -1  # a build whose version reads wins over one whose does not
-    return (a.id > b.id) - (a.id < b.id)
+_NO_VERSION = Version("0")
+
+
+def _newness(build: FeedBuild) -> tuple[bool, Version, str]:
+    version = _version(build.version)
+    return (version is not None, version or _NO_VERSION, build.id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _version(name: str | None) -> Version | None:
+    """app_version, remembered: a feed compares a channel's versions on every request, and
+    they are the same from one request to the next."""
+    return app_version(name)
