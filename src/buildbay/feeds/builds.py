@@ -3,6 +3,7 @@ updates/published.py), with what the desktop updaters need of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,29 +63,35 @@ class FeedBuild:
 
 _COLUMNS = (
     Build.id, Build.file_name, Build.file_size, Build.sha512, Build.metadata_,
-    Build.mandatory, Build.version_code, Build.verified_at, Build.architecture,
-    Build.sparkle_ed_signature, BuildChannel.rollout_percent,
+    Build.mandatory, Build.version_code, Build.architecture, Build.sparkle_ed_signature,
+    BuildChannel.rollout_percent,
 )  # fmt: skip
 
 
-def _statement(limit: int, notes: bool) -> Any:
-    # Without the notes, a feed that describes one version (electron-updater's) reads the
-    # notes of that build alone (`notes_of`), not a channel's worth of them.
-    extra = Build.notes if notes else null().label("notes")
-    return offered_on_channel(*_COLUMNS, extra).order_by(Build.id.desc()).limit(limit)
+def _statement(limit: int, full: bool) -> Any:
+    # A feed that describes one version (electron-updater's) reads the channel's builds
+    # without their notes and dates, and those of the one build it describes alone
+    # (`release_of`): not a channel's worth of text, nor a date parsed per row.
+    extra = (
+        (Build.notes, Build.verified_at)
+        if full
+        else (null().label("notes"), null().label("verified_at"))
+    )
+    return offered_on_channel(*_COLUMNS, *extra).order_by(Build.id.desc()).limit(limit)
 
 
 _NEWEST = {
-    (limit, notes): _statement(limit, notes)
-    for limit in (20, MAX_BUILDS)
-    for notes in (True, False)
+    (limit, full): _statement(limit, full) for limit in (20, MAX_BUILDS) for full in (True, False)
 }
-_NOTES = select(Build.notes).where(Build.id == bindparam("build_id"))
+_RELEASE = select(Build.verified_at, Build.notes).where(Build.id == bindparam("build_id"))
 
 
-async def notes_of(reads: Reads, build_id: str) -> str | None:
-    notes = await reads.scalar(_NOTES, {"build_id": build_id})
-    return notes if isinstance(notes, str) else None
+async def release_of(reads: Reads, build: FeedBuild) -> FeedBuild:
+    """`build` with its notes and publication date (read without them: `full=False`)."""
+    row = await reads.first(_RELEASE, {"build_id": build.id})
+    if row is None:  # deleted since it was read: described without them
+        return build
+    return dataclasses.replace(build, verified_at=row["verified_at"], notes=row["notes"])
 
 
 _NAME = select(Application.name).where(Application.id == bindparam("application_id"))
@@ -100,13 +107,13 @@ def channel_name(name: str) -> str:
 
 
 async def offered_builds(
-    reads: Reads, owner: KeyOwner, channel: str, limit: int = MAX_BUILDS, *, notes: bool = True
+    reads: Reads, owner: KeyOwner, channel: str, limit: int = MAX_BUILDS, *, full: bool = True
 ) -> list[FeedBuild]:
     """The channel's offered builds, newest upload first (404 `unknown_channel` for a channel
-    the application does not have); their `notes` None unless `notes`."""
+    the application does not have); without `full`, their `notes` and `verified_at` None."""
     params = {"application_id": owner.application_id, "channel": channel}
-    known = _NEWEST.get((limit, notes))
-    statement = known if known is not None else _statement(limit, notes)
+    known = _NEWEST.get((limit, full))
+    statement = known if known is not None else _statement(limit, full)
     rows = await reads.all(statement, params)
     if not rows and await reads.first(CHANNEL, params) is None:
         raise unknown_channel(channel)

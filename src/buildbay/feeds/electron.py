@@ -133,11 +133,11 @@ def update_files(
 def update_info(
     best: FeedBuild,
     files: list[FeedBuild],
-    notes: str | None,
     public_url: str,
     update_key: str,
 ) -> dict[str, Any]:
-    """electron-updater's UpdateInfo for `best`'s version (`update_files`), with its notes."""
+    """electron-updater's UpdateInfo for `best`'s version (`update_files`), with its notes and
+    date (builds.release_of)."""
     first = files[0]
     info: dict[str, Any] = {
         "version": best.version or best.build_number or "0.0.0",
@@ -154,8 +154,8 @@ def update_info(
     }
     if (date := release_date(best.verified_at)) is not None:
         info["releaseDate"] = date
-    if notes:
-        info["releaseNotes"] = notes
+    if best.notes:
+        info["releaseNotes"] = best.notes
     rollout = min(b.rollout_percent for b in files)
     if rollout < 100:
         info["stagingPercentage"] = rollout

@@ -13,8 +13,8 @@ from buildbay.errors import NotFound
 from buildbay.feeds import appinstaller, electron, sparkle
 from buildbay.feeds.builds import (
     application_name,
-    notes_of,
     offered_builds,
+    release_of,
     require_desktop,
     require_platform,
 )
@@ -70,15 +70,15 @@ async def electron_feed(
     require_desktop(owner)
     wanted = electron.channel_file(owner.platform, name)
     try:
-        builds = await offered_builds(reads, owner, wanted.channel, notes=False)
+        builds = await offered_builds(reads, owner, wanted.channel, full=False)
     except NotFound as exc:
         if exc.code == "unknown_channel" and electron.looks_like_another_platform(name):
             raise electron.wrong_file(owner.platform, name) from None
         raise
     best, files = electron.update_files(builds, owner.platform, wanted)
-    notes = await notes_of(reads, best.id)
+    best = await release_of(reads, best)
     public_url = ctx.settings.resolved_public_url
-    info = electron.update_info(best, files, notes, public_url, update_key)
+    info = electron.update_info(best, files, public_url, update_key)
     return cacheable(request, electron.render(info), ELECTRON_TYPE)
 
 
