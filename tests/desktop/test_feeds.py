@@ -480,3 +480,43 @@ async def test_a_deleted_build_drops_out_of_the_feeds(builds: Builds) -> None:
     text = (await builds.client.get(f"/feeds/{key}/sparkle/default.xml")).text
     assert gone["buildId"] not in text
     assert kept["buildId"] in text
+
+
+async def test_a_build_kept_to_a_group_is_in_no_feed_until_it_goes_to_everyone(
+    builds: Builds,
+) -> None:
+    """The update check's rule (updates/published.py): the key ships in every copy, so a feed
+    lists only what every tester may open."""
+    key = await _platform(builds, "macos")
+    project = f"/api/projects/{builds.project_id}"
+    r = await builds.client.post(
+        f"{project}/groups", json={"name": "QA"}, headers=builds.owner.headers
+    )
+    assert r.status_code == 201, r.text
+    qa = r.json()["id"]
+    r = await builds.client.put(
+        f"{project}/applications/{builds.app_id}",
+        json={"autoDistributeGroups": [qa]},
+        headers=builds.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    await _ready(builds, files.dmg(), "A-1.0.dmg", version="1.0", buildNumber="1")
+    kept = await _ready(
+        builds, files.dmg(5000), "A-2.0.dmg", version="2.0", buildNumber="2",
+        channels=["default"],
+    )  # fmt: skip
+    r = await builds.client.get(f"/feeds/{key}/electron/latest-mac.yml")
+    assert_problem(r, 404, "no_build")
+    root = _appcast(await builds.client.get(f"/feeds/{key}/sparkle/default.xml"))
+    assert root.findall("channel/item") == []
+
+    r = await builds.client.post(
+        f"{builds.base}/{kept['buildId']}/distribute",
+        json={"groups": ["everyone"], "notify": False},
+        headers=builds.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    body = await _yaml(builds.client, key, "latest-mac.yml")
+    assert body["version"] == "2.0"
+    root = _appcast(await builds.client.get(f"/feeds/{key}/sparkle/default.xml"))
+    assert [_text(i, _s("version")) for i in root.iterfind("channel/item")] == ["2"]

@@ -62,6 +62,14 @@ def phased_interval(percent: int, published: datetime, now: datetime) -> int:
     return max(INTERVAL_GRANULARITY, int(elapsed / (groups_of(percent) - 0.5)))
 
 
+def _uses_sparkle(root: Element) -> bool:
+    prefix = f"{{{SPARKLE}}}"
+    return any(
+        element.tag.startswith(prefix) or any(name.startswith(prefix) for name in element.attrib)
+        for element in root.iter()
+    )
+
+
 def notes_html(notes: str) -> str:
     """Plain-text notes as an HTML fragment that shows them as written."""
     paragraphs = [p for p in notes.replace("\r\n", "\n").split("\n\n") if p.strip()]
@@ -88,6 +96,10 @@ def appcast(
     SubElement(feed, "language").text = "en"
     for build in items:
         _item(feed, build, channel, public_url, update_key, now)
+    if not _uses_sparkle(rss):
+        # The serializer declares a namespace where it is used: an appcast without Sparkle's
+        # elements (no item yet) still declares it, as every appcast does.
+        rss.set("xmlns:sparkle", SPARKLE)
     body: bytes = tostring(rss, encoding="utf-8", xml_declaration=True)
     return body
 
