@@ -387,6 +387,26 @@ async def test_app_installer_names_the_newest_msix_with_its_identity(builds: Bui
     assert "macOS" in r.json()["detail"]
 
 
+async def test_app_installer_names_a_bundle_as_its_main_bundle(builds: Builds) -> None:
+    key = await _platform(builds, "windows")
+    await _ready(builds, files.msix(version="1.4.2.0"), "Example_1.4.2.0_x64.msix")
+    bundle = await _ready(builds, files.msix_bundle("1.5.0.0"), "Example_1.5.0.0.msixbundle")
+
+    r = await builds.client.get(f"/feeds/{key}/appinstaller/default.appinstaller")
+    root = _appinstaller(r)
+    assert root.get("Version") == "1.5.0.0"
+    (main,) = root.findall(f"{{{APPINSTALLER}}}MainBundle")
+    assert root.find(f"{{{APPINSTALLER}}}MainPackage") is None
+    assert dict(main.attrib) == {  # a bundle has no one architecture
+        "Name": "Example.DesktopApp",
+        "Publisher": "CN=Example Corp, O=Example Corp, C=US",
+        "Version": "1.5.0.0",
+        "Uri": _download(key, bundle),
+    }
+    (on_launch,) = root.iterfind(f"{{{APPINSTALLER}}}UpdateSettings/{{{APPINSTALLER}}}OnLaunch")
+    assert dict(on_launch.attrib) == {"HoursBetweenUpdateChecks": "0"}  # not mandatory
+
+
 async def test_app_installer_needs_an_msix(builds: Builds, tmp_path: Path) -> None:
     key = await _platform(builds, "windows")
     await _ready(builds, files.exe(tmp_path), "setup.exe")
