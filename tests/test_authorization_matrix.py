@@ -312,6 +312,8 @@ OUTSIDE_API = {
     "/devices/": "the profile service: the console's session cookie for the profile, its "
     "challenge for a device's answer, a signed reference for the page after it "
     "(tests/ios/test_enrollment.py)",
+    "/feeds/": "the application's update key, public by design like the update check's "
+    "(tests/desktop/test_feeds.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
     "/favicon.ico": "public: a redirect to the icon under /static",
