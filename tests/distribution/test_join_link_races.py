@@ -71,8 +71,8 @@ class Joiner:
 
 
 async def _team(api: httpx.AsyncClient, max_testers: int) -> tuple[dict[str, str], str, str]:
-    r = await api.post("/api/auth/register",
-                       json={"email": "owner@example.com", "password": "correct horse"})  # fmt: skip
+    owner = {"email": "owner@example.com", "password": "correct horse"}
+    r = await api.post("/api/auth/register", json=owner)
     assert r.status_code == 201, r.text
     headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
     r = await api.post("/api/projects", json={"name": "Acme"}, headers=headers)
