@@ -395,3 +395,66 @@ async def test_an_unknown_link_has_a_page_that_says_what_to_do(
     assert "This join link is not valid" in r.text
     r = await browser.get("/join-confirm/bbc_nothing")
     assert r.status_code == 410
+
+
+# -- the group page's forms --------------------------------------------------------------------
+
+
+async def _sign_in(browser: httpx.AsyncClient, team: Team) -> None:
+    csrf = await csrf_of(browser, "/login")
+    form = {"csrf": csrf, "email": team.owner.email, "password": team.owner.password}
+    r = await browser.post("/login", data=form, headers=ORIGIN)
+    assert r.status_code == 303, r.text
+
+
+def field_errors(page: httpx.Response) -> list[str]:
+    found = re.findall(r'<p class="error[^"]*" id="e-[^"]+" role="alert">(.*?)</p>', page.text)
+    return [unescape(text) for text in found]
+
+
+@pytest.mark.parametrize(
+    ("form", "said"),
+    [
+        ({"maxTesters": "0"}, "Enter a whole number from 1 to 10,000, or leave it empty."),
+        ({"maxTesters": "ten"}, "Enter a whole number from 1 to 10,000, or leave it empty."),
+        ({"expiresOn": "31/01/2030"}, "Enter a date such as 2030-01-31, or leave it empty."),
+        ({"expiresOn": "2020-01-31"}, "Choose a day after today, or leave it empty."),
+        ({"domains": "example.com, not_a"}, "not_a is not a domain name such as example.com."),
+    ],
+)
+async def test_the_group_pages_form_says_what_is_wrong_and_makes_nothing(
+    team: Team, browser: httpx.AsyncClient, form: dict[str, str], said: str
+) -> None:
+    qa = await team.group("QA")
+    await _sign_in(browser, team)
+    path = f"/projects/{team.project['id']}/groups/{qa}/join-link"
+    csrf = await csrf_of(browser, f"/projects/{team.project['id']}/groups")
+
+    r = await browser.post(path, data={"csrf": csrf, **form}, headers=ORIGIN)
+
+    assert r.status_code == 422
+    assert any(said in error for error in field_errors(r)), field_errors(r)
+    assert_problem(await team.client.get(link_path(team, qa), headers=team.owner.headers), 404)
+
+
+async def test_a_tester_sees_no_join_link_and_cannot_make_one(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    tess = await team.member("tess@example.com")
+    qa = await team.group("QA", tess.email)
+    await make_link(team, qa)
+    csrf = await csrf_of(browser, "/login")
+    form = {"csrf": csrf, "email": tess.email, "password": tess.password}
+    assert (await browser.post("/login", data=form, headers=ORIGIN)).status_code == 303
+
+    page = await browser.get(f"/projects/{team.project['id']}/groups")
+    assert page.status_code == 200
+    assert "join-link" not in page.text
+    csrf = await csrf_of(browser, f"/projects/{team.project['id']}/groups")
+    r = await browser.post(
+        f"/projects/{team.project['id']}/groups/{qa}/join-link/revoke",
+        data={"csrf": csrf}, headers=ORIGIN,
+    )  # fmt: skip
+    assert r.status_code == 403
+    r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
+    assert r.json()["state"] == "live"

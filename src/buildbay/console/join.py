@@ -204,8 +204,7 @@ async def create_link(request: Request, project_id: str, group_id: str) -> Respo
         except BuildbayError as exc:
             if exc.status >= 500 or exc.status == 404:
                 raise
-            field = "expiresOn" if "expiresAt" in exc.detail else "domains"
-            errors[field] = said(exc)
+            errors.update(_form_errors(exc, domains))
     if errors:
         return await render_groups(request, visitor, db, project_id, f"link-{group_id}",
                                    errors, fields, 422)  # fmt: skip
@@ -213,6 +212,17 @@ async def create_link(request: Request, project_id: str, group_id: str) -> Respo
                f"{ctx.settings.resolved_public_url}{JOIN_PAGE}/{token}")  # fmt: skip
     visitor.tell("Join link made. Copy it now: it is shown this once.")
     return see_other(_groups_path(project_id, group_id))
+
+
+def _form_errors(exc: BuildbayError, domains: list[str]) -> dict[str, str]:
+    """The service's refusal, said beside the field of the form it is about."""
+    for error in exc.errors or []:
+        if error.field == "expiresAt":
+            return {"expiresOn": "Choose a day after today, or leave it empty."}
+        if error.field.startswith("allowedEmailDomains["):
+            n = int(error.field.removeprefix("allowedEmailDomains[").rstrip("]"))
+            return {"domains": f"{domains[n]} is not a domain name such as example.com."}
+    return {"domains": said(exc)}
 
 
 @router.post("/projects/{project_id}/groups/{group_id}/join-link/revoke")
