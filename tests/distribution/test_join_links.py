@@ -15,9 +15,11 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import func, select
 
 from buildbay.clock import FrozenClock
-from buildbay.distribution.join_links import normal_domain
+from buildbay.distribution.join_links import normal_domain, sweep_join_requests
+from buildbay.distribution.models import JoinRequest
 from buildbay.middleware import loggable_path
 from tests.conftest import BASE_URL, assert_problem, iso_z
 from tests.distribution.conftest import Team
@@ -458,3 +460,25 @@ async def test_a_tester_sees_no_join_link_and_cannot_make_one(
     assert r.status_code == 403
     r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
     assert r.json()["state"] == "live"
+
+
+async def test_the_sweeper_forgets_confirmations_a_day_after_they_expire(
+    team: Team, browser: httpx.AsyncClient, app: FastAPI, clock: FrozenClock
+) -> None:
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+    await ask_to_join(browser, page_path(made), "slow@example.com")
+    ctx = app.state.ctx
+
+    async def kept() -> int:
+        async with ctx.sessions() as db:
+            return int(await db.scalar(select(func.count()).select_from(JoinRequest)) or 0)
+
+    clock.advance(days=2)
+    async with ctx.sessions() as db, db.begin():
+        await sweep_join_requests(db, clock.now())
+    assert await kept() == 1  # expired a day ago: kept a day more
+    clock.advance(seconds=1)
+    async with ctx.sessions() as db, db.begin():
+        await sweep_join_requests(db, clock.now())
+    assert await kept() == 0

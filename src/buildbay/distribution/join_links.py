@@ -33,7 +33,7 @@ from enum import StrEnum
 
 import email_validator
 from limits import RateLimitItemPerHour
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
@@ -491,6 +491,13 @@ _STATE_SAYS = {
     "for a new one",
     LinkState.LIVE: "",
 }
+
+
+async def sweep_join_requests(db: AsyncSession, now: datetime) -> None:
+    """Forget confirmations used or expired more than a day ago (the sweeper's)."""
+    await db.execute(
+        delete(JoinRequest).where(JoinRequest.expires_at < now - CONFIRMATION_LIFETIME)
+    )
 
 
 def state_sentence(state: LinkState) -> str:
