@@ -482,3 +482,26 @@ async def test_the_sweeper_forgets_confirmations_a_day_after_they_expire(
     async with ctx.sessions() as db, db.begin():
         await sweep_join_requests(db, clock.now())
     assert await kept() == 0
+
+
+async def test_opening_the_page_and_asking_are_rate_limited_per_client_ip(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    qa = await team.group("QA")
+    made = await make_link(team, qa, allowedEmailDomains=["example.com"])
+    csrf = await csrf_of(browser, page_path(made))  # one page of the 60 a minute
+    for n in range(30):  # refused domains count too
+        r = await browser.post(page_path(made), headers=ORIGIN,
+                               data={"csrf": csrf, "email": f"p{n}@elsewhere.test"})  # fmt: skip
+        assert r.status_code == 422
+    r = await browser.post(page_path(made), headers=ORIGIN,
+                           data={"csrf": csrf, "email": "new@example.com"})  # fmt: skip
+    assert r.status_code == 429
+    assert "Too many requests to join" in alert(r)
+
+    for _ in range(59):
+        assert (await browser.get(page_path(made))).status_code == 200
+    r = await browser.get(page_path(made))
+    assert r.status_code == 429
+    assert int(r.headers["Retry-After"]) > 0
+    assert "Too many pages opened from here" in alert(r)

@@ -248,22 +248,15 @@ class JoinLinks:
         link = shown.link
         if link.state is not LinkState.LIVE:
             raise Conflict(_STATE_SAYS[link.state], code=f"join_link_{link.state.value}")
+        # The client first, whatever it asks (a domain refused counts too); then the address.
+        await _throttle(limiter, "join-ip", client_ip, PER_IP)
         if link.allowed_domains and domain_of_address(email) not in link.allowed_domains:
             raise ValidationFailed.for_field(
                 "email",
                 "this link takes addresses of " + ", ".join(link.allowed_domains) + " only",
                 code="domain_not_allowed",
             )
-        for namespace, key, item in (
-            ("join-ip", client_ip, PER_IP),
-            ("join-email", email, PER_EMAIL),
-        ):
-            if (wait := await limiter.throttle(namespace, key, item)) is not None:
-                raise RateLimited(
-                    "Too many requests to join; wait before asking again",
-                    code="join_throttled",
-                    headers={"Retry-After": str(wait)},
-                )
+        await _throttle(limiter, "join-email", email, PER_EMAIL)
         if await self._admitted(link, email):
             confirm = CONFIRM_TOKEN_PREFIX + secrets.token_urlsafe(32)
             self.db.add(
@@ -472,6 +465,17 @@ class JoinLinks:
             .execution_options(synchronize_session=False)
         )
         return bool(revoked.rowcount)  # type: ignore[attr-defined]
+
+
+async def _throttle(
+    limiter: RateLimiter, namespace: str, key: str, item: RateLimitItemPerHour
+) -> None:
+    if (wait := await limiter.throttle(namespace, key, item)) is not None:
+        raise RateLimited(
+            "Too many requests to join; wait before asking again",
+            code="join_throttled",
+            headers={"Retry-After": str(wait)},
+        )
 
 
 def _columns(user: User) -> dict[str, object]:
