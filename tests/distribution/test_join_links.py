@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from buildbay.clock import FrozenClock
+from buildbay.config import SignupMode
 from buildbay.distribution.join_links import normal_domain, sweep_join_requests
 from buildbay.distribution.models import JoinRequest
 from buildbay.middleware import loggable_path
@@ -505,3 +506,36 @@ async def test_opening_the_page_and_asking_are_rate_limited_per_client_ip(
     assert r.status_code == 429
     assert int(r.headers["Retry-After"]) > 0
     assert "Too many pages opened from here" in alert(r)
+
+
+async def test_an_address_past_its_days_invitation_cap_is_mailed_nothing_more(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    """A join mail is an invitation: an address gets at most three a day, whoever sends them
+    (invitations/caps.py); the page answers the same."""
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+    for _ in range(4):
+        r = await ask_to_join(browser, page_path(made), "popular@example.com")
+        assert r.status_code == 200
+        assert "If this address can join" in r.text
+    await team.run_jobs()
+    assert len(team.mails_to("popular@example.com")) == 3
+
+
+async def test_a_server_that_takes_no_new_accounts_joins_only_existing_ones(
+    team: Team, browser: httpx.AsyncClient, app: FastAPI
+) -> None:
+    app.state.ctx.settings.signup = SignupMode.CLOSED
+    member = await team.api.login(team.owner)  # an account before the doors closed
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+    await ask_to_join(browser, page_path(made), "nobody@example.com")
+    path = await confirmation_of(team, "nobody@example.com")
+
+    r = await confirm(browser, path)
+
+    assert r.status_code == 403
+    assert "This server takes no new accounts" in alert(r)
+    r = await team.client.get(link_path(team, qa), headers=member.headers)
+    assert r.json()["joinedCount"] == 0
