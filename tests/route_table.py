@@ -589,6 +589,11 @@ async def _testers(w: World, subject: Account) -> dict[str, Any]:
     return {"emails": [w.accounts.member.email]}
 
 
+@body("POST", "/api/projects/{id}/groups/{groupId}/join-link")
+async def _join_link(w: World, subject: Account) -> dict[str, Any]:
+    return {"maxTesters": 10, "allowedEmailDomains": ["example.com"]}
+
+
 @body("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute")
 async def _distribute(w: World, subject: Account) -> dict[str, Any]:
     return {"groups": ["everyone", w.ids["groupId"]], "emails": [w.accounts.member.email]}
@@ -722,6 +727,19 @@ async def _doomed_channel(w: World) -> dict[str, str]:
 @target("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}")
 async def _doomed_group(w: World) -> dict[str, str]:
     return {"groupId": await w.new_group()}
+
+
+@target("GET", "/api/projects/{id}/groups/{groupId}/join-link")
+@target("DELETE", "/api/projects/{id}/groups/{groupId}/join-link")
+async def _group_with_a_join_link(w: World) -> dict[str, str]:
+    group_id = await w.new_group()
+    r = await w.client.post(
+        f"/api/projects/{w.ids['id']}/groups/{group_id}/join-link",
+        json={},
+        headers=w.accounts.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    return {"groupId": group_id}
 
 
 @target("DELETE", "/api/account/api-tokens/{id}")

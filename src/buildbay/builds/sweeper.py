@@ -26,6 +26,7 @@ from buildbay.builds.reads import BUILD
 from buildbay.builds.removed import forget_old_removals, record_removals
 from buildbay.builds.retention import doomed, ready_builds, rule_of
 from buildbay.db.reads import Reads
+from buildbay.distribution.join_links import sweep_join_requests
 from buildbay.feedback.models import FeedbackScreenshot
 from buildbay.feedback.removal import FEEDBACK_PREFIX, remove_screenshots, screenshots_of_builds
 from buildbay.invitations.caps import sweep_invitation_counts
@@ -102,6 +103,8 @@ async def sweep(
         await sweep_invitation_counts(db, now)
     async with sessions() as db, db.begin():  # removed builds no page or link asks for now
         await forget_old_removals(db, now)
+    async with sessions() as db, db.begin():  # join links' confirmations no mail can use now
+        await sweep_join_requests(db, now)
     return Swept(expired, retention, abandoned, orphans, orphan_uploads)
 
 
