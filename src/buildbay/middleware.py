@@ -1,6 +1,6 @@
 """One pure-ASGI middleware for what every request needs before and after the routes run:
 a request id, the JSON body rules of /api (Content-Type, 1 MiB; a feedback's form instead:
-multipart, 60 MiB), the RateLimit headers, the
+multipart, 60 MiB; a build's blockmap: raw bytes, 16 MiB), the RateLimit headers, the
 security headers (buildbay/security_headers.py), a time limit on reading a request body, and
 closing the connection after an answer given before the request's body was read."""
 
@@ -19,6 +19,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from buildbay.builds.blockmap import MAX_BLOCKMAP_BYTES
 from buildbay.feedback.submission import MAX_BODY as MAX_FEEDBACK_BODY
 from buildbay.numbers import whole_number
 from buildbay.problems import PROBLEM_CONTENT_TYPE, problem_body
@@ -33,7 +34,10 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # The one /api body that is not JSON: a feedback's form, with its screenshots (feedback/).
 _FEEDBACK = re.compile(r"^/api/app-distribution/[^/]+/[^/]+/builds/[^/]+/feedback$")
+# And a build's blockmap: the raw bytes electron-builder wrote (builds/blockmap.py).
+_BLOCKMAP = re.compile(r"^/api/app-distribution/[^/]+/[^/]+/builds/[^/]+/blockmap$")
 _JSON_LIMIT = "JSON request bodies are limited to 1 MiB"
+_BLOCKMAP_LIMIT = f"A blockmap has at most {MAX_BLOCKMAP_BYTES // (1024 * 1024)} MiB"
 _FEEDBACK_LIMIT = f"A feedback's body is at most {MAX_FEEDBACK_BODY // (1024 * 1024)} MiB"
 
 
@@ -88,8 +92,13 @@ class ApiMiddleware:
         form = False
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
             form = scope["method"] == "POST" and bool(_FEEDBACK.match(scope["path"]))
-            check = self._check_form_headers if form else self._check_body_headers
-            problem = check(headers, has_body=has_body)
+            raw = scope["method"] == "PUT" and bool(_BLOCKMAP.match(scope["path"]))
+            if form:
+                problem = self._check_form_headers(headers, has_body=has_body)
+            elif raw:
+                problem = self._check_raw_headers(headers, has_body=has_body)
+            else:
+                problem = self._check_body_headers(headers, has_body=has_body)
             if problem is not None:
                 status, code, detail = problem
                 await _send_problem(send, status, code, detail, request_id, security)
@@ -97,6 +106,8 @@ class ApiMiddleware:
                 return
             if form:
                 receive = _limited(receive, MAX_FEEDBACK_BODY, _FEEDBACK_LIMIT)
+            elif raw:
+                receive = _limited(receive, MAX_BLOCKMAP_BYTES, _BLOCKMAP_LIMIT)
             else:
                 receive = _limited(receive, self.max_json_body, _JSON_LIMIT)
 
@@ -167,6 +178,27 @@ class ApiMiddleware:
                 400,
                 "unsupported_content_type",
                 "Send feedback as multipart/form-data (text, category, context, screenshots)",
+            )
+        return None
+
+    @staticmethod
+    def _check_raw_headers(
+        headers: dict[str, str], *, has_body: bool
+    ) -> tuple[int, str, str] | None:
+        """A blockmap's bytes: refused before a byte is read when they say they are too many."""
+        text = headers.get("content-length")
+        length = whole_number(text, max_digits=20) if text is not None else None
+        if text is not None and length is None:
+            return 400, "bad_request", "Content-Length is not a number"
+        if length is not None and length > MAX_BLOCKMAP_BYTES:
+            return 413, "upload_too_large", _BLOCKMAP_LIMIT
+        media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if has_body and media != "application/octet-stream":
+            return (
+                400,
+                "unsupported_content_type",
+                "Send the blockmap's bytes as they are, with Content-Type: "
+                "application/octet-stream",
             )
         return None
 
