@@ -493,3 +493,29 @@ async def test_on_s3_the_address_redirects_to_the_bucket(s3_app: FastAPI) -> Non
         # The 404s are the same as on the disk.
         r = await client.get(address(key, "e" * 32))
         assert_problem(r, 404, "unknown_build")
+
+
+async def test_the_installed_versions_blockmap_at_the_address_electron_updater_derives(
+    builds: Builds,
+) -> None:
+    """electron-updater asks for the installed version's blockmap at the new file's address
+    with the new version replaced by the installed one (Provider.getBlockMapFiles)."""
+    key = await linux_app(builds)
+    old_id = await ready(builds, payload(seed=3), "Example-1.0.0.AppImage")
+    new_id = await ready(builds, payload(seed=4), "Example-2.0.0.AppImage")
+    old_blockmap = blockmap([{"name": "file", "offset": 0, "checksums": ["c"], "sizes": [SIZE]}])
+    derived = address(key, new_id, "Example-1.0.0.AppImage.blockmap")
+    assert_problem(await builds.client.get(derived), 404, "unknown_file")  # none yet
+
+    r = await put_blockmap(builds.client, builds, old_id, old_blockmap)
+    assert r.status_code == 200, r.text
+
+    r = await builds.client.get(derived)
+    assert r.status_code == 200
+    assert r.content == old_blockmap
+    # Its own address answers alike.
+    own = await builds.client.get(address(key, old_id, "Example-1.0.0.AppImage.blockmap"))
+    assert own.content == old_blockmap
+    # Not a file of the build by another name, only a blockmap.
+    r = await builds.client.get(address(key, new_id, "Example-1.0.0.AppImage"))
+    assert_problem(r, 404, "unknown_file")

@@ -10,6 +10,10 @@ its 7-day window (applications/update_keys.py), as the check does.
 
 `fileName` is the build's file name, or that name + `.blockmap` when the build has one
 (builds/blockmap.py): electron-updater asks for `<url>.blockmap` beside the file it updates to.
+It asks for the blockmap of the installed version at an address it derives from the new file's
+(Provider.getBlockMapFiles: the new version replaced by the installed one in the path), so
+under the new build's id: `<new build>/<older file name>.blockmap` is the blockmap of the newest
+build of the application with that file name (one the update check would offer too).
 
 Downloads here are not counted as installs (no install event, no `build.downloaded` webhook):
 an app updating itself is not a tester installing a build, and one update is many requests
@@ -61,6 +65,23 @@ _FILE = select(
     _PUBLISHED.label("published"),
     DISTRIBUTED_TO_EVERYONE.label("to_everyone"),
 ).where(Build.id == bindparam("build_id"))
+
+
+# The blockmap of the newest build of the application by that file name that the check would
+# offer: electron-updater's address of the installed version's blockmap.
+_OLDER_BLOCKMAP = (
+    select(Build.storage_key, Build.blockmap_size, Build.blockmap_sha256)
+    .where(
+        Build.application_id == bindparam("application_id"),
+        Build.file_name == bindparam("file_name"),
+        Build.status == BuildStatus.READY,
+        Build.blockmap_size.is_not(None),
+        _PUBLISHED,
+        DISTRIBUTED_TO_EVERYONE,
+    )
+    .order_by(Build.id.desc())
+    .limit(1)
+)
 
 
 def _no_build(build_id: str) -> NotFound:
@@ -129,4 +150,17 @@ async def feed_file(
             blockmap_key(row["storage_key"]), None, file_name, row["blockmap_size"],
             f'"{row["blockmap_sha256"]}"',
         )  # fmt: skip
-    raise _no_file(build_id, file_name, name, has_blockmap)
+    if file_name.endswith(BLOCKMAP_SUFFIX):
+        older = await reads.first(
+            _OLDER_BLOCKMAP,
+            {
+                "application_id": owner.application_id,
+                "file_name": file_name.removesuffix(BLOCKMAP_SUFFIX),
+            },
+        )
+        if older is not None:
+            return FeedFile(
+                blockmap_key(older["storage_key"]), None, file_name, older["blockmap_size"],
+                f'"{older["blockmap_sha256"]}"',
+            )  # fmt: skip
+    raise _no_file(build_id, file_name[:300], name, has_blockmap)
