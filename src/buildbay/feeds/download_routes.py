@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
@@ -64,11 +64,10 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
-@router.api_route(
-    "/{updateKey}/download/{buildId}/{fileName}",
-    methods=["GET", "HEAD"],
-    response_class=FileResponse,
-    responses={
+_ROUTE: dict[str, Any] = {
+    "path": "/{updateKey}/download/{buildId}/{fileName}",
+    "response_class": FileResponse,
+    "responses": {
         200: {
             "description": "The whole file (`Accept-Ranges: bytes`)",
             "content": {"application/octet-stream": {}},
@@ -82,6 +81,12 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
         307: {"description": "Where the storage serves the file (S3: a presigned URL)"},
         **problem_responses(404, 416),
     },
+}
+
+
+@router.head(**_ROUTE, summary="A feed file's headers: its size, ETag and Accept-Ranges (no token)")
+@router.get(
+    **_ROUTE,
     summary="A file the feeds point at: a build's file or its blockmap (no token: the "
     "application's update key)",
 )
