@@ -28,6 +28,7 @@ from datetime import datetime
 
 from sqlalchemy import bindparam, exists, select
 
+from buildbay.applications.models import UpdateKey
 from buildbay.builds.blockmap import BLOCKMAP_SUFFIX, blockmap_key
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, BuildChannel
@@ -52,8 +53,11 @@ class FeedFile:
 
 
 _PUBLISHED = exists().where(BuildChannel.build_id == Build.id)
+# The key and the build in one statement (one round trip: every Range request of a download
+# asks it): a row when the build is of the key's application; none says only that one of the
+# two names nothing, which `key_owner` then tells apart.
 _FILE = select(
-    Build.application_id,
+    UpdateKey.expires_at,
     Build.status,
     Build.file_name,
     Build.file_size,
@@ -64,7 +68,11 @@ _FILE = select(
     Build.blockmap_sha256,
     _PUBLISHED.label("published"),
     DISTRIBUTED_TO_EVERYONE.label("to_everyone"),
-).where(Build.id == bindparam("build_id"))
+).where(
+    UpdateKey.key == bindparam("key"),
+    Build.id == bindparam("build_id"),
+    Build.application_id == UpdateKey.application_id,
+)
 
 
 # The blockmap of the newest build of the application by that file name that the check would
@@ -124,16 +132,12 @@ async def feed_file(
     the address names nothing (the key, the build, its publication, the file)."""
     if not key.startswith("bbu_") or len(key) > MAX_LENGTH:
         raise unknown_key()
-    owner = await key_owner(reads, key, now)
-    if len(build_id) > 32:
-        raise _no_build(build_id[:32] + "...")
-    row = await reads.first(_FILE, {"build_id": build_id})
-    if (
-        row is None
-        or row["application_id"] != owner.application_id
-        or row["status"] != BuildStatus.READY
-    ):
-        raise _no_build(build_id)
+    row = await reads.first(_FILE, {"key": key, "build_id": build_id[:40]})
+    if row is None or (row["expires_at"] is not None and row["expires_at"] <= now):
+        await key_owner(reads, key, now)  # raises unknown_update_key, if that is it
+        row = None
+    if row is None or row["status"] != BuildStatus.READY:
+        raise _no_build(build_id if len(build_id) <= 32 else build_id[:32] + "...")
     if not row["published"] or not row["to_everyone"]:
         raise _not_published(build_id)
     name: str = row["file_name"]
@@ -151,6 +155,7 @@ async def feed_file(
             f'"{row["blockmap_sha256"]}"',
         )  # fmt: skip
     if file_name.endswith(BLOCKMAP_SUFFIX):
+        owner = await key_owner(reads, key, now)
         older = await reads.first(
             _OLDER_BLOCKMAP,
             {
