@@ -314,8 +314,9 @@ OUTSIDE_API = {
     "/devices/": "the profile service: the console's session cookie for the profile, its "
     "challenge for a device's answer, a signed reference for the page after it "
     "(tests/ios/test_enrollment.py)",
-    "/feeds/": "the application's update key, public by design: it opens only what the update "
-    "check offers under it (tests/desktop/test_feed_download.py)",
+    "/feeds/": "the application's update key, public by design like the update check's: "
+    "it opens only what the check offers under it (tests/desktop/test_feeds.py, "
+    "test_feed_download.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
     "/favicon.ico": "public: a redirect to the icon under /static",

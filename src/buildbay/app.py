@@ -53,6 +53,7 @@ from buildbay.distribution.service import distribution_mail_handler
 from buildbay.feedback.routes import router as feedback_router
 from buildbay.feedback.team_routes import router as feedback_team_router
 from buildbay.feeds.download_routes import router as feed_download_router
+from buildbay.feeds.routes import router as feeds_router
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
@@ -101,7 +102,7 @@ API_SECTIONS = (
     "devices",
     "feedback",
     "updates",
-    "feeds",
+    "desktop feeds",
     "storage",
     "install pages",
     "health",
@@ -237,6 +238,7 @@ def create_app(
     for router in (
         updates_router,
         feed_download_router,
+        feeds_router,
         builds_router,
         feedback_router,
         projects_router,

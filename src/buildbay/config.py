@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     # reporter's e-mail given with an update key) and per client IP, each in a moving minute.
     feedback_per_minute_per_reporter: PositiveInt = 10
     feedback_per_minute_per_ip: PositiveInt = 30
+    # ... and per application, of what apps send with its update key: each names whatever
+    # reporter it likes, from as many addresses as it has (an IPv6 host has 2^64).
+    feedback_per_minute_per_update_key: PositiveInt = 60
 
     # Invitation mails (docs/operations.md, "Invitation caps"), each in a UTC day, 0 for no cap:
     # to one address whatever project invites it (resends included); sent by one account (its

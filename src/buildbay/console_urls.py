@@ -19,3 +19,16 @@ def build_url(public_url: str, project_id: str, application_id: str, build_id: s
 
 def webhook_url(public_url: str, project_id: str, webhook_id: str) -> str:
     return f"{project_url(public_url, project_id)}/webhooks/{webhook_id}"
+
+
+def feedback_url(public_url: str, project_id: str, feedback_id: str) -> str:
+    """A feedback's page in the team's inbox (console/feedback.py)."""
+    return f"{project_url(public_url, project_id)}/feedback/{feedback_id}"
+
+
+# A tester's own feedback, across their projects, with the team's replies.
+OWN_FEEDBACK_PATH = "/account/feedback"
+
+
+def own_feedback_url(public_url: str, feedback_id: str | None = None) -> str:
+    return f"{public_url}{OWN_FEEDBACK_PATH}" + (f"#{feedback_id}" if feedback_id else "")

@@ -36,6 +36,9 @@ _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 _FEEDBACK = re.compile(r"^/api/app-distribution/[^/]+/[^/]+/builds/[^/]+/feedback$")
 # And a build's blockmap: the raw bytes electron-builder wrote (builds/blockmap.py).
 _BLOCKMAP = re.compile(r"^/api/app-distribution/[^/]+/[^/]+/builds/[^/]+/blockmap$")
+# The pages' own feedback forms (console/feedback_form.py): their screenshots come from a phone
+# as an upload's do. Their size is counted where they are read.
+_PAGE_FEEDBACK = re.compile(r"^/(?:install/[^/]+|projects/[^/]+/apps/[^/]+/builds/[^/]+)/feedback$")
 _JSON_LIMIT = "JSON request bodies are limited to 1 MiB"
 _BLOCKMAP_LIMIT = f"A blockmap has at most {MAX_BLOCKMAP_BYTES // (1024 * 1024)} MiB"
 _FEEDBACK_LIMIT = f"A feedback's body is at most {MAX_FEEDBACK_BODY // (1024 * 1024)} MiB"
@@ -119,7 +122,11 @@ class ApiMiddleware:
         if has_body:
             # An upload's (a build file, a feedback's screenshots from a phone) may rightly take
             # longer than the timeout as a whole: each chunk must arrive within it.
-            upload = scope["path"].startswith(UPLOAD_PATH) or form
+            upload = (
+                scope["path"].startswith(UPLOAD_PATH)
+                or form
+                or (scope["method"] == "POST" and bool(_PAGE_FEEDBACK.match(scope["path"])))
+            )
             body = _BodyReading(receive, self.body_read_timeout, per_chunk=upload)
             receive = body.receive
 

@@ -19,6 +19,7 @@ from tests.conftest import Account, assert_problem
 BUILD_FIELDS = {
     "newFeedbackCount",
     "channels",
+    "rolloutPercents",
     "mandatory",
     "downloadsCount",
     "failureCode",

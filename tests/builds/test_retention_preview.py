@@ -170,3 +170,27 @@ async def test_only_an_admin_previews_and_a_bad_rule_is_refused(
     assert_problem(refused, 403, "insufficient_role")
     for bad in ({"keepLast": 0}, {"protect": {"groups": "yes"}}, {"protect": {"other": True}}):
         assert_problem(await r.call("POST", path, bad), 422, "validation_error")
+
+
+async def test_a_channel_keeps_its_newest_full_build_while_a_newer_one_is_rolled_out(
+    builds: Builds, app: FastAPI, clock: FrozenClock
+) -> None:
+    """The installs outside a staged rollout are offered the build before it: it stays."""
+    r = Retention(builds, app, clock)
+    ids = [(await builds.ready(f"build {i}".encode()))["buildId"] for i in range(3)]
+    for build_id in ids:
+        await r.ok("PUT", f"{builds.base}/{build_id}/channels", {"channels": ["default"]})
+    assert [b["buildId"] for b in (await r.preview({"keepLast": 1}))["builds"]] == ids[1::-1]
+
+    await r.ok(
+        "PUT", f"{builds.base}/{ids[2]}/channels", {"channels": ["default"], "rolloutPercent": 10}
+    )
+    named = await r.preview({"keepLast": 1})
+    assert [b["buildId"] for b in named["builds"]] == [ids[0]]
+    await r.rule({"keepLast": 1})
+    assert await r.sweep() == 1
+    assert await r.ids() == [ids[2], ids[1]]
+    # Without protect.channels, the rule alone decides.
+    assert [b["buildId"] for b in (await r.preview({"keepLast": 1, "protect": OFF}))["builds"]] == [
+        ids[1]
+    ]

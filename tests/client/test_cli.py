@@ -12,6 +12,7 @@ program that keeps going while its server dies is the point there.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import hashlib
@@ -34,10 +35,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from buildbay.updates.check import rollout_bucket
 from buildbay_client.cli import command
 from tests.builds.android_files import APK, APK_V1, apk
 from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
-from tests.desktop import files
+from tests.desktop import files as desktop_files
 from tests.processes import free_port, running
 
 pytestmark = pytest.mark.slow
@@ -187,7 +189,7 @@ def test_upload_attaches_a_blockmap_that_the_feed_download_serves(cli: Cli, tmp_
     cli.json("projects", "create", "Desk")
     app = cli.json("apps", "create", "Desk App", "--project", "Desk", "--platform", "linux")
     package = tmp_path / "example-app_1.4.2-1_amd64.deb"
-    package.write_bytes(files.deb(tmp_path))
+    package.write_bytes(desktop_files.deb(tmp_path))
     blockmap = tmp_path / "example-app_1.4.2-1_amd64.deb.blockmap"
     blockmap.write_bytes(gzip.compress(b'{"version": "2", "files": []}', mtime=0))
 
@@ -458,6 +460,88 @@ def test_channels_and_an_upload_released_to_one_as_mandatory(cli: Cli) -> None:
     assert "no channel named nightly" in unknown.stderr
     plain = cli.json("upload", str(APK_V1), *where)  # other bytes: the same is the same build
     assert (plain["channels"], plain["mandatory"]) == (["default"], False)
+
+
+def _install_in(build_id: str, percent: int, inside: bool) -> str:
+    """An install id whose bucket for the build is below `percent` (inside) or not."""
+    return next(
+        candidate
+        for candidate in (f"install-{n}" for n in range(10_000))
+        if (rollout_bucket(build_id, candidate) < percent) is inside
+    )
+
+
+def test_channels_set_rolls_a_build_out_to_part_of_its_channels(cli: Cli) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    where = ["-p", "Acme", "-a", "Acme Android"]
+    cli.json("channels", "create", "beta", *where)
+    build_id = cli.json("upload", str(APK), *where)["buildId"]
+
+    # Its channels kept (none named), at 20% of their installs.
+    build = cli.json("channels", "set", build_id, *where, "--rollout", "20")
+    assert (build["channels"], build["rolloutPercents"]) == (["default"], {"default": 20})
+    check = {"key": app["updateKey"], "versionCode": 1}
+    url = f"{cli.server}/api/updates/check"
+    inside = httpx.get(url, params={**check, "installId": _install_in(build_id, 20, True)})
+    assert inside.json()["build"]["buildId"] == build_id
+    outside = httpx.get(url, params={**check, "installId": _install_in(build_id, 20, False)})
+    assert outside.json()["updateAvailable"] is False
+
+    # Published to beta too: default keeps its 20%, beta starts at 100; the table says so.
+    table = cli("channels", "set", build_id, *where, "--channel", "default", "--channel", "beta")
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()]
+    assert ["beta", "100%"] in rows
+    assert ["default", "20%"] in rows
+    build = cli.json("channels", "set", build_id, *where, "--channel", "beta", "--rollout", "5")
+    assert build["rolloutPercents"] == {"beta": 5}
+
+    for wrong in ("0", "101", "ten", "2.5"):
+        refused = cli("channels", "set", build_id, *where, "--rollout", wrong)
+        assert refused.returncode == 2, (wrong, refused.stderr)  # a usage error, nothing sent
+        assert "--rollout" in refused.stderr
+    assert cli.json("builds", "show", build_id, *where)["rolloutPercents"] == {"beta": 5}
+    unknown = cli("channels", "set", build_id, *where, "--channel", "nightly", "--rollout", "5")
+    assert unknown.returncode == 5, unknown.stderr
+    assert "no channel named nightly" in unknown.stderr
+
+
+def test_upload_gives_verify_the_desktop_updaters_fields(cli: Cli, tmp_path: Path) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Acme")
+    cli.json("apps", "create", "Acme Mac", "--project", "Acme", "--platform", "macos")
+    where = ["-p", "Acme", "-a", "Acme Mac"]
+    signature = base64.b64encode(hashlib.sha512(b"signed").digest()).decode()
+    dmg = tmp_path / "Example-1.4.2.dmg"
+    dmg.write_bytes(desktop_files.dmg())
+
+    build = cli.json(
+        "upload", str(dmg), *where, "--architecture", "universal",
+        "--sparkle-ed-signature", signature, "--minimum-os-version", "11.0",
+    )  # fmt: skip
+
+    assert build["architecture"] == "universal"
+    assert build["sparkleEdSignature"] == signature
+    assert build["metadata"]["minOs"] == "11.0"
+    assert build["sha512"] == base64.b64encode(hashlib.sha512(dmg.read_bytes()).digest()).decode()
+    assert cli.json("builds", "show", build["buildId"], *where)["architecture"] == "universal"
+
+    # What the file says wins: a zipped universal .app is not an x64 build.
+    app = tmp_path / "Example-1.4.2-mac.zip"
+    app.write_bytes(desktop_files.app_zip())
+    mismatch = cli("upload", str(app), *where, "--architecture", "x64")
+    assert mismatch.returncode == 5, mismatch.stderr
+    assert "metadata_mismatch" in mismatch.stderr
+    # The server's rules for each field reach the command line.
+    other = tmp_path / "Other-1.0.dmg"
+    other.write_bytes(desktop_files.dmg(size=70_000))
+    bad = cli("upload", str(other), *where, "--sparkle-ed-signature", "not-a-signature")
+    assert bad.returncode == 5, bad.stderr
+    assert "sparkleEdSignature" in bad.stderr
+    usage = cli("upload", str(other), *where, "--architecture", "ppc")
+    assert usage.returncode == 2, usage.stderr
 
 
 def test_an_upload_by_app_id_survives_renaming_the_application_and_its_project(

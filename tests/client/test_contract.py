@@ -92,7 +92,7 @@ CASES: dict[str, Op[Any]] = {
     "download": ops.download(P, A, B),
     "delete_build": ops.delete_build(P, A, B),
     "upload_link": ops.upload_link(P, A, "app.apk", 10, SHA, multipart=True, on_duplicate="reuse"),
-    "set_build_channels": ops.set_build_channels(P, A, B, ["default", "beta"]),
+    "set_build_channels": ops.set_build_channels(P, A, B, ["default", "beta"], 25),
     "attach_blockmap": ops.attach_blockmap(P, A, B, b"\x1f\x8b"),
     "mark_mandatory": ops.mark_mandatory(P, A, B),
     "part_targets": ops.part_targets(P, A, B, [1, 2]),

@@ -179,15 +179,27 @@ async def test_install_links_are_made_with_a_lifetime_copied_and_revoked(
     assert (await team.client.get(url.group(1))).status_code == 410
 
 
-async def test_a_tester_cannot_open_the_page_but_sees_icons(
+async def test_a_tester_gets_a_page_of_their_own_and_sees_icons(
     team: Team, browser: httpx.AsyncClient
 ) -> None:
+    """The team's page is not a tester's: theirs has the build and its feedback form
+    (tests/console/test_feedback_from_testers.py), no install links, notes to edit or
+    distribution; a build not given to them is refused."""
     build = await _apk(team)
+    app = await team.api.application(
+        team.owner, team.project["id"], "Acme iOS", platform="ios", autoDistributeGroups=[]
+    )
+    hidden = await _ipa(team, app, "2.0", "20")  # given to nobody
     tess = await team.member("tess@example.com")
     await team.distribute(build["buildId"], groups=["everyone"], notify=False)
     await sign_in(browser, tess.email)
 
-    assert (await browser.get(_page(team, build))).status_code == 403
+    own = await browser.get(_page(team, build))
+    assert own.status_code == 200
+    assert 'class="feedback"' in own.text
+    for team_only in ("install-links", "/notes", "/distribute", "Who installed it"):
+        assert team_only not in own.text
+    assert (await browser.get(_page(team, hidden, app["id"]))).status_code == 403
     assert (await browser.get(f"{_page(team, build)}/icon")).status_code == 200
     app = await browser.get(_page(team, build).rsplit("/builds/", 1)[0])
     assert f'<img class="icon" src="{_page(team, build)}/icon"' in app.text
@@ -368,3 +380,34 @@ async def test_the_build_page_says_whose_each_link_is(
     name = tess.user["name"] or tess.email
     assert f"{name} <{tess.email}> (personal)" in shown
     assert f"Shared, made by {team.owner.user['name'] or team.owner.email}" in shown
+
+
+async def test_the_rollout_form_saves_per_channel_and_refuses_what_the_api_refuses(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    build = await _apk(team)
+    await sign_in(browser, team.owner.email)
+    page = _page(team, build)
+
+    r = await post(browser, f"{page}/rollout", {"channel": "default", "percent": "35"}, page)
+    assert r.status_code == 303, r.text
+    assert r.headers["location"] == f"{page}#updates"
+    shown = text(await browser.get(page))
+    assert "Update checks on default now offer this build to 35% of its installs." in shown
+    assert "Lowered the rollout on default from 100% to 35%" in shown
+    api = await team.api.client.get(
+        f"/api/app-distribution/{team.project['id']}/{team.application['id']}/builds/"
+        f"{build['buildId']}",
+        headers=team.owner.headers,
+    )
+    assert api.json()["rolloutPercents"] == {"default": 35}
+
+    for wrong in ("0", "101", "", "12.5", "ten"):
+        r = await post(browser, f"{page}/rollout", {"channel": "default", "percent": wrong}, page)
+        assert r.status_code == 422, wrong
+        assert "Choose a rollout from 1 to 100 percent of the channel's installs." in text(r)
+    # A channel the build is not on (or none at all): nothing to roll out there.
+    r = await post(browser, f"{page}/rollout", {"channel": "beta", "percent": "50"}, page)
+    assert r.status_code == 404
+    assert "The build is not published to beta" in text(r)
+    assert "35%" in text(await browser.get(page))

@@ -181,6 +181,7 @@ async def test_a_tester_cannot_change_channels_releases_or_the_update_key(
         ("channels", {"name": "beta"}),
         ("update-key", {}),
         ("builds/bld_00000000000000000000000000/release", {"channel": "default"}),
+        ("builds/bld_00000000000000000000000000/rollout", {"channel": "default", "percent": "5"}),
     ]:
         refused = await browser_like.post(
             f"{page_path}/{action}", data={"csrf": csrf, **data}, headers=ORIGIN

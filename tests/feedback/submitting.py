@@ -69,7 +69,7 @@ def heic_with_gps(size: tuple[int, int] = (64, 48)) -> bytes:
     return out.getvalue()
 
 
-def _chunk(kind: bytes, data: bytes) -> bytes:
+def png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
@@ -82,10 +82,49 @@ def png_bomb(width: int = 50_000, height: int = 50_000, rows: int = 64) -> bytes
     data = b"".join(compressor.compress(row) for _ in range(rows)) + compressor.flush()
     return (
         b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", header)
-        + _chunk(b"IDAT", data)
-        + _chunk(b"IEND", b"")
+        + png_chunk(b"IHDR", header)
+        + png_chunk(b"IDAT", data)
+        + png_chunk(b"IEND", b"")
     )
+
+
+def _segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + struct.pack(">H", len(payload) + 2) + payload
+
+
+def _entropy(bits: str) -> bytes:
+    """Huffman-coded bits as a scan's data: padded with ones, each 0xFF byte stuffed."""
+    bits += "1" * (-len(bits) % 8)
+    out = bytearray()
+    for i in range(0, len(bits), 8):
+        out.append(int(bits[i : i + 8], 2))
+        if out[-1] == 0xFF:
+            out.append(0)
+    return bytes(out)
+
+
+def jpeg_scan_bomb(
+    width: int, height: int, scans: int, between: bytes = b"", comments: int = 0
+) -> bytes:
+    """A real greyscale progressive JPEG whose AC scan is there `scans` times: each a dozen
+    bytes (one end-of-band run over every block) that make the decoder walk the whole image
+    once more (libjpeg warns of the repeated progression, and decodes on). `between`: bytes
+    before each scan (garbage libjpeg skips); `comments`: empty COM segments first."""
+    blocks = ((width + 7) // 8) * ((height + 7) // 8)
+    head = (
+        b"\xff\xd8"
+        + _segment(0xFE, b"") * comments
+        + _segment(0xDB, b"\x00" + bytes([1] * 64))
+        + _segment(0xC2, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+        # DC table 0: one symbol, 0 (no difference), coded "0"; AC table 0: one, EOB14 (0xE0).
+        + _segment(0xC4, b"\x00" + bytes([1] + [0] * 15) + b"\x00")
+        + _segment(0xC4, b"\x10" + bytes([1] + [0] * 15) + b"\xe0")
+        + _segment(0xDA, b"\x01\x01\x00\x00\x00\x00")
+        + _entropy("0" * blocks)
+    )
+    runs = -(-blocks // 32767)  # EOB14 with its 14 bits all ones: 32,767 blocks a symbol
+    scan = _segment(0xDA, b"\x01\x01\x00\x01\x3f\x00") + _entropy(("0" + "1" * 14) * runs)
+    return head + (between + scan) * scans + b"\xff\xd9"
 
 
 def png(size: tuple[int, int] = (8, 8), color: tuple[int, int, int] = (0, 128, 255)) -> bytes:

@@ -4,8 +4,10 @@ decompression bomb refused from its header, without the memory its pixels would 
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -16,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from PIL import Image
 
 from buildbay.config import Settings
 from buildbay.feedback.submission import MAX_BODY, MAX_SCREENSHOT_BYTES
@@ -23,9 +26,12 @@ from tests.conftest import BASE_URL, TEST_SECRET, Account, Api, assert_problem
 from tests.feedback.submitting import (
     World,
     form_parts,
+    jpeg_scan_bomb,
     make_world,
+    opened,
     png,
     png_bomb,
+    png_chunk,
     screenshots,
 )
 
@@ -100,6 +106,13 @@ async def test_category_is_one_of_four(world: World, category: str | None) -> No
         ("[[1]]", "must be a JSON object"),
         ("[" * 4000 + "]" * 4000, "nests too deeply"),
         ("{" + '"a":{' * 2700 + "}" * 2701, "nests too deeply"),
+        # Deep enough for a stack of readers (the answer, the webhook event), not for json's.
+        ('{"a":' * 300 + "1" + "}" * 300, "nests too deeply"),
+        ('{"a":' + "[" * 32 + "]" * 32 + "}", "at most 32 levels"),
+        # Python's decoder takes these; neither PostgreSQL nor any JSON reader takes them back.
+        ('{"battery": NaN}', "holds NaN, which is not a JSON number"),
+        ('{"a": [-Infinity]}', "holds -Infinity, which is not a JSON number"),
+        ('{"free": 1e400}', "holds a number too large to keep (1e400)"),
     ],
 )
 async def test_context_is_a_json_object_of_at_most_16_kib(
@@ -115,6 +128,16 @@ async def test_a_context_of_exactly_16_kib_is_taken(world: World) -> None:
     r = await world.send(world.tester, {"context": context})
     assert r.status_code == 201, r.text
     assert r.json()["context"] == {"free": filler}
+
+
+async def test_a_context_32_levels_deep_with_every_kind_of_number_is_taken(world: World) -> None:
+    context = {"deep": json.loads("[" * 30 + "]" * 30), "n": [10**30, -0.5, 1e-400, 1.5e300]}
+    r = await world.send(world.tester, {"context": json.dumps(context)})
+    assert r.status_code == 201, r.text
+    assert r.json()["context"] == context
+    inbox = f"/api/projects/{world.project['id']}/feedback"
+    r = await world.client.get(inbox, headers=world.owner.headers)
+    assert r.json()["feedback"][0]["context"] == context
 
 
 async def test_a_field_the_form_does_not_have_or_sent_twice_is_refused(world: World) -> None:
@@ -345,6 +368,74 @@ async def test_a_50000_by_50000_png_bomb_is_refused_from_its_header(world: World
         6000,
         6000,
     )
+
+
+async def test_a_png_whose_exif_is_not_exif_is_taken_as_its_pixels(world: World) -> None:
+    shot = io.BytesIO()
+    Image.new("RGB", (40, 30), (0, 90, 200)).save(shot, "PNG", exif=bytes(range(256)))
+    r = await world.send(world.tester, files=screenshots(shot.getvalue()))
+    assert r.status_code == 201, r.text
+    [stored] = r.json()["screenshots"]
+    assert (stored["width"], stored["height"]) == (40, 30)
+
+
+async def test_a_jpeg_of_more_than_100_scans_is_refused_before_it_is_decoded(
+    world: World,
+) -> None:
+    """Each scan of a progressive JPEG is a pass over the whole image and can take a dozen
+    bytes: 10 MiB of them on 40 megapixels would keep an image worker busy for hours."""
+    progressive = io.BytesIO()
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(progressive, "JPEG", progressive=True)
+    within = jpeg_scan_bomb(640, 480, 99)  # with its DC scan: 100
+    assert opened(within).size == (640, 480)  # a JPEG Pillow decodes, warnings and all
+    r = await world.send(world.tester, files=screenshots(progressive.getvalue(), within))
+    assert r.status_code == 201, r.text
+
+    for bomb in (
+        jpeg_scan_bomb(640, 480, 100),
+        jpeg_scan_bomb(640, 480, 200, between=b"\x00garbage\xff\x00"),  # skipped by libjpeg
+    ):
+        message = refused(
+            await world.send(world.tester, files=screenshots(bomb)), SHOTS, UNREADABLE
+        )
+        assert message == ("screenshot 1 has more than 100 scans: it would take too long to decode")
+    padded = jpeg_scan_bomb(64, 64, 1, comments=10_000)
+    message = refused(
+        await world.send(world.tester, files=screenshots(png(), padded)), SHOTS, UNREADABLE
+    )
+    assert message == "screenshot 2 has more than 10,000 segments: it is not a JPEG to decode"
+
+
+async def test_a_png_of_more_than_20000_chunks_is_refused_before_pillow_reads_them(
+    world: World,
+) -> None:
+    """Pillow reads a PNG's chunks one at a time in Python: 800,000 empty ones (10 MiB) held
+    an image worker, and the interpreter, for seconds."""
+    shot = png((64, 48))
+    idat = shot.index(b"IDAT") - 4
+    pixels = shot[idat + 8 : idat + 8 + struct.unpack(">I", shot[idat : idat + 4])[0]]
+
+    def split(pieces: int, empty: int) -> bytes:
+        """The same image, its pixels in `pieces` IDAT chunks, after `empty` empty chunks."""
+        step = -(-len(pixels) // pieces)
+        return (
+            shot[:idat]
+            + png_chunk(b"teSt", b"") * empty
+            + b"".join(
+                png_chunk(b"IDAT", pixels[i : i + step]) for i in range(0, len(pixels), step)
+            )
+            + png_chunk(b"IEND", b"")
+        )
+
+    within = split(pieces=10, empty=20_000 - 12)  # IHDR, the IDATs and IEND: 20,000 chunks
+    r = await world.send(world.tester, files=screenshots(within))
+    assert r.status_code == 201, r.text
+    assert [(s["width"], s["height"]) for s in r.json()["screenshots"]] == [(64, 48)]
+    for many in (split(pieces=10, empty=20_000 - 11), split(pieces=len(pixels), empty=800_000)):
+        message = refused(
+            await world.send(world.tester, files=screenshots(many)), SHOTS, UNREADABLE
+        )
+        assert message == "screenshot 1 has more than 20,000 chunks: it is not a PNG to decode"
 
 
 # The measure, in a process of its own so that its peak memory is the request's: the app over

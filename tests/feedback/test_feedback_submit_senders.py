@@ -224,3 +224,23 @@ async def test_feedback_is_counted_per_reporter_and_per_address(world: World) ->
     r = await world.send(world.developer)
     problem = assert_problem(r, 429, "rate_limited")
     assert "feedback-ip" in problem["detail"]
+
+
+async def test_what_apps_send_with_the_update_key_is_counted_per_application(
+    world: World,
+) -> None:
+    """Each app names whatever reporter it likes, from as many addresses as it has: the
+    application's own budget bounds what its key sends (and mails to the team)."""
+    settings: Settings = world.ctx.settings
+    settings.feedback_per_minute_per_update_key = 2
+    await _feedback_mode(world, "anyone-with-update-key")
+    key = update_key(world.application["updateKey"])
+    for n in range(2):
+        r = await world.send(key, {"reporterEmail": f"beta{n}@example.com"})
+        assert r.status_code == 201, r.text
+    r = await world.send(key, {"reporterEmail": "beta9@example.com"})
+    problem = assert_problem(r, 429, "rate_limited")
+    assert "feedback-key" in problem["detail"]
+    assert int(r.headers["retry-after"]) > 0
+    # Members are counted as themselves: the key's budget is not theirs.
+    assert (await world.send(world.tester)).status_code == 201

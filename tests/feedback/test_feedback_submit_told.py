@@ -112,10 +112,7 @@ async def test_feedback_created_is_a_self_contained_signed_event(
     assert (data["projectName"], data["applicationName"]) == ("Acme", "Acme Android")
     assert data["buildFileName"] == "app-release.apk"
     assert "version" in data
-    assert data["consoleUrl"] == (
-        f"{BASE_URL}/projects/{world.project['id']}/apps/{world.application['id']}"
-        f"/builds/{world.build['buildId']}"
-    )
+    assert data["consoleUrl"] == f"{BASE_URL}/projects/{world.project['id']}/feedback/{sent['id']}"
     # Its screenshots' addresses last days, not minutes: a chat message links to them.
     [shot] = data["screenshots"]
     assert shot["id"] == sent["screenshots"][0]["id"]
@@ -184,10 +181,58 @@ async def test_developers_who_asked_get_a_mail_for_each_feedback(
     assert world.tester.email in mail.text
     assert "Crash when I rotate\nthe phone" in mail.text.replace("\r\n", "\n")
     assert "with 1 screenshot" in mail.text
-    assert f"/builds/{world.build['buildId']}" in mail.text
+    # It links to the feedback's page in the team's inbox (console/feedback.py).
+    assert f"/projects/{world.project['id']}/feedback/{r.json()['id']}" in mail.text
     # The HTML part escapes what the tester wrote.
     assert "<script>" not in mail.html
     assert "&lt;script&gt;" in mail.html
+
+
+async def test_a_feedback_mail_reads_as_it_was_written_and_says_whose_address_is_unchecked(
+    world: World, smtp: SmtpSink
+) -> None:
+    await mail_opt_in(world, world.developer)
+    await run_outbox(world)
+    before = len(smtp.messages())
+    # A right-to-left override makes "invoice\u202egpj.exe" read "invoiceexe.jpg"; an
+    # escape sequence clears a terminal mail reader's screen; a bell rings.
+    text = "Open invoice\u202egpj.exe\u202c\x1b[2J\x07 from the menu\r\nthen\ttap"
+    r = await world.send(world.tester, {"text": text})
+    assert r.status_code == 201, r.text
+    assert r.json()["text"] == text  # kept as sent: only the mail leaves them out
+    await run_outbox(world)
+    [member] = smtp.messages()[before:]
+    r = await world.client.put(
+        f"/api/projects/{world.project['id']}/applications/{world.application['id']}",
+        json={"feedbackMode": "anyone-with-update-key"},
+        headers=world.owner.headers,
+    )
+    assert r.status_code == 200, r.text
+    key = {"Authorization": f"UpdateKey {world.application['updateKey']}"}
+    r = await world.send(
+        key, {"text": "Please look at https://example.net/x", "reporterEmail": world.owner.email}
+    )
+    assert r.status_code == 201, r.text
+    await run_outbox(world)
+
+    [app] = smtp.messages()[before + 1 :]
+    for part in (member.text, member.html):
+        assert not set(part) & {"\u202e", "\u202c", "\x1b", "\x07"}
+    assert "Open invoicegpj.exe[2J from the menu\nthen    tap" in member.text.replace("\r\n", "\n")
+    assert f"{world.tester.email} sent crash feedback" in member.text
+    assert "not checked" not in member.text
+    # Anyone with the update key may type the owner's address: the mail does not vouch for it.
+    unchecked = f"{world.owner.email} (an address typed into the app, not checked) sent"
+    assert unchecked in app.text
+    assert unchecked in app.html.replace("<strong>", "").replace("</strong>", "")
+    # How to stop them, as the API takes it.
+    assert '{"feedbackMail": false}' in member.text
+    r = await world.client.put(
+        f"/api/projects/{world.project['id']}/members/me/feedback-mail",
+        json={"feedbackMail": False},
+        headers=world.developer.headers,
+    )
+    assert r.status_code == 200, r.text
 
 
 async def test_a_developer_s_own_feedback_mails_nobody_but_the_others(

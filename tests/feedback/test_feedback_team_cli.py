@@ -160,3 +160,44 @@ def test_the_team_lists_shows_triages_and_replies_from_a_terminal(
     assert shown["commentsCount"] == 2
     assert [c["text"] for c in shown["comments"]] == ["Thanks, looking into it", "Fixed in 1.4.3"]
     assert cli("feedback", "show", "fbk_00000000000000000000000000", "-p", "Acme").returncode == 4
+
+
+def test_what_testers_wrote_cannot_drive_the_terminal(served: Served, tmp_path: Path) -> None:
+    """A tester's text, an app's context and a comment reach a developer's terminal: their
+    escape sequences (clear the screen, a hidden link, the clipboard), carriage returns and
+    bidirectional overrides are left out; lines stay."""
+    owner = _register(served, "owner")
+    cli = Cli(served.url, tmp_path / "config", owner)
+    _login(cli)
+    project = cli.json("projects", "create", "Acme")
+    app = cli.json("apps", "create", "Acme Android", "--project", "Acme", "--platform", "android")
+    build = cli.json("upload", str(APK), "-p", "Acme", "-a", "Acme Android")
+    stamp = datetime.fromisoformat(build["createdAt"].replace("Z", "+00:00"))
+    fid = new_id("fbk")
+    text = (
+        "\x1b[2J\x1b]0;owned\x07Crash \x1b]8;;https://evil.example\x1b\\here\x1b]8;;\x1b\\"
+        "\nreal line\rfake line\n\ttabbed \u202egpj.exe\u202c \x9b31m\x1b]52;c;ZXZpbA==\x07"
+    )
+    _write_feedback(served, [{
+        "id": fid, "project_id": project["id"], "application_id": app["id"],
+        "build_id": build["buildId"], "tester_id": None, "reporter_email": "ring@beta.example",
+        "category": FeedbackCategory.BUG, "status": FeedbackStatus.NEW, "text": text,
+        "context": {"model\x1b[8m": "Pixel\x1b[31m 8", "log": "a\rb"},
+        "assignee_id": None, "created_at": stamp, "updated_at": stamp,
+    }])  # fmt: skip
+    cli("feedback", "reply", fid, "On it \x1b[5mnow", "-p", "Acme")
+
+    listed = cli("feedback", "list", "-p", "Acme")
+    shown = cli("feedback", "show", fid, "-p", "Acme")
+    for done in (listed, shown):
+        assert done.returncode == 0, done.stderr
+        unshown = {c for c in done.stdout if ord(c) < 0x20 and c not in "\n\t"}
+        assert not unshown | ({"\x9b", "\u202e", "\u202c", "\x7f"} & set(done.stdout))
+    assert "[2J]0;ownedCrash ]8;;https://evil.example\\here]8;;\\" in listed.stdout
+    assert "real linefake line\n" in shown.stdout  # no line written over
+    assert "tabbed gpj.exe 31m]52;c;ZXZpbA==" in shown.stdout
+    assert "context.model[8m" in shown.stdout
+    assert "Pixel[31m 8" in shown.stdout
+    assert "On it [5mnow" in shown.stdout
+    # JSON keeps them, escaped: a program reads what was sent.
+    assert cli.json("feedback", "show", fid, "-p", "Acme")["text"] == text

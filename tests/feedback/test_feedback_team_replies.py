@@ -17,6 +17,8 @@ from buildbay.app import create_app
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.context import AppContext
+from buildbay.db.reads import Reads
+from buildbay.feedback.dependencies import feedback_reads
 from tests.conftest import Account, Api, assert_problem, iso_z
 from tests.feedback.team import Team, png
 from tests.invitations.test_invitation_bypasses import block
@@ -93,7 +95,8 @@ async def test_a_comment_reaches_the_tester_who_sent_the_feedback_by_mail(
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "Crash when I &lt;b&gt;tap&lt;/b&gt; save" in html  # their own words, quoted
     assert "Crash when I <b>tap</b> save" in text
-    page = f"http://testserver/projects/{team.pid}/apps/{team.application['id']}"
+    # Their own feedback's page, where the replies are (console/tester_feedback.py).
+    page = f"http://testserver/account/feedback#{fid}"
     assert page in text
     assert f'href="{page}"' in html
     # No unsubscribe link that would turn off something else (new builds).
@@ -220,10 +223,7 @@ async def test_triage_is_told_by_a_self_contained_feedback_updated_event(
     assert first["text"] == "Crash"
     assert first["commentsCount"] == 0
     assert "version" in first
-    assert first["consoleUrl"] == (
-        f"http://testserver/projects/{team.pid}/apps/{team.application['id']}"
-        f"/builds/{build['buildId']}"
-    )
+    assert first["consoleUrl"] == f"http://testserver/projects/{team.pid}/feedback/{first['id']}"
     assert second["status"] == "resolved"
     assert second["assignee"] is None
     assert second["commentsCount"] == 1
@@ -246,3 +246,22 @@ async def test_triage_is_told_by_a_self_contained_feedback_updated_event(
         assert r.content == data
     team.ctx.clock.advance(hours=2)  # type: ignore[attr-defined]
     assert_problem(await team.client.get(shots[0]["url"]), 403, "url_expired")
+
+
+async def test_latest_comments_of_several_feedback_in_one_read(team: Team) -> None:
+    """The tester's own page shows each feedback's newest replies, oldest first: read for a
+    whole page at once, each feedback's own cut at `per_feedback`, none for one without."""
+    tess = await team.member("tess@example.com")
+    build = await team.build()
+    busy, quiet, other = [await team.feedback(build, tess) for _ in range(3)]
+    for n in range(4):
+        await team.comment_row(busy, team.owner, f"busy {n}")
+    await team.comment_row(other, team.owner, "other 0")
+    async with team.ctx.sessions() as db:
+        found = await feedback_reads(team.ctx, Reads.within(db)).latest_comments(
+            [busy, quiet, other], 3
+        )
+    assert {fid: [c.text for c in comments] for fid, comments in found.items()} == {
+        busy: ["busy 1", "busy 2", "busy 3"],
+        other: ["other 0"],
+    }

@@ -271,11 +271,20 @@ class AsyncBuildbay(Core):
         parts_in_flight: int = PARTS_IN_FLIGHT,
         resume_dir: Path | None = DEFAULT,
         on_duplicate: Literal["reuse", "refuse"] = "reuse",
+        architecture: str | None = None,
+        sparkle_ed_signature: str | None = None,
+        minimum_os_version: str | None = None,
     ) -> Build:
         """As `Buildbay.upload_build`."""
+        updater = {
+            "architecture": architecture,
+            "sparkle_ed_signature": sparkle_ed_signature,
+            "minimum_os_version": minimum_os_version,
+        }
         release = Release(
-            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate
-        )
+            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate,
+            updater,
+        )  # fmt: skip
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return await self._drive(
             self._upload_flow(

@@ -14,7 +14,7 @@ import re
 import socket
 import threading
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -767,6 +767,9 @@ class Release:
     # What upload-link answers for a file that is already a ready build of the application:
     # "reuse" (that build, with the above applied to it) or "refuse" (409 duplicate_build).
     on_duplicate: str = "reuse"
+    # What the desktop updaters need that only CI knows (verify's architecture,
+    # sparkleEdSignature, minimumOsVersion), by ops.verify's keyword; None left out.
+    updater: dict[str, str | None] = field(default_factory=dict)
 
     def verify(
         self,
@@ -778,7 +781,7 @@ class Release:
     ) -> Op[Build]:
         return ops.verify(
             project_id, app_id, build_id, notes, install_link_hours, self.channels,
-            self.mandatory, self.distribute,
+            self.mandatory, self.distribute, **self.updater,
         )  # fmt: skip
 
 

@@ -381,6 +381,8 @@ class Build(Model):
     icon_url: str | None
     console_url: str | None = None  # its console page (developers'; null for a tester)
     channels: list[str] = dataclasses.field(default_factory=list)  # release channels
+    # The share (1-100 percent) of each channel's installs that update checks offer it to.
+    rollout_percents: dict[str, int] = dataclasses.field(default_factory=dict)
     mandatory: bool = False  # update checks that find it say the update is mandatory
     downloads_count: int = 0  # through install links and the API
     failure_code: str | None = None  # why a `failed` build was refused (metadata_error says it)

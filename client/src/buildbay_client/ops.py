@@ -316,11 +316,19 @@ def download(project_id: str, app_id: str, build_id: str) -> Op[None]:
 
 
 def set_build_channels(
-    project_id: str, app_id: str, build_id: str, channels: Sequence[str]
+    project_id: str,
+    app_id: str,
+    build_id: str,
+    channels: Sequence[str],
+    rollout_percent: int | None = None,
 ) -> Op[models.Build]:
-    """Publish the build to these release channels only."""
+    """Publish the build to these release channels only; `rollout_percent`: offer it to this
+    share (1-100) of each one's installs (None: each keeps its own, a new one starts at 100)."""
     path = f"{_builds(project_id, app_id)}/{_q(build_id)}/channels"
-    return Op("PUT", path, models.Build, {"channels": list(channels)})
+    body: dict[str, Any] = {"channels": list(channels)}
+    if rollout_percent is not None:
+        body["rolloutPercent"] = rollout_percent
+    return Op("PUT", path, models.Build, body)
 
 
 def attach_blockmap(

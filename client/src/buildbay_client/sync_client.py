@@ -247,6 +247,9 @@ class Buildbay(Core):
         parts_in_flight: int = PARTS_IN_FLIGHT,
         resume_dir: Path | None = DEFAULT,
         on_duplicate: Literal["reuse", "refuse"] = "reuse",
+        architecture: str | None = None,
+        sparkle_ed_signature: str | None = None,
+        minimum_os_version: str | None = None,
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
         `channels`: the release channels to publish it to (None: `default`); `mandatory`:
@@ -267,10 +270,20 @@ class Buildbay(Core):
         build: with `on_duplicate` "reuse" (the default) nothing is sent, and a `ReusedBuild`
         is answered, with the distribution, channels, mandatory flag and install link asked
         applied to it (its notes stay); with "refuse", a ConflictError `duplicate_build`.
+
+        For a desktop application's build: `architecture` (`x64`, `arm64`, `universal`),
+        `sparkle_ed_signature` (what Sparkle's `sign_update` printed) and `minimum_os_version`
+        (for a file that does not say it), as verify takes them.
         """
+        updater = {
+            "architecture": architecture,
+            "sparkle_ed_signature": sparkle_ed_signature,
+            "minimum_os_version": minimum_os_version,
+        }
         release = Release(
-            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate
-        )
+            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate,
+            updater,
+        )  # fmt: skip
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return self._drive(
             self._upload_flow(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ScalarSelect, and_, bindparam, func, select
+from sqlalchemy import ScalarSelect, String, and_, bindparam, cast, func, select
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
@@ -33,9 +33,14 @@ _NEW_FEEDBACK = (
     .where(Feedback.build_id == Build.id, Feedback.status == FeedbackStatus.NEW)
     .scalar_subquery()
 )
-# Channel names are [a-z0-9._-] (channels/schemas.py): a comma cannot be part of one.
+# Each channel as `name:percent` (its rollout): channel names are [a-z0-9._-]
+# (channels/schemas.py), so neither a comma nor a colon can be part of one.
 _CHANNELS = (
-    select(func.aggregate_strings(Channel.name, ","))
+    select(
+        func.aggregate_strings(
+            Channel.name.concat(":").concat(cast(BuildChannel.rollout_percent, String)), ","
+        )
+    )
     .select_from(BuildChannel)
     .join(Channel, Channel.id == BuildChannel.channel_id)
     .where(BuildChannel.build_id == Build.id)
@@ -107,6 +112,7 @@ class LiveLink:
 @dataclass(frozen=True, slots=True)
 class BuildExtras:
     channels: list[str]  # sorted
+    rollouts: dict[str, int]  # each channel's rollout percentage, by name
     downloads: int
     link: LiveLink | None  # the newest live shared install link, if any
     # The newest other ready build of the same version code with other bytes, if any.
@@ -114,7 +120,7 @@ class BuildExtras:
     new_feedback: int = 0  # its feedback still `new`
 
 
-NONE = BuildExtras([], 0, None)
+NONE = BuildExtras([], {}, 0, None)
 
 
 def live_link_of(row: RowMapping) -> LiveLink | None:
@@ -123,11 +129,20 @@ def live_link_of(row: RowMapping) -> LiveLink | None:
     return LiveLink(link_id, row["x_link_expires_at"]) if link_id else None
 
 
+def rollouts_of(aggregated: str | None) -> dict[str, int]:
+    """`beta:25,default:100` as {"beta": 25, "default": 100}."""
+    if not aggregated:
+        return {}
+    pairs = (item.rpartition(":") for item in aggregated.split(","))
+    return {name: int(percent) for name, _, percent in sorted(pairs)}
+
+
 def extras_of(row: RowMapping) -> BuildExtras:
     """The extras of a row read with EXTRA_COLUMNS."""
-    channels = row["x_channels"]
+    rollouts = rollouts_of(row["x_channels"])
     return BuildExtras(
-        sorted(channels.split(",")) if channels else [],
+        sorted(rollouts),
+        rollouts,
         int(row["x_downloads"] or 0),
         live_link_of(row),
         row["x_same_version"],

@@ -32,15 +32,25 @@ from buildbay.builds.dependencies import (
     RecordingLinkReads,
     build_reads,
     build_service,
+    install_link_reads,
 )
 from buildbay.builds.devices import apple_model_of, device_of, is_android_build, is_ios_build
+from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinkReads, InstallTarget
 from buildbay.builds.removed import linked_build, newest_for
 from buildbay.builds.schemas import version_label
 from buildbay.builds.service import human_size
+from buildbay.console.feedback_form import (
+    SENT,
+    FeedbackForm,
+    FeedbackRefused,
+    receive_feedback,
+)
 from buildbay.console.session import ConsoleSessions
+from buildbay.console_urls import OWN_FEEDBACK_PATH, build_url
 from buildbay.context import AppContext
-from buildbay.deps import Context, SessionDep, TransactionRoute
+from buildbay.db.reads import Reads
+from buildbay.deps import Context, SessionDep, TransactionRoute, request_session
 from buildbay.devices.links import register_device_path
 from buildbay.devices.profiles import known_scope
 from buildbay.devices.records import ProfileScope
@@ -48,6 +58,9 @@ from buildbay.devices.viewer import ViewerDevices, viewer_devices
 from buildbay.distribution.installs import record as record_install
 from buildbay.distribution.models import InstallEventKind
 from buildbay.errors import BuildbayError, Gone, NotFound
+from buildbay.feedback.dependencies import count_reporter
+from buildbay.feedback.records import Sender
+from buildbay.feedback.service import Senders
 from buildbay.problems import problem_responses
 from buildbay.templates import NO_STORE, render
 from buildbay.text import without_bidi_controls
@@ -153,7 +166,30 @@ async def install_page(
         if offer is None:
             raise
         return offer
-    await _record(db, request, links, target, InstallEventKind.OPEN)
+    sent = request.query_params.get("sent") == "1"
+    if not sent:  # the page again after its feedback form went through is no new open
+        await _record(db, request, links, target, InstallEventKind.OPEN)
+    notice = SENT if sent and target.link.owner_id is not None else None
+    return await _page(request, token, links, target, _feedback_form(token, target), notice)
+
+
+def _feedback_form(token: str, target: InstallTarget) -> FeedbackForm | None:
+    """A personal link's page takes feedback from its person (its token says who); a shared
+    link's names nobody."""
+    if target.link.owner_id is None or target.build.status is not BuildStatus.READY:
+        return None
+    return FeedbackForm(action=f"/install/{token}/feedback")
+
+
+async def _page(
+    request: Request,
+    token: str,
+    links: InstallLinkReads,
+    target: InstallTarget,
+    feedback: FeedbackForm | None,
+    notice: str | None = None,
+    status_code: int = 200,
+) -> Response:
     build, application = target.build, target.application
     metadata = build.metadata_ or {}
     page_url = links.url(target.link)
@@ -182,8 +218,14 @@ async def install_page(
     shown = await _viewer_devices(token, request, links, target) if ios else _NO_DEVICES
     return render(
         "install.html",
+        status_code,
         # The buttons depend on the device: a cache must not hand an iPhone's page to Android.
         headers={**NO_STORE, "Vary": "User-Agent"},
+        feedback=feedback,
+        notice=notice,
+        own_feedback=OWN_FEEDBACK_PATH,
+        team_build_page=build_url("", application.project_id, application.id, build.id)
+        + "#feedback",
         device=device_of(request.headers.get("user-agent")).value,
         name=_shown(metadata.get("appName") or application.name),
         version=_shown(version_label(metadata)),
@@ -389,3 +431,55 @@ async def install_icon(token: Token, links: LinkReads, ctx: Context, request: Re
     target = await _open(token, request, links)
     png = await build_reads(ctx, links.reads).icon(target.build)
     return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
+
+
+@router.post(
+    "/feedback",
+    response_class=HTMLResponse,
+    responses={
+        303: {"description": "Sent: back to the install page, which says so"},
+        **problem_responses(400, 403, 404, 410, 413, 422, 429),
+    },
+    summary="Send feedback from a personal install link's page (its form, multipart/form-data)",
+)
+async def install_feedback(token: Token, request: Request, ctx: Context) -> Response:
+    """The install page's "Send feedback" form: its person, as the API's `Authorization:
+    InstallLink` (feedback/service.py `Senders.install_link`), decided before the body is read
+    on reads of its own; then the form, stored in the request's unit of work."""
+    # No check of the Origin: the page's referrer policy has the browser send `Origin: null`,
+    # and the token in the address is the credential, which another site's form cannot know.
+    form = FeedbackForm(action=f"/install/{token}/feedback")
+    try:
+        await receive_feedback(request, ctx, form, lambda: _link_sender(ctx, request, token))
+    except FeedbackRefused as refused:
+        links = install_link_reads(ctx, Reads.within(request_session(request)))
+        target = await _open(token, request, links)
+        return await _page(request, token, links, target, refused.form, None, refused.status)
+    return RedirectResponse(f"/install/{token}?sent=1#feedback", status_code=303)
+
+
+async def _link_sender(ctx: AppContext, request: Request, token: str) -> Sender:
+    settings = ctx.settings
+    await count_budget(
+        ctx, request, f"feedback-ip:{client_ip(request)}", settings.feedback_per_minute_per_ip,
+        "feedback-ip", "More than {limit} feedback in a minute from this address (feedback-ip)",
+    )  # fmt: skip
+    console: ConsoleSessions = request.app.state.console
+    reads = Reads.on(ctx.read_engine)
+    try:
+        links = install_link_reads(ctx, reads)
+
+        async def visitor() -> str | None:
+            return await console.signed_in(request, reads, links.now)
+
+        target = await links.open(token, visitor)
+        application = target.application
+        senders = Senders(reads, links.now, build_reads(ctx, reads), links)
+        sender = await senders.install_link(
+            token, application.project_id, application.id, target.build.id, visitor
+        )
+    finally:
+        await reads.close()
+    assert sender.tester is not None  # a personal link's person
+    await count_reporter(ctx, request, sender.tester.id)
+    return sender

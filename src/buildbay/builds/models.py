@@ -142,6 +142,22 @@ class BuildChannel(Base):
     rollout_percent: Mapped[int] = mapped_column(SmallInteger, default=100, server_default="100")
 
 
+class BuildEvent(Base):
+    """Something done to a build, for its history (the console's build page): who did it
+    (None: the server, or a member since deleted), when, what (`kind`, builds/history.py
+    EventKind) and its facts (`detail`). Deleted with its build."""
+
+    __tablename__ = "build_events"
+    __table_args__ = (Index("ix_build_events_build_id_id", "build_id", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    build_id: Mapped[str] = mapped_column(ForeignKey("builds.id", ondelete="CASCADE"))
+    at: Mapped[datetime]
+    actor_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    kind: Mapped[str] = mapped_column(String(40))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
 class RemovedBuild(Base):
     """A ready build that was deleted, remembered for REMOVED_BUILDS_KEPT_DAYS (builds/removed.py):
     the application's page lists the recent ones (what retention took, and who deleted what),

@@ -71,3 +71,6 @@ class ReadyBuild:
     channels: frozenset[str]
     # Distributed to a group or to someone by e-mail: in testers' hands.
     distributed: bool
+    # Its channels where it is rolled out to every install (100%): the build that the installs
+    # outside a newer build's staged rollout are offered.
+    full_channels: frozenset[str] = frozenset()

@@ -6,8 +6,10 @@ next round deletes, unless builds come or go meanwhile.
 A ready build goes when it is beyond the newest `keep_last` or was verified more than
 `keep_days` days ago, unless it is protected: the application's newest ready build always is;
 by default (`protect_groups`, `protect_channels`) so are the newest build distributed to each
-tester group and the newest build published to each release channel, so that no group is left
-without the build it was last given, and no channel without the build its update check offers.
+tester group and the newest build published to each release channel (and the newest one there
+at 100%, for the installs that a newer build's staged rollout has not reached yet), so that no
+group is left without the build it was last given, and no channel without the build its update
+check offers.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ _GROUPS = (
     .where(_OF_APPLICATION, _READY)
 )
 _CHANNELS = (
-    select(BuildChannel.build_id, BuildChannel.channel_id)
+    select(BuildChannel.build_id, BuildChannel.channel_id, BuildChannel.rollout_percent)
     .join(Build, Build.id == BuildChannel.build_id)
     .where(_OF_APPLICATION, _READY)
 )
@@ -65,8 +67,11 @@ async def ready_builds(reads: Reads, application_id: str) -> list[ReadyBuild]:
     for row in await reads.all(_GROUPS, params):
         groups.setdefault(row["build_id"], set()).add(row["group_id"])
     channels: dict[str, set[str]] = {}
+    full: dict[str, set[str]] = {}
     for row in await reads.all(_CHANNELS, params):
         channels.setdefault(row["build_id"], set()).add(row["channel_id"])
+        if row["rollout_percent"] >= 100:
+            full.setdefault(row["build_id"], set()).add(row["channel_id"])
     recipients = {row["build_id"] for row in await reads.all(_RECIPIENTS, params)}
     return [
         ReadyBuild(
@@ -77,6 +82,7 @@ async def ready_builds(reads: Reads, application_id: str) -> list[ReadyBuild]:
             groups=frozenset(groups.get(row["id"], ())),
             channels=frozenset(channels.get(row["id"], ())),
             distributed=row["id"] in groups or row["id"] in recipients,
+            full_channels=frozenset(full.get(row["id"], ())),
         )
         for row in await reads.all(_READY_BUILDS, params)
     ]
@@ -93,6 +99,8 @@ def protected(builds: list[ReadyBuild], rule: RetentionPolicy) -> set[str]:
         if rule.protect_channels:
             for channel in build.channels:
                 newest_of.setdefault(("channel", channel), build.id)
+            for channel in build.full_channels:
+                newest_of.setdefault(("channel at 100%", channel), build.id)
     return kept | set(newest_of.values())
 
 

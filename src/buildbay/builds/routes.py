@@ -151,7 +151,8 @@ def shown_schema(
         )
     return to_schema(
         build, links.public_url, url, extras.channels, extras.downloads, warnings,
-        console_page=shared_link, new_feedback_count=extras.new_feedback if shared_link else None,
+        rollouts=extras.rollouts, console_page=shared_link,
+        new_feedback_count=extras.new_feedback if shared_link else None,
     )  # fmt: skip
 
 
@@ -397,7 +398,15 @@ async def update_build(
         **linked(200, "The build", _build_links("$response.body#")),
         **problem_responses(400, 401, 403, 404, 413, 422, 429),
     },
-    summary="Publish a build to these release channels only (developer+)",
+    summary="Publish a build to these release channels only, at a rollout percentage on each "
+    "(developer+)",
+    description="The build is published to exactly the channels given. `rolloutPercent` (one "
+    "percentage for every channel given) and `rolloutPercents` (one per channel, by name; it "
+    "wins over `rolloutPercent`) set the share of each channel's installs that "
+    "`GET /api/updates/check` offers the build to (its staged rollout, by a stable bucket of "
+    "the check's `installId`: docs/updates.md). A channel given neither keeps its percentage; "
+    "a channel the build joins starts at 100. Every change of a percentage is recorded in the "
+    "build's history (the console's build page), with who made it.",
 )
 async def set_build_channels(
     build_id: BuildId,
@@ -406,7 +415,9 @@ async def set_build_channels(
     service: Service,
     links: Links,
 ) -> schemas.Build:
-    build = await service.set_channels(access.application, build_id, body.channels)
+    build = await service.set_channels(
+        access.application, build_id, body.channels, body.rollouts(), access.caller.user.id
+    )
     return (await present([build], links.reads))[0]
 
 

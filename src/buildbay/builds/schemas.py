@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from buildbay.builds.enums import BuildStatus, OnDuplicate
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.updaters import UpdaterFields, ed_signature_problem
-from buildbay.channels.schemas import ChannelNames
+from buildbay.channels.names import NAME_MAX, NAME_PATTERN
+from buildbay.channels.schemas import MAX_CHANNELS_OF_BUILD, ChannelName, ChannelNames
 from buildbay.distribution.schemas import DistributionRequest
 from buildbay.schemas import ApiModel, JsonInteger, NotNull, RequestModel, Timestamp, Trimmed
 from buildbay.text import (
@@ -282,12 +283,59 @@ class VerifyRequest(RequestModel):
         return fields if fields != UpdaterFields() else None
 
 
+RolloutPercent = Annotated[int, Field(strict=True, ge=1, le=100), JsonInteger]
+
+
+# The document says what the model checks: pydantic would move the names' pattern into
+# patternProperties, and leave other names (which the model refuses) unconstrained.
+ROLLOUTS_SCHEMA = WithJsonSchema(
+    {
+        "type": "object",
+        "maxProperties": MAX_CHANNELS_OF_BUILD,
+        "propertyNames": {"minLength": 1, "maxLength": NAME_MAX, "pattern": NAME_PATTERN},
+        "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 100},
+    }
+)
+
+
 class BuildChannelsUpdate(RequestModel):
-    EXAMPLE: ClassVar[dict[str, Any] | None] = {"channels": ["default", "beta"]}
+    """The build's channels, and the share of each channel's installs it is offered to (its
+    staged rollout: docs/updates.md). A channel's percentage comes from `rolloutPercents`,
+    else `rolloutPercent`, else stays what it was; a channel the build joins starts at 100."""
+
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "channels": ["default", "beta"],
+        "rolloutPercents": {"default": 10},
+    }
 
     channels: ChannelNames = Field(
         description="The channels the build is published to from now on (an empty list: none)"
     )
+    rollout_percent: RolloutPercent | None = Field(
+        default=None,
+        description="Offer the build to this share of the installs (1-100) of every channel "
+        "given that `rolloutPercents` does not name. Left out (or null): each channel keeps its "
+        "percentage, and a channel the build joins starts at 100 (every install)",
+    )
+    rollout_percents: (
+        Annotated[
+            dict[ChannelName, RolloutPercent],
+            Field(max_length=MAX_CHANNELS_OF_BUILD),
+            ROLLOUTS_SCHEMA,
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="A percentage (1-100) per channel, by name, each one of `channels`: "
+        "for a build rolled out further on one channel than on another",
+        examples=[{"default": 10, "beta": 100}],
+    )
+
+    def rollouts(self) -> dict[str, int]:
+        """The percentage asked for each channel that has one asked (a name of
+        `rolloutPercents` that `channels` lacks is the service's 422)."""
+        given = dict.fromkeys(self.channels, self.rollout_percent) if self.rollout_percent else {}
+        return given | (self.rollout_percents or {})
 
 
 class BuildUpdate(RequestModel):
@@ -390,6 +438,11 @@ class Build(ApiModel):
     channels: list[str] = Field(
         default_factory=list, description="The release channels the build is published to"
     )
+    rollout_percents: dict[str, int] = Field(
+        default_factory=dict,
+        description="The share of each of its channels' installs (1-100 percent, by channel "
+        "name) that update checks offer the build to: its staged rollout (100: every install)",
+    )
     mandatory: bool = Field(
         default=False, description="Update checks that find it say the update is mandatory"
     )
@@ -473,6 +526,7 @@ def build_schema(
     downloads_count: int = 0,
     warnings: list[BuildWarning] | None = None,
     *,
+    rollouts: dict[str, int] | None = None,
     console_page: bool = True,
     new_feedback_count: int | None = None,
 ) -> Build:
@@ -510,6 +564,7 @@ def build_schema(
         if console_page
         else None,
         channels=channels or [],
+        rollout_percents=rollouts or {},
         mandatory=build.mandatory,
         downloads_count=downloads_count,
         failure_code=build.failure_code,

@@ -741,13 +741,32 @@ class BuildService:
     # -- publishing -------------------------------------------------------------------------------
 
     async def set_channels(
-        self, application: ApplicationRecord, build_id: str, channels: list[str]
+        self,
+        application: ApplicationRecord,
+        build_id: str,
+        channels: list[str],
+        rollouts: dict[str, int] | None = None,
+        actor_id: str | None = None,
     ) -> BuildRecord:
         """Publish the build to these channels only (a pending build too: it is offered once
-        it is ready)."""
+        it is ready), at the rollout percentages asked (by channel name; the others keep
+        theirs, a new one starts at 100). `actor_id`: who, for the build's history."""
         build = await self.reads.get(application.id, build_id)
         await ChannelService(self.db, self.now).publish(
-            application.id, build.id, channels, replace=True
+            application.id, build.id, channels, replace=True, rollouts=rollouts,
+            actor_id=actor_id,
+        )  # fmt: skip
+        return build
+
+    async def set_rollout(
+        self, application: ApplicationRecord, build_id: str, channel: str, percent: int,
+        actor_id: str | None,
+    ) -> BuildRecord:  # fmt: skip
+        """The build's rollout percentage on one channel it is published to (its others stay
+        as they are): 404 `channel_not_found` if it is not on that channel."""
+        build = await self.reads.get(application.id, build_id)
+        await ChannelService(self.db, self.now).set_rollout(
+            application.id, build.id, channel, percent, actor_id
         )
         return build
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.builds import history
 from buildbay.builds.models import BuildChannel, Channel
 from buildbay.channels.reads import (
     CHANNEL,
@@ -18,7 +19,7 @@ from buildbay.channels.reads import (
 )
 from buildbay.db.concurrency import insert_unless_present
 from buildbay.db.reads import Reads
-from buildbay.errors import Conflict, ValidationFailed
+from buildbay.errors import Conflict, NotFound, ValidationFailed
 from buildbay.ids import new_id
 
 
@@ -103,11 +104,20 @@ class ChannelService:
             await self.publish(application_id, build_id, None, replace=False)
 
     async def publish(
-        self, application_id: str, build_id: str, names: list[str] | None, *, replace: bool
+        self,
+        application_id: str,
+        build_id: str,
+        names: list[str] | None,
+        *,
+        replace: bool,
+        rollouts: dict[str, int] | None = None,
+        actor_id: str | None = None,
     ) -> None:
         """Publish the build to the channels named (None: `default`, if the application has
-        it). `replace`: to these channels only, taking it off the others. An unknown name is a
-        422 and changes nothing."""
+        it). `replace`: to these channels only, taking it off the others. `rollouts`: the
+        percentage of the installs of a channel (by name) that it is offered to; a channel not
+        in it keeps its own, or starts at 100. Each change of a percentage joins the build's
+        history as `actor_id`'s. An unknown name is a 422 and changes nothing."""
         if names is None:
             # Every application has it, unless its row was written without this service.
             found = list(
@@ -115,9 +125,68 @@ class ChannelService:
             )
         else:
             found = await self._named(application_id, names)
-        if replace:
-            await self.db.execute(delete(BuildChannel).where(BuildChannel.build_id == build_id))
-        for channel in found:
-            await insert_unless_present(
-                self.db, BuildChannel, {"channel_id": channel.id, "build_id": build_id}
+        asked = rollouts or {}
+        if stray := sorted(set(asked) - {channel.name for channel in found}):
+            raise ValidationFailed.for_field(
+                "rolloutPercents",
+                f"names {', '.join(stray)}, which channels does not list",
+                code="unknown_channel",
             )
+        current = await self._rollouts(build_id)
+        if replace:
+            await self.db.execute(
+                delete(BuildChannel).where(
+                    BuildChannel.build_id == build_id,
+                    BuildChannel.channel_id.not_in([channel.id for channel in found]),
+                )
+            )
+        for channel in found:
+            was = current.get(channel.id)
+            percent = asked.get(channel.name, 100 if was is None else was)
+            if was is None:
+                fields = {"channel_id": channel.id, "build_id": build_id}
+                if not await insert_unless_present(
+                    self.db, BuildChannel, fields | {"rollout_percent": percent}
+                ):
+                    continue  # published meanwhile by another request, which said how far
+            elif percent != was:
+                await self.db.execute(
+                    update(BuildChannel)
+                    .where(BuildChannel.build_id == build_id, BuildChannel.channel_id == channel.id)
+                    .values(rollout_percent=percent)
+                    .execution_options(synchronize_session=False)
+                )
+            else:
+                continue
+            if was is not None or percent != 100:
+                await history.record(
+                    self.db, build_id, self.now, actor_id, history.EventKind.ROLLOUT_CHANGED,
+                    {"channel": channel.name, "from": was, "to": percent},
+                )  # fmt: skip
+
+    async def set_rollout(
+        self, application_id: str, build_id: str, channel: str, percent: int,
+        actor_id: str | None,
+    ) -> None:  # fmt: skip
+        """The build's rollout percentage on one channel it is published to (404
+        `channel_not_found` if it is not on it)."""
+        on = await self.db.scalar(
+            select(BuildChannel.channel_id)
+            .join(Channel, Channel.id == BuildChannel.channel_id)
+            .where(BuildChannel.build_id == build_id, Channel.name == channel)
+        )
+        if on is None:
+            raise NotFound(f"The build is not published to {channel}", code="channel_not_found")
+        await self.publish(
+            application_id, build_id, [channel], replace=False, rollouts={channel: percent},
+            actor_id=actor_id,
+        )  # fmt: skip
+
+    async def _rollouts(self, build_id: str) -> dict[str, int]:
+        """The build's rollout percentage on each channel it is published to, by channel id."""
+        rows = await self.db.execute(
+            select(BuildChannel.channel_id, BuildChannel.rollout_percent).where(
+                BuildChannel.build_id == build_id
+            )
+        )
+        return {row.channel_id: row.rollout_percent for row in rows}

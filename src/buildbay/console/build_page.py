@@ -20,6 +20,8 @@ from buildbay.builds.dependencies import (
     install_links,
 )
 from buildbay.builds.duplicates import ready_build_of_version, version_code_of
+from buildbay.builds.history import history_of
+from buildbay.builds.history import said as said_in_history
 from buildbay.builds.install import (
     InstallLinkReads,
     InstallLinkRecord,
@@ -48,11 +50,13 @@ from buildbay.console.pages import (
     visit_application,
 )
 from buildbay.console.session import Visitor
+from buildbay.console.tester_feedback import render_tester_build
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
 from buildbay.distribution.installs import installs_of
 from buildbay.distribution.reach import reach_of
+from buildbay.feedback.reads import new_feedback_counts
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
@@ -143,9 +147,33 @@ def _link_rows(
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    at: datetime
+    who: str | None  # by name; None: the server
+    what: str
+
+
+async def _history(reads: Reads, build_id: str, names: dict[str, str]) -> list[HistoryRow]:
+    """The build's history, newest first, each event said in words with who did it."""
+    return [
+        HistoryRow(
+            event.at,
+            None if event.actor_id is None else names.get(event.actor_id, "a former member"),
+            said_in_history(event),
+        )
+        for event in await history_of(reads, build_id)
+    ]
+
+
 @router.get("/projects/{project_id}/apps/{app_id}/builds/{build_id}")
 async def build_page(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
     visitor, db = await visit(request)
+    access = await application_of(
+        Reads.within(db), visitor.principal, project_id, app_id, ProjectRole.TESTER
+    )
+    if tester_of(access) is not None:  # a tester's page: the build, and their feedback form
+        return await render_tester_build(request, visitor, db, access, build_id)
     return await render_build(request, visitor, db, project_id, app_id, build_id)
 
 
@@ -183,10 +211,12 @@ async def render_build(
         max_notes=MAX_NOTES_LENGTH,
         failed=failed, values=values or {}, errors=errors or {},
         release=await release_of(reads, build.id), same_version=same_version,
+        history=await _history(reads, build.id, names),
         same_version_label=same_version and version_label(same_version.metadata_),
         version_code=code,
         reach=await reach_of(reads, build, ctx.clock.now()),
         devices=await build_devices(reads, build),
+        new_feedback=(await new_feedback_counts(reads, [build.id])).get(build.id, 0),
     )  # fmt: skip
 
 

@@ -204,7 +204,7 @@ _LABELS = {
     "fileName": "file name", "fileSize": "file size", "partNumbers": "parts",
     "currentPassword": "current password", "newPassword": "new password",
     "newEmail": "new e-mail address", "keyId": "key ID", "issuerId": "issuer ID",
-    "privateKey": "private key",
+    "privateKey": "private key", "assignee": "assignee",
 }  # fmt: skip
 # Fields whose shape is a rule of their own, said as the rule.
 _SHAPES = {

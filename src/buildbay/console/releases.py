@@ -7,8 +7,10 @@ from fastapi import APIRouter, Request, Response
 
 from buildbay.applications.dependencies import application_service
 from buildbay.builds.dependencies import build_service
+from buildbay.builds.schemas import BuildChannelsUpdate
 from buildbay.channels.dependencies import channel_service
 from buildbay.channels.schemas import NAME_RULE, ChannelCreate
+from buildbay.console.build_page import build_path, render_build
 from buildbay.console.builds import application_path, render_application
 from buildbay.console.pages import (
     ConsoleRoute,
@@ -22,6 +24,7 @@ from buildbay.console.pages import (
 )
 from buildbay.deps import get_context
 from buildbay.errors import Conflict
+from buildbay.numbers import whole_number
 from buildbay.projects.enums import ProjectRole
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -67,6 +70,38 @@ async def set_release(request: Request, project_id: str, app_id: str, build_id: 
     await builds.set_channels(access.application, build_id, channels)
     await builds.update(access.application, build_id, {"mandatory": form.get("mandatory") == "on"})
     return see_other(f"{application_path(project_id, app_id)}#build-{build_id}")
+
+
+@router.post("/projects/{project_id}/apps/{app_id}/builds/{build_id}/rollout")
+async def set_rollout(request: Request, project_id: str, app_id: str, build_id: str) -> Response:
+    """The build page's slider: the build's rollout percentage on one of its channels."""
+    visitor, db, access = await visit_application(
+        request, project_id, app_id, ProjectRole.DEVELOPER
+    )
+    fields = await form_fields(request)
+    channel, given = fields.get("channel", ""), fields.get("percent", "").strip()
+    number = whole_number(given)
+    try:
+        # The API's own rule for the number (1 to 100); the service's for the channel.
+        body = parse_form(
+            BuildChannelsUpdate,
+            {"channels": [], "rolloutPercent": given if number is None else number},
+        )
+        assert isinstance(body, BuildChannelsUpdate)
+        assert body.rollout_percent is not None
+    except FormError:
+        errors = {"percent": "Choose a rollout from 1 to 100 percent of the channel's installs."}
+        return await render_build(request, visitor, db, project_id, app_id, build_id,
+                                  "rollout", fields, errors, 422)  # fmt: skip
+    percent = body.rollout_percent
+    await build_service(get_context(request), db).set_rollout(
+        access.application, build_id, channel, percent, visitor.principal.user.id
+    )
+    visitor.tell(
+        f"Update checks on {channel} now offer this build to "
+        + ("every install." if percent == 100 else f"{percent}% of its installs.")
+    )
+    return see_other(f"{build_path(project_id, app_id, build_id)}#updates")
 
 
 @router.post("/projects/{project_id}/apps/{app_id}/update-key")

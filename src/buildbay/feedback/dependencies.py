@@ -74,8 +74,8 @@ async def feedback_sender(
     ctx: AppContext, request: Request, project_id: str, app_id: str, build_id: str
 ) -> Sender:
     """Who sends this feedback (feedback/service.py `Senders` says who may), counted against
-    the feedback budgets: per client IP first, then per member. Read on reads of its own,
-    closed before the body is read."""
+    the feedback budgets: per client IP first, then per member, or per application for its
+    update key. Read on reads of its own, closed before the body is read."""
     settings = ctx.settings
     await count_budget(
         ctx, request, f"feedback-ip:{client_ip(request)}", settings.feedback_per_minute_per_ip,
@@ -97,6 +97,12 @@ async def feedback_sender(
             sender = await senders.install_link(credential, project_id, app_id, build_id, visitor)
         elif scheme == UPDATE_KEY:
             sender = await senders.update_key(credential, project_id, app_id, build_id)
+            await count_budget(
+                ctx, request, f"feedback-key:{sender.application.id}",
+                settings.feedback_per_minute_per_update_key, "feedback-key",
+                "More than {limit} feedback in a minute with this application's update key "
+                "(feedback-key)",
+            )  # fmt: skip
         else:
             caller = await _member(ctx, request, scheme, credential)
             sender = await senders.member(caller, project_id, app_id, build_id)

@@ -9,6 +9,17 @@ before a pixel is decoded, turned upright, and encoded anew with nothing but its
 - Decompression bombs: the header's size is checked before decoding, and Pillow's own limit
   (`Image.MAX_IMAGE_PIXELS`) is set to the same number, so a file that claims 50,000 x 50,000
   pixels costs the few bytes of its header, not gigabytes.
+- Scans: a progressive JPEG is decoded in scans, each a pass over the whole image, and one
+  scan can take a dozen bytes: a 10 MiB file of 40 megapixels and 600,000 scans would keep a
+  worker busy for hours. A JPEG of more than MAX_JPEG_SCANS scans (libjpeg's progressive JPEGs
+  have 10, mozjpeg's a few more) is refused before Pillow opens it, its scans counted by
+  walking its markers as the decoder does (and one of more than MAX_JPEG_SEGMENTS segments:
+  Pillow reads the markers before the first scan in Python, 7 seconds for 2 million empty
+  comments).
+- Chunks: Pillow reads a PNG's chunks one by one in Python; 10 MiB of empty ones (800,000)
+  took 9 seconds of a worker, holding the interpreter. A PNG of more than MAX_PNG_CHUNKS chunks
+  (an encoder writes its pixels in chunks of 8 KiB or more: 1,300 for 10 MiB) is refused,
+  counted by their lengths alone before Pillow opens it.
 - Metadata: none survives. EXIF (GPS position, device, time), XMP, IPTC, PNG text chunks,
   JPEG comments and the ICC profile are dropped; only the EXIF orientation is used first, to
   turn the pixels upright. A colour profile other than sRGB is applied to the pixels (converted
@@ -25,6 +36,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import io
+import re
+import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -36,6 +49,9 @@ from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
 MAX_PIXELS = 40_000_000  # 40 megapixels: an 8K display's screenshot (33 MP) passes
 JPEG_QUALITY = 90
+MAX_JPEG_SCANS = 100
+MAX_JPEG_SEGMENTS = 10_000  # its markers with a length, RSTn aside
+MAX_PNG_CHUNKS = 20_000
 WORKERS = 2
 # Pillow warns past its limit and refuses past twice it; the limit here is the same number, and
 # `reencode` refuses past it before Pillow's own check comes into play.
@@ -46,6 +62,14 @@ pillow_heif.register_heif_opener()
 _FORMATS = ("PNG", "JPEG", "HEIF")
 # A JPEG with a second image (an iPhone's, say) opens as MPO: its first image is the photo.
 _AS_JPEG = {"JPEG", "MPO", "HEIF"}
+# The next marker with a length, as libjpeg finds it: past any garbage, fill bytes, stuffed
+# zeros and the markers that stand alone (TEM, the restart markers RSTn between a scan's
+# intervals, SOI). Any other is followed by its segment's length. (`\xff\xff*`, not `\xff+`: a
+# literal first byte, which the regular expression engine looks for 15 times as fast.)
+_MARKER = re.compile(rb"\xff\xff*([^\x00\x01\xd0-\xd8\xff])")
+_SOS, _EOI = 0xDA, 0xD9
+_PNG_CHUNK = struct.Struct(">I4s")
+_PNG_SIGNATURE, _JPEG_SIGNATURE = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff"
 _SRGB = ImageCms.createProfile("sRGB")
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="images")
 
@@ -92,6 +116,7 @@ def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
     """The image in `source` (read from its start), upright and without metadata, as a PNG (a
     PNG's) or a JPEG (a JPEG's or a HEIC's). NotAnImage if it is none of those, is larger than
     MAX_PIXELS, or does not decode. Blocking: for a worker thread."""
+    _refuse_costly(source)
     source.seek(0)
     try:
         image = Image.open(source, formats=_FORMATS)
@@ -106,14 +131,71 @@ def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
         as_jpeg = image.format in _AS_JPEG
         try:
             image.load()
-            # Orientation first, from the EXIF about to be dropped (in place: no second copy).
-            ImageOps.exif_transpose(image, in_place=True)
+            _upright(image)
             clean = _pixels_only(image, as_jpeg=as_jpeg)
             return _encoded(clean, as_jpeg=as_jpeg, spool_dir=spool_dir)
         except Image.DecompressionBombError:
             raise _too_large() from None
         except (OSError, ValueError, SyntaxError, EOFError, zlib.error, MemoryError) as exc:
             raise NotAnImage("is not a whole image: it does not decode") from exc
+
+
+def _refuse_costly(source: IO[bytes]) -> None:
+    """NotAnImage for a PNG of more than MAX_PNG_CHUNKS chunks, or a JPEG of more than
+    MAX_JPEG_SCANS scans: told by their signature and counted before Pillow, whose own reading
+    of a PNG's chunks or a JPEG's markers up to its pixels is in Python, reads a byte."""
+    source.seek(0)
+    head = source.read(len(_PNG_SIGNATURE))
+    if head != _PNG_SIGNATURE and not head.startswith(_JPEG_SIGNATURE):
+        return  # a HEIC, or what Pillow finds is no image
+    source.seek(0)
+    data = source.read()
+    if head == _PNG_SIGNATURE:
+        if _png_chunks(data) > MAX_PNG_CHUNKS:
+            raise NotAnImage(f"has more than {MAX_PNG_CHUNKS:,} chunks: it is not a PNG to decode")
+    elif _jpeg_scans(data) > MAX_JPEG_SCANS:
+        raise NotAnImage(f"has more than {MAX_JPEG_SCANS} scans: it would take too long to decode")
+
+
+def _jpeg_scans(data: bytes) -> int:
+    """How many scans (SOS segments) the JPEG `data` has before its first EOI (its first
+    image, the one decoded), counted up to one past MAX_JPEG_SCANS. NotAnImage past
+    MAX_JPEG_SEGMENTS segments (no encoder writes thousands; walking millions of empty ones
+    would hold a worker)."""
+    scans, at = 0, 2  # past SOI
+    for _ in range(MAX_JPEG_SEGMENTS):
+        found = _MARKER.search(data, at)
+        if found is None or found.group(1)[0] == _EOI:
+            return scans
+        at = found.end()
+        at += int.from_bytes(data[at : at + 2], "big")  # the segment's length counts itself
+        if found.group(1)[0] == _SOS:
+            scans += 1
+            if scans > MAX_JPEG_SCANS:
+                return scans
+    raise NotAnImage(f"has more than {MAX_JPEG_SEGMENTS:,} segments: it is not a JPEG to decode")
+
+
+def _png_chunks(data: bytes) -> int:
+    """How many chunks the PNG `data` has up to its IEND (or its end), counted up to one past
+    MAX_PNG_CHUNKS by their lengths alone."""
+    chunks, at = 0, len(_PNG_SIGNATURE)
+    while at + 8 <= len(data) and chunks <= MAX_PNG_CHUNKS:
+        length, kind = _PNG_CHUNK.unpack_from(data, at)
+        chunks += 1
+        if kind == b"IEND":
+            break
+        at += 12 + length  # length, type, data, CRC
+    return chunks
+
+
+def _upright(image: Image.Image) -> None:
+    """The image turned as its EXIF orientation says, first, from the EXIF about to be dropped
+    (in place: no second copy). EXIF that is not EXIF (a PNG's eXIf chunk of anything: Pillow
+    reads a JPEG's more leniently) says nothing: the pixels are the image, as they are."""
+    # SyntaxError: Pillow's "not a TIFF file", the EXIF's header is not one.
+    with contextlib.suppress(SyntaxError):
+        ImageOps.exif_transpose(image, in_place=True)
 
 
 def _too_large() -> NotAnImage:

@@ -111,6 +111,15 @@ class FeedbackQuery:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Neighbours:
+    """A feedback's neighbours in the inbox's order (newest first): the one shown before it
+    (`newer`) and after it (`older`), None at either end."""
+
+    newer: str | None
+    older: str | None
+
+
 FEEDBACK = RecordOf(FeedbackRecord, Feedback, "f_")
 SCREENSHOT = RecordOf(ScreenshotRecord, FeedbackScreenshot)
 
@@ -164,20 +173,40 @@ _SCREENSHOTS = (
     .where(FeedbackScreenshot.feedback_id.in_(bindparam("ids", expanding=True)))
     .order_by(FeedbackScreenshot.feedback_id, FeedbackScreenshot.position)
 )
+_COMMENT_COLUMNS = (
+    FeedbackComment.id,
+    FeedbackComment.feedback_id,
+    FeedbackComment.text,
+    FeedbackComment.created_at,
+    _AUTHOR.id.label("author_id"),
+    _AUTHOR.email.label("author_email"),
+    _AUTHOR.name.label("author_name"),
+)
 _COMMENTS = (
-    select(
-        FeedbackComment.id,
-        FeedbackComment.feedback_id,
-        FeedbackComment.text,
-        FeedbackComment.created_at,
-        _AUTHOR.id.label("author_id"),
-        _AUTHOR.email.label("author_email"),
-        _AUTHOR.name.label("author_name"),
-    )
+    select(*_COMMENT_COLUMNS)
     .outerjoin(_AUTHOR, _AUTHOR.id == FeedbackComment.author_id)
     .where(FeedbackComment.feedback_id == bindparam("feedback_id"))
     .order_by(FeedbackComment.id.desc())
     .limit(bindparam("limit"))
+)
+# The newest `per_feedback` comments of each of several feedback, in one statement: numbered
+# newest first within each feedback by a window function (SQLite 3.25+, PostgreSQL).
+_LATEST_COMMENTS_RANKED = (
+    select(
+        FeedbackComment.id,
+        func.row_number()
+        .over(partition_by=FeedbackComment.feedback_id, order_by=FeedbackComment.id.desc())
+        .label("rank"),
+    )
+    .where(FeedbackComment.feedback_id.in_(bindparam("ids", expanding=True)))
+    .subquery()
+)
+_LATEST_COMMENTS = (
+    select(*_COMMENT_COLUMNS)
+    .join(_LATEST_COMMENTS_RANKED, _LATEST_COMMENTS_RANKED.c.id == FeedbackComment.id)
+    .outerjoin(_AUTHOR, _AUTHOR.id == FeedbackComment.author_id)
+    .where(_LATEST_COMMENTS_RANKED.c.rank <= bindparam("per_feedback"))
+    .order_by(FeedbackComment.feedback_id, FeedbackComment.id)
 )
 _NEW_COUNTS = (
     select(Feedback.build_id, func.count(Feedback.id).label("count"))
@@ -224,17 +253,24 @@ def _search_clause(text: str | None) -> list[ColumnElement[bool]]:
     ]
 
 
+def _filters(query: FeedbackQuery, *, status: bool = True) -> list[ColumnElement[bool]]:
+    """What `query` narrows the project's feedback to, but its cursor (and its status, unless
+    `status`): on the feedback's own columns."""
+    found = [Feedback.project_id == query.project_id, *_search_clause(query.search)]
+    if query.application_id is not None:
+        found.append(Feedback.application_id == query.application_id)
+    if query.build_id is not None:
+        found.append(Feedback.build_id == query.build_id)
+    if status and query.status is not None:
+        found.append(Feedback.status == query.status)
+    if query.category is not None:
+        found.append(Feedback.category == query.category)
+    return found
+
+
 def _composed(query: FeedbackQuery) -> Select[Any]:
     """The statement of a page other than the plain first one."""
-    stmt = _OF_PROJECT.where(*_search_clause(query.search))
-    if query.application_id is not None:
-        stmt = stmt.where(Feedback.application_id == query.application_id)
-    if query.build_id is not None:
-        stmt = stmt.where(Feedback.build_id == query.build_id)
-    if query.status is not None:
-        stmt = stmt.where(Feedback.status == query.status)
-    if query.category is not None:
-        stmt = stmt.where(Feedback.category == query.category)
+    stmt = _OF_PROJECT.where(*_filters(query))
     if query.after_id is not None:
         stmt = stmt.where(Feedback.id < query.after_id)
     return stmt.order_by(Feedback.id.desc()).limit(bindparam("limit"))
@@ -301,6 +337,47 @@ class FeedbackReads:
         rows = await self.reads.all(stmt, {"feedback_id": feedback_id, "limit": limit + 1})
         found, cursor = split_page(rows, limit, lambda row: str(row["id"]))
         return [comment_of(row) for row in found], cursor
+
+    async def latest_comments(
+        self, feedback_ids: Collection[str], per_feedback: int
+    ) -> dict[str, list[CommentRecord]]:
+        """The newest `per_feedback` comments of each feedback, oldest first as a conversation
+        reads, by feedback id (none: not in the answer); one statement for them all. Its reader's
+        sight of each feedback is checked beforehand."""
+        if not feedback_ids:
+            return {}
+        rows = await self.reads.all(
+            _LATEST_COMMENTS, {"ids": list(feedback_ids), "per_feedback": per_feedback}
+        )
+        by_feedback: dict[str, list[CommentRecord]] = {}
+        for row in rows:
+            by_feedback.setdefault(str(row["feedback_id"]), []).append(comment_of(row))
+        return by_feedback
+
+    async def status_counts(self, query: FeedbackQuery) -> dict[FeedbackStatus, int]:
+        """How many feedback `query` finds in each state, whatever its status and cursor (the
+        console's status chips), in one statement; every state is there, at 0 if need be."""
+        stmt = (
+            select(Feedback.status, func.count(Feedback.id).label("count"))
+            .where(*_filters(query, status=False))
+            .group_by(Feedback.status)
+        )
+        counts = dict.fromkeys(FeedbackStatus, 0)
+        for row in await self.reads.all(stmt):
+            counts[FeedbackStatus(row["status"])] = int(row["count"])
+        return counts
+
+    async def neighbours(self, query: FeedbackQuery, feedback_id: str) -> Neighbours:
+        """The feedback just newer and just older than `feedback_id` among those `query`
+        finds (its cursor aside), in the inbox's order: in one statement."""
+        filters = _filters(query)
+        newer = select(func.min(Feedback.id)).where(*filters, Feedback.id > feedback_id)
+        older = select(func.max(Feedback.id)).where(*filters, Feedback.id < feedback_id)
+        row = await self.reads.first(
+            select(newer.scalar_subquery().label("newer"), older.scalar_subquery().label("older"))
+        )
+        assert row is not None  # a select of two values has one row
+        return Neighbours(row["newer"], row["older"])
 
     async def _with_screenshots(self, found: Sequence[InboxItem]) -> list[InboxItem]:
         """`found`, each with its screenshots: one statement for them all."""

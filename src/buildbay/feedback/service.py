@@ -30,7 +30,7 @@ from buildbay.builds.models import Build
 from buildbay.builds.reads import BuildReads, not_in_application
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import version_label
-from buildbay.console_urls import build_url
+from buildbay.console_urls import feedback_url
 from buildbay.db.concurrency import lock_row
 from buildbay.db.engine import insert_rows, unless_committed
 from buildbay.db.reads import Reads
@@ -51,6 +51,7 @@ from buildbay.feedback.records import (
 from buildbay.feedback.removal import screenshot_key
 from buildbay.feedback.schemas import feedback_schema
 from buildbay.feedback.submission import REPORTER_EMAIL, Submission
+from buildbay.feedback.triage import mail_text
 from buildbay.ids import new_id
 from buildbay.mail.message import Mail, render
 from buildbay.mail.outbox import MailOutbox
@@ -309,9 +310,7 @@ class FeedbackService:
             names["application"],
             version_label(sender.build.metadata_) or sender.build.file_name,
         )
-        page = build_url(
-            self.public_url, feedback.project_id, feedback.application_id, feedback.build_id
-        )
+        page = feedback_url(self.public_url, feedback.project_id, feedback.id)
         setting = f"{self.public_url}/api/projects/{feedback.project_id}/members/me/feedback-mail"
         await self.mail.send_all(
             self.db,
@@ -362,6 +361,10 @@ def _columns(record: FeedbackRecord | ScreenshotRecord) -> dict[str, Any]:
 
 
 def _mail(address: str, told: _Told, shown: ShownFeedback, page: str, setting: str) -> Mail:
+    """The mail of a feedback: its text as a reply's mail quotes it (triage.py `mail_text`: no
+    control or bidirectional control character, which would make it read otherwise than it
+    is), and a reporter named only by an app's `reporterEmail` said to be unchecked (anyone
+    holding the update key types any address there, a colleague's say)."""
     feedback = shown.feedback
     text = feedback.text
     cut = len(text) > MAIL_TEXT_SHOWN
@@ -369,8 +372,9 @@ def _mail(address: str, told: _Told, shown: ShownFeedback, page: str, setting: s
     return render(
         "feedback", address,
         f"{category.capitalize()} feedback on {told.application} {told.version}",
-        reporter=feedback.reporter_email, category=category, application=told.application,
-        version=told.version, project=told.project, screenshots=len(shown.screenshots),
-        text=text[:MAIL_TEXT_SHOWN] + ("…" if cut else ""), cut=cut, shown=MAIL_TEXT_SHOWN,
-        length=len(text), page=page, setting=setting,
+        reporter=feedback.reporter_email, checked=shown.tester is not None, category=category,
+        application=told.application, version=told.version, project=told.project,
+        screenshots=len(shown.screenshots),
+        text=mail_text(text[:MAIL_TEXT_SHOWN]) + ("…" if cut else ""), cut=cut,
+        shown=MAIL_TEXT_SHOWN, length=len(text), page=page, setting=setting,
     )  # fmt: skip

@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -49,8 +50,13 @@ MAX_SCREENSHOTS = 5
 MAX_SCREENSHOT_BYTES = 10 * MiB
 MAX_TEXT = 20_000  # characters, after trimming
 MAX_CONTEXT_BYTES = 16 * 1024
+# How deep a context's objects and arrays may nest: what a device says of itself is a few levels
+# (one for the keys, a list of them, an object in it), and every reader (the API's answer, a
+# webhook event) writes the JSON out again, where hundreds of levels cost a stack each time.
+MAX_CONTEXT_DEPTH = 32
 SPOOL_BYTES = 1 * MiB  # of a screenshot kept in memory before its file goes to disk
 MAX_PART_HEADERS = 8 * 1024  # bytes of one part's headers
+EXTRA_FIELD_BYTES = 1024  # of a page's own field (its CSRF token)
 
 SCREENSHOTS = "screenshots"
 TEXT, CATEGORY, CONTEXT, REPORTER_EMAIL = "text", "category", "context", "reporterEmail"
@@ -86,6 +92,8 @@ class Submission:
     context: dict[str, Any] | None
     reporter_email: str | None
     screenshots: list[Upload] = field(default_factory=list)
+    # A page's own fields (`extra` of read_submission), as sent: the console's CSRF token.
+    extra: dict[str, str] = field(default_factory=dict)
 
     def close(self) -> None:
         _close(self.screenshots)
@@ -102,12 +110,22 @@ def _refused(name: str, message: str) -> ValidationFailed:
 
 
 async def read_submission(
-    content_type: str, body: AsyncIterator[bytes], spool_dir: Path
+    content_type: str,
+    body: AsyncIterator[bytes],
+    spool_dir: Path,
+    *,
+    extra: Collection[str] = (),
+    seen: dict[str, bytearray] | None = None,
 ) -> Submission:
     """The feedback a `multipart/form-data` body (`content_type` its header, with the boundary)
-    carries, read from `body` as it arrives; its screenshots spooled under `spool_dir`."""
+    carries, read from `body` as it arrives; its screenshots spooled under `spool_dir`.
+
+    A page's form (console/feedback.py) names the fields of its own it also sends (`extra`,
+    each at most EXTRA_FIELD_BYTES, unchecked), and passes `seen`, which holds the fields as
+    they arrived even when the body is refused part way (a sixth screenshot): what the person
+    typed is shown again beside the refusal."""
     boundary = _boundary(content_type)
-    reader = _Reader(spool_dir)
+    reader = _Reader(spool_dir, extra, seen)
     parser = MultipartParser(boundary, cast("MultipartCallbacks", reader.callbacks()))
     received = 0
     try:
@@ -150,9 +168,16 @@ def _boundary(content_type: str) -> bytes:
 class _Reader:
     """python-multipart's callbacks: each part's headers name where its bytes go."""
 
-    def __init__(self, spool_dir: Path) -> None:
+    def __init__(
+        self,
+        spool_dir: Path,
+        extra: Collection[str] = (),
+        seen: dict[str, bytearray] | None = None,
+    ) -> None:
         self.spool_dir = spool_dir
-        self.fields: dict[str, bytearray] = {}
+        self.limits = FIELD_BYTES | dict.fromkeys(extra, EXTRA_FIELD_BYTES)
+        self.extra = tuple(extra)
+        self.fields: dict[str, bytearray] = {} if seen is None else seen
         self.uploads: list[Upload] = []
         self.ended = False
         self._header_name = bytearray()
@@ -216,7 +241,7 @@ class _Reader:
             spooled = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, dir=str(self.spool_dir))  # noqa: SIM115 (closed with the submission)
             self._upload = Upload(len(self.uploads) + 1, spooled)
             self.uploads.append(self._upload)
-        elif name in FIELD_BYTES:
+        elif name in self.limits:
             if name in self.fields:
                 raise _refused(name, "is sent twice; send it once")
             self._field, self.fields[name] = name, bytearray()
@@ -242,7 +267,7 @@ class _Reader:
         if self._field is None:
             return  # a part refused at its headers never gets here
         held = self.fields[self._field]
-        if len(held) + end - start > FIELD_BYTES[self._field]:
+        if len(held) + end - start > self.limits[self._field]:
             raise _refused(self._field, _too_long(self._field))
         held += data[start:end]
 
@@ -287,9 +312,12 @@ class _Reader:
         sent = [u for u in self.uploads if u.size > 0]
         for position, upload in enumerate(sent, start=1):
             upload.position = position
+        extra = {name: self.fields[name].decode("utf-8", "replace") for name in self.extra
+                 if name in self.fields}  # fmt: skip
         return Submission(
-            checked[TEXT], checked[CATEGORY], checked[CONTEXT], checked[REPORTER_EMAIL], sent
-        )
+            checked[TEXT], checked[CATEGORY], checked[CONTEXT], checked[REPORTER_EMAIL], sent,
+            extra,
+        )  # fmt: skip
 
 
 def _too_long(name: str) -> str:
@@ -337,14 +365,51 @@ def _context(raw: bytearray | None) -> dict[str, Any] | None:
     if not text.strip(WHITESPACE):
         return None  # an empty form field: no context
     try:
-        context = json.loads(text)
+        context = json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
     except RecursionError:
-        raise ValueError("nests too deeply") from None
+        raise ValueError(_TOO_DEEP) from None
+    except _NotJsonNumber as exc:
+        raise ValueError(str(exc)) from None
     except ValueError:  # not JSON, or a number Python will not convert
         raise ValueError("is not JSON") from None
     if not isinstance(context, dict):
         raise ValueError('must be a JSON object, like {"model": "Pixel 8", "os": "14"}')
+    if _depth(context) > MAX_CONTEXT_DEPTH:
+        raise ValueError(_TOO_DEEP)
     return _representable(context)  # type: ignore[no-any-return]
+
+
+_TOO_DEEP = f"nests too deeply (at most {MAX_CONTEXT_DEPTH} levels of objects and arrays)"
+
+
+class _NotJsonNumber(ValueError):
+    """A number JSON cannot say (Python's decoder takes NaN, Infinity and 1e400 as floats, and
+    neither PostgreSQL nor a JSON reader takes them back)."""
+
+
+def _not_a_number(name: str) -> Any:
+    raise _NotJsonNumber(f"holds {name}, which is not a JSON number")
+
+
+def _finite(digits: str) -> float:
+    number = float(digits)
+    if not math.isfinite(number):
+        raise _NotJsonNumber(f"holds a number too large to keep ({digits[:20]})")
+    return number
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in `value` (1 for a flat object), counted without
+    recursion: stopped as soon as it is past MAX_CONTEXT_DEPTH."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_CONTEXT_DEPTH:
+            return depth
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
 
 
 def _representable(value: Any) -> Any:

@@ -24,7 +24,7 @@ from buildbay.applications.models import Application
 from buildbay.auth.models import User
 from buildbay.builds.models import Build
 from buildbay.builds.schemas import version_label
-from buildbay.console_urls import application_url, build_url
+from buildbay.console_urls import feedback_url, own_feedback_url
 from buildbay.db.reads import Reads
 from buildbay.errors import ValidationFailed
 from buildbay.feedback.enums import FeedbackStatus
@@ -176,9 +176,7 @@ class TriageService:
                 **schema.model_dump(mode="json", by_alias=True),
                 "projectName": project.name,
                 "version": shown.build_version,
-                "consoleUrl": build_url(
-                    self.public_url, project.id, feedback.application_id, feedback.build_id
-                ),
+                "consoleUrl": feedback_url(self.public_url, project.id, feedback.id),
                 "previous": was,
             }
 
@@ -231,9 +229,8 @@ class TriageService:
             reply=mail_text(comment.text),
             feedback=mail_text(feedback.text, QUOTED),
             sent=feedback.created_at.strftime("%Y-%m-%d %H:%M UTC"),
-            # The application's page, where a tester finds the builds given to them (a
-            # build's page is the team's).
-            page=application_url(self.public_url, feedback.project_id, feedback.application_id),
+            # The tester's own feedback, where the team's replies are (console/tester_feedback.py).
+            page=own_feedback_url(self.public_url, feedback.id),
         )
         try:
             self.mail.send(self.db, message, self.now)

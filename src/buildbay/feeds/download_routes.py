@@ -29,7 +29,7 @@ from buildbay.schemas import NO_NUL_PATTERN
 from buildbay.storage.local import LocalStorage
 from buildbay.updates.check import url_expiry
 
-router = APIRouter(prefix="/feeds", tags=["feeds"], route_class=TransactionRoute)
+router = APIRouter(prefix="/feeds", tags=["desktop feeds"], route_class=TransactionRoute)
 
 CACHE_CONTROL = "public, max-age=60"
 _PATH = {"pattern": NO_NUL_PATTERN, "max_length": 255}

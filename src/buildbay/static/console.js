@@ -410,3 +410,56 @@ if (form) {
     }
   }
 }
+
+// The feedback inbox and a feedback's page: j moves to the next (older) feedback, k to the
+// previous (newer), as in a mail reader. In the inbox the row moved to is marked and its link
+// focused (Enter opens it); on a feedback's page the keys follow its Older/Newer links. Keys
+// typed into a field, or with a modifier, are the field's.
+const typing = (target) =>
+  target instanceof HTMLElement &&
+  (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName));
+const inbox = document.querySelector("[data-keys=rows]");
+const feedbackKeys = document.querySelectorAll("a[data-key]");
+if (inbox || feedbackKeys.length) {
+  const rows = inbox ? Array.from(inbox.querySelectorAll("[data-row]")) : [];
+  let at = -1;
+  const mark = (index) => {
+    if (at >= 0) {
+      rows[at].classList.remove("current");
+      rows[at].removeAttribute("aria-current");
+    }
+    at = index;
+    rows[at].classList.add("current");
+    rows[at].setAttribute("aria-current", "true");
+    const link = rows[at].querySelector("a.open");
+    if (link) link.focus({ preventScroll: true });
+    rows[at].scrollIntoView({ block: "nearest" });
+  };
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "j" && event.key !== "k") return;
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    if (rows.length) {
+      // From the row whose link has the focus, if any (a click or Tab moved it).
+      const focused = rows.findIndex((row) => row.contains(document.activeElement));
+      const from = focused >= 0 ? focused : at;
+      const next = event.key === "j" ? Math.min(from + 1, rows.length - 1) : Math.max(from - 1, 0);
+      mark(from < 0 ? 0 : next);
+      event.preventDefault();
+      return;
+    }
+    const link = document.querySelector(`a[data-key="${event.key}"]`);
+    if (link) {
+      event.preventDefault();
+      window.location.assign(link.href);
+    }
+  });
+}
+
+// Rollout sliders: the number beside each follows it while it moves (without JavaScript, the
+// saved number shows, and the form posts the slider's value all the same).
+document.addEventListener("input", (event) => {
+  const slider = event.target;
+  if (!(slider instanceof HTMLInputElement) || !slider.dataset.output) return;
+  const shown = document.getElementById(slider.dataset.output);
+  if (shown) shown.textContent = slider.value;
+});

@@ -8,8 +8,9 @@ and again when its link has less than LINK_MIN_LEFT to live.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +18,6 @@ from packaging.version import Version
 from sqlalchemy import bindparam, or_, select
 
 from buildbay.applications.models import Application, UpdateKey
-from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import LIVE_LINK_COLUMNS, live_link_of
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.metadata import PLATFORM_FILES, platform_of_name, suffix_of
@@ -28,6 +28,7 @@ from buildbay.db.reads import Reads
 from buildbay.distribution.visibility import DISTRIBUTED_TO_EVERYONE
 from buildbay.errors import NotFound, ValidationFailed
 from buildbay.storage.base import Storage
+from buildbay.updates.published import CHANNEL, offered_on_channel
 from buildbay.updates.versions import app_version, os_version
 
 MAX_CANDIDATES = 500  # the newest ready builds of a channel that a check looks at
@@ -54,6 +55,9 @@ class Caller:
     version_name: str | None
     platform: str | None
     os: str | None
+    # A stable id of the installed copy (its own, random, kept across updates): what puts it
+    # in or out of a build's staged rollout. None: only builds rolled out to every install.
+    install_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,7 @@ class Candidate:
     mandatory: bool
     version_code: int | None
     version: Version | None
+    rollout_percent: int = 100  # on the caller's channel
 
     @property
     def version_name(self) -> str | None:
@@ -96,17 +101,15 @@ _KEY = (
     .join(Application, Application.id == UpdateKey.application_id)
     .where(UpdateKey.key == bindparam("key"))
 )
+# The channel's offered builds (updates/published.py: the feeds read by the same rule).
 _CANDIDATES = (
-    select(Build.id, Build.file_name, Build.metadata_, Build.mandatory, Build.version_code)
-    .join(BuildChannel, BuildChannel.build_id == Build.id)
-    .join(Channel, Channel.id == BuildChannel.channel_id)
-    .where(
-        Channel.application_id == bindparam("application_id"),
-        Channel.name == bindparam("channel"),
-        Build.status == BuildStatus.READY,
-        # Its key ships inside every installed copy: what the check offers, it offers to every
-        # tester, so only what every tester may open (docs/updates.md, "Who is offered what").
-        DISTRIBUTED_TO_EVERYONE,
+    offered_on_channel(
+        Build.id,
+        Build.file_name,
+        Build.metadata_,
+        Build.mandatory,
+        Build.version_code,
+        BuildChannel.rollout_percent,
     )
     .order_by(Build.id.desc())
     .limit(MAX_CANDIDATES)
@@ -117,9 +120,7 @@ _CANDIDATES = (
 _CANDIDATES_NEWER_BY_CODE = _CANDIDATES.where(
     or_(Build.version_code > bindparam("version_code"), Build.version_code.is_(None))
 )
-_CHANNEL = select(Channel.id).where(
-    Channel.application_id == bindparam("application_id"), Channel.name == bindparam("channel")
-)
+_CHANNEL = CHANNEL
 # The offered build with its live link, in one statement (`now` bound).
 _BUILD = select(*BUILD.columns, *LIVE_LINK_COLUMNS).where(Build.id == bindparam("build_id"))
 
@@ -131,6 +132,7 @@ class Release:
 
     channels: list[str]  # by name
     to_everyone: bool  # distributed to `everyone`: the check offers it on its channels
+    rollouts: dict[str, int] = field(default_factory=dict)  # each channel's percentage
 
     @property
     def offered_on(self) -> list[str]:
@@ -138,7 +140,7 @@ class Release:
 
 
 _CHANNELS_OF_BUILD = (
-    select(Channel.name)
+    select(Channel.name, BuildChannel.rollout_percent)
     .join(BuildChannel, BuildChannel.channel_id == Channel.id)
     .where(BuildChannel.build_id == bindparam("build_id"))
     .order_by(Channel.name)
@@ -149,7 +151,8 @@ _TO_EVERYONE = select(DISTRIBUTED_TO_EVERYONE).where(Build.id == bindparam("buil
 async def release_of(reads: Reads, build_id: str) -> Release:
     rows = await reads.all(_CHANNELS_OF_BUILD, {"build_id": build_id})
     to_everyone = await reads.scalar(_TO_EVERYONE, {"build_id": build_id})
-    return Release([row["name"] for row in rows], bool(to_everyone))
+    rollouts = {row["name"]: row["rollout_percent"] for row in rows}
+    return Release(list(rollouts), bool(to_everyone), rollouts)
 
 
 def unknown_key() -> NotFound:
@@ -228,6 +231,25 @@ def compatible(candidate: Candidate, caller: Caller) -> bool:
     return True
 
 
+def rollout_bucket(build_id: str, install_id: str) -> int:
+    """The install's bucket (0-99) for the build's staged rollout: a build at p percent is
+    offered to the installs whose bucket is below p. Stable (SHA-256, not Python's salted
+    hash()), so raising p keeps every install already offered the build and adds others; and
+    drawn afresh per build, so the installs that try one build first are not always the same."""
+    digest = hashlib.sha256(f"{build_id}\n{install_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 100
+
+
+def reaches(candidate: Candidate, caller: Caller) -> bool:
+    """The build's rollout on the caller's channel includes the caller: every install at 100
+    percent, else those whose bucket is below its percentage (none without an installId)."""
+    if candidate.rollout_percent >= 100:
+        return True
+    if caller.install_id is None:
+        return False
+    return rollout_bucket(candidate.build_id, caller.install_id) < candidate.rollout_percent
+
+
 class UpdateCheck:
     def __init__(self, caller: Caller, owner: KeyOwner) -> None:
         if caller.version_code is None and app_version(caller.version_name) is None:
@@ -250,18 +272,22 @@ class UpdateCheck:
         return False
 
     def choose(self, candidates: list[Candidate]) -> tuple[Candidate | None, bool]:
-        """The newest build newer than the caller that its device can install, and whether
-        any newer one it could install (that one, or one it skips over) is mandatory."""
+        """The newest build newer than the caller that its device can install and whose
+        rollout reaches it (else an older one that does: a build rolled out to part of the
+        channel leaves the others with the build before it), and whether any newer one it
+        could install (that one, or one it skips over) is mandatory. A mandatory build newer
+        than the offer and out of the caller's rollout does not count: it has not reached it."""
         newer = [
             c for c in candidates
             if self.newer(c) and installable(c, self.owner, self.device)
         ]  # fmt: skip
-        offered = [c for c in newer if compatible(c, self.caller)]
+        offered = [c for c in newer if reaches(c, self.caller) and compatible(c, self.caller)]
         if not offered:
             return None, False
-        by_code = self.caller.version_code is not None
-        best = max(offered, key=functools.cmp_to_key(functools.partial(_order, by_code)))
-        return best, any(c.mandatory for c in newer)
+        order = functools.partial(_order, self.caller.version_code is not None)
+        best = max(offered, key=functools.cmp_to_key(order))
+        mandatory = any(c.mandatory for c in newer if reaches(c, self.caller) or order(c, best) < 0)
+        return best, mandatory
 
 
 def _order(by_code: bool, a: Candidate, b: Candidate) -> int:
@@ -291,7 +317,7 @@ async def candidates(reads: Reads, application_id: str, caller: Caller) -> list[
         found.append(
             Candidate(
                 row["id"], row["file_name"], metadata, row["mandatory"], row["version_code"],
-                version,
+                version, row["rollout_percent"],
             )
         )  # fmt: skip
     return found

@@ -32,7 +32,7 @@ from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallTokens
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import build_schema, version_label
-from buildbay.console_urls import application_url, build_url, project_url
+from buildbay.console_urls import application_url, build_url, feedback_url, project_url
 from buildbay.db.reads import Reads
 from buildbay.ids import new_id
 from buildbay.jobs.queue import enqueue, enqueue_all, new_job
@@ -242,7 +242,7 @@ def _build_data(
             install_url = f"{public_url}/install/{addresses.install_tokens.token(extras.link.id)}"
         shown = build_schema(
             build, public_url, install_url, extras.channels, extras.downloads,
-            new_feedback_count=extras.new_feedback,
+            rollouts=extras.rollouts, new_feedback_count=extras.new_feedback,
         )  # fmt: skip
         uploader = await user_by_id(reads, build.uploaded_by) if build.uploaded_by else None
         console = (
@@ -329,7 +329,8 @@ async def feedback_created(
             **await _names(Reads.within(db), build.project_id, build.application_id),
             "version": version_label(build.metadata_),
             "buildFileName": build.file_name,
-            "consoleUrl": build_url(public_url, build.project_id, build.application_id, build.id),
+            # The feedback's own page in the team's inbox (its build is linked from there).
+            "consoleUrl": feedback_url(public_url, build.project_id, shown["id"]),
         }
 
     await emit(db, build.project_id, EventType.FEEDBACK_CREATED, data, now)

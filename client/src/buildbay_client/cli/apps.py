@@ -379,3 +379,47 @@ def channels_create(
         pid = project_id(client, project)
         created = client.create_channel(pid, app_id(client, pid, app), name)
     emit(created, as_json, _channels_table([created]))
+
+
+@channels.command("set")
+def channels_set(
+    ctx: typer.Context,
+    build_id: Annotated[str, typer.Argument(help="The build (bld_...)")],
+    project: ProjectRef,
+    app: AppRef,
+    channel: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--channel",
+            help="Publish the build to this channel (repeat for several; the build leaves the "
+            "channels not named). Left out: the build's channels stay as they are",
+        ),
+    ] = None,
+    rollout: Annotated[
+        int | None,
+        typer.Option(
+            "--rollout",
+            min=1,
+            max=100,
+            metavar="PERCENT",
+            help="Offer the build to this share (1-100) of the installs of its channels "
+            "(update checks that send an installId). Left out: each channel keeps its own; "
+            "one the build joins starts at 100",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Publish a build to release channels, at a staged rollout percentage (developer+)."""
+    with connect(ctx) as client:
+        pid = project_id(client, project)
+        aid = app_id(client, pid, app)
+        names = channel if channel else client.get_build(pid, aid, build_id).channels
+        build = client.set_build_channels(pid, aid, build_id, names, rollout)
+
+    def table() -> Table:
+        t = table_of("channel", "rollout")
+        for name in build.channels:
+            t.add_row(name, f"{build.rollout_percents.get(name, 100)}%")
+        return t
+
+    emit(build, as_json, table)

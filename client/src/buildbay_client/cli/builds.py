@@ -51,6 +51,14 @@ class OnDuplicate(StrEnum):
     REFUSE = "refuse"
 
 
+class Architecture(StrEnum):
+    """verify's `architecture` (`universal`: one file for both)."""
+
+    X64 = "x64"
+    ARM64 = "arm64"
+    UNIVERSAL = "universal"
+
+
 def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
     def table() -> Table:
         t = table_of("id", "file", "version", "size", "status", "uploaded", "notes")
@@ -433,6 +441,27 @@ def upload(
             "it) or refuse (exit 5)",
         ),
     ] = OnDuplicate.REUSE,
+    architecture: Annotated[
+        Architecture | None,
+        typer.Option(
+            help="A desktop build's processor architecture, as its updaters tell builds apart "
+            "(a file that names its own must agree)",
+        ),
+    ] = None,
+    sparkle_ed_signature: Annotated[
+        str | None,
+        typer.Option(
+            help="A macOS build's EdDSA signature as Sparkle's sign_update printed it (the "
+            "private key stays with you)",
+        ),
+    ] = None,
+    minimum_os_version: Annotated[
+        str | None,
+        typer.Option(
+            help="The lowest OS version the build runs on (11.0, 10.0.17763.0), for a file "
+            "that does not say it",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
@@ -458,6 +487,8 @@ def upload(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
                 progress=progress, channels=channel or None, mandatory=mandatory,
                 parts_in_flight=parts_in_flight, on_duplicate=on_duplicate.value,
+                architecture=architecture.value if architecture else None,
+                sparkle_ed_signature=sparkle_ed_signature, minimum_os_version=minimum_os_version,
             )  # fmt: skip
         _say_reused_and_warnings(build)
         if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error

@@ -69,6 +69,21 @@ err = Console(
     width=None if sys.stderr.isatty() else 1000,
 )
 
+# What a terminal shows of text others wrote (a tester's feedback, an app's context): line breaks
+# and tabs. The other control characters go (an escape sequence can clear the screen, retitle
+# the window, write a link or the clipboard, a carriage return write over a line), and so do
+# the bidirectional controls (which make text read otherwise than it is).
+_CONTROLS = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
+_BIDI_CONTROLS = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_NOT_SHOWN = str.maketrans(dict.fromkeys([*_CONTROLS, *_BIDI_CONTROLS]))
+
+
+def plain(text: str) -> str:
+    """`text` as a terminal may show it: line ends as `\\n`, tabs kept, other control and
+    bidirectional control characters left out."""
+    return text.replace("\r\n", "\n").translate(_NOT_SHOWN)
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON")]
 ProjectRef = Annotated[str, typer.Option("--project", "-p", help="Project id or name")]
 AppRef = Annotated[str, typer.Option("--app", "-a", help="Application id or name")]

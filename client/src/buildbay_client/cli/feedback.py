@@ -23,6 +23,7 @@ from buildbay_client.cli.common import (
     every_page,
     fail,
     out,
+    plain,
     project_id,
     table_of,
     when,
@@ -48,7 +49,8 @@ FeedbackArg = Annotated[
 
 
 def _first_line(text: str, limit: int = SHOWN_TEXT) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    text = plain(text).strip()
+    line = text.splitlines()[0] if text else ""
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
@@ -157,18 +159,19 @@ def _show(f: TeamFeedback, comments: Sequence[FeedbackComment]) -> None:
     t.show_header = False
     for name, value in lines:
         t.add_row(name, value)
+    # What the app said of itself, as it said it, but what would drive the terminal.
     for name, value in sorted((f.context or {}).items()):
-        t.add_row(f"context.{name}", str(value))
+        t.add_row(plain(f"context.{name}"), plain(str(value)))
     for n, shot in enumerate(f.screenshots, 1):
         t.add_row(f"screenshot {n}", f"{shot.width}x{shot.height} {shot.url}")
     out.print(t)
     out.print()
-    out.print(f.text)
+    out.print(plain(f.text))
     for comment in comments:
         author = comment.author.name if comment.author else "(gone)"
         out.print()
         out.print(f"--- {author}, {when(comment.created_at)}")
-        out.print(comment.text)
+        out.print(plain(comment.text))
 
 
 @feedback.command("status")
