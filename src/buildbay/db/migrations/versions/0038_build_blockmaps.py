@@ -4,7 +4,7 @@ storage key + `.blockmap`; its size (the feed's `blockMapSize`) and SHA-256 here
 build without one.
 
 Revision ID: 0038
-Revises: 0036
+Revises: 0037
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0038"
-down_revision: str | None = "0036"
+down_revision: str | None = "0037"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
