@@ -1,9 +1,11 @@
 """electron-updater itself (the npm package, run by Node outside Electron with an app adapter
-of the tests' own: electron_updater.py) against a real Buildbay server: it reads a generic
-provider's channel file whose files are Buildbay's feed download addresses, finds the newer
-version, downloads it and checks its sha512; finds nothing new when the installed version is
-the latest; refuses bytes whose sha512 is not the feed's; and downloads only the changed blocks
-of an update, from the two builds' blockmaps, through Range requests of many ranges at once."""
+of the tests' own: electron_updater.py) against a real Buildbay server, pointed at its feed as
+electron-builder's `publish: {provider: generic, url: .../feeds/{key}/electron, channel}` makes
+an app: it finds the newer version of its channel, downloads it from the feed's download address
+and checks its sha512; finds nothing new when the installed version is the latest; follows
+another channel; refuses bytes whose sha512 is not the feed's; and downloads only the changed
+blocks of an update, from the two builds' blockmaps, through a Range request of several ranges.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +43,8 @@ def server(threaded_server: str) -> str:
 
 @contextlib.contextmanager
 def static_feed(folder: Path) -> Iterator[str]:
-    """A plain web server of `folder` (a generic provider's channel files), until the feeds of
-    Buildbay are there to read."""
+    """A plain web server of `folder` (a generic provider's channel files): a channel file
+    Buildbay would never write (a wrong sha512)."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -103,6 +105,11 @@ class Desktop:
         )
         assert r.status_code == 200, r.text
 
+    @property
+    def feed_url(self) -> str:
+        """electron-builder's `publish: {provider: generic, url}` for the application."""
+        return f"{self.client.base_url}feeds/{self.key}/electron"
+
     def download_url(self, build: dict[str, Any]) -> str:
         path = f"feeds/{self.key}/download/{build['buildId']}/{build['fileName']}"
         return f"{self.client.base_url}{path}"
@@ -132,32 +139,29 @@ def appimage(seed: int, size: int = 2 * 1024 * 1024) -> bytes:
     return head + random.Random(seed).randbytes(size - len(head))
 
 
-async def test_electron_updater_finds_downloads_and_checks_the_newer_build(
+async def test_electron_updater_updates_from_buildbays_feed(
     electron_updater: ElectronUpdater, client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     app = await desktop(client, "linux")
     old_data, new_data = appimage(1), appimage(2)
     await app.upload(old_data, "Example-1.0.0.AppImage", version="1.0.0")
     new = await app.upload(new_data, "Example-2.0.0.AppImage", version="2.0.0")
-    feed = tmp_path / "feed"
-    feed.mkdir()
-    (feed / "latest-linux.yml").write_text(channel_file(new, app.download_url(new), "2.0.0"))
     installed = tmp_path / "Example-1.0.0.AppImage"
     installed.write_bytes(old_data)
 
-    with static_feed(feed) as feed_url:
-        older = await electron_updater.run(
-            feedUrl=feed_url, version="1.0.0", platform="linux",
-            cacheDir=str(tmp_path / "cache-old"), installed=str(installed),
-        )  # fmt: skip
-        latest = await electron_updater.run(
-            feedUrl=feed_url, version="2.0.0", platform="linux",
-            cacheDir=str(tmp_path / "cache-new"),
-        )  # fmt: skip
+    older = await electron_updater.run(
+        feedUrl=app.feed_url, version="1.0.0", platform="linux",
+        cacheDir=str(tmp_path / "cache-old"), installed=str(installed),
+    )  # fmt: skip
+    latest = await electron_updater.run(
+        feedUrl=app.feed_url, version="2.0.0", platform="linux",
+        cacheDir=str(tmp_path / "cache-new"),
+    )  # fmt: skip
 
     assert older.get("error") is None, older
     assert older["updateAvailable"] is True
     assert older["version"] == "2.0.0"
+    assert [f["url"] for f in older["files"]] == [app.download_url(new)]
     assert older["events"] == ["checking-for-update", "update-available", "update-downloaded"]
     assert await downloaded(older) == new_data
     assert older["sha512"] == new["sha512"]
@@ -165,6 +169,40 @@ async def test_electron_updater_finds_downloads_and_checks_the_newer_build(
     assert latest["updateAvailable"] is False
     assert latest["events"] == ["checking-for-update", "update-not-available"]
     assert latest["downloaded"] is None
+
+
+async def test_electron_updater_follows_its_channel(
+    electron_updater: ElectronUpdater, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """An app built with `channel: beta` reads beta-linux.yml: the beta channel's newest build,
+    which the default channel's apps are not offered."""
+    app = await desktop(client, "linux")
+    r = await client.post(
+        f"/api/projects/{app.app['projectId']}/applications/{app.app['id']}/channels",
+        json={"name": "beta"},
+        headers=app.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    await app.upload(appimage(6), "Example-2.0.0.AppImage", version="2.0.0")
+    beta = await app.upload(
+        appimage(7), "Example-3.0.0-beta.1.AppImage", version="3.0.0-beta.1", channels=["beta"]
+    )
+
+    on_beta = await electron_updater.run(
+        feedUrl=app.feed_url, channel="beta", version="2.0.0", platform="linux",
+        cacheDir=str(tmp_path / "beta"), download=False,
+    )  # fmt: skip
+    on_default = await electron_updater.run(
+        feedUrl=app.feed_url, version="2.0.0", platform="linux",
+        cacheDir=str(tmp_path / "default"), download=False,
+    )  # fmt: skip
+
+    assert on_beta.get("error") is None, on_beta
+    assert on_beta["updateAvailable"] is True
+    assert on_beta["version"] == "3.0.0-beta.1"
+    assert [f["url"] for f in on_beta["files"]] == [app.download_url(beta)]
+    assert on_default.get("error") is None, on_default
+    assert on_default["updateAvailable"] is False
 
 
 async def test_electron_updater_refuses_bytes_whose_sha512_is_not_the_feeds(
@@ -219,17 +257,13 @@ async def test_a_differential_download_fetches_only_the_changed_blocks(
     new = await app.upload(new_data, "Example-Setup-2.0.0.exe")
     await app.attach_blockmap(old, make_blockmap(old_data))
     await app.attach_blockmap(new, make_blockmap(new_data))
-    feed = tmp_path / "feed"
-    feed.mkdir()
-    (feed / "latest.yml").write_text(channel_file(new, app.download_url(new), "2.0.0"))
     installed = tmp_path / "installer.exe"
     installed.write_bytes(old_data)
 
-    with static_feed(feed) as feed_url:
-        result = await electron_updater.run(
-            feedUrl=feed_url, version="1.0.0", platform="win32", differential=True,
-            cacheDir=str(tmp_path / "cache"), installed=str(installed),
-        )  # fmt: skip
+    result = await electron_updater.run(
+        feedUrl=app.feed_url, version="1.0.0", platform="win32", differential=True,
+        cacheDir=str(tmp_path / "cache"), installed=str(installed),
+    )  # fmt: skip
 
     assert result.get("error") is None, result
     assert result["events"] == ["checking-for-update", "update-available", "update-downloaded"]
