@@ -11,6 +11,7 @@ their own (TARGETS), so every caller finds it there.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import re
 import secrets
@@ -711,6 +712,12 @@ async def _feedback_form(w: World, subject: Account) -> list[Any]:
 FORMS[("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback")] = (
     _feedback_form
 )
+# Routes whose body is raw bytes (application/octet-stream): a valid body of each.
+RAW: dict[Key, Callable[[World], bytes]] = {
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): lambda w: (
+        gzip.compress(b'{"version": "2", "files": []}', mtime=0)
+    ),
+}
 
 
 @target("DELETE", "/api/projects/{id}/webhooks/{webhookId}")
@@ -818,6 +825,7 @@ class Prepared:
     headers: dict[str, str]
     relogin: Account | None  # whose session to renew once it is sent
     form: list[Any] | None = None  # a multipart form (FORMS), sent instead of JSON
+    content: bytes | None = None  # raw bytes (RAW), sent instead of JSON
 
 
 async def prepare(
@@ -839,14 +847,21 @@ async def prepare(
         headers = (await w.login(subject)).headers if ends_sessions else subject.headers
     payload = await BODIES[case.key](w, subject) if case.has_body else None
     form = await FORMS[case.key](w, subject) if case.key in FORMS else None
+    content = RAW[case.key](w) if case.key in RAW else None
     url = case.url(values) + (QUERIES[case.key](w) if case.key in QUERIES else "")
-    return Prepared(case.method, url, payload, headers, subject if ends_sessions else None, form)
+    relogin = subject if ends_sessions else None
+    return Prepared(case.method, url, payload, headers, relogin, form, content)
 
 
 async def send(w: World, prepared: Prepared) -> httpx.Response:
     if prepared.form is not None:
         r = await w.client.request(
             prepared.method, prepared.url, files=prepared.form, headers=prepared.headers
+        )
+    elif prepared.content is not None:
+        raw = {**prepared.headers, "Content-Type": "application/octet-stream"}
+        r = await w.client.request(
+            prepared.method, prepared.url, content=prepared.content, headers=raw
         )
     else:
         r = await w.client.request(

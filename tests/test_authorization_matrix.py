@@ -160,6 +160,7 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): "developer",
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): "tester",
@@ -282,6 +283,7 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): BUILDS_WRITE,
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): BUILDS_WRITE,
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): READ,
@@ -319,8 +321,9 @@ OUTSIDE_API = {
     "/devices/": "the profile service: the console's session cookie for the profile, its "
     "challenge for a device's answer, a signed reference for the page after it "
     "(tests/ios/test_enrollment.py)",
-    "/feeds/": "the application's update key, public by design like the update check's "
-    "(tests/desktop/test_feeds.py)",
+    "/feeds/": "the application's update key, public by design like the update check's: "
+    "it opens only what the check offers under it (tests/desktop/test_feeds.py, "
+    "test_feed_download.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
     "/favicon.ico": "public: a redirect to the icon under /static",

@@ -52,6 +52,7 @@ from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
 from buildbay.feedback.routes import router as feedback_router
 from buildbay.feedback.team_routes import router as feedback_team_router
+from buildbay.feeds.download_routes import router as feed_download_router
 from buildbay.feeds.routes import router as feeds_router
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
@@ -236,6 +237,7 @@ def create_app(
     # its reading order (API_SECTIONS).
     for router in (
         updates_router,
+        feed_download_router,
         feeds_router,
         builds_router,
         feedback_router,

@@ -3,7 +3,7 @@ hashed, its count of those who joined) and `join_requests` (an e-mail given on a
 waiting for its confirmation mail's link).
 
 Revision ID: 0041
-Revises: 0037
+Revises: 0038
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0041"
-down_revision: str | None = "0037"
+down_revision: str | None = "0038"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
