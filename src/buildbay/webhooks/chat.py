@@ -222,12 +222,15 @@ def _build_summary(
         facts.append(("Uploaded by", uploader))
     if event_type == "build.failed" and (why := _str(data.get("metadataError"))):
         facts.append(("Why", why))
-    install = _http(data.get("installUrl")) if event_type in _INSTALLABLE else None
+    shared = _http(data.get("installUrl")) if event_type in _INSTALLABLE else None
+    # Install: by the build's shared install link, or on its console page (a signed-in
+    # tester's Install).
+    install = shared or (console if event_type in _INSTALLABLE else None)
     buttons = [("Install", install)] if install else []
     if console:
         buttons.append(("Open build" if event_type != "build.deleted" else "Open app", console))
     # The icon by the build's shared install link (public while the link lives), if any.
-    icon = f"{install}/icon.png" if install and data.get("iconUrl") else None
+    icon = f"{shared}/icon.png" if shared and data.get("iconUrl") else None
     return Summary(
         title, console, facts, codes={"Branch", "Commit"}, notes=_str(data.get("notes")),
         notes_label="Release notes", buttons=buttons, icon=icon,
