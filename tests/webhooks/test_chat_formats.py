@@ -185,6 +185,7 @@ def check_google_chat(m: dict[str, Any], raw: bytes) -> str:
     """A cardsV2 message (developers.google.com/workspace/chat): at most 32,000 bytes; a card
     of sections of widgets, at most 100 widgets."""
     assert len(raw) <= 32_000
+    assert "<" not in m.get("text", "")  # Chat's own markup (`<users/all>`) in the text
     [card] = m["cardsV2"]
     assert card["cardId"]
     assert card["card"]["header"]["title"]

@@ -395,8 +395,12 @@ def _google_chat(s: Summary, notes: str | None) -> Message:
         widgets.append({"buttonList": {"buttons": [
             {"text": label, "onClick": {"openLink": {"url": url}}} for label, url in s.buttons
         ]}})  # fmt: skip
+    if not widgets:  # a section has at least one
+        widgets.append({"textParagraph": {"text": _google_escape(s.title)}})
     return {
-        "text": _google_escape(s.title),
+        # The notification's text: Chat's own markup (`<users/all>`, `<url|text>`), with no
+        # escape for `<`: people's angle brackets become look-alikes there.
+        "text": neutral(s.title).replace("<", "\u2039").replace(">", "\u203a"),
         "cardsV2": [{"cardId": "buildbay", "card": {"header": header,
                                                     "sections": [{"widgets": widgets}]}}],
     }  # fmt: skip
