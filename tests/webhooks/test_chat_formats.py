@@ -80,6 +80,12 @@ def texts(value: Any) -> Iterator[str]:
             yield from texts(v)
 
 
+def u16(text: str) -> int:
+    """Characters as Slack and Discord may count them: UTF-16 code units (an emoji is 2), never
+    fewer than code points, so a message within this is within either count."""
+    return len(text.encode("utf-16-le")) // 2
+
+
 def check_slack(m: dict[str, Any], raw: bytes) -> str:
     """Block Kit (docs.slack.dev/reference/block-kit/blocks): at most 50 blocks; a section's
     text at most 3,000 characters, its fields at most 10 of 2,000; a header's plain text at
@@ -95,16 +101,16 @@ def check_slack(m: dict[str, Any], raw: bytes) -> str:
         assert kind in {"header", "section", "actions", "context", "divider", "image"}
         if kind == "header":
             assert block["text"]["type"] == "plain_text"
-            assert 1 <= len(block["text"]["text"]) <= 150
+            assert 1 <= u16(block["text"]["text"]) <= 150
         if kind == "section":
             if "text" in block:
                 assert block["text"]["type"] == "mrkdwn"
-                assert len(block["text"]["text"]) <= 3000
+                assert u16(block["text"]["text"]) <= 3000
                 mrkdwn.append(block["text"]["text"])
             assert len(block.get("fields", [])) <= 10
             for f in block.get("fields", []):
                 assert f["type"] == "mrkdwn"
-                assert len(f["text"]) <= 2000
+                assert u16(f["text"]) <= 2000
                 mrkdwn.append(f["text"])
             if "accessory" in block:
                 assert block["accessory"]["type"] == "image"
@@ -113,9 +119,9 @@ def check_slack(m: dict[str, Any], raw: bytes) -> str:
             assert 1 <= len(block["elements"]) <= 25
             for button in block["elements"]:
                 assert button["type"] == "button"
-                assert len(button["text"]["text"]) <= 75
+                assert u16(button["text"]["text"]) <= 75
                 assert button["url"].startswith("http")
-                assert len(button["url"]) <= 3000
+                assert u16(button["url"]) <= 3000
         if kind == "context":
             assert len(block["elements"]) <= 10
             mrkdwn += [e["text"] for e in block["elements"]]
@@ -132,24 +138,24 @@ def check_discord(m: dict[str, Any], raw: bytes) -> str:
     an embed's title 256, description 4,096, 25 fields of name 256 and value 1,024, footer
     2,048, author's name 256, and 6,000 characters in all of them together."""
     assert m["allowed_mentions"] == {"parse": []}  # nothing pings anyone
-    assert len(m.get("content", "")) <= 2000
+    assert u16(m.get("content", "")) <= 2000
     assert 1 <= len(m["embeds"]) <= 10
     total = 0
     for e in m["embeds"]:
-        assert len(e["title"]) <= 256
-        assert len(e.get("description", "")) <= 4096
+        assert u16(e["title"]) <= 256
+        assert u16(e.get("description", "")) <= 4096
         assert len(e.get("fields", [])) <= 25
         for f in e.get("fields", []):
-            assert 1 <= len(f["name"]) <= 256
-            assert 1 <= len(f["value"]) <= 1024
-        assert len(e.get("footer", {}).get("text", "")) <= 2048
+            assert 1 <= u16(f["name"]) <= 256
+            assert 1 <= u16(f["value"]) <= 1024
+        assert u16(e.get("footer", {}).get("text", "")) <= 2048
         total += (
-            len(e["title"])
-            + len(e.get("description", ""))
-            + len(e.get("footer", {}).get("text", ""))
-            + len(e.get("author", {}).get("name", ""))
+            u16(e["title"])
+            + u16(e.get("description", ""))
+            + u16(e.get("footer", {}).get("text", ""))
+            + u16(e.get("author", {}).get("name", ""))
         )
-        total += sum(len(f["name"]) + len(f["value"]) for f in e.get("fields", []))
+        total += sum(u16(f["name"]) + u16(f["value"]) for f in e.get("fields", []))
         assert isinstance(e["color"], int)
     assert total <= 6000
     return str(m["embeds"][0].get("description", ""))

@@ -58,3 +58,15 @@ def test_fields_of_unexpected_types_are_left_out_not_a_failure(fmt: WebhookForma
     message = render(fmt, "build.ready", odd)
     CHECKS[fmt.value](message, json.dumps(message, ensure_ascii=False).encode())
     assert "javascript:" not in json.dumps(message)
+
+
+@pytest.mark.parametrize("fmt", [f for f in WebhookFormat if f is not WebhookFormat.STANDARD])
+def test_notes_of_four_byte_characters_fit_in_bytes_and_in_utf16_counts(
+    fmt: WebhookFormat,
+) -> None:
+    # 10,000 emoji: 40,000 bytes in UTF-8, 20,000 UTF-16 code units.
+    message = render(fmt, "build.ready", _data(notes="\U0001f600" * MAX_NOTES_LENGTH))
+    raw = json.dumps(message, ensure_ascii=False).encode()
+    shown = CHECKS[fmt.value](message, raw)
+    assert "\U0001f600" * 100 in shown
+    assert "\U0001f600…" in shown  # cut, and says so

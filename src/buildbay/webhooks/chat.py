@@ -116,7 +116,13 @@ def neutral(text: str) -> str:
     return _MENTION.sub(lambda m: "@" + WORD_JOINER + m.group(1), text)
 
 
-def cut(text: str, limit: int, measure: Callable[[str], int] = len) -> str:
+def units(text: str) -> int:
+    """A text's length as Slack and Discord may count it: in UTF-16 code units, as JavaScript
+    does (an emoji counts 2). Never less than its characters: a limit in either holds."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def cut(text: str, limit: int, measure: Callable[[str], int] = units) -> str:
     """`text`, or its longest beginning that with an ellipsis measures at most `limit`."""
     if measure(text) <= limit:
         return text
@@ -246,7 +252,7 @@ def _slack_escape(text: str) -> str:
 
 
 def _slack_mrkdwn(text: str, limit: int) -> str:
-    return cut(text, limit, lambda t: len(_slack_escape(t)))
+    return cut(text, limit, lambda t: units(_slack_escape(t)))
 
 
 def _slack_value(value: str, code: bool) -> str:
@@ -275,7 +281,7 @@ def _slack(s: Summary, notes: str | None) -> Message:
         blocks.append(section)
     if notes:
         text = esc(f"*{s.notes_label}*\n") + esc(
-            _slack_mrkdwn(notes, SLACK_SECTION_TEXT - len(s.notes_label) - 3)
+            _slack_mrkdwn(notes, SLACK_SECTION_TEXT - units(s.notes_label) - 3)
         )
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
     buttons = [
@@ -302,7 +308,7 @@ def _discord_value(value: str, code: bool) -> str:
     branch or commit)."""
     if code:
         return f"`{cut(neutral(value).replace('`', _GRAVE), DISCORD_FIELD_VALUE - 2)}`"
-    return _discord_escape(cut(value, DISCORD_FIELD_VALUE, lambda t: len(_discord_escape(t))))
+    return _discord_escape(cut(value, DISCORD_FIELD_VALUE, lambda t: units(_discord_escape(t))))
 
 
 def _discord(s: Summary, notes: str | None) -> Message:
@@ -437,51 +443,55 @@ def body_of(message: Message) -> str:
 
 def _slack_checks(m: Message) -> list[Check]:
     blocks = m.get("blocks", [])
-    found = [Check("blocks", len(blocks), SLACK_BLOCKS),
-             Check("the message's text", len(m.get("text", "")), SLACK_FALLBACK_TEXT)]  # fmt: skip
+    found = [
+        Check("blocks", len(blocks), SLACK_BLOCKS),
+        Check("the message's text", units(m.get("text", "")), SLACK_FALLBACK_TEXT),
+    ]
     for b in blocks:
         kind = b["type"]
         if kind == "header":
-            found.append(Check("a header's text", len(b["text"]["text"]), SLACK_HEADER_TEXT))
+            found.append(Check("a header's text", units(b["text"]["text"]), SLACK_HEADER_TEXT))
         elif kind == "section":
             if "text" in b:
-                found.append(Check("a section's text", len(b["text"]["text"]), SLACK_SECTION_TEXT))
+                found.append(
+                    Check("a section's text", units(b["text"]["text"]), SLACK_SECTION_TEXT)
+                )
             fields = b.get("fields", [])
             found.append(Check("a section's fields", len(fields), SLACK_FIELDS))
-            found += [Check("a field's text", len(f["text"]), SLACK_FIELD_TEXT) for f in fields]
+            found += [Check("a field's text", units(f["text"]), SLACK_FIELD_TEXT) for f in fields]
             if image := b.get("accessory"):
-                found.append(Check("an image's URL", len(image["image_url"]), SLACK_URL))
+                found.append(Check("an image's URL", units(image["image_url"]), SLACK_URL))
         elif kind == "actions":
             for e in b["elements"]:
-                found.append(Check("a button's text", len(e["text"]["text"]), SLACK_BUTTON_TEXT))
-                found.append(Check("a button's URL", len(e["url"]), SLACK_URL))
+                found.append(Check("a button's text", units(e["text"]["text"]), SLACK_BUTTON_TEXT))
+                found.append(Check("a button's URL", units(e["url"]), SLACK_URL))
         elif kind == "context":
             found.append(Check("a context's elements", len(b["elements"]), SLACK_CONTEXT_ELEMENTS))
-            found += [Check("a context's text", len(e["text"]), SLACK_SECTION_TEXT)
+            found += [Check("a context's text", units(e["text"]), SLACK_SECTION_TEXT)
                       for e in b["elements"]]  # fmt: skip
     return found
 
 
 def _discord_checks(m: Message) -> list[Check]:
-    found = [Check("the message's content", len(m.get("content", "")), DISCORD_CONTENT)]
+    found = [Check("the message's content", units(m.get("content", "")), DISCORD_CONTENT)]
     for e in m.get("embeds", []):
         fields = e.get("fields", [])
         total = (
-            len(e.get("title", ""))
-            + len(e.get("description", ""))
-            + sum(len(f["name"]) + len(f["value"]) for f in fields)
-            + len(e.get("footer", {}).get("text", ""))
-            + len(e.get("author", {}).get("name", ""))
+            units(e.get("title", ""))
+            + units(e.get("description", ""))
+            + sum(units(f["name"]) + units(f["value"]) for f in fields)
+            + units(e.get("footer", {}).get("text", ""))
+            + units(e.get("author", {}).get("name", ""))
         )
         found += [
             Check("an embed's characters in all", total, DISCORD_EMBED_TOTAL),
-            Check("an embed's title", len(e.get("title", "")), DISCORD_TITLE),
-            Check("an embed's description", len(e.get("description", "")), DISCORD_DESCRIPTION),
+            Check("an embed's title", units(e.get("title", "")), DISCORD_TITLE),
+            Check("an embed's description", units(e.get("description", "")), DISCORD_DESCRIPTION),
             Check("an embed's fields", len(fields), DISCORD_FIELDS),
-            Check("an embed's footer", len(e.get("footer", {}).get("text", "")), DISCORD_FOOTER),
+            Check("an embed's footer", units(e.get("footer", {}).get("text", "")), DISCORD_FOOTER),
         ]
-        found += [Check("a field's name", len(f["name"]), DISCORD_FIELD_NAME) for f in fields]
-        found += [Check("a field's value", len(f["value"]), DISCORD_FIELD_VALUE) for f in fields]
+        found += [Check("a field's name", units(f["name"]), DISCORD_FIELD_NAME) for f in fields]
+        found += [Check("a field's value", units(f["value"]), DISCORD_FIELD_VALUE) for f in fields]
     return found
 
 
