@@ -224,6 +224,8 @@ def _build_summary(
         facts.append(("Branch", branch))
     if commit:
         facts.append(("Commit", commit[:12]))
+    if tag := _str(source.get("tag")):
+        facts.append(("Tag", tag))
     if uploader := _person(data.get("uploader")):
         facts.append(("Uploaded by", uploader))
     if event_type == "build.failed" and (why := _str(data.get("metadataError"))):
@@ -235,10 +237,12 @@ def _build_summary(
     buttons = [("Install", install)] if install else []
     if console:
         buttons.append(("Open build" if event_type != "build.deleted" else "Open app", console))
+    if ci_run := _http(source.get("ciRunUrl")):
+        buttons.append(("CI run", ci_run))
     # The icon by the build's shared install link (public while the link lives), if any.
     icon = f"{shared}/icon.png" if shared and data.get("iconUrl") else None
     return Summary(
-        title, console, facts, codes={"Branch", "Commit"}, notes=_str(data.get("notes")),
+        title, console, facts, codes={"Branch", "Commit", "Tag"}, notes=_str(data.get("notes")),
         notes_label="Release notes", buttons=buttons, icon=icon,
         color=_COLORS.get(event_type, _COLOR), footer=footer,
     )  # fmt: skip
@@ -325,9 +329,13 @@ def _discord(s: Summary, notes: str | None) -> Message:
         {"name": label, "value": _discord_value(value, label in s.codes), "inline": True}
         for label, value in s.facts
     ]
-    links = " · ".join(f"[{label}]({url})" for label, url in s.buttons)
+    links = ""
+    for label, url in s.buttons:  # the links that fit a field, whole
+        link = f"[{label}]({url})"
+        if units(links + " · " + link) <= DISCORD_FIELD_VALUE:
+            links = f"{links} · {link}" if links else link
     if links:
-        fields.append({"name": "Links", "value": links[:DISCORD_FIELD_VALUE], "inline": False})
+        fields.append({"name": "Links", "value": links, "inline": False})
     embed["fields"] = fields[:DISCORD_FIELDS]
     if s.icon:
         embed["thumbnail"] = {"url": s.icon}
