@@ -887,6 +887,13 @@ def test_webhooks_create_list_test_and_deliveries(cli: Cli) -> None:
     done = cli("webhooks", "create", "http://localhost/x", "-p", "Acme", "-e", "build.ready")
     assert done.returncode == 5, done.stderr  # refused: https:// only here
     assert "https://" in done.stderr
+    # A chat's incoming webhook: its format, and the hint the URL gives.
+    slack = cli.json("webhooks", "create", "https://hooks.slack.com/services/T/B/x", "-p",
+                     "Acme", "-e", "build.ready", "--format", "slack")  # fmt: skip
+    assert (slack["format"], slack["suggestedFormat"]) == ("slack", "slack")
+    done = cli("webhooks", "create", url, "-p", "Acme", "-e", "build.ready", "--format", "irc")
+    assert done.returncode != 0
+    assert "format" in done.stderr
 
 
 def test_webhooks_disable_enable_retry_and_delete(cli: Cli) -> None:

@@ -48,6 +48,8 @@ async def test_a_new_webhook_shows_its_secret_once(
         "url": receiver.url,
         "events": ["build.ready", "member.added"],
         "description": "CI",
+        "format": "standard",  # the default: the signed event, as before formats
+        "suggestedFormat": None,
         "enabled": True,
         "disabledReason": None,
         "createdAt": created["createdAt"],

@@ -645,6 +645,8 @@ class Webhook(Model):
     description: str
     enabled: bool
     created_at: datetime
+    format: str = "standard"  # or a chat's message: slack, discord, teams, google-chat
+    suggested_format: str | None = None  # the chat format the URL looks like it needs
     disabled_reason: str | None = None
     failing_since: datetime | None = None
     last_delivery_at: datetime | None = None

@@ -155,9 +155,15 @@ def list_webhooks(project_id: str) -> Op[models.WebhookList]:
 
 
 def create_webhook(
-    project_id: str, url: str, events: Sequence[str], description: str | None = None
+    project_id: str,
+    url: str,
+    events: Sequence[str],
+    description: str | None = None,
+    format_: str | None = None,
 ) -> Op[models.WebhookCreated]:
-    body = _fields(url=url, events=list(events), description=description)
+    """`format_`: `standard` (the signed event, by default) or a chat's: `slack`, `discord`,
+    `teams`, `google-chat`."""
+    body = _fields(url=url, events=list(events), description=description, format=format_)
     path = f"/api/projects/{_q(project_id)}/webhooks"
     return Op("POST", path, models.WebhookCreated, body, idempotent=False)
 

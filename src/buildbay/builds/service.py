@@ -504,7 +504,7 @@ class BuildService:
             # No request to answer: the build is `failed`, saying which build it repeats (and
             # swept with its bytes, as every failed build).
             problem = found.problem
-        await self.db.execute(
+        changed = await self.db.execute(
             update(Build)
             .where(Build.id == build.id, Build.status == BuildStatus.PROCESSING)
             .values(
@@ -514,7 +514,10 @@ class BuildService:
             )
             .execution_options(synchronize_session=False)
         )
-        return await self.reads.get(application.id, build.id)
+        failed = await self.reads.get(application.id, build.id)
+        if changed.rowcount:  # type: ignore[attr-defined]
+            await webhook_events.build_failed(self.db, failed, self.public_url, self.now)
+        return failed
 
     async def _checked_file(
         self, application: ApplicationRecord, build: BuildRecord, updater: UpdaterFields | None

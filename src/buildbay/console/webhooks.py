@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.builds.dependencies import build_reads
 from buildbay.console import shown_once
 from buildbay.console.pages import (
     ConsoleRoute,
@@ -33,9 +34,11 @@ from buildbay.deps import get_context
 from buildbay.errors import BuildbayError
 from buildbay.projects.authorization import ProjectAccess, project_of
 from buildbay.projects.enums import ProjectRole
+from buildbay.webhooks.chat import suggested_format
 from buildbay.webhooks.dependencies import webhook_service
-from buildbay.webhooks.enums import DeliveryStatus
+from buildbay.webhooks.enums import DeliveryStatus, WebhookFormat
 from buildbay.webhooks.events import SUBSCRIBABLE
+from buildbay.webhooks.preview import preview
 from buildbay.webhooks.reads import (
     DeliveryRecord,
     deliveries_of,
@@ -48,6 +51,35 @@ from buildbay.webhooks.schemas import WebhookCreate, WebhookUpdate
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 EVENTS = [e.value for e in SUBSCRIBABLE]
 LOG_SIZE = 50
+FORMATS = {
+    WebhookFormat.STANDARD: "Standard Webhooks (signed JSON event)",
+    WebhookFormat.SLACK: "Slack",
+    WebhookFormat.DISCORD: "Discord",
+    WebhookFormat.TEAMS: "Microsoft Teams (Workflows)",
+    WebhookFormat.GOOGLE_CHAT: "Google Chat",
+}
+
+
+def format_advice(url: str, chosen: str) -> dict[str, Any]:
+    """What the form says beside the format: the one the URL looks like it needs, and a
+    warning when the one chosen is another."""
+    suggested = suggested_format(url) if url else None
+    warning = None
+    if suggested is not None and suggested.value != chosen:
+        warning = (
+            f"This address looks like {FORMATS[suggested]}'s: choose {FORMATS[suggested]}, "
+            "or it is sent messages it cannot read."
+        )
+    elif suggested is None and chosen != WebhookFormat.STANDARD and url:
+        warning = (
+            f"This address does not look like {FORMATS[WebhookFormat(chosen)]}'s webhook "
+            "address: check it, or choose the standard format for a receiver of your own."
+        )
+    return {
+        "suggested": suggested.value if suggested else None,
+        "suggested_label": FORMATS[suggested] if suggested else None,
+        "warning": warning,
+    }
 
 
 async def _admin(request: Request, project_id: str) -> tuple[Visitor, AsyncSession, ProjectAccess]:
@@ -63,6 +95,7 @@ async def _form(request: Request) -> dict[str, Any]:
         "url": str(form.get("url") or ""),
         "description": str(form.get("description") or ""),
         "events": [str(e) for e in form.getlist("events")],
+        "format": str(form.get("format") or WebhookFormat.STANDARD.value),
     }
 
 
@@ -72,6 +105,8 @@ def _errors(exc: FormError) -> dict[str, str]:
         errors["events"] = "Choose at least one event."
     if "url" in errors:
         errors["url"] = "Enter the receiver's address (up to 2048 characters)."
+    if "format" in errors:
+        errors["format"] = "Choose one of the formats."
     return errors
 
 
@@ -87,9 +122,11 @@ async def _list(
     status_code: int = 200,
 ) -> Response:  # fmt: skip
     hooks = await webhooks_of(Reads.within(db), access.project.id)
+    values = values or {"events": [], "format": WebhookFormat.STANDARD.value}
     return page("console/webhooks.html", visitor, status_code, project=access.project,
-                webhooks=hooks, events=EVENTS, values=values or {"events": []},
-                errors=errors or {})  # fmt: skip
+                webhooks=hooks, events=EVENTS, values=values, errors=errors or {},
+                formats=FORMATS,
+                advice=format_advice(values.get("url", ""), values["format"]))  # fmt: skip
 
 
 @router.post("/projects/{project_id}/webhooks")
@@ -97,11 +134,11 @@ async def add_webhook(request: Request, project_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
     fields = await _form(request)
     try:
-        body = parse_form(WebhookCreate, {k: fields[k] for k in ("url", "events", "description")})
+        body = parse_form(WebhookCreate, fields)
         assert isinstance(body, WebhookCreate)
         async with db.begin_nested():
             created = await webhook_service(get_context(request), db).create(
-                access.project, body.url, body.events, body.description
+                access.project, body.url, body.events, body.description, body.format
             )
     except FormError as exc:
         return await _list(request, visitor, db, access, fields, _errors(exc), 422)
@@ -136,12 +173,13 @@ async def _webhook(
     webhook = await webhook_of(reads, access.project.id, webhook_id)
     deliveries, _ = await deliveries_of(reads, webhook.id, LOG_SIZE, None)
     shown = values or {"url": webhook.url, "description": webhook.description,
-                       "events": webhook.events}  # fmt: skip
+                       "events": webhook.events, "format": webhook.format.value}  # fmt: skip
     # The test event just sent (`?test=` after the form), if it is this webhook's.
     tested = next((d for d in deliveries if d.id == request.query_params.get("test")), None)
     return page("console/webhook.html", visitor, status_code, project=access.project,
                 webhook=webhook, deliveries=deliveries, events=EVENTS, secret=secret,
-                values=shown, errors=errors or {}, notice=notice,
+                values=shown, errors=errors or {}, notice=notice, formats=FORMATS,
+                advice=format_advice(shown.get("url", ""), shown.get("format", "standard")),
                 test=_test_outcome(access.project.id, tested) if tested else None)  # fmt: skip
 
 
@@ -193,7 +231,7 @@ async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Re
     visitor, db, access = await _admin(request, project_id)
     fields = await _form(request)
     try:
-        body = parse_form(WebhookUpdate, {k: fields[k] for k in ("url", "events", "description")})
+        body = parse_form(WebhookUpdate, fields)
         assert isinstance(body, WebhookUpdate)
         async with db.begin_nested():
             await webhook_service(get_context(request), db).update(
@@ -294,3 +332,21 @@ async def retry_delivery(
     await webhook_service(get_context(request), db).retry(access.project, webhook_id, delivery_id)
     visitor.tell("Sent again: reload to see the new attempt.")
     return see_other(f"/projects/{project_id}/webhooks/{webhook_id}/deliveries/{delivery_id}")
+
+
+@router.get("/projects/{project_id}/webhooks/{webhook_id}/preview")
+async def preview_page(request: Request, project_id: str, webhook_id: str) -> Response:
+    """The webhook's message for a real build of the project (`?build=`: one of its latest
+    ready builds; its latest by default), in its format or another (`?format=`), measured
+    against the target's documented limits."""
+    visitor, db, access = await _admin(request, project_id)
+    ctx = get_context(request)
+    reads = Reads.within(db)
+    webhook = await webhook_of(reads, access.project.id, webhook_id)
+    asked = request.query_params.get("format")
+    fmt = WebhookFormat(asked) if asked in {f.value for f in WebhookFormat} else webhook.format
+    shown = await preview(db, build_reads(ctx, reads), access.project, fmt,
+                          request.query_params.get("build"),
+                          ctx.settings.resolved_public_url, now(request))  # fmt: skip
+    return page("console/webhook_preview.html", visitor, project=access.project,
+                webhook=webhook, preview=shown, formats=FORMATS)  # fmt: skip

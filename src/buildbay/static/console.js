@@ -463,3 +463,51 @@ document.addEventListener("input", (event) => {
   const shown = document.getElementById(slider.dataset.output);
   if (shown) shown.textContent = slider.value;
 });
+
+// A webhook's format: beside the field, which one the receiver's address looks like it needs,
+// and a warning when the one chosen is another (the same rules as webhooks/chat.py's
+// suggested_format; the page after the form says the same without JavaScript).
+const formatAdvice = document.querySelector("[data-format-advice]");
+if (formatAdvice) {
+  const urlField = document.getElementById("f-webhook-url");
+  const formatField = document.getElementById("f-webhook-format");
+  const labels = {};
+  for (const option of formatField.options) labels[option.value] = option.textContent;
+  const suggest = (value) => {
+    let url;
+    try {
+      url = new URL(value.trim());
+    } catch {
+      return null;
+    }
+    const host = url.hostname.toLowerCase().replace(/\.$/, "");
+    const discord = ["discord.com", "discordapp.com", "ptb.discord.com", "canary.discord.com"];
+    if (host === "hooks.slack.com") return "slack";
+    if (discord.includes(host) && url.pathname.startsWith("/api/webhooks/")) return "discord";
+    if (host.endsWith(".logic.azure.com") || host.endsWith(".powerautomate.com")
+        || host.includes(".powerplatform.com") || host === "webhook.office.com"
+        || host.endsWith(".webhook.office.com")) return "teams";
+    if (host === "chat.googleapis.com") return "google-chat";
+    return null;
+  };
+  const suggested = formatAdvice.querySelector("[data-suggested]");
+  const suggestedLabel = formatAdvice.querySelector("[data-suggested-label]");
+  const warning = formatAdvice.querySelector("[data-format-warning]");
+  const advise = () => {
+    const url = urlField.value.trim();
+    const fit = url ? suggest(url) : null;
+    const chosen = formatField.value;
+    suggested.hidden = !fit;
+    suggestedLabel.textContent = fit ? labels[fit] : "";
+    let said = "";
+    if (fit && fit !== chosen) {
+      said = `This address looks like ${labels[fit]}'s: choose ${labels[fit]}, or it is sent messages it cannot read.`;
+    } else if (!fit && url && chosen !== "standard") {
+      said = `This address does not look like ${labels[chosen]}'s webhook address: check it, or choose the standard format for a receiver of your own.`;
+    }
+    warning.textContent = said;
+    warning.hidden = !said;
+  };
+  urlField.addEventListener("input", advise);
+  formatField.addEventListener("change", advise);
+}

@@ -43,7 +43,7 @@ from buildbay.mail.message import render
 from buildbay.mail.outbox import MailOutbox
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
-from buildbay.webhooks.enums import DeliveryStatus
+from buildbay.webhooks.enums import DeliveryStatus, WebhookFormat
 from buildbay.webhooks.events import schedule
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 from buildbay.webhooks.reads import WEBHOOK, WebhookRecord
@@ -136,14 +136,16 @@ class WebhookSender:
             await client.aclose()
 
     async def send(self, url: str, secrets: list[str], message_id: str, body: str) -> Outcome:
-        timestamp = int(self.wall())
-        headers = {
-            "webhook-id": message_id,
-            "webhook-timestamp": str(timestamp),
-            "webhook-signature": signature_header(secrets, message_id, timestamp, body),
-            "content-type": "application/json",
-            "user-agent": USER_AGENT,
-        }
+        """Sends `body` to `url`, signed with `secrets`; with none, unsigned (a chat format's
+        message: its receiver verifies nothing, and gets no `webhook-*` headers)."""
+        headers = {"content-type": "application/json", "user-agent": USER_AGENT}
+        if secrets:
+            timestamp = int(self.wall())
+            headers |= {
+                "webhook-id": message_id,
+                "webhook-timestamp": str(timestamp),
+                "webhook-signature": signature_header(secrets, message_id, timestamp, body),
+            }
         started = time.perf_counter()
         status: int | None = None
         kept = bytearray()
@@ -215,9 +217,11 @@ def webhook_handler(
         if not webhook.enabled:
             await _end(db, delivery.id, run.id, DeliveryStatus.FAILED, "the endpoint is disabled")
             return
-        secrets = [webhook.secret]
-        if webhook.previous_secret and (webhook.previous_secret_expires_at or now) > now:
-            secrets.append(webhook.previous_secret)
+        secrets: list[str] = []
+        if webhook.format is WebhookFormat.STANDARD:  # a chat format's message is not signed
+            secrets.append(webhook.secret)
+            if webhook.previous_secret and (webhook.previous_secret_expires_at or now) > now:
+                secrets.append(webhook.previous_secret)
         outcome = await sender.send(webhook.url, secrets, delivery.event_id, delivery.payload)
         await _record(db, delivery.id, run.id, webhook.id, outcome, clock.now(), mail, public_url)
 

@@ -29,3 +29,15 @@ class SubscribableEvent(StrEnum):
     DEVICE_ENROLLED = "device.enrolled"
     FEEDBACK_CREATED = "feedback.created"
     FEEDBACK_UPDATED = "feedback.updated"
+    BUILD_FAILED = "build.failed"
+
+
+class WebhookFormat(StrEnum):
+    """What an endpoint is sent: the Standard Webhooks event (signed), or a chat message made
+    from it (webhooks/chat.py), unsigned: chat receivers verify nothing."""
+
+    STANDARD = "standard"
+    SLACK = "slack"
+    DISCORD = "discord"
+    TEAMS = "teams"
+    GOOGLE_CHAT = "google-chat"

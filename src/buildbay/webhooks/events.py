@@ -40,7 +40,8 @@ from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project
 from buildbay.projects.records import MemberRecord
 from buildbay.projects.schemas import member_schema
-from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent
+from buildbay.webhooks.chat import render_body
+from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent, WebhookFormat
 from buildbay.webhooks.models import Webhook, WebhookDelivery
 
 WEBHOOK_JOB = "webhook"
@@ -74,6 +75,7 @@ class EventType(StrEnum):
     DEVICE_ENROLLED = "device.enrolled"
     FEEDBACK_CREATED = "feedback.created"
     FEEDBACK_UPDATED = "feedback.updated"  # its status or assignee (feedback/triage.py)
+    BUILD_FAILED = "build.failed"  # its background verification refused it (builds/background.py)
     WEBHOOK_TEST = "webhook.test"  # sent on request to one endpoint; not subscribed to
 
 
@@ -103,15 +105,30 @@ Data = BaseModel | dict[str, Any]
 DataSource = Data | Callable[[], Awaitable[Data]]
 
 _DELIVERIES = cast("Table", WebhookDelivery.__table__)
-_SUBSCRIBERS = select(Webhook.id, Webhook.events).where(
+_SUBSCRIBERS = select(Webhook.id, Webhook.events, Webhook.format).where(
     Webhook.project_id == bindparam("project_id"), Webhook.enabled.is_(True)
 )
 
 
-async def subscribers(reads: Reads, project_id: str, event_type: EventType) -> list[str]:
-    """The ids of the project's enabled endpoints that subscribed to `event_type`."""
+async def subscribers(
+    reads: Reads, project_id: str, event_type: EventType
+) -> list[tuple[str, WebhookFormat]]:
+    """The ids (and formats) of the project's enabled endpoints that subscribed to
+    `event_type`."""
     rows = await reads.all(_SUBSCRIBERS, {"project_id": project_id})
-    return [row["id"] for row in rows if event_type.value in row["events"]]
+    return [
+        (row["id"], WebhookFormat(row["format"]))
+        for row in rows
+        if event_type.value in row["events"]
+    ]
+
+
+def body_for(fmt: WebhookFormat, event_type: EventType, data: dict[str, Any], now: datetime) -> str:
+    """What an endpoint of format `fmt` is sent for the event: the Standard Webhooks event,
+    or the chat message made from it (chat.py)."""
+    if fmt is WebhookFormat.STANDARD:
+        return event_body(event_type, data, now)
+    return render_body(fmt, event_type.value, data)
 
 
 async def emit(
@@ -121,25 +138,27 @@ async def emit(
     data: DataSource,
     now: datetime,
     *,
-    targets: list[str] | None = None,
+    targets: list[tuple[str, WebhookFormat]] | None = None,
     **extra: Any,
 ) -> int:
     """Queue the event for every enabled endpoint of the project that subscribed to its type
     (or for `targets`, found by `subscribers` beforehand), in `db`'s unit of work; how many
-    deliveries that makes."""
+    deliveries that makes. Each endpoint gets the body of its format (the same `webhook-id`
+    for all)."""
     if targets is None:
         targets = await subscribers(Reads.within(db), project_id, event_type)
     if not targets:
         return 0
     if callable(data):
         data = await data()
-    body = event_body(event_type, as_data(data, project_id, **extra), now)
+    shown = as_data(data, project_id, **extra)
+    bodies = {fmt: body_for(fmt, event_type, shown, now) for fmt in {f for _, f in targets}}
     event_id = new_id("msg")
     # Core inserts, as few statements as the database allows (one for an event to one endpoint
     # on PostgreSQL, two for any number of endpoints): this runs in the request of every change
     # an endpoint subscribed to, where an object per row through the unit of work would add its
     # bookkeeping to each (bench/webhooks.py, docs/performance.md).
-    deliveries = [new_delivery(w, event_id, event_type, body, now) for w in targets]
+    deliveries = [new_delivery(w, event_id, event_type, bodies[f], now) for w, f in targets]
     # Each endpoint's deliveries are a lane of the outbox: a slow receiver holds up its own.
     jobs = [
         new_job(WEBHOOK_JOB, {"deliveryId": d["id"]}, now, lane=d["webhook_id"]) for d in deliveries
@@ -267,6 +286,25 @@ async def build_ready(db: AsyncSession, build: BuildRecord, public_url: str, now
     await emit(
         db, build.project_id, EventType.BUILD_READY, _build_data(db, build, public_url, now), now
     )
+
+
+async def build_failed(
+    db: AsyncSession, build: BuildRecord, public_url: str, now: datetime
+) -> None:
+    """Its background verification refused the build (builds/background.py): the build as it
+    now is (`failed`, `failureCode`, `metadataError` saying why)."""
+    data = _build_data(db, build, public_url, now)
+    await emit(db, build.project_id, EventType.BUILD_FAILED, data, now)
+
+
+async def build_event_data(
+    db: AsyncSession, build: BuildRecord, public_url: str, now: datetime
+) -> dict[str, Any]:
+    """A build event's `data` for `build`, as `build.ready` would carry it (the console's
+    preview of a chat format)."""
+    data = _build_data(db, build, public_url, now)
+    assert callable(data)
+    return as_data(await data(), build.project_id)
 
 
 async def build_deleted(

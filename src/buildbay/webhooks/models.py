@@ -8,7 +8,7 @@ from sqlalchemy import JSON, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
-from buildbay.webhooks.enums import DeliveryStatus
+from buildbay.webhooks.enums import DeliveryStatus, WebhookFormat
 
 
 class Webhook(Base):
@@ -26,6 +26,10 @@ class Webhook(Base):
     url: Mapped[str] = mapped_column(String(2048))
     description: Mapped[str] = mapped_column(String(500))
     events: Mapped[list[str]] = mapped_column(JSON)
+    # What it is sent: the signed event (`standard`) or a chat message made from it.
+    format: Mapped[WebhookFormat] = mapped_column(
+        EnumString(WebhookFormat), default=WebhookFormat.STANDARD, server_default="standard"
+    )
     enabled: Mapped[bool]
     disabled_reason: Mapped[str | None] = mapped_column(String(300))
     secret: Mapped[str] = mapped_column(String(100))

@@ -10,7 +10,7 @@ from sqlalchemy import bindparam, select
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.errors import NotFound
 from buildbay.ids import split_page
-from buildbay.webhooks.enums import DeliveryStatus
+from buildbay.webhooks.enums import DeliveryStatus, WebhookFormat
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
 
@@ -21,6 +21,7 @@ class WebhookRecord:
     url: str
     description: str
     events: list[str]
+    format: WebhookFormat
     enabled: bool
     disabled_reason: str | None
     secret: str

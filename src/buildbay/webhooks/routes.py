@@ -10,6 +10,7 @@ from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
 from buildbay.schemas import PAGE_QUERY
 from buildbay.webhooks import schemas
+from buildbay.webhooks.chat import suggested_format
 from buildbay.webhooks.dependencies import Service
 from buildbay.webhooks.reads import (
     DeliveryDetail,
@@ -42,6 +43,8 @@ def webhook_schema(webhook: WebhookRecord) -> schemas.Webhook:
         url=webhook.url,
         events=webhook.events,
         description=webhook.description,
+        format=webhook.format,
+        suggested_format=suggested_format(webhook.url),
         enabled=webhook.enabled,
         disabled_reason=webhook.disabled_reason,
         created_at=webhook.created_at,
@@ -108,7 +111,9 @@ async def list_webhooks(access: ProjectAdminReader, reads: ReadsDep) -> schemas.
 async def create_webhook(
     body: schemas.WebhookCreate, access: ProjectAdmin, service: Service
 ) -> schemas.WebhookCreated:
-    webhook = await service.create(access.project, body.url, body.events, body.description)
+    webhook = await service.create(
+        access.project, body.url, body.events, body.description, body.format
+    )
     return schemas.WebhookCreated(**webhook_schema(webhook).model_dump(), secret=webhook.secret)
 
 
@@ -126,13 +131,13 @@ async def get_webhook(
 @router.put(
     "/{webhookId}",
     responses=problem_responses(400, 401, 403, 404, 413, 422, 429),
-    summary="Change a webhook's URL, events or description, or enable it again (admin+)",
+    summary="Change a webhook's URL, events, format or description, or enable it again (admin+)",
 )
 async def update_webhook(
     webhook_id: WebhookId, body: schemas.WebhookUpdate, access: ProjectAdmin, service: Service
 ) -> schemas.Webhook:
     changes = body.model_dump(exclude_unset=True)
-    for field in ("url", "events", "enabled", "description"):
+    for field in ("url", "events", "enabled", "description", "format"):
         if field in changes and changes[field] is None:
             del changes[field]
     return webhook_schema(await service.update(access.project, webhook_id, changes))

@@ -5,7 +5,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from buildbay.schemas import ApiModel, RequestModel, Timestamp, Trimmed
-from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent
+from buildbay.webhooks.enums import DeliveryStatus, SubscribableEvent, WebhookFormat
 
 Url = Annotated[
     str,
@@ -28,6 +28,14 @@ Events = Annotated[
     ),
 ]
 Description = Annotated[str, Field(max_length=500), Trimmed(blank_ok=True)]
+Format = Annotated[
+    WebhookFormat,
+    Field(
+        description="What is sent: `standard`, the signed Standard Webhooks event; or a chat "
+        "message, unsigned: `slack` (Block Kit), `discord` (an embed), `teams` (an Adaptive "
+        "Card through a Workflows webhook), `google-chat` (a cardsV2 card)"
+    ),
+]
 
 
 class WebhookCreate(RequestModel):
@@ -40,6 +48,7 @@ class WebhookCreate(RequestModel):
     url: Url
     events: Events
     description: Description = ""
+    format: Format = WebhookFormat.STANDARD
 
 
 class WebhookUpdate(RequestModel):
@@ -48,6 +57,7 @@ class WebhookUpdate(RequestModel):
     url: Url | None = None
     events: Events | None = None
     description: Description | None = None
+    format: Format | None = None
     enabled: bool | None = Field(default=None, description="true enables a disabled endpoint")
 
 
@@ -56,6 +66,12 @@ class Webhook(ApiModel):
     url: str
     events: list[str]
     description: str
+    format: WebhookFormat
+    suggested_format: WebhookFormat | None = Field(
+        description="The chat format the URL looks like it needs (its host: hooks.slack.com, "
+        "discord.com/api/webhooks, a Power Automate or webhook.office.com host, "
+        "chat.googleapis.com), null if none"
+    )
     enabled: bool
     disabled_reason: str | None = Field(description="Why it was disabled, while it is")
     created_at: Timestamp
@@ -66,7 +82,9 @@ class Webhook(ApiModel):
 
 
 class WebhookCreated(Webhook):
-    secret: str = Field(description="`whsec_...`: shown this once; it signs every message")
+    secret: str = Field(
+        description="`whsec_...`: shown this once; it signs every `standard` message"
+    )
 
 
 class WebhookList(ApiModel):

@@ -14,11 +14,11 @@ from buildbay.db.reads import Reads
 from buildbay.errors import Conflict, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.projects.records import ProjectRecord
-from buildbay.webhooks.enums import SubscribableEvent
+from buildbay.webhooks.enums import SubscribableEvent, WebhookFormat
 from buildbay.webhooks.events import (
     EventType,
     addresses_of,
-    event_body,
+    body_for,
     queue_delivery,
     schedule,
 )
@@ -55,7 +55,12 @@ class WebhookService:
             raise ValidationFailed.for_field("url", problem, code="webhook_url_refused")
 
     async def create(
-        self, project: ProjectRecord, url: str, events: list[SubscribableEvent], description: str
+        self,
+        project: ProjectRecord,
+        url: str,
+        events: list[SubscribableEvent],
+        description: str,
+        format_: WebhookFormat = WebhookFormat.STANDARD,
     ) -> WebhookRecord:
         """The new endpoint, its secret in the record (shown this once)."""
         self.check_url(url)
@@ -75,6 +80,7 @@ class WebhookService:
             url=url,
             description=description,
             events=_unique(events),
+            format=format_,
             enabled=True,
             disabled_reason=None,
             secret=new_secret(),
@@ -91,8 +97,9 @@ class WebhookService:
     async def update(
         self, project: ProjectRecord, webhook_id: str, changes: dict[str, Any]
     ) -> WebhookRecord:
-        """`changes` may hold url, events, description and enabled. Enabling an endpoint
-        starts its failure count afresh."""
+        """`changes` may hold url, events, description, format and enabled. Enabling an
+        endpoint starts its failure count afresh. A new format applies to the events that
+        follow (a delivery already made is sent again as it was)."""
         webhook = await self._webhook(project, webhook_id)
         if "url" in changes:
             self.check_url(changes["url"])
@@ -101,6 +108,8 @@ class WebhookService:
             webhook.events = _unique(changes["events"])
         if "description" in changes:
             webhook.description = changes["description"]
+        if "format" in changes:
+            webhook.format = WebhookFormat(changes["format"])
         if "enabled" in changes and changes["enabled"] != webhook.enabled:
             webhook.enabled = changes["enabled"]
             webhook.disabled_reason = None if webhook.enabled else "disabled by a project admin"
@@ -140,7 +149,7 @@ class WebhookService:
             else None,
             "message": "A test event sent from Buildbay",
         }
-        body = event_body(EventType.WEBHOOK_TEST, data, self.now)
+        body = body_for(webhook.format, EventType.WEBHOOK_TEST, data, self.now)
         return queue_delivery(
             self.db, webhook.id, new_id("msg"), EventType.WEBHOOK_TEST, body, self.now
         )

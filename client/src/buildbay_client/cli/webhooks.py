@@ -55,11 +55,21 @@ def webhooks_create(
         ),
     ],
     description: Annotated[str | None, typer.Option(help="What it is for")] = None,
+    format_: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="standard (the signed event, by default), or a chat's incoming webhook: "
+            "slack, discord, teams (a Workflows URL), google-chat",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Add a webhook; its signing secret is printed this once."""
     with connect(ctx) as client:
-        created = client.create_webhook(project_id(client, project), url, event, description)
+        created = client.create_webhook(
+            project_id(client, project), url, event, description, format_
+        )
     if as_json:
         emit(created, True, lambda: table_of())
         return

@@ -1,0 +1,78 @@
+"""Chat messages made from events whose every field is as long or as odd as it may come (the
+names and a build's `source` from other parts of the server, read defensively): each stays
+within its target's documented limits, checked by test_chat_formats' own reading of them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from buildbay.builds.schemas import MAX_NOTES_LENGTH
+from buildbay.webhooks.chat import render
+from buildbay.webhooks.enums import WebhookFormat
+from buildbay.webhooks.events import SUBSCRIBABLE
+from tests.webhooks.test_chat_formats import CHECKS, HOSTILE, no_mention
+
+LONG = (HOSTILE * 800)[:5000]
+
+
+def _data(**changes: Any) -> dict[str, Any]:
+    return {
+        "projectName": LONG[:500],
+        "applicationName": LONG[:500],
+        "version": LONG[:300],
+        "notes": (HOSTILE * 200)[:MAX_NOTES_LENGTH],
+        "fileName": LONG[:255],
+        "uploader": {"name": LONG[:300], "email": "a@example.com"},
+        "downloadedBy": {"name": LONG[:300]},
+        "source": {
+            "branch": LONG,
+            "commit": LONG,
+            "tag": LONG,
+            "repository": LONG,
+            "ciRunUrl": "https://ci.example/" + "r" * 2900,
+        },
+        "metadataError": LONG[:500],
+        "consoleUrl": "https://buildbay.example/projects/p/apps/a/builds/b",
+        "installUrl": "https://buildbay.example/install/" + "t" * 200,
+        "iconUrl": "https://buildbay.example/api/icon",
+        "text": (HOSTILE * 200)[:5000],
+        "category": LONG[:100],
+        "name": LONG[:300],
+        "email": "e@example.com",
+        "role": "tester",
+        **changes,
+    }
+
+
+@pytest.mark.parametrize("fmt", [f for f in WebhookFormat if f is not WebhookFormat.STANDARD])
+@pytest.mark.parametrize("event", [e.value for e in SUBSCRIBABLE] + ["webhook.test"])
+def test_every_event_with_the_longest_fields_stays_within_limits(
+    fmt: WebhookFormat, event: str
+) -> None:
+    message = render(fmt, event, _data())
+    CHECKS[fmt.value](message, json.dumps(message, ensure_ascii=False).encode())
+    no_mention(message)
+
+
+@pytest.mark.parametrize("fmt", [f for f in WebhookFormat if f is not WebhookFormat.STANDARD])
+def test_fields_of_unexpected_types_are_left_out_not_a_failure(fmt: WebhookFormat) -> None:
+    odd = _data(source="main", uploader=["x"], notes=42, version=None, consoleUrl="javascript:x",
+                installUrl=None, applicationName={"a": 1})  # fmt: skip
+    message = render(fmt, "build.ready", odd)
+    CHECKS[fmt.value](message, json.dumps(message, ensure_ascii=False).encode())
+    assert "javascript:" not in json.dumps(message)
+
+
+@pytest.mark.parametrize("fmt", [f for f in WebhookFormat if f is not WebhookFormat.STANDARD])
+def test_notes_of_four_byte_characters_fit_in_bytes_and_in_utf16_counts(
+    fmt: WebhookFormat,
+) -> None:
+    # 10,000 emoji: 40,000 bytes in UTF-8, 20,000 UTF-16 code units.
+    message = render(fmt, "build.ready", _data(notes="\U0001f600" * MAX_NOTES_LENGTH))
+    raw = json.dumps(message, ensure_ascii=False).encode()
+    shown = CHECKS[fmt.value](message, raw)
+    assert "\U0001f600" * 100 in shown
+    assert "\U0001f600…" in shown  # cut, and says so
