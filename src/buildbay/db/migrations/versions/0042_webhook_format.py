@@ -3,7 +3,7 @@ Standard Webhooks event, as every endpoint so far) or a chat message (`slack`, `
 `teams`, `google-chat`) made from the event.
 
 Revision ID: 0042
-Revises: 0037
+Revises: 0041
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0042"
-down_revision: str | None = "0037"
+down_revision: str | None = "0041"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
