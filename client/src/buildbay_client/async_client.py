@@ -40,12 +40,14 @@ from buildbay_client.flows import (
     problem_of,
     read_chunks,
     read_part,
+    source_of,
 )
 from buildbay_client.models import (
     Build,
     TokenResponse,
 )
 from buildbay_client.ops import Op
+from buildbay_client.source import BuildSource
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -270,11 +272,13 @@ class AsyncBuildbay(Core):
         parts_in_flight: int = PARTS_IN_FLIGHT,
         resume_dir: Path | None = DEFAULT,
         on_duplicate: Literal["reuse", "refuse"] = "reuse",
+        source: BuildSource | dict[str, Any] | None = DEFAULT,
     ) -> Build:
         """As `Buildbay.upload_build`."""
         release = Release(
-            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate
-        )
+            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate,
+            source_of(source),
+        )  # fmt: skip
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return await self._drive(
             self._upload_flow(

@@ -7,6 +7,7 @@ or awaited. See api.py for the policy."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
@@ -41,6 +42,7 @@ from buildbay_client.models import (
     UploadLink,
 )
 from buildbay_client.ops import Op
+from buildbay_client.source import BuildSource, detect_json
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -359,6 +361,8 @@ class Core:
         parts: PartsOptions | None = None,
     ) -> Flow[Build]:
         _check_notes(notes)
+        if release.source is DEFAULT:
+            release = dataclasses.replace(release, source=(yield Local(detect_json, ())))
         file = Path(path)
         size = yield Local(_size_of, (file,))
         if parts is not None and size > max(parts.threshold, _SMALLEST_IN_PARTS):
@@ -764,6 +768,8 @@ class Release:
     # What upload-link answers for a file that is already a ready build of the application:
     # "reuse" (that build, with the above applied to it) or "refuse" (409 duplicate_build).
     on_duplicate: str = "reuse"
+    # Verify's `source` (None: none sent); DEFAULT: found here (buildbay_client.source).
+    source: Any = None
 
     def verify(
         self,
@@ -775,8 +781,16 @@ class Release:
     ) -> Op[Build]:
         return ops.verify(
             project_id, app_id, build_id, notes, install_link_hours, self.channels,
-            self.mandatory, self.distribute,
+            self.mandatory, self.distribute, source=self.source,
         )  # fmt: skip
+
+
+def source_of(source: Any) -> Any:
+    """`upload_build`'s `source` as verify's JSON: DEFAULT (found by the flow), None, a
+    BuildSource, or its JSON already."""
+    if isinstance(source, BuildSource):
+        return source.to_json()
+    return source
 
 
 def distribution_of(groups: Sequence[str], emails: Sequence[str]) -> dict[str, Any] | None:

@@ -42,12 +42,14 @@ from buildbay_client.flows import (
     problem_of,
     read_chunks,
     read_part,
+    source_of,
 )
 from buildbay_client.models import (
     Build,
     TokenResponse,
 )
 from buildbay_client.ops import Op
+from buildbay_client.source import BuildSource
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -246,6 +248,7 @@ class Buildbay(Core):
         parts_in_flight: int = PARTS_IN_FLIGHT,
         resume_dir: Path | None = DEFAULT,
         on_duplicate: Literal["reuse", "refuse"] = "reuse",
+        source: BuildSource | dict[str, Any] | None = DEFAULT,
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
         `channels`: the release channels to publish it to (None: `default`); `mandatory`:
@@ -268,8 +271,9 @@ class Buildbay(Core):
         applied to it (its notes stay); with "refuse", a ConflictError `duplicate_build`.
         """
         release = Release(
-            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate
-        )
+            channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate,
+            source_of(source),
+        )  # fmt: skip
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return self._drive(
             self._upload_flow(
