@@ -14,11 +14,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from buildbay_client.notes import TemplateError, render_template
 from buildbay_client.source import CI_SYSTEMS, web_address
-from tests.client.test_cli import Cli, _login, cli, shared_server
+from tests.client.test_cli import PASSWORD, Cli, _login, cli, shared_server
 
 __all__ = ["cli", "shared_server"]
 
@@ -74,7 +75,11 @@ def app(cli: Cli) -> str:
     project = cli.json("projects", "create", f"Acme {uuid.uuid4().hex[:6]}")
     made = cli.json("apps", "create", "Acme", "--project", project["id"])
     app_id: str = made["id"]
+    PROJECT_OF[app_id] = project["id"]
     return app_id
+
+
+PROJECT_OF: dict[str, str] = {}
 
 
 def upload(
@@ -417,3 +422,48 @@ def test_notes_from_git_are_cut_to_the_server_s_limit_and_say_so(
     assert len(build["notes"]) == 10_000
     assert build["notes"].endswith("\n… (truncated)")
     assert "cut to the server's 10,000 characters" in said
+
+
+def test_builds_list_filters_by_branch_and_commit_and_shows_the_source(
+    cli: Cli, app: str, repo: Repo
+) -> None:
+    repo.commit("On main")
+    on_main, _ = upload(cli, app)
+    repo("checkout", "-q", "-b", "feature/x")
+    head = repo.commit("On the branch")
+    on_branch, _ = upload(cli, app)
+
+    where = ("-p", PROJECT_OF[app], "-a", app)
+    listed = cli.json("builds", "list", *where, "--branch", "feature/x")
+    assert [b["buildId"] for b in listed["builds"]] == [on_branch["buildId"]]
+    listed = cli.json("builds", "list", *where, "--commit", head[:9])
+    assert [b["buildId"] for b in listed["builds"]] == [on_branch["buildId"]]
+    done = cli("builds", "list", *where, env={**NO_CI, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    assert f"feature/x {head[:7]}" in done.stdout
+    assert on_main["buildId"] in done.stdout
+
+
+def test_the_sdk_finds_the_source_unless_told(cli: Cli, app: str, repo: Repo) -> None:
+    from buildbay_client import Buildbay
+    from buildbay_client.cli.common import project_of_application
+    from buildbay_client.source import BuildSource
+
+    head = repo.commit("For the SDK")
+    r = httpx.post(f"{cli.server}/api/auth/login",
+                   json={"email": cli.email, "password": PASSWORD})  # fmt: skip
+    token = r.json()["access_token"]
+    file = repo.path.parent / "sdk.bin"
+    with Buildbay(cli.server, token=token) as bb:
+        project_id = project_of_application(bb, app)
+        file.write_bytes(b"sdk one")
+        found = bb.upload_build(project_id, app, file)
+        file.write_bytes(b"sdk two")
+        given = bb.upload_build(project_id, app, file, source=BuildSource(branch="given"))
+        file.write_bytes(b"sdk three")
+        none = bb.upload_build(project_id, app, file, source=None)
+    assert found.source is not None
+    assert (found.source.commit, found.source.branch) == (head, "main")
+    assert given.source is not None
+    assert (given.source.commit, given.source.branch) == (None, "given")
+    assert none.source is None

@@ -53,16 +53,25 @@ class OnDuplicate(StrEnum):
 
 def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
     def table() -> Table:
-        t = table_of("id", "file", "version", "size", "status", "uploaded", "notes")
+        t = table_of("id", "file", "version", "size", "status", "uploaded", "source", "notes")
         for b in found:
             notes = (b.notes or "").splitlines()[0][:40] if b.notes else ""
             t.add_row(
                 b.build_id, b.file_name, version_label(b.metadata) or "-", size_text(b.file_size),
-                b.status.value, when(b.verified_at or b.created_at), notes,
+                b.status.value, when(b.verified_at or b.created_at), _source_text(b), notes,
             )  # fmt: skip
         return t
 
     return table
+
+
+def _source_text(build: Any) -> str:
+    """`main 3f0a9c1`: the build's branch (or tag) and short commit, or `-`."""
+    source = build.source
+    if source is None:
+        return "-"
+    words = [source.branch or source.tag or "", (source.commit or "")[:7]]
+    return " ".join(w for w in words if w) or "-"
 
 
 def _links(build: Any) -> None:
@@ -101,14 +110,19 @@ def builds_list(
     sort: Annotated[str, typer.Option(help="newest or version")] = "newest",
     limit: Annotated[int, typer.Option(min=1, max=100, help="Builds per page")] = 20,
     cursor: Annotated[str | None, typer.Option(help="The next page, as the last one said")] = None,
+    branch: Annotated[str | None, typer.Option(help="Only builds of this branch")] = None,
+    commit: Annotated[
+        str | None, typer.Option(help="Only builds of this commit (or its first 7+ digits)")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List builds, newest first (or by version), a page at a time."""
     with connect(ctx) as client:
         pid = project_id(client, project)
         page = client.list_builds(
-            pid, app_id(client, pid, app), limit, cursor, version_name=version_name, sort=sort
-        )
+            pid, app_id(client, pid, app), limit, cursor, version_name=version_name, sort=sort,
+            branch=branch, commit=commit,
+        )  # fmt: skip
     if as_json:
         emit(page, True, _builds_table(page.builds))  # {"builds": [...], "nextCursor": ...}
         return
