@@ -269,6 +269,11 @@ class Buildbay(Core):
         build: with `on_duplicate` "reuse" (the default) nothing is sent, and a `ReusedBuild`
         is answered, with the distribution, channels, mandatory flag and install link asked
         applied to it (its notes stay); with "refuse", a ConflictError `duplicate_build`.
+
+        `source`: where the build came from, as verify's `source` (docs/ci.md). Left out, it
+        is found as `buildbay upload` finds it (the CI's variables, then the git checkout of
+        the working directory, without what the server would refuse); None sends none; a
+        `BuildSource` (buildbay_client.source) or its JSON is sent as it is.
         """
         release = Release(
             channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate,
