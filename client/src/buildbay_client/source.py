@@ -85,27 +85,34 @@ def ref_name_problem(value: str) -> str | None:
     return None
 
 
+# An http(s) address as the server takes it (its builds/source.py WEB_URL_PATTERN): a host of
+# letters, digits, dots and hyphens (no user name or password), a port, then anything but
+# spaces and control characters.
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+_NOT_IN_URL = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_WEB_URL = re.compile(
+    rf"^[hH][tT][tT][pP][sS]?://[A-Za-z0-9.-]+(:{_PORT})?([/?#][^{_NOT_IN_URL}]*)?$"
+)
+_UNSHOWN = re.compile(f"[{_NOT_IN_URL}]")
+
+
 def web_url_problem(value: str) -> str | None:
     if len(value) > URL_MAX:
         return f"is longer than {URL_MAX} characters"
-    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if _WEB_URL.fullmatch(value):
+        return None
+    if _UNSHOWN.search(value):
         return "cannot hold spaces or control characters"
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - a port that is not a number raises here
-    except ValueError:
-        return "is not an address"
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        return "must be an http or https address"
-    if parts.username is not None or parts.password is not None:
+    authority = value.split("://", 1)[-1].split("/", 1)[0]
+    if "://" in value and "@" in authority:
         return "must not carry a user name or password"
-    return None
+    return "must be an http or https address (https://host/...)"
 
 
 def problems(source: BuildSource) -> dict[str, str]:
     """What the server would refuse in `source`, by field (its JSON name)."""
     found: dict[str, str] = {}
-    if source.commit is not None and not _COMMIT.match(source.commit):
+    if source.commit is not None and not _COMMIT.fullmatch(source.commit):
         found["commit"] = "must be 7 to 64 hex digits"
     for name in ("branch", "tag"):
         value = getattr(source, name)
@@ -118,7 +125,7 @@ def problems(source: BuildSource) -> dict[str, str]:
         elif "://" in repo:
             if problem := web_url_problem(repo):
                 found["repository"] = problem
-        elif not _OWNER_NAME.match(repo) or ".." in repo:
+        elif not _OWNER_NAME.fullmatch(repo) or ".." in repo:
             found["repository"] = "must be owner/name or an http(s) address"
     if source.ci_run_url is not None and (problem := web_url_problem(source.ci_run_url)):
         found["ciRunUrl"] = problem

@@ -24,7 +24,7 @@ from buildbay.builds.reads import (
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
-from buildbay.builds.source import REF_MAX
+from buildbay.builds.source import COMMIT_PREFIX_MIN, REF_MAX
 from buildbay.deps import Context, Page, TransactionRoute
 from buildbay.distribution.dependencies import distributor
 from buildbay.openapi import link, linked
@@ -133,7 +133,7 @@ async def source_filter(
     commit: Annotated[
         str | None,
         Query(
-            pattern=r"^[0-9a-fA-F]{7,64}$",
+            pattern=f"^[0-9a-fA-F]{{{COMMIT_PREFIX_MIN},64}}$",
             description="Only builds of this commit (`source.commit`): its hash, or the first "
             "7 or more hex digits of it",
         ),

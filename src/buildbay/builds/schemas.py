@@ -9,10 +9,14 @@ from buildbay.builds.enums import BuildStatus, OnDuplicate
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.source import (
     COMMIT_PATTERN,
+    OWNER_NAME_PATTERN,
     PULL_REQUEST_MAX,
+    REF_CHARACTERS_PATTERN,
     REF_MAX,
+    REF_NOT_PATTERNS,
     REPOSITORY_MAX,
     URL_MAX,
+    WEB_URL_PATTERN,
     BuildSource,
     ref_name_problem,
     repository_problem,
@@ -235,9 +239,26 @@ def _lower(value: str) -> str:
     return value.lower()
 
 
-RefName = Annotated[str, Field(min_length=1, max_length=REF_MAX), _checked(ref_name_problem)]
+# The OpenAPI document states each rule as it is checked (builds/source.py's patterns).
+REF_SCHEMA = {
+    "pattern": REF_CHARACTERS_PATTERN,
+    "not": {"anyOf": [{"pattern": p} for p in REF_NOT_PATTERNS]},
+}
+REPOSITORY_SCHEMA = {
+    "anyOf": [
+        {"pattern": OWNER_NAME_PATTERN, "not": {"pattern": r"\.\."}},
+        {"pattern": WEB_URL_PATTERN},
+    ]
+}
+RefName = Annotated[
+    str,
+    Field(min_length=1, max_length=REF_MAX, json_schema_extra=REF_SCHEMA),
+    _checked(ref_name_problem),
+]
 WebUrl = Annotated[
-    str, Field(max_length=URL_MAX, pattern=r"^[hH][tT][tT][pP][sS]?://"), _checked(web_url_problem)
+    str,
+    Field(max_length=URL_MAX, json_schema_extra={"pattern": WEB_URL_PATTERN}),
+    _checked(web_url_problem),
 ]
 
 
@@ -267,7 +288,11 @@ class SourceRequest(RequestModel):
         default=None, description="The tag (a git ref name, without `refs/tags/`)"
     )
     repository: (
-        Annotated[str, Field(min_length=3, max_length=REPOSITORY_MAX), _checked(repository_problem)]
+        Annotated[
+            str,
+            Field(min_length=3, max_length=REPOSITORY_MAX, json_schema_extra=REPOSITORY_SCHEMA),
+            _checked(repository_problem),
+        ]
         | None
     ) = Field(
         default=None,

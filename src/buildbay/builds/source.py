@@ -22,12 +22,28 @@ URL_MAX = 2048
 PULL_REQUEST_MAX = 2**31 - 1
 SHORT_COMMIT = 7
 
+# Each rule is a regular expression that the OpenAPI document states as it is (JSON Schema's
+# `pattern` and `not`), so that what the document allows the API takes, and only that.
+#
 # `owner/name`, or a GitLab group path (`group/subgroup/name`): the characters the hosts allow
-# in names, each part starting with a letter, digit or `_`.
-_OWNER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*){1,9}$")
-_HEX = re.compile(r"^[0-9a-f]+$")
+# in names, each part starting with a letter, digit or `_`; never `..`.
+OWNER_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*){1,9}$"
+_OWNER_NAME = re.compile(OWNER_NAME_PATTERN)
 # What git's check-ref-format refuses in a name (beside the rules on `.`, `/` and `@{`).
+REF_CHARACTERS_PATTERN = r"^[^\x00-\x20\x7f~^:?*\[\\]+$"
 _REF_REFUSED = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+# The rest of git's rules, each a pattern a name must not match.
+REF_NOT_PATTERNS = (
+    r"^@$", r"@\{", r"\.\.", r"^/", r"/$", r"//", r"\.$", r"(^|/)\.", r"\.lock(/|$)", r"^-",
+)  # fmt: skip
+# An http(s) address: a host of letters, digits, dots and hyphens (no user name or password:
+# no `@` before the path), an optional port (0-65535), then anything but spaces and control
+# characters (those of Unicode too).
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+_NOT_IN_URL = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+WEB_URL_PATTERN = rf"^[hH][tT][tT][pP][sS]?://[A-Za-z0-9.-]+(:{_PORT})?([/?#][^{_NOT_IN_URL}]*)?$"
+_WEB_URL = re.compile(WEB_URL_PATTERN)
+_UNSHOWN = re.compile(f"[{_NOT_IN_URL}]")
 
 
 def ref_name_problem(value: str) -> str | None:
@@ -58,21 +74,17 @@ def ref_name_problem(value: str) -> str | None:
 
 
 def web_url_problem(value: str) -> str | None:
-    """Why `value` is not an http(s) address to show and link to, or None."""
+    """Why `value` is not an http(s) address to show and link to (WEB_URL_PATTERN), or None."""
     if len(value) > URL_MAX:
         return f"is longer than {URL_MAX} characters"
-    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if _WEB_URL.fullmatch(value):  # (fullmatch: a `$` of Python also matches before a "\n")
+        return None
+    if _UNSHOWN.search(value):
         return "cannot hold spaces or control characters"
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - a port that is not a number raises here
-    except ValueError:
-        return "is not an address"
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        return "must be an http or https address"
-    if parts.username is not None or parts.password is not None:
+    authority = value.split("://", 1)[-1].split("/", 1)[0]
+    if "://" in value and "@" in authority:
         return "must not carry a user name or password"
-    return None
+    return "must be an http or https address (https://host/...)"
 
 
 def repository_problem(value: str) -> str | None:
@@ -81,7 +93,7 @@ def repository_problem(value: str) -> str | None:
         return f"is longer than {REPOSITORY_MAX} characters"
     if "://" in value:
         return web_url_problem(value)
-    if _OWNER_NAME.match(value) and ".." not in value:
+    if _OWNER_NAME.fullmatch(value) and ".." not in value:  # (the document's `not`)
         return None
     return "must be owner/name or an http(s) address of the repository"
 
@@ -227,13 +239,6 @@ def source_links(source: BuildSource) -> SourceLinks:
         tag=ref(source.tag, paths["tag"]),
         pull_request=pr_link,
     )
-
-
-def commit_prefix_problem(value: str) -> str | None:
-    """Why `?commit=` is not a commit or the start of one, or None."""
-    if not COMMIT_PREFIX_MIN <= len(value) <= 64 or not _HEX.match(value.lower()):
-        return f"must be {COMMIT_PREFIX_MIN} to 64 hexadecimal digits (a commit or its start)"
-    return None
 
 
 def web_link(value: str | None) -> str | None:
