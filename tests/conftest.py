@@ -494,9 +494,11 @@ class Api:
         data: bytes | None = None,
         file_name: str = "app-release.apk",
         notes: str | None = None,
+        source: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """All three steps; returns the ready build. Without `data`, bytes of their own each
-        time: the same bytes again in an application are the build they already are."""
+        time: the same bytes again in an application are the build they already are. `source`:
+        verify's."""
         if data is None:
             self._uploads += 1
             data = b"PK\x03\x04 a build %d" % self._uploads
@@ -513,6 +515,8 @@ class Api:
         body: dict[str, Any] = {"buildId": link["buildId"]}
         if notes is not None:
             body["notes"] = notes
+        if source is not None:
+            body["source"] = source
         r = await self.client.post(f"{base}/verify", json=body, headers=account.headers)
         assert r.status_code == 200, r.text
         build: dict[str, Any] = r.json()

@@ -17,6 +17,7 @@ from tests.builds.conftest import DATA, Builds
 from tests.conftest import Account, assert_problem
 
 BUILD_FIELDS = {
+    "source",
     "newFeedbackCount",
     "channels",
     "rolloutPercents",

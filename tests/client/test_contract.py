@@ -289,6 +289,8 @@ def _check_model(document: dict[str, Any], model: type[Model], name: str) -> Non
 
 
 def _check_kind(document: dict[str, Any], kind: Any, schema: dict[str, Any], where: str) -> None:
+    if kind is Any:  # the client takes the value as it comes (a number or a string)
+        return
     resolved = _resolve(document, schema)
     if get_origin(kind) is list:
         _check_kind(document, _unwrap(get_args(kind)[0]), resolved["items"], f"{where}[]")

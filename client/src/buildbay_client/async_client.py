@@ -40,12 +40,14 @@ from buildbay_client.flows import (
     problem_of,
     read_chunks,
     read_part,
+    source_of,
 )
 from buildbay_client.models import (
     Build,
     TokenResponse,
 )
 from buildbay_client.ops import Op
+from buildbay_client.source import BuildSource
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -274,6 +276,7 @@ class AsyncBuildbay(Core):
         architecture: str | None = None,
         sparkle_ed_signature: str | None = None,
         minimum_os_version: str | None = None,
+        source: BuildSource | dict[str, Any] | None = DEFAULT,
     ) -> Build:
         """As `Buildbay.upload_build`."""
         updater = {
@@ -284,6 +287,7 @@ class AsyncBuildbay(Core):
         release = Release(
             channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate,
             updater,
+            source_of(source),
         )  # fmt: skip
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return await self._drive(

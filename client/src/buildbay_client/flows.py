@@ -7,6 +7,7 @@ or awaited. See api.py for the policy."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
@@ -41,6 +42,7 @@ from buildbay_client.models import (
     UploadLink,
 )
 from buildbay_client.ops import Op
+from buildbay_client.source import BuildSource, detect_json
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -362,6 +364,8 @@ class Core:
         parts: PartsOptions | None = None,
     ) -> Flow[Build]:
         _check_notes(notes)
+        if release.source is DEFAULT:
+            release = dataclasses.replace(release, source=(yield Local(detect_json, ())))
         file = Path(path)
         size = yield Local(_size_of, (file,))
         if parts is not None and size > max(parts.threshold, _SMALLEST_IN_PARTS):
@@ -770,6 +774,8 @@ class Release:
     # What the desktop updaters need that only CI knows (verify's architecture,
     # sparkleEdSignature, minimumOsVersion), by ops.verify's keyword; None left out.
     updater: dict[str, str | None] = field(default_factory=dict)
+    # Verify's `source` (None: none sent); DEFAULT: found here (buildbay_client.source).
+    source: Any = None
 
     def verify(
         self,
@@ -781,8 +787,16 @@ class Release:
     ) -> Op[Build]:
         return ops.verify(
             project_id, app_id, build_id, notes, install_link_hours, self.channels,
-            self.mandatory, self.distribute, **self.updater,
+            self.mandatory, self.distribute, source=self.source, **self.updater,
         )  # fmt: skip
+
+
+def source_of(source: Any) -> Any:
+    """`upload_build`'s `source` as verify's JSON: DEFAULT (found by the flow), None, a
+    BuildSource, or its JSON already."""
+    if isinstance(source, BuildSource):
+        return source.to_json()
+    return source
 
 
 def distribution_of(groups: Sequence[str], emails: Sequence[str]) -> dict[str, Any] | None:

@@ -361,6 +361,30 @@ class BuildWarning(Model):
 
 
 @dataclass(frozen=True)
+class SourceLinks(Model):
+    """Pages of the repository's host (GitHub, GitLab, Bitbucket), each http(s) or None."""
+
+    repository: str | None
+    commit: str | None
+    branch: str | None
+    tag: str | None
+    pull_request: str | None
+
+
+@dataclass(frozen=True)
+class Source(Model):
+    """Where a build came from, as verify was told (docs/ci.md)."""
+
+    commit: str | None
+    branch: str | None
+    tag: str | None
+    repository: str | None
+    ci_run_url: str | None
+    pull_request: Any | None  # its number (int), or its address (str), as given
+    links: SourceLinks
+
+
+@dataclass(frozen=True)
 class Build(Model):
     build_id: str
     project_id: str
@@ -394,6 +418,7 @@ class Build(Model):
     architecture: str | None = None
     sparkle_ed_signature: str | None = None
     blockmap_size: int | None = None  # electron-builder's `.blockmap` attached (attach_blockmap)
+    source: Source | None = None  # where it came from (a server before it: None)
 
 
 @dataclass(frozen=True)

@@ -300,10 +300,14 @@ def list_builds(
     version_name: str | None = None,
     version_code: str | None = None,
     sort: str | None = None,
+    branch: str | None = None,
+    commit: str | None = None,
 ) -> Op[models.BuildList]:
+    """`branch`, `commit` (or its first 7+ hex digits): the builds of that source only."""
     params = _page(
-        limit, cursor, status=status, versionName=version_name, versionCode=version_code, sort=sort
-    )
+        limit, cursor, status=status, versionName=version_name, versionCode=version_code,
+        sort=sort, branch=branch, commit=commit,
+    )  # fmt: skip
     return Op("GET", _builds(project_id, app_id), models.BuildList, params=params)
 
 
@@ -402,6 +406,7 @@ def verify(
     minimum_os_version: str | None = None,
     version: str | None = None,
     build_number: str | None = None,
+    source: dict[str, Any] | None = None,
 ) -> Op[models.Build]:
     """`channels`: the release channels to publish the build to (None: the server's default,
     `default`); `mandatory`: update checks that find it say so; `distribute`: `{groups?,
@@ -424,6 +429,8 @@ def verify(
         body["mandatory"] = True
     if distribute is not None:
         body["distribute"] = distribute
+    if source:
+        body["source"] = source  # where the build came from (buildbay_client.source)
     # Verify is safe to repeat: a ready build answers itself.
     return Op("POST", f"{_builds(project_id, app_id)}/verify", models.Build, body)
 

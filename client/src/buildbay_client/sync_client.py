@@ -42,12 +42,14 @@ from buildbay_client.flows import (
     problem_of,
     read_chunks,
     read_part,
+    source_of,
 )
 from buildbay_client.models import (
     Build,
     TokenResponse,
 )
 from buildbay_client.ops import Op
+from buildbay_client.source import BuildSource
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -250,6 +252,7 @@ class Buildbay(Core):
         architecture: str | None = None,
         sparkle_ed_signature: str | None = None,
         minimum_os_version: str | None = None,
+        source: BuildSource | dict[str, Any] | None = DEFAULT,
     ) -> Build:
         """Upload a file and verify it: the ready build (NetworkError or ApiError otherwise).
         `channels`: the release channels to publish it to (None: `default`); `mandatory`:
@@ -274,6 +277,10 @@ class Buildbay(Core):
         For a desktop application's build: `architecture` (`x64`, `arm64`, `universal`),
         `sparkle_ed_signature` (what Sparkle's `sign_update` printed) and `minimum_os_version`
         (for a file that does not say it), as verify takes them.
+        `source`: where the build came from, as verify's `source` (docs/ci.md). Left out, it
+        is found as `buildbay upload` finds it (the CI's variables, then the git checkout of
+        the working directory, without what the server would refuse); None sends none; a
+        `BuildSource` (buildbay_client.source) or its JSON is sent as it is.
         """
         updater = {
             "architecture": architecture,
@@ -283,6 +290,7 @@ class Buildbay(Core):
         release = Release(
             channels, mandatory, distribution_of(distribute_to, distribute_emails), on_duplicate,
             updater,
+            source_of(source),
         )  # fmt: skip
         parts = parts_options(multipart_threshold, parts_in_flight, resume_dir)
         return self._drive(

@@ -30,6 +30,9 @@ class Build(Base):
         Index("ix_builds_application_id_version_code_id", "application_id", "version_code", "id"),
         # A ready build of the same bytes (a duplicate upload: builds/duplicates.py).
         Index("ix_builds_application_id_sha256", "application_id", "sha256"),
+        # `?branch=` and `?commit=` (a prefix: a range on the column), newest first.
+        Index("ix_builds_application_id_source_branch_id", "application_id", "source_branch", "id"),
+        Index("ix_builds_application_id_source_commit", "application_id", "source_commit"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -80,6 +83,15 @@ class Build(Base):
     # SHA-256 (its ETag) here. Null: the build has none.
     blockmap_size: Mapped[int | None] = mapped_column(BigInteger)
     blockmap_sha256: Mapped[str | None] = mapped_column(String(64))
+    # Where the build came from, as verify was told (builds/source.py): the commit (lower-case
+    # hex), branch, tag, repository (`owner/name` or an address), CI run's address, and pull
+    # request (its number's digits, or its address).
+    source_commit: Mapped[str | None] = mapped_column(String(64))
+    source_branch: Mapped[str | None] = mapped_column(String(255))
+    source_tag: Mapped[str | None] = mapped_column(String(255))
+    source_repository: Mapped[str | None] = mapped_column(String(500))
+    source_ci_run_url: Mapped[str | None] = mapped_column(String(2048))
+    source_pull_request: Mapped[str | None] = mapped_column(String(2048))
 
 
 class BuildIcon(Base):

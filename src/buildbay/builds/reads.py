@@ -54,6 +54,15 @@ class VersionFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceFilter:
+    """`?branch=` (the branch verify was told, exactly) and `?commit=` (a commit, or its first
+    7 or more hex digits)."""
+
+    branch: str | None = None
+    commit: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BuildQuery:
     """A page of an application's builds: newest first or by version, from a cursor's build
     on; of one status (else ready and processing ones: LISTED_BY_DEFAULT), version or search
@@ -67,6 +76,7 @@ class BuildQuery:
     sort: BuildOrder = BuildOrder.NEWEST
     viewer: Viewer | None = None
     search: str | None = None
+    source: SourceFilter | None = None
 
     @property
     def is_first_page(self) -> bool:
@@ -78,6 +88,7 @@ class BuildQuery:
             and self.version is None
             and self.sort is BuildOrder.NEWEST
             and not self.search
+            and self.source is None
         )
 
 
@@ -94,6 +105,24 @@ def _version_clauses(version: VersionFilter | None) -> list[ColumnElement[bool]]
             clauses.append(
                 or_(*(cast(Build.metadata_[key].as_string(), String) == wanted for key in keys))
             )
+    return clauses
+
+
+def _source_clauses(source: SourceFilter | None) -> list[ColumnElement[bool]]:
+    if source is None:
+        return []
+    clauses = []
+    if source.branch is not None:
+        clauses.append(Build.source_branch == source.branch)
+    if source.commit is not None:
+        prefix = source.commit.lower()
+        # Commits are stored in lower-case hex, which sorts below "g" in every collation: the
+        # range reads the index, LIKE keeps it exact whatever the database's collation says.
+        clauses += [
+            Build.source_commit >= prefix,
+            Build.source_commit < prefix + "g",
+            Build.source_commit.startswith(prefix, autoescape=True),
+        ]
     return clauses
 
 
@@ -216,7 +245,9 @@ class BuildReads:
         """The statement of a page other than the plain first one; None if its cursor's build
         is gone."""
         stmt = _SHOWN_OF_APPLICATION.where(
-            *_version_clauses(query.version), *_search_clause(query.search)
+            *_version_clauses(query.version),
+            *_search_clause(query.search),
+            *_source_clauses(query.source),
         )
         if query.viewer is not None:
             stmt = stmt.where(_SEEN)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from buildbay.builds.enums import BuildStatus
+from buildbay.builds.source import BuildSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +40,24 @@ class BuildRecord:
     sparkle_ed_signature: str | None
     blockmap_size: int | None  # electron-builder's `.blockmap` beside the file (blockmap.py)
     blockmap_sha256: str | None
+    source_commit: str | None
+    source_branch: str | None
+    source_tag: str | None
+    source_repository: str | None
+    source_ci_run_url: str | None
+    source_pull_request: str | None
 
     @property
     def multipart(self) -> bool:
         return self.part_size is not None
+
+    @property
+    def source(self) -> BuildSource:
+        """Where the build came from, as verify was told (builds/source.py)."""
+        return BuildSource.of_columns(
+            self.source_commit, self.source_branch, self.source_tag, self.source_repository,
+            self.source_ci_run_url, self.source_pull_request,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

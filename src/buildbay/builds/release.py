@@ -9,6 +9,7 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinks
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.service import BuildService
+from buildbay.builds.source import BuildSource
 from buildbay.builds.updaters import UpdaterFields
 from buildbay.distribution.service import Distributor
 from buildbay.invitations.caps import InvitationsLimited
@@ -27,6 +28,7 @@ class Verify:
     link_hours: int | None = None
     distribute: Distribution | None = None
     updater: UpdaterFields | None = None  # what the desktop updaters need of CI
+    source: BuildSource | None = None  # where the build came from
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ async def verify_and_release(
         asked.channels,
         asked.mandatory,
         asked.updater,
+        asked.source,
     )
     if build.status is not BuildStatus.READY:
         return build

@@ -15,10 +15,18 @@ from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import NONE as NO_EXTRAS
 from buildbay.builds.extras import build_extras
 from buildbay.builds.install import InstallLinkReads, ListedLink
-from buildbay.builds.reads import ICON_CACHE, BuildOrder, BuildQuery, ShownBuild, VersionFilter
+from buildbay.builds.reads import (
+    ICON_CACHE,
+    BuildOrder,
+    BuildQuery,
+    ShownBuild,
+    SourceFilter,
+    VersionFilter,
+)
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
+from buildbay.builds.source import COMMIT_PREFIX_MIN, REF_MAX
 from buildbay.deps import Context, Page, TransactionRoute
 from buildbay.distribution.dependencies import distributor
 from buildbay.errors import BadRequest, PayloadTooLarge
@@ -115,6 +123,32 @@ async def version_filter(
 
 
 Version = Annotated[VersionFilter | None, Depends(version_filter)]
+
+
+async def source_filter(
+    branch: Annotated[
+        str | None,
+        Query(
+            max_length=REF_MAX,
+            pattern=NO_NUL_PATTERN,
+            description="Only builds of this branch (verify's `source.branch`, exactly)",
+        ),
+    ] = None,
+    commit: Annotated[
+        str | None,
+        Query(
+            pattern=f"^[0-9a-fA-F]{{{COMMIT_PREFIX_MIN},64}}$",
+            description="Only builds of this commit (`source.commit`): its hash, or the first "
+            "7 or more hex digits of it",
+        ),
+    ] = None,
+) -> SourceFilter | None:
+    if branch is None and commit is None:
+        return None
+    return SourceFilter(branch, commit)
+
+
+SourceOf = Annotated[SourceFilter | None, Depends(source_filter)]
 BuildId = Annotated[str, Path(alias="buildId")]
 
 
@@ -191,6 +225,7 @@ async def list_builds(
     links: LinkReads,
     page: Page,
     version: Version,
+    source: SourceOf,
     status: Annotated[
         BuildStatus | None,
         Query(
@@ -207,8 +242,9 @@ async def list_builds(
     ] = BuildOrder.NEWEST,
 ) -> schemas.BuildList:
     query = BuildQuery(
-        access.application.id, page.limit, page.after_id, status, version, sort, tester(access)
-    )
+        access.application.id, page.limit, page.after_id, status, version, sort, tester(access),
+        source=source,
+    )  # fmt: skip
     found, next_cursor = await builds.shown_page(query)
     viewer = tester(access)
     shown = [shown_schema(build, links, shared_link=viewer is None) for build in found]
@@ -336,6 +372,7 @@ async def verify_upload(
         distribute=Distribution(wanted.groups, [str(e) for e in wanted.emails], wanted.notify)
         if wanted is not None else None,
         updater=body.updater_fields(),
+        source=body.source.build_source() if body.source is not None else None,
     )  # fmt: skip
     build = await verify_and_release(service, links, distributor(ctx, service.db), access, asked)
     if build.status is BuildStatus.PROCESSING:

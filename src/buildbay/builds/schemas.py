@@ -1,11 +1,28 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from buildbay.builds.enums import BuildStatus, OnDuplicate
 from buildbay.builds.records import BuildRecord
+from buildbay.builds.source import (
+    COMMIT_PATTERN,
+    OWNER_NAME_PATTERN,
+    PULL_REQUEST_MAX,
+    REF_CHARACTERS_PATTERN,
+    REF_MAX,
+    REF_NOT_PATTERNS,
+    REPOSITORY_MAX,
+    URL_MAX,
+    WEB_URL_PATTERN,
+    BuildSource,
+    ref_name_problem,
+    repository_problem,
+    source_links,
+    web_url_problem,
+)
 from buildbay.builds.updaters import UpdaterFields, ed_signature_problem
 from buildbay.channels.names import NAME_MAX, NAME_PATTERN
 from buildbay.channels.schemas import MAX_CHANNELS_OF_BUILD, ChannelName, ChannelNames
@@ -210,6 +227,98 @@ def _ed_signature(value: str) -> str:
     return value
 
 
+def _checked(problem_of: Callable[[str], str | None]) -> AfterValidator:
+    def check(value: str) -> str:
+        if problem := problem_of(value):
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+def _lower(value: str) -> str:
+    return value.lower()
+
+
+# The OpenAPI document states each rule as it is checked (builds/source.py's patterns).
+REF_SCHEMA = {
+    "pattern": REF_CHARACTERS_PATTERN,
+    "not": {"anyOf": [{"pattern": p} for p in REF_NOT_PATTERNS]},
+}
+REPOSITORY_SCHEMA = {
+    "anyOf": [
+        {"pattern": OWNER_NAME_PATTERN, "not": {"pattern": r"\.\."}},
+        {"pattern": WEB_URL_PATTERN},
+    ]
+}
+RefName = Annotated[
+    str,
+    Field(min_length=1, max_length=REF_MAX, json_schema_extra=REF_SCHEMA),
+    _checked(ref_name_problem),
+]
+WebUrl = Annotated[
+    str,
+    Field(max_length=URL_MAX, json_schema_extra={"pattern": WEB_URL_PATTERN}),
+    _checked(web_url_problem),
+]
+
+
+class SourceRequest(RequestModel):
+    """Where the build came from, as CI knows it; every field optional."""
+
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "commit": "3f0a9c1e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a",
+        "branch": "main",
+        "repository": "https://github.com/acme/app",
+        "ciRunUrl": "https://github.com/acme/app/actions/runs/812",
+        "pullRequest": 42,
+    }
+
+    commit: (
+        Annotated[
+            str,
+            Field(pattern=COMMIT_PATTERN, description="The commit's hash: 7 to 64 hex digits"),
+            AfterValidator(_lower),
+        ]
+        | None
+    ) = None
+    branch: RefName | None = Field(
+        default=None, description="The branch (a git ref name, without `refs/heads/`)"
+    )
+    tag: RefName | None = Field(
+        default=None, description="The tag (a git ref name, without `refs/tags/`)"
+    )
+    repository: (
+        Annotated[
+            str,
+            Field(min_length=3, max_length=REPOSITORY_MAX, json_schema_extra=REPOSITORY_SCHEMA),
+            _checked(repository_problem),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="`owner/name`, or the repository's http(s) address (no user name or "
+        "password in it); links to its commits, branches and pull requests are made for one on "
+        "GitHub, GitLab or Bitbucket",
+    )
+    ci_run_url: WebUrl | None = Field(
+        default=None, description="The CI run (pipeline, workflow run, build) that made it"
+    )
+    pull_request: (
+        Annotated[int, Field(ge=1, le=PULL_REQUEST_MAX, strict=True), JsonInteger] | WebUrl | None
+    ) = Field(
+        default=None,
+        description="The pull (merge) request it was built for: its number in the repository, "
+        "or its http(s) address",
+    )
+
+    def build_source(self) -> BuildSource:
+        return BuildSource(
+            self.commit, self.branch, self.tag, self.repository, self.ci_run_url,
+            self.pull_request,
+        )  # fmt: skip
+
+
 class VerifyRequest(RequestModel):
     EXAMPLE: ClassVar[dict[str, Any] | None] = {
         "buildId": "bld_01JD8Z4K2W8D5V3Q6R7S8T9V0X",
@@ -270,6 +379,12 @@ class VerifyRequest(RequestModel):
         default=None,
         description="The build number (Sparkle's `sparkle:version`, CFBundleVersion), for a "
         "file that does not say it; kept as `metadata.buildNumber`",
+    )
+    source: SourceRequest | None = Field(
+        default=None,
+        description="Where the build came from (commit, branch, tag, repository, CI run, pull "
+        "request), as `buildbay upload` fills it from CI's environment or git; kept with the "
+        "build, shown by it and filtered on by the builds list",
     )
 
     def updater_fields(self) -> UpdaterFields | None:
@@ -376,6 +491,47 @@ class BuildWarning(ApiModel):
     build_id: str = Field(description="The other build")
 
 
+class SourceLinksSchema(ApiModel):
+    repository: str | None = Field(description="The repository's page")
+    commit: str | None = Field(description="The commit's page")
+    branch: str | None = Field(description="The branch's page")
+    tag: str | None = Field(description="The tag's page")
+    pull_request: str | None = Field(description="The pull (merge) request's page")
+
+
+class Source(ApiModel):
+    """Where a build came from, as verify was told (null fields: not told)."""
+
+    commit: str | None = Field(description="The commit's hash, lower-case hex")
+    branch: str | None
+    tag: str | None
+    repository: str | None = Field(description="`owner/name` or the repository's address")
+    ci_run_url: str | None
+    pull_request: int | str | None = Field(
+        description="The pull (merge) request's number, or its address, as given"
+    )
+    links: SourceLinksSchema = Field(
+        description="Pages of the repository's host (GitHub, GitLab, Bitbucket) for each of "
+        "the above, where the repository is an http(s) address on one of them; a pull request "
+        "given as an address links to itself. Always http(s)"
+    )
+
+
+def source_schema(source: BuildSource) -> Source | None:
+    if source.is_empty:
+        return None
+    links = source_links(source)
+    return Source(
+        commit=source.commit, branch=source.branch, tag=source.tag,
+        repository=source.repository, ci_run_url=source.ci_run_url,
+        pull_request=source.pull_request,
+        links=SourceLinksSchema(
+            repository=links.repository, commit=links.commit, branch=links.branch,
+            tag=links.tag, pull_request=links.pull_request,
+        ),
+    )  # fmt: skip
+
+
 class Build(ApiModel):
     build_id: str
     project_id: str
@@ -467,6 +623,10 @@ class Build(ApiModel):
         default=None,
         description="How many of its testers' feedback is still `new` (not yet triaged); null "
         "for a tester, to whom triage is not shown",
+    )
+    source: Source | None = Field(
+        default=None,
+        description="Where the build came from (verify's `source`); null if it was not told",
     )
 
 
@@ -570,4 +730,5 @@ def build_schema(
         failure_code=build.failure_code,
         warnings=warnings or [],
         new_feedback_count=new_feedback_count,
+        source=source_schema(build.source),
     )

@@ -54,6 +54,7 @@ from buildbay.builds.readers import MetadataReaders
 from buildbay.builds.reads import BUILD, BuildReads, storage_usage
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.removed import record_removals
+from buildbay.builds.source import BuildSource
 from buildbay.builds.updaters import UpdaterFields, needs_sha512, with_fields
 from buildbay.channels.service import ChannelService
 from buildbay.config import Settings
@@ -314,10 +315,12 @@ class BuildService:
         channels: list[str] | None = None,
         mandatory: bool = False,
         updater: UpdaterFields | None = None,
+        source: BuildSource | None = None,
     ) -> BuildRecord:
         """`channels`: the release channels to publish it to (None: `default`, if the build
         goes to everyone: ChannelService.publish_verified). `updater`: what the desktop
-        updaters need that only CI knows (builds/updaters.py).
+        updaters need that only CI knows (builds/updaters.py). `source`: where the build came
+        from (builds/source.py), kept with it.
 
         A multipart build's parts are joined first; if it is larger than
         `verify_inline_max_bytes` its check is left to a job and the build answered is
@@ -336,14 +339,18 @@ class BuildService:
             if build.multipart:
                 await self._join_parts(build)
                 if build.file_size > self.settings.verify_inline_max_bytes:
-                    return await self._verify_later(build, notes, channels, mandatory, updater)
+                    return await self._verify_later(
+                        build, notes, channels, mandatory, updater, source
+                    )
             checked = await self._checked_bytes_under_guard(application, build, updater)
         except ValidationFailed as refused:
             if build.multipart and refused.code == "checksum_mismatch":
                 await self._reopen_parts(build)
             raise await self._refused(build, refused) from None
         try:
-            return await self.mark_ready(application, build, checked, notes, channels, mandatory)
+            return await self.mark_ready(
+                application, build, checked, notes, channels, mandatory, source
+            )
         except Duplicate as found:
             raise await self._dropped(build, found.problem) from None
         except VersionTaken as taken:
@@ -458,12 +465,14 @@ class BuildService:
         channels: list[str] | None,
         mandatory: bool,
         updater: UpdaterFields | None,
+        source: BuildSource | None,
     ) -> BuildRecord:
-        """The build is `processing`; a job checks its bytes and makes it ready or failed."""
+        """The build is `processing` (with its source, shown meanwhile); a job checks its bytes
+        and makes it ready or failed."""
         marked = await self.db.execute(
             update(Build)
             .where(Build.id == build.id, Build.status == BuildStatus.PENDING)
-            .values(status=BuildStatus.PROCESSING)
+            .values(status=BuildStatus.PROCESSING, **(source.columns() if source else {}))
             .execution_options(synchronize_session=False)
         )
         if marked.rowcount:  # type: ignore[attr-defined]
@@ -574,6 +583,7 @@ class BuildService:
         notes: str | None,
         channels: list[str] | None,
         mandatory: bool,
+        source: BuildSource | None = None,
     ) -> BuildRecord:
         """Make a checked build `ready` (from `pending`, or `processing` in the background):
         the one place a build becomes ready, so what follows it (a `build.ready` webhook,
@@ -614,6 +624,8 @@ class BuildService:
                 mandatory=mandatory,
                 notes=notes,
                 verified_at=self.now,
+                # None: the source a `processing` build was given at its verify stays.
+                **(source.columns() if source is not None else {}),
             )
             .execution_options(synchronize_session=False)
         )

@@ -37,6 +37,7 @@ from buildbay.builds.schemas import (
     version_label,
 )
 from buildbay.builds.service import human_size
+from buildbay.builds.source import source_links, web_link
 from buildbay.console.build_devices import build_devices
 from buildbay.console.pages import (
     ConsoleRoute,
@@ -217,6 +218,8 @@ async def render_build(
         reach=await reach_of(reads, build, ctx.clock.now()),
         devices=await build_devices(reads, build),
         new_feedback=(await new_feedback_counts(reads, [build.id])).get(build.id, 0),
+        source=build.source, source_links=source_links(build.source),
+        ci_run_link=web_link(build.source.ci_run_url),
     )  # fmt: skip
 
 

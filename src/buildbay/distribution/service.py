@@ -55,6 +55,7 @@ from buildbay.builds.install import InstallTokens
 from buildbay.builds.models import Build, InstallLink
 from buildbay.builds.records import BuildRecord
 from buildbay.builds.schemas import version_label
+from buildbay.builds.source import BuildSource, source_sentence
 from buildbay.channels.service import ChannelService
 from buildbay.clock import Clock
 from buildbay.console_urls import application_url
@@ -621,6 +622,13 @@ def distribution_mail_handler(
         base = f"{public_url}/install/"
         link_of = dict(links)
         gained = await devices_gained(Reads.within(db), build.application_id, build.id)
+        # Where it came from, in words (its branch shown as it is, but for bidi controls).
+        source = source_sentence(
+            BuildSource.of_columns(
+                build.source_commit, build.source_branch, build.source_tag,
+                build.source_repository, build.source_ci_run_url, build.source_pull_request,
+            )
+        )  # fmt: skip
 
         def mails() -> list[Mail]:
             return [
@@ -633,6 +641,7 @@ def distribution_mail_handler(
                     version=version,
                     project=project,
                     notes=build.notes,
+                    source=without_bidi_controls(source) if source else None,
                     link=base + install_tokens.token(link_of[email]),
                     # Testers see people's names, never their addresses; and the application's
                     # page, where the builds given to them are (a build's page is developers').

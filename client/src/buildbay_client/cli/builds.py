@@ -38,6 +38,7 @@ from buildbay_client.cli.common import (
     when,
 )
 from buildbay_client.files import platform_problem
+from buildbay_client.source import BuildSource, problems
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -61,16 +62,25 @@ class Architecture(StrEnum):
 
 def _builds_table(found: Sequence[Any]) -> Callable[[], Table]:
     def table() -> Table:
-        t = table_of("id", "file", "version", "size", "status", "uploaded", "notes")
+        t = table_of("id", "file", "version", "size", "status", "uploaded", "source", "notes")
         for b in found:
             notes = (b.notes or "").splitlines()[0][:40] if b.notes else ""
             t.add_row(
                 b.build_id, b.file_name, version_label(b.metadata) or "-", size_text(b.file_size),
-                b.status.value, when(b.verified_at or b.created_at), notes,
+                b.status.value, when(b.verified_at or b.created_at), _source_text(b), notes,
             )  # fmt: skip
         return t
 
     return table
+
+
+def _source_text(build: Any) -> str:
+    """`main 3f0a9c1`: the build's branch (or tag) and short commit, or `-`."""
+    source = build.source
+    if source is None:
+        return "-"
+    words = [source.branch or source.tag or "", (source.commit or "")[:7]]
+    return " ".join(w for w in words if w) or "-"
 
 
 def _links(build: Any) -> None:
@@ -109,14 +119,19 @@ def builds_list(
     sort: Annotated[str, typer.Option(help="newest or version")] = "newest",
     limit: Annotated[int, typer.Option(min=1, max=100, help="Builds per page")] = 20,
     cursor: Annotated[str | None, typer.Option(help="The next page, as the last one said")] = None,
+    branch: Annotated[str | None, typer.Option(help="Only builds of this branch")] = None,
+    commit: Annotated[
+        str | None, typer.Option(help="Only builds of this commit (or its first 7+ digits)")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List builds, newest first (or by version), a page at a time."""
     with connect(ctx) as client:
         pid = project_id(client, project)
         page = client.list_builds(
-            pid, app_id(client, pid, app), limit, cursor, version_name=version_name, sort=sort
-        )
+            pid, app_id(client, pid, app), limit, cursor, version_name=version_name, sort=sort,
+            branch=branch, commit=commit,
+        )  # fmt: skip
     if as_json:
         emit(page, True, _builds_table(page.builds))  # {"builds": [...], "nextCursor": ...}
         return
@@ -462,6 +477,41 @@ def upload(
             "that does not say it",
         ),
     ] = None,
+    notes_from_git: Annotated[
+        bool,
+        typer.Option(
+            "--notes-from-git",
+            help="Release notes from the subjects of the commits since the application's last "
+            "ready build (on this branch, when known), merges left out, at most 50 lines; "
+            "where that range is unknown, the last commit's message (said on stderr)",
+        ),
+    ] = False,
+    notes_template: Annotated[
+        str | None,
+        typer.Option(
+            help="A header above --notes-from-git's lines: {branch}, {commit}, {tag}, "
+            "{count} (commits listed) and {since} (the last build's commit) are replaced; "
+            "{{ and }} for braces",
+        ),
+    ] = None,
+    commit: Annotated[
+        str | None, typer.Option(help="The build's commit (else CI's or git's)")
+    ] = None,
+    branch: Annotated[
+        str | None, typer.Option(help="The build's branch (else CI's or git's)")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="The build's tag (else CI's or git's)")] = None,
+    repository: Annotated[
+        str | None, typer.Option(help="owner/name or the repository's http(s) address")
+    ] = None,
+    ci_run_url: Annotated[str | None, typer.Option(help="The CI run's http(s) address")] = None,
+    pull_request: Annotated[
+        str | None, typer.Option(help="The pull request's number or http(s) address")
+    ] = None,
+    no_source: Annotated[
+        bool,
+        typer.Option("--no-source", help="Send no source (commit, branch, ...) with the build"),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
@@ -472,12 +522,26 @@ def upload(
 
     A file above 64 MiB goes in parts, several at once; if the upload is cut off (a kill, a
     broken network), running the same command again sends only the parts still missing."""
-    if notes is not None and notes_file is not None:
-        fail("give --notes or --notes-file, not both", 2)
+    if sum([notes is not None, notes_file is not None, notes_from_git]) > 1:
+        fail("give one of --notes, --notes-file and --notes-from-git", 2)
+    if notes_template is not None:
+        if not notes_from_git:
+            fail("--notes-template goes with --notes-from-git", 2)
+        _check_template(notes_template)
     _check_target(project, app, app_id_given)
+    given = BuildSource(commit, branch, tag, repository, ci_run_url, _pull_request(pull_request))
+    if no_source and given != BuildSource():
+        fail("give --no-source or source options (--commit, --branch, ...), not both", 2)
+    for name, wrong in problems(given).items():
+        fail(f"--{_OPTION_OF.get(name, name)} {wrong}", 2)
+    found = _found_source(given)
     with connect(ctx) as client:
-        text = notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
+        text: str | None = (
+            notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
+        )
         pid, aid = _upload_target(client, project, app, app_id_given)
+        if notes_from_git:
+            text = _git_notes(client, pid, aid, found, notes_template)
         # Before a byte is read or sent: a 2 GB file the application would refuse costs nothing.
         if problem := platform_problem(file, client.get_application(pid, aid).platform.value):
             fail(problem, EXIT_REFUSED)
@@ -489,6 +553,7 @@ def upload(
                 parts_in_flight=parts_in_flight, on_duplicate=on_duplicate.value,
                 architecture=architecture.value if architecture else None,
                 sparkle_ed_signature=sparkle_ed_signature, minimum_os_version=minimum_os_version,
+                source=None if no_source else found,
             )  # fmt: skip
         _say_reused_and_warnings(build)
         if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
@@ -506,6 +571,72 @@ def _with_blockmap(client: Any, build: Any, blockmap: Path) -> Any:
         build.project_id, build.application_id, build.build_id, blockmap.read_bytes()
     )
     return dataclasses.replace(build, blockmap_size=attached.blockmap_size)
+
+
+_OPTION_OF = {"ciRunUrl": "ci-run-url", "pullRequest": "pull-request"}
+
+
+def _pull_request(value: str | None) -> int | str | None:
+    """--pull-request: a number, or an address."""
+    if value is None:
+        return None
+    return int(value) if value.strip().isdigit() else value
+
+
+def _check_template(template: str) -> None:
+    from buildbay_client.notes import TemplateError, render_template
+
+    try:
+        render_template(template, {})
+    except TemplateError as wrong:
+        fail(str(wrong), 2)
+
+
+def _found_source(given: BuildSource) -> BuildSource:
+    """The options' source over what CI's environment and the git checkout say (a value the
+    server would refuse left out, and said); the CI found said too."""
+    from buildbay_client.source import detect, without_problems
+
+    ci, detected = detect()
+    detected = without_problems(detected, lambda line: err.print(line))
+    found = given.over(detected)
+    if ci is not None:
+        err.print(f"source: from {ci}'s environment")
+    return found
+
+
+def _git_notes(
+    client: Any, project: str, app: str, found: BuildSource, template: str | None
+) -> str | None:
+    """--notes-from-git's notes: since the commit of the application's last ready build on
+    the same branch (else of any branch), asked of the server; each step said on stderr."""
+    from buildbay_client.notes import notes_from_git
+    from buildbay_client.source import from_git
+
+    local = from_git()
+    head = found.commit or local.commit
+    branch = found.branch or local.branch
+    since: str | None = None
+    why = "no earlier ready build of the application has a commit"
+    for on_branch in [branch, None] if branch else [None]:
+        page = client.list_builds(project, app, 20, status="ready", branch=on_branch)
+        earlier = next((b for b in page.builds if b.source and b.source.commit), None)
+        if earlier is not None:
+            assert earlier.source is not None
+            since = earlier.source.commit
+            where = f" on {on_branch}" if on_branch else ""
+            err.print(f"notes: since build {earlier.build_id}{where} ({since[:7]})")
+            break
+    values = {
+        "branch": branch or "",
+        "commit": (head or "")[:7],
+        "tag": found.tag or local.tag or "",
+        "since": (since or "")[:7],
+    }
+    made = notes_from_git(since, why, head, template, values)
+    for line in made.said:
+        err.print(line)
+    return made.text
 
 
 def _distribute_uploaded(
