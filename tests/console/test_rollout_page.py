@@ -62,11 +62,11 @@ def test_a_lead_lowers_and_raises_a_builds_rollout_with_the_slider(
 
     slider = page.get_by_label(re.compile("On default"))
     expect(slider).to_have_value("100")
-    expect(page.locator("#rollout output")).to_have_text("100")
+    expect(page.locator("#rollout .rollout-shown")).to_have_text("100")
     expect(page.locator("#history")).to_contain_text("Nothing changed yet")
 
     slider.fill("30")
-    expect(page.locator("#rollout output")).to_have_text("30")  # the number follows it
+    expect(page.locator("#rollout .rollout-shown")).to_have_text("30")  # the number follows it
     page.get_by_role("button", name="Save rollout").click()
     expect(page.locator("p.notice")).to_contain_text(
         "Update checks on default now offer this build to 30% of its installs."
@@ -106,7 +106,7 @@ def test_the_slider_works_without_javascript_and_refuses_a_number_out_of_range(
     page.get_by_role("button", name="Save rollout").click()
     expect(page).to_have_url(re.compile(r"/builds/bld_\w+#updates$"))  # redirected after POST
     expect(page.get_by_label(re.compile("On default"))).to_have_value("45")
-    expect(page.locator("#rollout output")).to_have_text("45")
+    expect(page.locator("#rollout .rollout-shown")).to_have_text("45")
     expect(page.locator("#history tbody tr").first).to_contain_text("from 100% to 45%")
     assert check(server, key, installs(build_id, True, 45))["build"]["buildId"] == build_id
 
