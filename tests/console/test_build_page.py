@@ -241,6 +241,7 @@ async def test_the_list_searches_sorts_and_pages(
     assert versions(await browser.get(f"{page}?q=acme-2")) == ["2.0 (20)"]  # the file name
     none = await browser.get(f"{page}?q=nothing+like+it")
     assert "No build matches “nothing like it”." in text(none)
+    assert versions(await browser.get(f"{page}?q=DARK%00")) == ["3.0 (30)"]  # a NUL: dropped
     r = await browser.get(f"{page}?cursor=not-a-cursor")
     assert r.status_code == 422
     assert "a page of builds that the console did not give out" in text(r)

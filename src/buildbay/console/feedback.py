@@ -27,6 +27,7 @@ from buildbay.console.pages import (
     form_fields,
     page,
     parse_form,
+    search_and_cursor,
     see_other,
     visit,
 )
@@ -48,7 +49,6 @@ from buildbay.feedback.team_schemas import (
 from buildbay.projects.authorization import ProjectAccess, application_of, project_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
-from buildbay.schemas import page_of
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -144,14 +144,9 @@ def _an_id(value: str | None) -> str | None:
 def filters_of(request: Request, app_id: str | None = None) -> Filters:
     """The filters the address asks for (`app_id`: the application the address itself names)."""
     query = request.query_params
-    search = query.get("q", "").replace("\x00", "").strip()[:MAX_SEARCH]
-    try:
-        after_id = page_of(None, query.get("cursor")).after_id
-    except ValidationFailed:
-        raise ValidationFailed(
-            "This address asks for a page of feedback that the console did not give out. Start "
-            "again from the inbox."
-        ) from None
+    search, after_id = search_and_cursor(
+        request, MAX_SEARCH, pages_of="feedback", start="the inbox"
+    )
     return Filters(
         application=app_id or _an_id(query.get("application")),
         build=_an_id(query.get("build")),
