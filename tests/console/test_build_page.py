@@ -411,4 +411,10 @@ async def test_the_rollout_form_saves_per_channel_and_refuses_what_the_api_refus
     r = await post(browser, f"{page}/rollout", {"channel": "beta", "percent": "50"}, page)
     assert r.status_code == 404
     assert "The build is not published to beta" in text(r)
+    # Nor a name no channel may have (a NUL, which PostgreSQL refuses in text).
+    r = await post(browser, f"{page}/rollout", {"channel": "be\x00ta", "percent": "50"}, page)
+    assert r.status_code == 404
+    r = await post(browser, f"{page}/release", {"channel": "be\x00ta"}, page)
+    assert r.status_code == 422
+    assert "no channel named" in text(r)
     assert "35%" in text(await browser.get(page))
