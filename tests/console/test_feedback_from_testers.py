@@ -207,6 +207,8 @@ def test_the_console_build_page_takes_feedback_and_the_tester_reads_the_reply(
     # Its screenshot, through its signed address, drawn.
     thumb = item.locator(".thumbnails img")
     expect(thumb).to_have_count(1)
+    # A path of this server, whatever the public URL: the page's CSP takes its own images only.
+    assert re.match(r"/feedback-screenshots/fbs_", thumb.get_attribute("src") or "")
     expect(thumb).to_have_js_property("naturalWidth", 120)
 
 

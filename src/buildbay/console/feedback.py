@@ -32,14 +32,13 @@ from buildbay.console.pages import (
     visit,
 )
 from buildbay.console.session import Visitor
-from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import ValidationFailed
-from buildbay.feedback.dependencies import triage_service
+from buildbay.feedback.dependencies import page_feedback_reads, triage_service
 from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
 from buildbay.feedback.links import ScreenshotLinks
-from buildbay.feedback.reads import FeedbackQuery, FeedbackReads, FeedbackViewer, InboxItem
+from buildbay.feedback.reads import FeedbackQuery, FeedbackViewer, InboxItem
 from buildbay.feedback.records import ScreenshotRecord
 from buildbay.feedback.team_schemas import (
     MAX_COMMENT_LENGTH,
@@ -157,12 +156,6 @@ def filters_of(request: Request, app_id: str | None = None) -> Filters:
     )
 
 
-def _reads(ctx: AppContext, reads: Reads) -> FeedbackReads:
-    """The feedback reads, giving screenshot addresses as paths of this server: the page's
-    Content-Security-Policy takes images from its own origin only, whatever the public URL."""
-    return FeedbackReads(reads, ctx.clock.now(), ScreenshotLinks(ctx.settings.signing_key, ""))
-
-
 @dataclass(frozen=True, slots=True)
 class Shot:
     """A screenshot as a page shows it: its signed address, its size at the thumbnail's
@@ -228,7 +221,7 @@ async def _inbox(request: Request, project_id: str, app_id: str | None) -> Respo
     shown = filters_of(request, app_id)
     ctx = get_context(request)
     reads = Reads.within(db)
-    feedback = _reads(ctx, reads)
+    feedback = page_feedback_reads(ctx, reads)
     query = shown.query(access.project.id)
     found, next_cursor = await feedback.page(query)
     counts = await feedback.status_counts(query)
@@ -283,7 +276,7 @@ async def _render_feedback(
     shown = filters_of(request)
     ctx = get_context(request)
     reads = Reads.within(db)
-    feedback = _reads(ctx, reads)
+    feedback = page_feedback_reads(ctx, reads)
     viewer = FeedbackViewer.of(access.caller.user.id, access.role)
     item = await feedback.one(access.project.id, feedback_id, viewer)
     comments, more = await feedback.comments(item.feedback.id, COMMENTS_SHOWN, None)
