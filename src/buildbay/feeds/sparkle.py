@@ -26,7 +26,8 @@ from email.utils import format_datetime
 from typing import Any
 from xml.etree.ElementTree import Element, SubElement, register_namespace, tostring
 
-from buildbay.feeds.builds import DEFAULT_CHANNEL, FeedBuild
+from buildbay.channels.reads import DEFAULT_CHANNEL
+from buildbay.feeds.builds import FeedBuild
 from buildbay.feeds.urls import download_url, sparkle_url
 
 SPARKLE = "http://www.andymatuschak.org/xml-namespaces/sparkle"
