@@ -238,12 +238,11 @@ class _BodyReading:
 
 # Addresses whose next segment is a credential: an install link's token (and its download,
 # manifest, icon and device registration), an invitation's, an unsubscribe link's, a device
-# enrollment's challenge and the reference of the page after it, a feedback screenshot's, a
-# desktop feed's update key. tests/security/test_access_log.py checks that every route with a
-# `{token}` or an `{update_key}` in its path is one of them.
+# enrollment's challenge and the reference of the page after it, a feedback screenshot's.
+# tests/test_access_log.py checks that every route with a `{token}` in its path is one of them.
 _SECRET_SEGMENT = re.compile(
     r"^(/(?:install|invitations|unsubscribe|devices/enroll|devices/enrolled"
-    r"|feedback-screenshots|feeds)/)[^/]*"
+    r"|feedback-screenshots)/)[^/]*"
 )
 # What a logged path keeps as it is; anything else (a space, a line break, a non-ASCII
 # character) is written percent-encoded, so that a path cannot forge a line of the log.
