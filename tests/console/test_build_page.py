@@ -241,6 +241,7 @@ async def test_the_list_searches_sorts_and_pages(
     assert versions(await browser.get(f"{page}?q=acme-2")) == ["2.0 (20)"]  # the file name
     none = await browser.get(f"{page}?q=nothing+like+it")
     assert "No build matches “nothing like it”." in text(none)
+    assert versions(await browser.get(f"{page}?q=DARK%00")) == ["3.0 (30)"]  # a NUL: dropped
     r = await browser.get(f"{page}?cursor=not-a-cursor")
     assert r.status_code == 422
     assert "a page of builds that the console did not give out" in text(r)
@@ -410,4 +411,10 @@ async def test_the_rollout_form_saves_per_channel_and_refuses_what_the_api_refus
     r = await post(browser, f"{page}/rollout", {"channel": "beta", "percent": "50"}, page)
     assert r.status_code == 404
     assert "The build is not published to beta" in text(r)
+    # Nor a name no channel may have (a NUL, which PostgreSQL refuses in text).
+    r = await post(browser, f"{page}/rollout", {"channel": "be\x00ta", "percent": "50"}, page)
+    assert r.status_code == 404
+    r = await post(browser, f"{page}/release", {"channel": "be\x00ta"}, page)
+    assert r.status_code == 422
+    assert "no channel named" in text(r)
     assert "35%" in text(await browser.get(page))

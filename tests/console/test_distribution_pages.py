@@ -92,12 +92,17 @@ async def test_a_build_is_distributed_from_its_page_which_shows_who_got_it(
     assert re.search(
         r'<svg class="chart" role="img"[^>]*aria-label="[^"]*: 1 in all"', app_page.text
     )
-    # A tester's view of the page: no chart, and the build page is not theirs.
+    # A tester's view of the pages: no chart, and the build page is a tester's (the build was
+    # given to her): its feedback form, none of the team's tools.
     browser.cookies.clear()
     await sign_in(browser, tess.email)
     app_page = await browser.get(f"/projects/{team.project['id']}/apps/{team.application['id']}")
     assert '<svg class="chart"' not in app_page.text
-    assert (await browser.get(page)).status_code == 403
+    tester_page = await browser.get(page)
+    assert tester_page.status_code == 200
+    assert "Send feedback" in tester_page.text
+    assert '<h2 id="distribute">' not in tester_page.text
+    assert f'action="{page}/distribute"' not in tester_page.text
 
 
 async def test_an_admin_sets_the_groups_new_builds_go_to_and_the_link_days(

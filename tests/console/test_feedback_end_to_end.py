@@ -15,10 +15,10 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.console import phones
 from tests.console.conftest import PHONE
 from tests.console.test_console import PASSWORD, sign_in
 from tests.console.test_feedback_from_testers import png_file
-from tests.console.test_testers_on_phones import _account, _upload
 from tests.devices import IPHONE
 from tests.smtp import Received, SmtpSink, smtp
 
@@ -52,29 +52,9 @@ def test_a_testers_feedback_from_a_phone_reaches_the_team_and_the_reply_reaches_
     server: str, new_page: NewPage, smtp: SmtpSink, tmp_path: Path
 ) -> None:
     with httpx.Client(base_url=server, timeout=30) as http:
-        owner = _account(http, "olga@example.com", "Olga")
-        _account(http, "tess@example.com", "Tess")
-        project = http.post("/api/projects", json={"name": "Acme"}, headers=owner).json()
-        app = http.post(
-            f"/api/projects/{project['id']}/applications",
-            json={"name": "Acme iOS", "platform": "ios", "autoDistributeGroups": []},
-            headers=owner,
-        )
-        assert app.status_code == 201, app.text
-        r = http.post(
-            f"/api/projects/{project['id']}/members",
-            json={"email": "tess@example.com", "role": "tester"},
-            headers=owner,
-        )
-        assert r.status_code == 201, r.text
-        base = f"/api/app-distribution/{project['id']}/{app.json()['id']}/builds"
-        build = _upload(http, owner, base, "Sign-in reworked")
-        r = http.post(
-            f"{base}/{build}/distribute",
-            json={"emails": ["tess@example.com"], "notify": True},
-            headers=owner,
-        )
-        assert r.status_code == 200, r.text
+        acme = phones.acme(http, ("tess@example.com", "Tess"))
+        build = acme.upload(http, "Sign-in reworked")
+        acme.distribute(http, build, "tess@example.com", notify=True)
 
     # Tess, on her phone, not signed in: the install link of her mail is hers.
     [link] = _LINK.findall(_mail(smtp, "tess@example.com", "Acme iOS").text)
@@ -96,7 +76,7 @@ def test_a_testers_feedback_from_a_phone_reaches_the_team_and_the_reply_reaches_
     # Olga, at her desk: the inbox has it, with both thumbnails drawn.
     olga = new_page(server)
     sign_in(olga, "olga@example.com")
-    olga.goto(f"/projects/{project['id']}")
+    olga.goto(f"/projects/{acme.project_id}")
     olga.get_by_role("link", name="Feedback", exact=True).click()
     rows = olga.locator("#inbox [data-row]")
     expect(rows).to_have_count(1)

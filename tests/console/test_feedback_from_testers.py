@@ -21,9 +21,9 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Page, expect
 
+from tests.console import phones
 from tests.console.conftest import PHONE
 from tests.console.test_console import PASSWORD, sign_in
-from tests.console.test_testers_on_phones import _account, _upload
 from tests.devices import IPHONE
 
 pytestmark = pytest.mark.slow
@@ -57,33 +57,12 @@ class Bench:
 @pytest.fixture
 def bench(server: str) -> Bench:
     with httpx.Client(base_url=server, timeout=30) as http:
-        owner = _account(http, "olga@example.com", "Olga")
-        tester = _account(http, "tess@example.com", "Tess")
-        _account(http, "mallory@example.com", "Mallory")
-        project = http.post("/api/projects", json={"name": "Acme"}, headers=owner).json()
-        app = http.post(
-            f"/api/projects/{project['id']}/applications",
-            json={"name": "Acme iOS", "platform": "ios", "autoDistributeGroups": []},
-            headers=owner,
-        )
-        assert app.status_code == 201, app.text
-        for email in ("tess@example.com", "mallory@example.com"):
-            r = http.post(
-                f"/api/projects/{project['id']}/members",
-                json={"email": email, "role": "tester"},
-                headers=owner,
-            )
-            assert r.status_code == 201, r.text
-        base = f"/api/app-distribution/{project['id']}/{app.json()['id']}/builds"
-        distributed = _upload(http, owner, base, "For Tess")
-        undistributed = _upload(http, owner, base, "Not for testers yet")
-        r = http.post(
-            f"{base}/{distributed}/distribute",
-            json={"emails": ["tess@example.com"], "notify": False},
-            headers=owner,
-        )
-        assert r.status_code == 200, r.text
-        return Bench(project["id"], app.json()["id"], distributed, undistributed, tester, owner)
+        acme = phones.acme(http, ("tess@example.com", "Tess"), ("mallory@example.com", "Mallory"))
+        distributed = acme.upload(http, "For Tess")
+        undistributed = acme.upload(http, "Not for testers yet")
+        acme.distribute(http, distributed, "tess@example.com", notify=False)
+        tester = acme.testers[0]
+        return Bench(acme.project_id, acme.app_id, distributed, undistributed, tester, acme.owner)
 
 
 def png_file(folder: Path, name: str, size: tuple[int, int], colour: tuple[int, int, int]) -> Path:
@@ -228,6 +207,8 @@ def test_the_console_build_page_takes_feedback_and_the_tester_reads_the_reply(
     # Its screenshot, through its signed address, drawn.
     thumb = item.locator(".thumbnails img")
     expect(thumb).to_have_count(1)
+    # A path of this server, whatever the public URL: the page's CSP takes its own images only.
+    assert re.match(r"/feedback-screenshots/fbs_", thumb.get_attribute("src") or "")
     expect(thumb).to_have_js_property("naturalWidth", 120)
 
 

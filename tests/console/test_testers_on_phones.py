@@ -8,15 +8,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.builds.test_metadata import ipa
+from tests.console import phones
 from tests.console.conftest import PHONE
-from tests.console.test_console import PASSWORD, sign_in
+from tests.console.test_console import sign_in
 from tests.devices import ANDROID, IPHONE
 
 pytestmark = pytest.mark.slow
@@ -42,68 +41,27 @@ class Shelf:
         return f"/projects/{self.project_id}/apps/{self.app_id}"
 
 
-def _account(http: httpx.Client, email: str, name: str) -> dict[str, str]:
-    r = http.post("/api/auth/register", json={"email": email, "password": PASSWORD, "name": name})
-    assert r.status_code == 201, r.text
-    return {"Authorization": f"Bearer {r.json()['access_token']}"}
-
-
-def _upload(http: httpx.Client, headers: dict[str, str], base: str, notes: str) -> str:
-    data = ipa().getvalue()
-    link = http.post(
-        f"{base}/upload-link",
-        json={"fileName": "Example.ipa", "fileSize": len(data)},
-        headers=headers,
-    )
-    assert link.status_code in (200, 201), link.text
-    body: dict[str, Any] = link.json()
-    assert http.put(body["uploadUrl"], content=data, headers=body["uploadHeaders"]).is_success
-    r = http.post(
-        f"{base}/verify", json={"buildId": body["buildId"], "notes": notes}, headers=headers
-    )
-    assert r.status_code == 200, r.text
-    return str(body["buildId"])
-
-
 @pytest.fixture
 def shelf(server: str) -> Shelf:
     with httpx.Client(base_url=server, timeout=30) as http:
-        owner = _account(http, "olga@example.com", "Olga")
-        tester = _account(http, "tess@example.com", "Tess")
-        project = http.post("/api/projects", json={"name": "Acme"}, headers=owner).json()
-        app = http.post(
-            f"/api/projects/{project['id']}/applications",
-            json={"name": "Acme iOS", "platform": "ios", "autoDistributeGroups": []},
-            headers=owner,
-        )
-        assert app.status_code == 201, app.text
-        r = http.post(
-            f"/api/projects/{project['id']}/members",
-            json={"email": "tess@example.com", "role": "tester"},
-            headers=owner,
-        )
-        assert r.status_code == 201, r.text
-        base = f"/api/app-distribution/{project['id']}/{app.json()['id']}/builds"
-        distributed = _upload(http, owner, base, "For Tess")
-        undistributed = _upload(http, owner, base, "Not for testers yet")
+        acme = phones.acme(http, ("tess@example.com", "Tess"))
+        distributed = acme.upload(http, "For Tess")
+        undistributed = acme.upload(http, "Not for testers yet")
         pending = http.post(
-            f"{base}/upload-link", json={"fileName": "Example.ipa", "fileSize": 1000}, headers=owner
+            f"{acme.builds}/upload-link",
+            json={"fileName": "Example.ipa", "fileSize": 1000},
+            headers=acme.owner,
         )
         assert pending.status_code in (200, 201), pending.text
-        r = http.post(
-            f"{base}/{distributed}/distribute",
-            json={"emails": ["tess@example.com"], "notify": False},
-            headers=owner,
-        )
-        assert r.status_code == 200, r.text
+        acme.distribute(http, distributed, "tess@example.com", notify=False)
         return Shelf(
-            project["id"],
-            app.json()["id"],
+            acme.project_id,
+            acme.app_id,
             distributed,
             undistributed,
             pending.json()["buildId"],
-            tester["Authorization"],
-            owner["Authorization"],
+            acme.testers[0]["Authorization"],
+            acme.owner["Authorization"],
         )
 
 

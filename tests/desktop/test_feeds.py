@@ -305,6 +305,21 @@ async def test_sparkle_appcast_items_carry_sparkle_s_elements(
     assert_problem(r, 404, "unknown_channel")
 
 
+async def test_sparkle_appcast_stays_xml_with_control_characters_in_the_notes(
+    builds: Builds,
+) -> None:
+    """Notes from CI may carry a terminal's colour codes; XML cannot, even escaped."""
+    key = await _platform(builds, "macos")
+    notes = "\x1b[31mFixed\x1b[0m the \x0bcrash\tnow\x07"
+    await _ready(
+        builds, files.dmg(), "Example-3.0.dmg", version="3.0", buildNumber="3", notes=notes
+    )
+
+    root = _appcast(await builds.client.get(f"/feeds/{key}/sparkle/default.xml"))
+    (item,) = root.iterfind("channel/item")
+    assert _text(item, "description") == "<p>[31mFixed[0m the crash\tnow</p>"
+
+
 async def test_sparkle_phases_a_held_build_to_its_share_of_the_groups(
     app: FastAPI, builds: Builds, clock: FrozenClock
 ) -> None:

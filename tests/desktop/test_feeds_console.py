@@ -4,38 +4,17 @@ developers; and they are addresses the feeds answer at."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from html import unescape
 
 import httpx
 import pytest
 import yaml
-from fastapi import FastAPI
 
-from tests.conftest import BASE_URL, Account, Api
+from tests.conftest import BASE_URL, Api
+from tests.console.test_mail_pages import browser, sign_in
 from tests.desktop import files
 
-ORIGIN = {"Origin": BASE_URL}
-
-
-@pytest.fixture
-async def browser_like(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    base = BASE_URL.replace("http://", "https://")
-    async with httpx.AsyncClient(transport=transport, base_url=base) as client:
-        yield client
-
-
-async def _login(browser: httpx.AsyncClient, account: Account, password: str) -> None:
-    page = await browser.get("/login")
-    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert found
-    r = await browser.post(
-        "/login",
-        data={"csrf": found.group(1), "email": account.email, "password": password},
-        headers=ORIGIN,
-    )
-    assert r.status_code == 303, r.text
+__all__ = ["browser"]
 
 
 def _pasted(html: str) -> list[str]:
@@ -44,7 +23,7 @@ def _pasted(html: str) -> list[str]:
 
 @pytest.mark.parametrize("platform", ["macos", "windows", "linux"])
 async def test_a_desktop_application_s_page_lists_its_feeds_per_channel(
-    browser_like: httpx.AsyncClient, client: httpx.AsyncClient, api: Api, platform: str
+    browser: httpx.AsyncClient, client: httpx.AsyncClient, api: Api, platform: str
 ) -> None:
     owner = await api.register("ada@example.com", "correct horse")
     tester = await api.register("tess@example.com", "correct horse")
@@ -56,8 +35,8 @@ async def test_a_desktop_application_s_page_lists_its_feeds_per_channel(
     assert r.status_code == 201, r.text
     key = app["updateKey"]
 
-    await _login(browser_like, owner, "correct horse")
-    page = await browser_like.get(f"/projects/{project['id']}/apps/{app['id']}")
+    await sign_in(browser, owner.email, "correct horse")
+    page = await browser.get(f"/projects/{project['id']}/apps/{app['id']}")
     assert page.status_code == 200
     pasted = _pasted(page.text)
     electron = f"{BASE_URL}/feeds/{key}/electron"
@@ -77,20 +56,20 @@ async def test_a_desktop_application_s_page_lists_its_feeds_per_channel(
         r = await client.get(sparkle[0].removeprefix(BASE_URL))
         assert r.status_code == 200, r.text
 
-    browser_like.cookies.clear()
-    await _login(browser_like, tester, "correct horse")
-    page = await browser_like.get(f"/projects/{project['id']}/apps/{app['id']}")
+    browser.cookies.clear()
+    await sign_in(browser, tester.email, "correct horse")
+    page = await browser.get(f"/projects/{project['id']}/apps/{app['id']}")
     assert f"/feeds/{key}" not in page.text  # as the key itself: a developer's
 
 
 async def test_a_phone_application_s_page_lists_no_feeds(
-    browser_like: httpx.AsyncClient, api: Api
+    browser: httpx.AsyncClient, api: Api
 ) -> None:
     owner = await api.register("ada@example.com", "correct horse")
     project = await api.project(owner)
     app = await api.application(owner, project["id"], "Phone", platform="android")
-    await _login(browser_like, owner, "correct horse")
-    page = await browser_like.get(f"/projects/{project['id']}/apps/{app['id']}")
+    await sign_in(browser, owner.email, "correct horse")
+    page = await browser.get(f"/projects/{project['id']}/apps/{app['id']}")
     assert page.status_code == 200
     assert app["updateKey"] in page.text
     assert "/feeds/" not in page.text

@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, func, select
 
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build, BuildChannel, Channel
+from buildbay.channels.names import is_channel_name
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.distribution.visibility import DISTRIBUTED_TO_VIEWER, Viewer, viewer_params
 from buildbay.errors import NotFound
@@ -102,6 +103,7 @@ async def channels_named(
     reads: Reads, application_id: str, names: list[str]
 ) -> dict[str, ChannelRecord]:
     """The application's channels of these names, by name (missing ones are left out)."""
+    names = [name for name in names if is_channel_name(name)]
     if not names:
         return {}
     rows = await reads.all(_CHANNELS_BY_NAME, {"application_id": application_id, "names": names})

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.builds import history
 from buildbay.builds.models import BuildChannel, Channel
+from buildbay.channels.names import is_channel_name
 from buildbay.channels.reads import (
     CHANNEL,
     DEFAULT_CHANNEL,
@@ -170,12 +171,12 @@ class ChannelService:
     ) -> None:  # fmt: skip
         """The build's rollout percentage on one channel it is published to (404
         `channel_not_found` if it is not on it)."""
-        on = await self.db.scalar(
+        on = is_channel_name(channel) and await self.db.scalar(
             select(BuildChannel.channel_id)
             .join(Channel, Channel.id == BuildChannel.channel_id)
             .where(BuildChannel.build_id == build_id, Channel.name == channel)
         )
-        if on is None:
+        if not on:
             raise NotFound(f"The build is not published to {channel}", code="channel_not_found")
         await self.publish(
             application_id, build_id, [channel], replace=False, rollouts={channel: percent},

@@ -59,7 +59,7 @@ from buildbay.distribution.installs import installs_of
 from buildbay.distribution.reach import reach_of
 from buildbay.feedback.reads import new_feedback_counts
 from buildbay.numbers import whole_number
-from buildbay.projects.authorization import application_of, tester_of
+from buildbay.projects.authorization import ApplicationAccess, application_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
 from buildbay.updates.check import release_of
@@ -175,21 +175,24 @@ async def build_page(request: Request, project_id: str, app_id: str, build_id: s
     )
     if tester_of(access) is not None:  # a tester's page: the build, and their feedback form
         return await render_tester_build(request, visitor, db, access, build_id)
-    return await render_build(request, visitor, db, project_id, app_id, build_id)
+    return await render_build(request, visitor, db, project_id, app_id, build_id, access=access)
 
 
 async def render_build(
     request: Request, visitor: Visitor, db: AsyncSession, project_id: str, app_id: str,
     build_id: str, failed: str | None = None, values: dict[str, Any] | None = None,
     errors: dict[str, str] | None = None, status_code: int = 200,
+    access: ApplicationAccess | None = None,
 ) -> Response:  # fmt: skip
     """The page; after a refused form, `failed` names it ("distribute", "notes", "link") and
-    its fields show `values` and `errors`."""
+    its fields show `values` and `errors`. `access`: the visitor's, a developer's or more, if
+    the caller already has it."""
     reads = Reads.within(db)
     ctx = get_context(request)
-    access = await application_of(
-        reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
-    )
+    if access is None:
+        access = await application_of(
+            reads, visitor.principal, project_id, app_id, ProjectRole.DEVELOPER
+        )
     build = await build_reads(ctx, reads).get(access.application.id, build_id)
     groups, _ = await groups_page(reads, access.project, 100, None)
     links = install_link_reads(ctx, reads)

@@ -35,6 +35,7 @@ from buildbay.console.pages import (
     ConsoleRoute,
     can,
     page,
+    search_and_cursor,
     see_other,
     visit,
     visit_application,
@@ -46,12 +47,10 @@ from buildbay.devices.reach import profile_scope
 from buildbay.devices.records import ProfileScope
 from buildbay.devices.viewer import missed_on_page
 from buildbay.distribution.installs import downloads_by_day
-from buildbay.errors import ValidationFailed
 from buildbay.feeds.urls import feed_addresses
 from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
-from buildbay.schemas import page_of
 
 CHART_DAYS = 30
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -165,14 +164,9 @@ class ShownBuilds:
 def _shown(request: Request) -> ShownBuilds:
     query = request.query_params
     sort = BuildOrder.VERSION if query.get("sort") == "version" else BuildOrder.NEWEST
-    search = query.get("q", "").strip()[:MAX_SEARCH]
-    try:
-        after_id = page_of(None, query.get("cursor")).after_id
-    except ValidationFailed:
-        raise ValidationFailed(
-            "This address asks for a page of builds that the console did not give out. Start "
-            "again from the application's page."
-        ) from None
+    search, after_id = search_and_cursor(
+        request, MAX_SEARCH, pages_of="builds", start="the application's page"
+    )
     return ShownBuilds(search, sort, after_id)
 
 

@@ -27,18 +27,18 @@ from buildbay.console.pages import (
     form_fields,
     page,
     parse_form,
+    search_and_cursor,
     see_other,
     visit,
 )
 from buildbay.console.session import Visitor
-from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.errors import ValidationFailed
-from buildbay.feedback.dependencies import triage_service
+from buildbay.feedback.dependencies import page_feedback_reads, triage_service
 from buildbay.feedback.enums import FeedbackCategory, FeedbackStatus
 from buildbay.feedback.links import ScreenshotLinks
-from buildbay.feedback.reads import FeedbackQuery, FeedbackReads, FeedbackViewer, InboxItem
+from buildbay.feedback.reads import FeedbackQuery, FeedbackViewer, InboxItem
 from buildbay.feedback.records import ScreenshotRecord
 from buildbay.feedback.team_schemas import (
     MAX_COMMENT_LENGTH,
@@ -48,7 +48,6 @@ from buildbay.feedback.team_schemas import (
 from buildbay.projects.authorization import ProjectAccess, application_of, project_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
-from buildbay.schemas import page_of
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -144,14 +143,9 @@ def _an_id(value: str | None) -> str | None:
 def filters_of(request: Request, app_id: str | None = None) -> Filters:
     """The filters the address asks for (`app_id`: the application the address itself names)."""
     query = request.query_params
-    search = query.get("q", "").replace("\x00", "").strip()[:MAX_SEARCH]
-    try:
-        after_id = page_of(None, query.get("cursor")).after_id
-    except ValidationFailed:
-        raise ValidationFailed(
-            "This address asks for a page of feedback that the console did not give out. Start "
-            "again from the inbox."
-        ) from None
+    search, after_id = search_and_cursor(
+        request, MAX_SEARCH, pages_of="feedback", start="the inbox"
+    )
     return Filters(
         application=app_id or _an_id(query.get("application")),
         build=_an_id(query.get("build")),
@@ -160,12 +154,6 @@ def filters_of(request: Request, app_id: str | None = None) -> Filters:
         search=search,
         after_id=after_id,
     )
-
-
-def _reads(ctx: AppContext, reads: Reads) -> FeedbackReads:
-    """The feedback reads, giving screenshot addresses as paths of this server: the page's
-    Content-Security-Policy takes images from its own origin only, whatever the public URL."""
-    return FeedbackReads(reads, ctx.clock.now(), ScreenshotLinks(ctx.settings.signing_key, ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +221,7 @@ async def _inbox(request: Request, project_id: str, app_id: str | None) -> Respo
     shown = filters_of(request, app_id)
     ctx = get_context(request)
     reads = Reads.within(db)
-    feedback = _reads(ctx, reads)
+    feedback = page_feedback_reads(ctx, reads)
     query = shown.query(access.project.id)
     found, next_cursor = await feedback.page(query)
     counts = await feedback.status_counts(query)
@@ -288,7 +276,7 @@ async def _render_feedback(
     shown = filters_of(request)
     ctx = get_context(request)
     reads = Reads.within(db)
-    feedback = _reads(ctx, reads)
+    feedback = page_feedback_reads(ctx, reads)
     viewer = FeedbackViewer.of(access.caller.user.id, access.role)
     item = await feedback.one(access.project.id, feedback_id, viewer)
     comments, more = await feedback.comments(item.feedback.id, COMMENTS_SHOWN, None)

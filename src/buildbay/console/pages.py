@@ -31,6 +31,7 @@ from buildbay.numbers import whole_number
 from buildbay.problems import allowed_methods, problem_response
 from buildbay.projects.authorization import ApplicationAccess, application_of
 from buildbay.projects.enums import ProjectRole
+from buildbay.schemas import page_of
 from buildbay.templates import CONSOLE, render
 
 ROLES = [role.value for role in ProjectRole]
@@ -363,6 +364,24 @@ def safe_next(target: str | None) -> str:
     if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
         return target
     return "/projects"
+
+
+def search_and_cursor(
+    request: Request, max_search: int, *, pages_of: str, start: str
+) -> tuple[str, str | None]:
+    """A list page's `?q=` (trimmed to `max_search` characters, without NUL, which PostgreSQL
+    refuses in text) and the `after_id` of its `?cursor=` (the next page's, as the API's): a
+    cursor the console did not give out is a 422 that says to start again from `start`."""
+    query = request.query_params
+    search = query.get("q", "").replace("\x00", "").strip()[:max_search]
+    try:
+        after_id = page_of(None, query.get("cursor")).after_id
+    except ValidationFailed:
+        raise ValidationFailed(
+            f"This address asks for a page of {pages_of} that the console did not give out. "
+            f"Start again from {start}."
+        ) from None
+    return search, after_id
 
 
 def now(request: Request) -> Any:

@@ -24,6 +24,7 @@ from buildbay.console.pages import (
     page,
     parse_form,
     said,
+    search_and_cursor,
     see_other,
     sentence,
     visit,
@@ -43,7 +44,6 @@ from buildbay.devices.service import device_mail_of
 from buildbay.errors import BuildbayError, NotFound, ValidationFailed
 from buildbay.projects.authorization import project_of
 from buildbay.projects.enums import ProjectRole
-from buildbay.schemas import page_of
 from buildbay.words import counted
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -69,15 +69,9 @@ class Shown:
 
 
 def _shown(request: Request) -> Shown:
-    query = request.query_params
-    search = query.get("q", "").replace("\x00", "").strip()[:MAX_SEARCH]
-    try:
-        after_id = page_of(None, query.get("cursor")).after_id
-    except ValidationFailed:
-        raise ValidationFailed(
-            "This address asks for a page of devices that the console did not give out. Start "
-            "again from the project's devices page."
-        ) from None
+    search, after_id = search_and_cursor(
+        request, MAX_SEARCH, pages_of="devices", start="the project's devices page"
+    )
     return Shown(search, after_id)
 
 

@@ -28,7 +28,7 @@ from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context, request_session
 from buildbay.errors import NotAuthenticated
-from buildbay.feedback.dependencies import count_reporter, feedback_reads, screenshot_links
+from buildbay.feedback.dependencies import count_reporter, page_feedback_reads
 from buildbay.feedback.enums import FeedbackStatus
 from buildbay.feedback.reads import CommentRecord, InboxItem
 from buildbay.feedback.records import Sender
@@ -152,7 +152,7 @@ async def own_feedback(request: Request) -> Response:
     with its status and the team's replies."""
     visitor, db = await visit(request)
     ctx = get_context(request)
-    reads = feedback_reads(ctx, Reads.within(db))
+    reads = page_feedback_reads(ctx, Reads.within(db))
     after_id = None
     cursor = request.query_params.get("cursor")
     if cursor:
@@ -161,7 +161,7 @@ async def own_feedback(request: Request) -> Response:
         except InvalidCursorError:
             return see_other(OWN_FEEDBACK_PATH)
     found, next_cursor = await reads.own_page(visitor.principal.user.id, OWN_PAGE_SIZE, after_id)
-    links, now = screenshot_links(ctx), ctx.clock.now()
+    links, now = reads.links, reads.now
     replies = await reads.latest_comments(
         [item.feedback.id for item in found if item.comments_count], REPLIES_SHOWN
     )

@@ -62,6 +62,13 @@ def feedback_reads(ctx: AppContext, reads: Reads) -> FeedbackReads:
     return FeedbackReads(reads, ctx.clock.now(), screenshot_links(ctx))
 
 
+def page_feedback_reads(ctx: AppContext, reads: Reads) -> FeedbackReads:
+    """The feedback reads of the console's pages (the team's inbox, a tester's own page): their
+    screenshot addresses are paths of this server, since a page's Content-Security-Policy
+    takes images from its own origin only, whatever the public URL."""
+    return FeedbackReads(reads, ctx.clock.now(), ScreenshotLinks(ctx.settings.signing_key, ""))
+
+
 Service = Annotated[FeedbackService, in_unit_of_work(feedback_service)]
 Triage = Annotated[TriageService, in_unit_of_work(triage_service)]
 TeamReads = Annotated[FeedbackReads, on_reads(feedback_reads)]

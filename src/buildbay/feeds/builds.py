@@ -15,6 +15,7 @@ from sqlalchemy import bindparam, null, select
 from buildbay.applications.models import Application
 from buildbay.builds.metadata import DESKTOP_FILES, suffix_of
 from buildbay.builds.models import Build, BuildChannel
+from buildbay.channels.reads import DEFAULT_CHANNEL
 from buildbay.db.reads import Reads
 from buildbay.errors import NotFound
 from buildbay.updates.check import KeyOwner, unknown_channel
@@ -22,7 +23,6 @@ from buildbay.updates.published import CHANNEL, offered_on_channel
 from buildbay.updates.versions import app_version
 
 MAX_BUILDS = 500  # the newest offered builds of a channel that a feed looks at
-DEFAULT_CHANNEL = "default"
 
 _PLATFORM_NAMES = {"macos": "macOS", "windows": "Windows", "linux": "Linux"}
 

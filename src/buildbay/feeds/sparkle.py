@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 from xml.etree.ElementTree import Element, SubElement, register_namespace, tostring
 
-from buildbay.feeds.builds import DEFAULT_CHANNEL, FeedBuild
+from buildbay.channels.reads import DEFAULT_CHANNEL
+from buildbay.feeds.builds import FeedBuild
 from buildbay.feeds.urls import download_url, sparkle_url
 
 SPARKLE = "http://www.andymatuschak.org/xml-namespaces/sparkle"
@@ -70,8 +72,15 @@ def _uses_sparkle(root: Element) -> bool:
     )
 
 
+# What XML 1.0 cannot carry, even escaped: notes may hold a control character (a terminal's
+# colour codes in a `git log` pasted by CI), and one would make the whole appcast unreadable.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
 def notes_html(notes: str) -> str:
-    """Plain-text notes as an HTML fragment that shows them as written."""
+    """Plain-text notes as an HTML fragment that shows them as written (without the control
+    characters XML cannot carry)."""
+    notes = _NOT_XML.sub("", notes)
     paragraphs = [p for p in notes.replace("\r\n", "\n").split("\n\n") if p.strip()]
     return "".join(
         "<p>" + html.escape(p.strip()).replace("\n", "<br>") + "</p>" for p in paragraphs

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from buildbay.channels.reads import DEFAULT_CHANNEL
+
 
 def feeds_url(public_url: str, update_key: str) -> str:
     return f"{public_url}/feeds/{quote(update_key, safe='')}"
@@ -41,7 +43,7 @@ def appinstaller_url(public_url: str, update_key: str, channel: str) -> str:
 def electron_publish(public_url: str, update_key: str, channel: str) -> str:
     """electron-builder.yml's `publish` for a channel (the default one is electron-updater's
     `latest`)."""
-    name = "latest" if channel == "default" else channel
+    name = "latest" if channel == DEFAULT_CHANNEL else channel
     return (
         "publish:\n"
         "  provider: generic\n"

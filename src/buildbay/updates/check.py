@@ -120,7 +120,6 @@ _CANDIDATES = (
 _CANDIDATES_NEWER_BY_CODE = _CANDIDATES.where(
     or_(Build.version_code > bindparam("version_code"), Build.version_code.is_(None))
 )
-_CHANNEL = CHANNEL
 # The offered build with its live link, in one statement (`now` bound).
 _BUILD = select(*BUILD.columns, *LIVE_LINK_COLUMNS).where(Build.id == bindparam("build_id"))
 
@@ -349,7 +348,7 @@ async def answer(
     rule = UpdateCheck(caller, owner)
     found = await candidates(reads, owner.application_id, caller)
     # A channel with candidates exists: only an empty answer (the usual one) asks.
-    if not found and await reads.first(_CHANNEL, _channel_of(owner, caller)) is None:
+    if not found and await reads.first(CHANNEL, _channel_of(owner, caller)) is None:
         raise unknown_channel(caller.channel)
     best, mandatory = rule.choose(found)
     if best is None:
