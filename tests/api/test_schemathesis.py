@@ -109,6 +109,9 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         # `reporterEmail` from a member (taken only with the update key: the caller's state).
         "unreadable_screenshot",
         "reporter_email_not_taken",
+        # A build's blockmap whose bytes are not electron-builder's (gzipped JSON of the file's
+        # blocks): decompressed to know.
+        "invalid_blockmap",
     },
 }
 
