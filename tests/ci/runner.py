@@ -188,8 +188,85 @@ def run_action(
 
 
 _GITLAB_INPUT = re.compile(r"\$\[\[\s*inputs\.([A-Za-z0-9_-]+)\s*\]\]")
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
-def gitlab_interpolate(text: str, inputs: Mapping[str, str]) -> str:
-    """GitLab's `$[[ inputs.x ]]`, before the job runs (no function after a `|`: none used)."""
-    return _GITLAB_INPUT.sub(lambda m: inputs[m.group(1)], text)
+def gitlab_interpolate(value: Any, inputs: Mapping[str, Any]) -> Any:
+    """GitLab's `$[[ inputs.x ]]` in the loaded configuration's values, as GitLab interpolates
+    them when it creates the pipeline: a value that is the block alone takes the input as it is
+    (an array stays one), else it is written into the text (no `| function`: none used)."""
+    if isinstance(value, dict):
+        return {k: gitlab_interpolate(v, inputs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [gitlab_interpolate(v, inputs) for v in value]
+    if not isinstance(value, str):
+        return value
+    if whole := _GITLAB_INPUT.fullmatch(value.strip()):
+        return inputs[whole.group(1)]
+    return _GITLAB_INPUT.sub(lambda m: str(inputs[m.group(1)]), value)
+
+
+def gitlab_env(work: Path) -> dict[str, str]:
+    """The predefined variables of a GitLab CI job, of the test's own."""
+    (work / "project").mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(work),
+        "CI": "true",
+        "GITLAB_CI": "true",
+        "CI_PROJECT_DIR": str(work / "project"),
+        "CI_PROJECT_URL": "https://gitlab.example.com/acme/acme-android",
+        "CI_COMMIT_SHA": "0" * 40,
+        "CI_COMMIT_REF_NAME": "main",
+        "CI_PIPELINE_URL": "https://gitlab.example.com/acme/acme-android/-/pipelines/42",
+        "CI_JOB_URL": "https://gitlab.example.com/acme/acme-android/-/jobs/4242",
+        "BUILDBAY_CONFIG_DIR": str(work / "no-profile"),
+        **{k: v for k, v in os.environ.items() if k.startswith("PIP_")},
+    }
+
+
+@dataclass
+class JobRun:
+    returncode: int
+    log: str
+    dotenv: dict[str, str]
+
+
+def run_gitlab_job(
+    inputs: Mapping[str, Any], work: Path, ci_variables: Mapping[str, str]
+) -> JobRun:
+    """The component's job as a GitLab runner runs it: inputs over their defaults interpolated,
+    the job's variables (expanded against the project's CI/CD variables `ci_variables`, but
+    those marked `expand: false`), its script with `sh -e` (the image's shell may be dash)."""
+    spec, jobs = yaml.safe_load_all(GITLAB_COMPONENT.read_text(encoding="utf-8"))
+    given: dict[str, Any] = {}
+    for name, declared in spec["spec"]["inputs"].items():
+        if name in inputs:
+            given[name] = inputs[name]
+        else:
+            assert "default" in declared, f"the input {name} is mandatory"
+            given[name] = declared["default"]
+        if "options" in declared:
+            assert given[name] in declared["options"], f"{name}: not one of its options"
+    assert not set(inputs) - set(given), "inputs the component does not declare"
+    [job] = gitlab_interpolate(jobs, given).values()
+    env = {**gitlab_env(work), **ci_variables}
+    for name, value in job["variables"].items():
+        if isinstance(value, dict):
+            env[name] = str(value["value"])
+            assert value.get("expand") is False
+        else:
+            env[name] = _VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), ""), str(value))
+    script = work / "job.sh"
+    script.write_text("\n".join(job["script"]))
+    done = subprocess.run(
+        ["sh", "-e", str(script)], env=env, cwd=env["CI_PROJECT_DIR"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+    )  # fmt: skip
+    report = Path(env["CI_PROJECT_DIR"]) / job["artifacts"]["reports"]["dotenv"]
+    dotenv = {}
+    if report.exists():
+        for line in report.read_text().splitlines():
+            name, _, value = line.partition("=")
+            dotenv[name] = value
+    return JobRun(done.returncode, done.stdout, dotenv)
