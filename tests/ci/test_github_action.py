@@ -240,3 +240,13 @@ def test_a_wrong_token_fails_the_step_and_is_not_shown(
     assert wrong not in run.log
     assert "Q" * 12 not in run.log
     assert run.steps[0].outputs == {}
+
+
+def test_outputs_are_written_in_the_multiline_syntax_whatever_they_hold() -> None:
+    from buildbay_client.ci import github_output_text
+    from tests.ci.runner import parse_output_file
+
+    held = {"version": "1.0\nname=evil\nEOF", "build-id": "bld_1", "install-url": ""}
+    text = github_output_text(held)
+    assert parse_output_file(text) == held
+    assert "\nname=evil\n" in text  # on a line of its own, inside the value's delimiters
