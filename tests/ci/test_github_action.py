@@ -6,6 +6,7 @@ job summary with the install link's QR code, and the token nowhere."""
 from __future__ import annotations
 
 import io
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -185,9 +186,19 @@ def test_the_action_uploads_distributes_and_says_where_the_build_is(
     assert qr.status_code == 200
     assert qr.headers["content-type"] == "image/png"
     assert _decoded(Image.open(io.BytesIO(qr.content))) == out["install-url"]
+    builds = f"/api/app-distribution/{team.project['id']}/{team.app['id']}/builds"
+    links = f"{builds}/{build['buildId']}/install-links"
+    [link] = team.get(links)["installLinks"]
+    lasts = datetime.fromisoformat(link["expiresAt"]) - datetime.fromisoformat(link["createdAt"])
+    assert lasts == timedelta(days=3)  # install-link-days
     # The log's QR code as text reads as the same link.
     assert f"QR code of the install link {out['install-url']}:" in run.log
     assert _decoded(_log_qr(run.steps[0].stderr)) == out["install-url"]
+
+    # A revoked link's QR code is not served any more.
+    revoked = httpx.delete(f"{team.server}{links}/{link['linkId']}", headers=team.headers)
+    assert revoked.status_code == 204, revoked.text
+    assert httpx.get(f"{out['install-url']}/qr.png").status_code == 410
 
     everything = run.log + summary + "".join(f"{k}={v}" for k, v in out.items())
     everything += (tmp_path / "step-1" / "output").read_text()
