@@ -1,6 +1,10 @@
 """A server for the CI integrations' tests (one a module, in a thread of the test process: the
 runners' scripts reach it over HTTP only), and a project on it to upload to with an API token,
-as a CI job has one."""
+as a CI job has one.
+
+The action's install step and the GitLab job install the client with pip, as they do in CI:
+that needs the package index for its dependencies (httpx, typer, rich, segno, hatchling), or
+a pip cache that holds them (PIP_* variables are passed on)."""
 
 from __future__ import annotations
 
