@@ -37,8 +37,9 @@ bench: $(SYNCED) ## Benchmarks (print ratios against a baseline measured in the 
 	$(VENV)/bin/python bench/api.py
 	$(VENV)/bin/python bench/cli_upload.py
 
-load: $(SYNCED) ## Load test (docs/performance.md): reads and uploads, SQLite then PostgreSQL + Redis
+load: $(SYNCED) ## Load tests (docs/performance.md): reads and uploads, SQLite then PostgreSQL + Redis; then with feedback beside them
 	$(VENV)/bin/python bench/load.py
+	$(VENV)/bin/python bench/feedback.py
 
 $(UV):
 	$(PYTHON) -m venv .uv

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -22,12 +23,85 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 PASSWORD = "bench-password-123"
+RSS_SAMPLE_SECONDS = 0.02
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (all its threads), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def vm_rss_kib(pid: int) -> int:
+    """A process's resident memory now, from /proc."""
+    with open(f"/proc/{pid}/status") as f:  # noqa: PTH123 - read a few times a second
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes started by `pid`, and by them in turn (a fork server's children), from
+    /proc."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            for child in (task / "children").read_text().split():
+                found += [int(child), *descendants(int(child))]
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of `pid` and of every process it started that is still running."""
+    total = cpu_seconds(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(child)
+    return total
+
+
+def pss_kib(pid: int) -> int:
+    """A process's proportional share of resident memory (its own pages, and its share of the
+    pages it shares with others, such as a fork server's children), from /proc."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:  # noqa: PTH123 - read a few times a second
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no Pss for pid {pid}")
+
+
+def tree_pss_kib(pid: int) -> int:
+    """The memory of `pid` and of every process it started (a server's with its worker
+    processes), each page counted once: the sum of their `pss_kib`."""
+    total = pss_kib(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError, RuntimeError):
+            total += pss_kib(child)
+    return total
+
+
+class RssSampler(threading.Thread):
+    """The peak VmRSS of a process (with `tree`, the peak memory of it and its descendants:
+    `tree_pss_kib`), sampled every RSS_SAMPLE_SECONDS from `start` to `stop`."""
+
+    def __init__(self, pid: int, *, tree: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self._rss = tree_pss_kib if tree else vm_rss_kib
+        self.peak_kib = self._rss(pid)
+        self.samples = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(RSS_SAMPLE_SECONDS):
+            self.peak_kib = max(self.peak_kib, self._rss(self.pid))
+            self.samples += 1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self.peak_kib = max(self.peak_kib, self._rss(self.pid))
 
 
 def mails_written(data_dir: Path) -> int:

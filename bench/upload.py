@@ -46,7 +46,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -56,6 +55,7 @@ import httpx
 from _common import (
     ROOT,
     VENV_BIN,
+    RssSampler,
     cpu_seconds,
     create_application,
     create_project,
@@ -63,6 +63,7 @@ from _common import (
     register,
     running_server,
     table,
+    vm_rss_kib,
 )
 
 MiB = 1024 * 1024
@@ -71,36 +72,8 @@ RATIO_REQUIRED = 0.6
 RSS_LIMIT_MIB = 100
 PARTS_RATIO_REQUIRED = 1.0
 PARTS_RSS_LIMIT_MIB = 64
-SAMPLE_SECONDS = 0.02
 WARMUP_COPIES = 2
 OCTET_STREAM = {"Content-Type": "application/octet-stream"}
-
-
-def vm_rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:  # noqa: PTH123 - read a few times a second
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-class RssSampler(threading.Thread):
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.peak_kib = vm_rss_kib(pid)
-        self.samples = 0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(SAMPLE_SECONDS):
-            self.peak_kib = max(self.peak_kib, vm_rss_kib(self.pid))
-            self.samples += 1
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join()
-        self.peak_kib = max(self.peak_kib, vm_rss_kib(self.pid))
 
 
 def make_source(path: Path, size: int, start: bytes = b"") -> str:

@@ -101,6 +101,8 @@ _SAME_ON_ANY_BACKEND = (
     "tests/faults/test_slow_clients.py",  # uvicorn's connections and the body read timeout
     "tests/security/test_upload_connection.py",
     "tests/test_authorization_matrix.py",  # who may call what: the services decide it alike
+    # electron-updater against a server: the feed downloads' reads are tests/desktop's own.
+    "tests/desktop/test_electron_updater.py",
     # The outbox killed mid-delivery: on PostgreSQL its claims are the mail tests' (test_mail,
     # test_distribution_mail), through the same job worker.
     "tests/faults/test_webhooks.py",

@@ -11,6 +11,7 @@ their own (TARGETS), so every caller finds it there.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import re
 import secrets
@@ -589,6 +590,11 @@ async def _testers(w: World, subject: Account) -> dict[str, Any]:
     return {"emails": [w.accounts.member.email]}
 
 
+@body("POST", "/api/projects/{id}/groups/{groupId}/join-link")
+async def _join_link(w: World, subject: Account) -> dict[str, Any]:
+    return {"maxTesters": 10, "allowedEmailDomains": ["example.com"]}
+
+
 @body("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute")
 async def _distribute(w: World, subject: Account) -> dict[str, Any]:
     return {"groups": ["everyone", w.ids["groupId"]], "emails": [w.accounts.member.email]}
@@ -706,6 +712,12 @@ async def _feedback_form(w: World, subject: Account) -> list[Any]:
 FORMS[("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/feedback")] = (
     _feedback_form
 )
+# Routes whose body is raw bytes (application/octet-stream): a valid body of each.
+RAW: dict[Key, Callable[[World], bytes]] = {
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): lambda w: (
+        gzip.compress(b'{"version": "2", "files": []}', mtime=0)
+    ),
+}
 
 
 @target("DELETE", "/api/projects/{id}/webhooks/{webhookId}")
@@ -722,6 +734,19 @@ async def _doomed_channel(w: World) -> dict[str, str]:
 @target("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}")
 async def _doomed_group(w: World) -> dict[str, str]:
     return {"groupId": await w.new_group()}
+
+
+@target("GET", "/api/projects/{id}/groups/{groupId}/join-link")
+@target("DELETE", "/api/projects/{id}/groups/{groupId}/join-link")
+async def _group_with_a_join_link(w: World) -> dict[str, str]:
+    group_id = await w.new_group()
+    r = await w.client.post(
+        f"/api/projects/{w.ids['id']}/groups/{group_id}/join-link",
+        json={},
+        headers=w.accounts.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    return {"groupId": group_id}
 
 
 @target("DELETE", "/api/account/api-tokens/{id}")
@@ -800,6 +825,7 @@ class Prepared:
     headers: dict[str, str]
     relogin: Account | None  # whose session to renew once it is sent
     form: list[Any] | None = None  # a multipart form (FORMS), sent instead of JSON
+    content: bytes | None = None  # raw bytes (RAW), sent instead of JSON
 
 
 async def prepare(
@@ -821,14 +847,21 @@ async def prepare(
         headers = (await w.login(subject)).headers if ends_sessions else subject.headers
     payload = await BODIES[case.key](w, subject) if case.has_body else None
     form = await FORMS[case.key](w, subject) if case.key in FORMS else None
+    content = RAW[case.key](w) if case.key in RAW else None
     url = case.url(values) + (QUERIES[case.key](w) if case.key in QUERIES else "")
-    return Prepared(case.method, url, payload, headers, subject if ends_sessions else None, form)
+    relogin = subject if ends_sessions else None
+    return Prepared(case.method, url, payload, headers, relogin, form, content)
 
 
 async def send(w: World, prepared: Prepared) -> httpx.Response:
     if prepared.form is not None:
         r = await w.client.request(
             prepared.method, prepared.url, files=prepared.form, headers=prepared.headers
+        )
+    elif prepared.content is not None:
+        raw = {**prepared.headers, "Content-Type": "application/octet-stream"}
+        r = await w.client.request(
+            prepared.method, prepared.url, content=prepared.content, headers=raw
         )
     else:
         r = await w.client.request(

@@ -100,6 +100,10 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/projects/{id}/groups/{groupId}/testers"): "tester",
     ("POST", "/api/projects/{id}/groups/{groupId}/testers"): "developer",
     ("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}"): "developer",
+    # A group's public join link: whoever manages the groups (tests/distribution/).
+    ("POST", "/api/projects/{id}/groups/{groupId}/join-link"): "developer",
+    ("GET", "/api/projects/{id}/groups/{groupId}/join-link"): "developer",
+    ("DELETE", "/api/projects/{id}/groups/{groupId}/join-link"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/installs"): "developer",
     # Testers' devices: their developers' (tests/ios/test_device_lists*.py).
@@ -156,6 +160,7 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): "developer",
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): "developer",
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): "developer",
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): "developer",
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): "tester",
@@ -224,6 +229,9 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/projects/{id}/groups/{groupId}/testers"): READ,
     ("POST", "/api/projects/{id}/groups/{groupId}/testers"): UNSCOPED,
     ("DELETE", "/api/projects/{id}/groups/{groupId}/testers/{userId}"): UNSCOPED,
+    ("POST", "/api/projects/{id}/groups/{groupId}/join-link"): UNSCOPED,
+    ("GET", "/api/projects/{id}/groups/{groupId}/join-link"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}/groups/{groupId}/join-link"): UNSCOPED,
     (
         "POST",
         "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/distribute",
@@ -275,6 +283,7 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): BUILDS_WRITE,
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): BUILDS_WRITE,
     ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): READ,
@@ -312,6 +321,9 @@ OUTSIDE_API = {
     "/devices/": "the profile service: the console's session cookie for the profile, its "
     "challenge for a device's answer, a signed reference for the page after it "
     "(tests/ios/test_enrollment.py)",
+    "/feeds/": "the application's update key, public by design like the update check's: "
+    "it opens only what the check offers under it (tests/desktop/test_feeds.py, "
+    "test_feed_download.py)",
     "/healthz": "public by contract",
     "/readyz": "public by contract",
     "/favicon.ico": "public: a redirect to the icon under /static",
@@ -325,6 +337,10 @@ OUTSIDE_API = {
     "/account": "the console (cookie and CSRF)",
     "/unsubscribe/": "a signed one-click link (tests/mail/test_unsubscribe.py)",
     "/invitations/": "the console; its token is the invitation's (tests/console/)",
+    "/join/": "a group's public join link: its token, rate limited per IP and address "
+    "(tests/distribution/test_join_links.py)",
+    "/join-confirm/": "a join link's confirmation mail: its single-use token "
+    "(tests/distribution/test_join_links.py)",
     "/forgot-password": "the console's form (tests/console/)",
     "/reset-password": "the console; a reset link's token (tests/console/)",
     "/verify-email": "the console; a verification link's token (tests/console/)",

@@ -52,6 +52,8 @@ from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
 from buildbay.feedback.routes import router as feedback_router
 from buildbay.feedback.team_routes import router as feedback_team_router
+from buildbay.feeds.download_routes import router as feed_download_router
+from buildbay.feeds.routes import router as feeds_router
 from buildbay.files.routes import router as storage_router
 from buildbay.health import router as health_router
 from buildbay.invitations.routes import router as invitations_router
@@ -100,6 +102,7 @@ API_SECTIONS = (
     "devices",
     "feedback",
     "updates",
+    "desktop feeds",
     "storage",
     "install pages",
     "health",
@@ -234,6 +237,8 @@ def create_app(
     # its reading order (API_SECTIONS).
     for router in (
         updates_router,
+        feed_download_router,
+        feeds_router,
         builds_router,
         feedback_router,
         projects_router,

@@ -1,6 +1,6 @@
 """One pure-ASGI middleware for what every request needs before and after the routes run:
 a request id, the JSON body rules of /api (Content-Type, 1 MiB; a feedback's form instead:
-multipart, 60 MiB), the RateLimit headers, the
+multipart, 60 MiB; a build's blockmap: raw bytes, 16 MiB), the RateLimit headers, the
 security headers (buildbay/security_headers.py), a time limit on reading a request body, and
 closing the connection after an answer given before the request's body was read."""
 
@@ -19,6 +19,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from buildbay.builds.blockmap import MAX_BLOCKMAP_BYTES
 from buildbay.feedback.submission import MAX_BODY as MAX_FEEDBACK_BODY
 from buildbay.numbers import whole_number
 from buildbay.problems import PROBLEM_CONTENT_TYPE, problem_body
@@ -33,10 +34,13 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # The one /api body that is not JSON: a feedback's form, with its screenshots (feedback/).
 _FEEDBACK = re.compile(r"^/api/app-distribution/[^/]+/[^/]+/builds/[^/]+/feedback$")
+# And a build's blockmap: the raw bytes electron-builder wrote (builds/blockmap.py).
+_BLOCKMAP = re.compile(r"^/api/app-distribution/[^/]+/[^/]+/builds/[^/]+/blockmap$")
 # The pages' own feedback forms (console/feedback_form.py): their screenshots come from a phone
 # as an upload's do. Their size is counted where they are read.
 _PAGE_FEEDBACK = re.compile(r"^/(?:install/[^/]+|projects/[^/]+/apps/[^/]+/builds/[^/]+)/feedback$")
 _JSON_LIMIT = "JSON request bodies are limited to 1 MiB"
+_BLOCKMAP_LIMIT = f"A blockmap has at most {MAX_BLOCKMAP_BYTES // (1024 * 1024)} MiB"
 _FEEDBACK_LIMIT = f"A feedback's body is at most {MAX_FEEDBACK_BODY // (1024 * 1024)} MiB"
 
 
@@ -91,8 +95,13 @@ class ApiMiddleware:
         form = False
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
             form = scope["method"] == "POST" and bool(_FEEDBACK.match(scope["path"]))
-            check = self._check_form_headers if form else self._check_body_headers
-            problem = check(headers, has_body=has_body)
+            raw = scope["method"] == "PUT" and bool(_BLOCKMAP.match(scope["path"]))
+            if form:
+                problem = self._check_form_headers(headers, has_body=has_body)
+            elif raw:
+                problem = self._check_raw_headers(headers, has_body=has_body)
+            else:
+                problem = self._check_body_headers(headers, has_body=has_body)
             if problem is not None:
                 status, code, detail = problem
                 await _send_problem(send, status, code, detail, request_id, security)
@@ -100,6 +109,8 @@ class ApiMiddleware:
                 return
             if form:
                 receive = _limited(receive, MAX_FEEDBACK_BODY, _FEEDBACK_LIMIT)
+            elif raw:
+                receive = _limited(receive, MAX_BLOCKMAP_BYTES, _BLOCKMAP_LIMIT)
             else:
                 receive = _limited(receive, self.max_json_body, _JSON_LIMIT)
 
@@ -177,6 +188,27 @@ class ApiMiddleware:
             )
         return None
 
+    @staticmethod
+    def _check_raw_headers(
+        headers: dict[str, str], *, has_body: bool
+    ) -> tuple[int, str, str] | None:
+        """A blockmap's bytes: refused before a byte is read when they say they are too many."""
+        text = headers.get("content-length")
+        length = whole_number(text, max_digits=20) if text is not None else None
+        if text is not None and length is None:
+            return 400, "bad_request", "Content-Length is not a number"
+        if length is not None and length > MAX_BLOCKMAP_BYTES:
+            return 413, "upload_too_large", _BLOCKMAP_LIMIT
+        media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if has_body and media != "application/octet-stream":
+            return (
+                400,
+                "unsupported_content_type",
+                "Send the blockmap's bytes as they are, with Content-Type: "
+                "application/octet-stream",
+            )
+        return None
+
 
 def _limited(receive: Receive, limit: int, refusal: str) -> Receive:
     """`receive`, which stops the body with 413 once more than `limit` bytes have come."""
@@ -238,11 +270,13 @@ class _BodyReading:
 
 # Addresses whose next segment is a credential: an install link's token (and its download,
 # manifest, icon and device registration), an invitation's, an unsubscribe link's, a device
-# enrollment's challenge and the reference of the page after it, a feedback screenshot's.
+# enrollment's challenge and the reference of the page after it, a feedback screenshot's, a
+# group's public join link's and its confirmation mail's; and an application's update key
+# (public, in every installed copy, but a key: /feeds/{updateKey}/...).
 # tests/test_access_log.py checks that every route with a `{token}` in its path is one of them.
 _SECRET_SEGMENT = re.compile(
     r"^(/(?:install|invitations|unsubscribe|devices/enroll|devices/enrolled"
-    r"|feedback-screenshots)/)[^/]*"
+    r"|feedback-screenshots|join|join-confirm|feeds)/)[^/]*"
 )
 # What a logged path keeps as it is; anything else (a space, a line break, a non-ASCII
 # character) is written percent-encoded, so that a path cannot forge a line of the log.

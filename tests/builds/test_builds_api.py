@@ -33,6 +33,7 @@ BUILD_FIELDS = {
     "sha512",
     "architecture",
     "sparkleEdSignature",
+    "blockmapSize",
     "status",
     "notes",
     "createdAt",

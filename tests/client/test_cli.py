@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gzip
 import hashlib
 import json
 import os
@@ -183,6 +184,31 @@ def test_upload_verifies_the_build_and_prints_its_install_link(uploaded: Uploade
     assert build["metadata"]["packageName"] == "dev.buildbay.demo"
     assert build["sha256"] == hashlib.sha256(APK.read_bytes()).hexdigest()
     assert "/install/" in build["installUrl"]
+
+
+def test_upload_attaches_a_blockmap_that_the_feed_download_serves(cli: Cli, tmp_path: Path) -> None:
+    _login(cli)
+    cli.json("projects", "create", "Desk")
+    app = cli.json("apps", "create", "Desk App", "--project", "Desk", "--platform", "linux")
+    package = tmp_path / "example-app_1.4.2-1_amd64.deb"
+    package.write_bytes(desktop_files.deb(tmp_path))
+    blockmap = tmp_path / "example-app_1.4.2-1_amd64.deb.blockmap"
+    blockmap.write_bytes(gzip.compress(b'{"version": "2", "files": []}', mtime=0))
+
+    build = cli.json(
+        "upload", str(package), "-p", "Desk", "-a", "Desk App", "--blockmap", str(blockmap)
+    )
+
+    assert build["status"] == "ready"
+    assert build["blockmapSize"] == blockmap.stat().st_size
+    key = app["updateKey"]
+    r = httpx.get(
+        f"{cli.server}/feeds/{key}/download/{build['buildId']}/{blockmap.name}", timeout=30
+    )
+    assert r.status_code == 200, r.text
+    assert r.content == blockmap.read_bytes()
+    shown = cli.json("builds", "show", build["buildId"], "-p", "Desk", "-a", "Desk App")
+    assert shown["blockmapSize"] == blockmap.stat().st_size
 
 
 def test_builds_latest_and_list_print_the_lines_a_ci_log_shows(

@@ -93,6 +93,7 @@ CASES: dict[str, Op[Any]] = {
     "delete_build": ops.delete_build(P, A, B),
     "upload_link": ops.upload_link(P, A, "app.apk", 10, SHA, multipart=True, on_duplicate="reuse"),
     "set_build_channels": ops.set_build_channels(P, A, B, ["default", "beta"], 25),
+    "attach_blockmap": ops.attach_blockmap(P, A, B, b"\x1f\x8b"),
     "mark_mandatory": ops.mark_mandatory(P, A, B),
     "part_targets": ops.part_targets(P, A, B, [1, 2]),
     "received_parts": ops.received_parts(P, A, B),
@@ -158,7 +159,10 @@ def test_the_op_is_an_operation_of_the_server(name: str, document: dict[str, Any
     assert set(op.params) <= declared, f"{name}: query parameters the server does not take"
 
     body_schema = operation.get("requestBody", {}).get("content", {}).get("application/json")
-    if op.json is None:  # no body: the operation takes none, or an optional one
+    if op.content is not None:  # raw bytes: what the operation takes
+        raw = operation.get("requestBody", {}).get("content", {})
+        assert raw.get("application/octet-stream") is not None, f"{name}: takes no raw body"
+    elif op.json is None:  # no body: the operation takes none, or an optional one
         assert body_schema is None or not operation["requestBody"].get("required")
     else:
         assert body_schema is not None, f"{name}: sends a body the operation does not take"

@@ -260,6 +260,31 @@ def msix(manifest: str | bytes | None = None, **identity: Any) -> bytes:
     return out.getvalue()
 
 
+def msix_bundle(version: str = "1.4.2.0", *architectures: str) -> bytes:
+    """A bundle of app packages, as makeappx bundle lays it out: its manifest under
+    AppxMetadata/ naming one package per architecture, and the packages."""
+    archs = architectures or ("x64", "arm64")
+    packages = "".join(
+        f'<Package Type="application" Version="{version}" Architecture="{arch}" '
+        f'FileName="Example_{version}_{arch}.msix" Offset="0" Size="1"/>'
+        for arch in archs
+    )
+    manifest = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<Bundle xmlns="http://schemas.microsoft.com/appx/2013/bundle" SchemaVersion="5.0">'
+        f'<Identity Name="Example.DesktopApp" Publisher="CN=Example Corp, O=Example Corp, C=US" '
+        f'Version="{version}"/>'
+        f"<Packages>{packages}</Packages></Bundle>"
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("AppxMetadata/AppxBundleManifest.xml", manifest)
+        for arch in archs:
+            z.writestr(f"Example_{version}_{arch}.msix", msix(version=version, architecture=arch))
+        z.writestr("[Content_Types].xml", CONTENT_TYPES)
+    return out.getvalue()
+
+
 # -- a .zip of an .app -------------------------------------------------------------------------
 
 APP_INFO: dict[str, Any] = {

@@ -48,6 +48,10 @@ def test_every_address_with_a_token_in_its_path_is_logged_as_its_template(app: F
     [
         ("/projects/prj_1/invitations/inv_1/resend", "/projects/prj_1/invitations/inv_1/resend"),
         ("/install/", "/install/{token}"),
+        (
+            "/feeds/bbu_KEY/download/bld_1/App-1.0.0.exe",
+            "/feeds/{token}/download/bld_1/App-1.0.0.exe",
+        ),
         ("/installer/a", "/installer/a"),
         ("/a b\r\nGET /forged 200", "/a%20b%0D%0AGET%20/forged%20200"),
         ("/é", "/%C3%A9"),

@@ -241,6 +241,7 @@ class AsyncBuildbay(Core):
     latest_build = _async(ops.latest_build)
     delete_build = _async(ops.delete_build)
     set_build_channels = _async(ops.set_build_channels)
+    attach_blockmap = _async(ops.attach_blockmap)
     mark_mandatory = _async(ops.mark_mandatory)
     distribute_build = _async(ops.distribute_build)
     create_install_link = _async(ops.create_install_link)

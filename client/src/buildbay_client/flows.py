@@ -217,7 +217,10 @@ class Core:
             "params": op.params or None,
             "headers": headers,
         }
-        if op.json is not None:
+        if op.content is not None:
+            request["content"] = op.content
+            headers["Content-Type"] = "application/octet-stream"
+        elif op.json is not None:
             request["json"] = op.json
         elif op.method in ("POST", "PUT"):
             request["json"] = {}

@@ -393,6 +393,7 @@ class Build(Model):
     sha512: str | None = None
     architecture: str | None = None
     sparkle_ed_signature: str | None = None
+    blockmap_size: int | None = None  # electron-builder's `.blockmap` attached (attach_blockmap)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ class Op(Generic[T]):
     path: str
     model: type[Model] | None = None  # None: the answer has no body (204, 302)
     json: dict[str, Any] | None = None
+    content: bytes | None = None  # a raw body (application/octet-stream) instead of JSON
     params: dict[str, str] = field(default_factory=dict)
     # Safe to send again when the connection broke after sending: GET, PUT, DELETE and verify.
     idempotent: bool = True
@@ -328,6 +329,15 @@ def set_build_channels(
     if rollout_percent is not None:
         body["rolloutPercent"] = rollout_percent
     return Op("PUT", path, models.Build, body)
+
+
+def attach_blockmap(
+    project_id: str, app_id: str, build_id: str, blockmap: bytes
+) -> Op[models.Build]:
+    """Attach electron-builder's `.blockmap` of the build's file (its bytes, as written), for
+    electron-updater's differential download; replaces the one before."""
+    path = f"{_builds(project_id, app_id)}/{_q(build_id)}/blockmap"
+    return Op("PUT", path, models.Build, content=blockmap)
 
 
 def mark_mandatory(project_id: str, app_id: str, build_id: str) -> Op[models.Build]:

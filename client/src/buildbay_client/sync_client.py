@@ -217,6 +217,7 @@ class Buildbay(Core):
     latest_build = _sync(ops.latest_build)
     delete_build = _sync(ops.delete_build)
     set_build_channels = _sync(ops.set_build_channels)
+    attach_blockmap = _sync(ops.attach_blockmap)
     mark_mandatory = _sync(ops.mark_mandatory)
     distribute_build = _sync(ops.distribute_build)
     create_install_link = _sync(ops.create_install_link)

@@ -74,6 +74,12 @@ class Build(Base):
     sha512: Mapped[str | None] = mapped_column(String(88))
     architecture: Mapped[str | None] = mapped_column(String(16))
     sparkle_ed_signature: Mapped[str | None] = mapped_column(String(88))
+    # electron-builder's `<file>.blockmap` (gzipped JSON of the file's blocks), uploaded beside
+    # the file for electron-updater's differential download: stored under the build's key +
+    # BLOCKMAP_SUFFIX (builds/blockmap.py), its size (electron-updater's `blockMapSize`) and
+    # SHA-256 (its ETag) here. Null: the build has none.
+    blockmap_size: Mapped[int | None] = mapped_column(BigInteger)
+    blockmap_sha256: Mapped[str | None] = mapped_column(String(64))
 
 
 class BuildIcon(Base):

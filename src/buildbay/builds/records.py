@@ -37,6 +37,8 @@ class BuildRecord:
     sha512: str | None
     architecture: str | None
     sparkle_ed_signature: str | None
+    blockmap_size: int | None  # electron-builder's `.blockmap` beside the file (blockmap.py)
+    blockmap_sha256: str | None
 
     @property
     def multipart(self) -> bool:

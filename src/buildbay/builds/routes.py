@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from typing import Annotated, Any
+import tempfile
+from typing import IO, Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from buildbay.builds import schemas
+from buildbay.builds.blockmap import MAX_BLOCKMAP_BYTES
 from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
 from buildbay.builds.devices import is_ios_build
 from buildbay.builds.duplicates import same_version_warning
@@ -19,6 +21,8 @@ from buildbay.builds.release import Distribution, Verify, verify_and_release
 from buildbay.builds.schemas import build_schema as to_schema
 from buildbay.deps import Context, Page, TransactionRoute
 from buildbay.distribution.dependencies import distributor
+from buildbay.errors import BadRequest, PayloadTooLarge
+from buildbay.numbers import whole_number
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
 from buildbay.projects.access import BuildsDeveloper, BuildsDownloader, BuildsReader
@@ -415,6 +419,60 @@ async def set_build_channels(
         access.application, build_id, body.channels, body.rollouts(), access.caller.user.id
     )
     return (await present([build], links.reads))[0]
+
+
+@router.put(
+    "/{buildId}/blockmap",
+    responses={
+        **linked(200, "The build", _build_links("$response.body#")),
+        **problem_responses(400, 401, 403, 404, 413, 422, 429),
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+    summary="Attach electron-builder's `.blockmap` of the build's file (developer+): the raw "
+    "bytes; electron-updater's differential download reads it",
+)
+async def put_build_blockmap(
+    build_id: BuildId,
+    request: Request,
+    access: BuildsDeveloper,
+    service: Service,
+    links: Links,
+    ctx: Context,
+) -> schemas.Build:
+    # On the data directory's disk past 1 MiB (a /tmp in memory would count against memory).
+    spool = ctx.settings.data_dir / "blockmaps-incoming"
+    spool.mkdir(parents=True, exist_ok=True)
+    with tempfile.SpooledTemporaryFile(max_size=1024 * 1024, dir=str(spool)) as body:
+        size = await _read_body(request, body, MAX_BLOCKMAP_BYTES)
+        build = await service.attach_blockmap(access.application, build_id, body, size)
+    return (await present([build], links.reads))[0]
+
+
+async def _read_body(request: Request, into: IO[bytes], limit: int) -> int:
+    """The request's body, into `into`, refused past `limit` bytes (before a byte is read when
+    its Content-Length says so)."""
+    declared = whole_number(request.headers.get("content-length", ""), max_digits=20)
+    if declared is not None and declared > limit:
+        raise PayloadTooLarge(
+            f"A blockmap has at most {limit} bytes; this one declares {declared}",
+            code="upload_too_large",
+        )
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"A blockmap has at most {limit} bytes", code="upload_too_large")
+        into.write(chunk)
+    if size == 0:
+        raise BadRequest("Send the blockmap's bytes as the body", code="empty_body")
+    return size
 
 
 @router.get(

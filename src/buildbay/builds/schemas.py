@@ -397,6 +397,11 @@ class Build(ApiModel):
     sparkle_ed_signature: str | None = Field(
         default=None, description="Sparkle's EdDSA signature of the file, as verify was given it"
     )
+    blockmap_size: int | None = Field(
+        default=None,
+        description="The size of electron-builder's `.blockmap` attached to the build (`PUT "
+        ".../blockmap`), for electron-updater's differential download; null: none",
+    )
     status: BuildStatus
     notes: str | None
     created_at: Timestamp
@@ -542,6 +547,7 @@ def build_schema(
         sha512=build.sha512,
         architecture=build.architecture,
         sparkle_ed_signature=build.sparkle_ed_signature,
+        blockmap_size=build.blockmap_size,
         status=build.status,
         notes=build.notes,
         created_at=build.created_at,

@@ -13,6 +13,7 @@ file too large to hash within a request is checked by a job (`VERIFY_JOB`): the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,8 @@ from buildbay.applications.models import Application
 from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
+from buildbay.builds.blockmap import CONTENT_TYPE as BLOCKMAP_TYPE
+from buildbay.builds.blockmap import blockmap_key, check_blockmap
 from buildbay.builds.duplicates import (
     duplicate_build,
     ready_build_of_bytes,
@@ -401,6 +404,7 @@ class BuildService:
             if upload_id is not None:  # a multipart upload not joined yet: its parts go
                 await storage.abort_multipart(key, upload_id)
             await storage.delete(key)
+            await storage.delete(blockmap_key(key))  # its blockmap, if it has one
 
         return remove_bytes
 
@@ -765,6 +769,24 @@ class BuildService:
             application.id, build.id, channel, percent, actor_id
         )
         return build
+
+    async def attach_blockmap(
+        self, application: ApplicationRecord, build_id: str, source: IO[bytes], size: int
+    ) -> BuildRecord:
+        """Store `source` (`size` bytes, a file read from its start) as the build's blockmap
+        (blockmap.py), replacing any it had; 422 `invalid_blockmap` if it is not one."""
+        build = await self.reads.get(application.id, build_id)
+        sha256 = await asyncio.to_thread(check_blockmap, source)
+        await self.storage.put(blockmap_key(build.storage_key), source, size, BLOCKMAP_TYPE)
+        # Deleted meanwhile: nothing to update, and its bytes are the sweeper's (no build owns
+        # them), as those of an upload that lands after its build's deletion.
+        await self.db.execute(
+            update(Build)
+            .where(Build.id == build.id)
+            .values(blockmap_size=size, blockmap_sha256=sha256)
+            .execution_options(synchronize_session=False)
+        )
+        return await self.reads.get(application.id, build_id)
 
     async def update(
         self, application: ApplicationRecord, build_id: str, changes: dict[str, Any]

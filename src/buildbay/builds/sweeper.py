@@ -20,12 +20,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION
 from buildbay.applications.records import ApplicationRecord
+from buildbay.builds.blockmap import blockmap_key, owner_key
 from buildbay.builds.enums import BuildStatus, RemovalReason
 from buildbay.builds.models import Build
 from buildbay.builds.reads import BUILD
 from buildbay.builds.removed import forget_old_removals, record_removals
 from buildbay.builds.retention import doomed, ready_builds, rule_of
 from buildbay.db.reads import Reads
+from buildbay.distribution.join_links import sweep_join_requests
 from buildbay.feedback.models import FeedbackScreenshot
 from buildbay.feedback.removal import FEEDBACK_PREFIX, remove_screenshots, screenshots_of_builds
 from buildbay.invitations.caps import sweep_invitation_counts
@@ -70,6 +72,7 @@ async def sweep_expired_uploads(
             if upload_id is not None:
                 await storage.abort_multipart(key, upload_id)
             await storage.delete(key)
+            await storage.delete(blockmap_key(key))
         swept += len(claimed)
         log.info("swept %d expired pending builds", len(claimed))
         if len(rows) < BATCH:
@@ -102,6 +105,8 @@ async def sweep(
         await sweep_invitation_counts(db, now)
     async with sessions() as db, db.begin():  # removed builds no page or link asks for now
         await forget_old_removals(db, now)
+    async with sessions() as db, db.begin():  # join links' confirmations no mail can use now
+        await sweep_join_requests(db, now)
     return Swept(expired, retention, abandoned, orphans, orphan_uploads)
 
 
@@ -142,16 +147,22 @@ async def sweep_orphan_objects(
     deleted (the bucket does not ask us). A build's row exists before its upload URL does, so
     an object without a row is never one that a build will still claim; the grace period only
     keeps the sweeper away from bytes that are being written (an upload's own object is never
-    swept: its build owns it). A screenshot's object is written just before its feedback's row
-    commits (feedback/service.py): one without a row after GRACE was left by a crash, or by a
-    feedback sent while its application or project was being deleted.
+    swept: its build owns it, as it owns its blockmap, builds/blockmap.py). A screenshot's
+    object is written just before its feedback's row commits (feedback/service.py): one without
+    a row after GRACE was left by a crash, or by a feedback sent while its application or
+    project was being deleted.
     """
     removed = 0
     async for keys in storage.stored_keys(modified_before=now - GRACE):
+        # A blockmap is its build's while the build exists (blockmap.py).
+        owners = {key: owner_key(key) or key for key in keys}
         async with sessions() as db:
-            owned = set(
-                await db.scalars(select(Build.storage_key).where(Build.storage_key.in_(keys)))
+            builds = set(
+                await db.scalars(
+                    select(Build.storage_key).where(Build.storage_key.in_(set(owners.values())))
+                )
             )
+            owned = {key for key, owner in owners.items() if owner in builds}
             screenshots = [key for key in keys if key.startswith(f"{FEEDBACK_PREFIX}/")]
             if screenshots:
                 owned.update(
@@ -227,6 +238,8 @@ async def _apply_rule(
             await db.execute(delete(Build).where(Build.id.in_([b.id for b in claimed])))
         for build in claimed:  # after the commit: a crash here leaves only orphan bytes
             await storage.delete(build.storage_key)
+            if build.blockmap_size is not None:
+                await storage.delete(blockmap_key(build.storage_key))
         await remove_screenshots(storage, screenshots)
         swept += len(claimed)
     if swept:

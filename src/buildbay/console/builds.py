@@ -20,6 +20,7 @@ from buildbay.builds.dependencies import (
 )
 from buildbay.builds.devices import apple_model_of
 from buildbay.builds.install import InstallLinks
+from buildbay.builds.metadata import DESKTOP_FILES
 from buildbay.builds.reads import BuildOrder, BuildQuery, BuildReads
 from buildbay.builds.removed import RECENT_DAYS, RemovedBuildRecord, recent_removals
 from buildbay.builds.schemas import (
@@ -46,6 +47,7 @@ from buildbay.devices.records import ProfileScope
 from buildbay.devices.viewer import missed_on_page
 from buildbay.distribution.installs import downloads_by_day
 from buildbay.errors import ValidationFailed
+from buildbay.feeds.urls import feed_addresses
 from buildbay.projects.authorization import application_of, tester_of
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.reads import members
@@ -113,8 +115,22 @@ async def render_application(
         chart = downloads_chart(days) if any(count for _, count in days) else None
         # What went, and why (a tester sees only what was given to them: not these).
         removals = await recent_removals(reads, access.application.id, now)
+    feeds: dict[str, dict[str, str]] = {}
+    application = access.application
+    if (
+        access.role.includes(ProjectRole.DEVELOPER)
+        and application.update_key
+        and (application.platform in DESKTOP_FILES)
+    ):
+        public_url = get_context(request).settings.resolved_public_url
+        feeds = {
+            c.channel.name: feed_addresses(
+                public_url, application.update_key, application.platform, c.channel.name
+            )
+            for c in channels
+        }
     return page(
-        "console/application.html", visitor, status_code, project=access.project,
+        "console/application.html", visitor, status_code, project=access.project, feeds=feeds,
         application=access.application, role=access.role, can=can(access.role),
         builds=builds, install_urls={k: links.url(v) for k, v in current.items()},
         install_expiry={k: v.expires_at for k, v in current.items()},

@@ -4,9 +4,12 @@ it), through the same service as the API."""
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from dataclasses import replace
 
+import segno
 from fastapi import APIRouter, Request, Response
+from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.console.pages import (
@@ -19,15 +22,17 @@ from buildbay.console.pages import (
     parse_form,
     said,
     see_other,
+    sessions,
     visit,
 )
 from buildbay.console.session import Visitor
+from buildbay.console.shown_once import Shown, take
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
-from buildbay.distribution.dependencies import group_service
+from buildbay.distribution.dependencies import group_service, join_links
 from buildbay.distribution.groups import groups_page, invited_to_groups, testers_of
 from buildbay.distribution.schemas import GroupCreate, TestersAdd
-from buildbay.errors import BuildbayError
+from buildbay.errors import BuildbayError, NotFound
 from buildbay.invitations.caps import not_invited_sentences
 from buildbay.projects.authorization import project_of, sees_addresses
 from buildbay.projects.enums import ProjectRole
@@ -44,6 +49,12 @@ EMAILS_RULE = "Enter one or more e-mail addresses, one a line or separated by co
 def emails_of(text: str) -> list[str]:
     """The e-mails of a text box: one a line, or separated by commas or spaces."""
     return [e for e in _SEPARATORS.split(text) if e]
+
+
+def join_qr_svg(url: str) -> Markup:
+    """A join link as a QR code, drawn as the install page draws its own."""
+    qr = segno.make(url, error="m")
+    return Markup(qr.svg_inline(scale=4, border=2, title=f"QR code of {url}"))  # noqa: S704
 
 
 def _groups_path(project_id: str) -> str:
@@ -70,12 +81,26 @@ async def _render(
     if not addresses:  # a tester sees the others' names, never their addresses
         testers = {key: [replace(t, email="") for t in rows] for key, rows in testers.items()}
         invited = {key: [""] * len(emails) for key, emails in invited.items()}
+    links, shown_link, shown_qr = {}, None, None
+    if access.role.includes(ProjectRole.DEVELOPER):
+        service = join_links(get_context(request), db)
+        for group in found:
+            if not group.builtin:
+                with suppress(NotFound):
+                    links[group.id] = await service.live(access.project, group.id)
+        kept = await take(request, sessions(request), visitor, db, now(request), Shown.JOIN_LINK)
+        if kept is not None:
+            shown_link = {"group": kept[0], "url": kept[1]}
+            shown_qr = join_qr_svg(kept[1])
     return page(
         "console/groups.html", visitor, status_code, project=access.project, role=access.role,
         can=can(access.role), groups=found, testers=testers, invited=invited, failed=failed,
-        addresses=addresses,
+        addresses=addresses, links=links, shown_link=shown_link, shown_qr=shown_qr,
         errors=errors or {}, values=values or {},
     )  # fmt: skip
+
+
+render_groups = _render
 
 
 @router.post("/projects/{project_id}/groups")

@@ -173,6 +173,8 @@ class ConsoleSessions:
         visitor.cookies[self.session_cookie] = (token, int(self.lifetime.total_seconds()))
         nonce = secrets.token_hex(16)
         visitor.cookies[self.csrf_cookie] = (nonce, None)
+        # What the next page's forms carry, and what a notice left for it is sealed with.
+        visitor.csrf = self._csrf_for(nonce, token)
 
     def sign_out(self, visitor: Visitor) -> None:
         visitor.cookies[self.session_cookie] = ("", 0)

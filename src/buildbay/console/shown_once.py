@@ -33,6 +33,7 @@ MAX_SECRET_BYTES = 255  # the row's column holds its hex
 class Shown(StrEnum):
     API_TOKEN = "api_token"
     WEBHOOK = "webhook"
+    JOIN_LINK = "join_link"
 
 
 def _xor(data: bytes, pad: bytes) -> bytes:

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.context import AppContext
 from buildbay.deps import in_unit_of_work
 from buildbay.distribution.groups import GroupService
+from buildbay.distribution.join_links import JoinLinks
 from buildbay.distribution.service import Distributor
 from buildbay.invitations.dependencies import invitation_service
 
@@ -25,3 +26,12 @@ def distributor(ctx: AppContext, db: AsyncSession) -> Distributor:
 
 
 Service = Annotated[GroupService, in_unit_of_work(group_service)]
+
+
+def join_links(ctx: AppContext, db: AsyncSession) -> JoinLinks:
+    settings = ctx.settings
+    return JoinLinks(db, ctx.clock.now(), ctx.mail, settings.resolved_public_url,
+                     settings.invitations_per_day, ctx.unsubscribe, settings.signup)  # fmt: skip
+
+
+JoinLinksDep = Annotated[JoinLinks, in_unit_of_work(join_links)]

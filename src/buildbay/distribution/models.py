@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import Boolean, ForeignKey, Index, String, UniqueConstraint, false
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -139,3 +139,46 @@ class InstallEvent(Base):
     )
     platform: Mapped[str] = mapped_column(String(16))
     at: Mapped[datetime]
+
+
+class JoinLink(Base):
+    """A group's public join link (issue 40, TestFlight's public link): whoever opens it gives
+    an e-mail, confirms it from the mail, and joins the group as a tester. The token is stored
+    as a hash (shown once, at creation). One live link per group: a new one revokes the old.
+    `joined_count` counts those who joined through this link; `max_testers` bounds it with a
+    conditional UPDATE (distribution/join_links.py), so that it holds under concurrency."""
+
+    __tablename__ = "join_links"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("tester_groups.id", ondelete="CASCADE"), index=True
+    )
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    max_testers: Mapped[int | None] = mapped_column(Integer)
+    # Normalised (NFKC, lower case, IDNA's ASCII form); empty: any domain.
+    allowed_domains: Mapped[list[str]] = mapped_column(JSON)
+    expires_at: Mapped[datetime | None]
+    created_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    joined_count: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class JoinRequest(Base):
+    """An e-mail given on a join link's page: its confirmation mail's token (as a hash), used
+    once, within a day."""
+
+    __tablename__ = "join_requests"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    link_id: Mapped[str] = mapped_column(
+        ForeignKey("join_links.id", ondelete="CASCADE"), index=True
+    )
+    email: Mapped[str] = mapped_column(String(320))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]

@@ -8,7 +8,7 @@ from buildbay.builds.dependencies import Builds
 from buildbay.builds.dependencies import Service as BuildService
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.distribution import schemas
-from buildbay.distribution.dependencies import Service, distributor
+from buildbay.distribution.dependencies import JoinLinksDep, Service, distributor
 from buildbay.distribution.groups import (
     GroupRecord,
     TesterRecord,
@@ -16,6 +16,7 @@ from buildbay.distribution.groups import (
     testers_of,
 )
 from buildbay.distribution.installs import installs_of
+from buildbay.distribution.join_links import JoinLinkRecord, join_link_url
 from buildbay.distribution.reach import reach_of
 from buildbay.distribution.service import DistributionResult
 from buildbay.invitations.caps import Admission, InvitationsLimited
@@ -235,3 +236,66 @@ async def build_installs(
         invited_not_signed_up=reach.invited,
         unsubscribed=reach.unsubscribed,
     )
+
+
+# -- public join links (issue 40) -----------------------------------------------------------------
+
+_JOIN_LINK = _GROUP + "/join-link"
+
+
+def join_link_schema(link: JoinLinkRecord) -> schemas.JoinLink:
+    return schemas.JoinLink(
+        id=link.id,
+        group_id=link.group_id,
+        state=link.state.value,
+        max_testers=link.max_testers,
+        allowed_email_domains=link.allowed_domains,
+        expires_at=link.expires_at,
+        created_at=link.created_at,
+        joined_count=link.joined_count,
+    )
+
+
+@router.post(
+    _JOIN_LINK,
+    status_code=status.HTTP_201_CREATED,
+    responses=WRITE,
+    summary="Make the group's public join link, revoking the one it had (developer+); its "
+    "`url` is shown this once",
+)
+async def create_join_link(
+    group_id: GroupId,
+    body: schemas.JoinLinkCreate,
+    access: ProjectDeveloper,
+    links: JoinLinksDep,
+    ctx: Context,
+) -> schemas.JoinLinkCreated:
+    link, token = await links.create(
+        access, group_id, body.max_testers, body.allowed_email_domains, body.expires_at
+    )
+    url = join_link_url(ctx.settings.resolved_public_url, token)
+    return schemas.JoinLinkCreated(**join_link_schema(link).model_dump(), url=url)
+
+
+@router.get(
+    _JOIN_LINK,
+    responses=BY_ID,
+    summary="The group's join link (without its secret URL) and how many joined (developer+)",
+)
+async def get_join_link(
+    group_id: GroupId, access: ProjectDeveloper, links: JoinLinksDep
+) -> schemas.JoinLink:
+    return join_link_schema(await links.live(access.project, group_id))
+
+
+@router.delete(
+    _JOIN_LINK,
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problem_responses(401, 403, 404, 409, 429),
+    summary="Revoke the group's join link: its page says so from now on (developer+)",
+)
+async def revoke_join_link(
+    group_id: GroupId, access: ProjectDeveloper, links: JoinLinksDep
+) -> Response:
+    await links.revoke(access.project, group_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from buildbay.auth.schemas import EMAIL_VERIFIED_DESCRIPTION
 from buildbay.projects.enums import ProjectRole
@@ -178,4 +178,51 @@ class Installs(ApiModel):
     )
     unsubscribed: int = Field(
         default=0, description="Of the testers reached, those who turned new-build mails off"
+    )
+
+
+class JoinLinkCreate(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "maxTesters": 100,
+        "allowedEmailDomains": ["example.com"],
+        "expiresAt": "2030-01-01T00:00:00Z",
+    }
+
+    max_testers: int | None = Field(
+        default=None,
+        ge=1,
+        le=10000,
+        description="How many may join through the link (1..10,000); absent or null: no limit",
+    )
+    allowed_email_domains: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=253)]], Field(max_length=50)
+    ] = Field(
+        default_factory=list,
+        description="Only addresses of these domains may join (compared after NFKC and IDNA); "
+        "empty: any",
+    )
+    expires_at: AwareDatetime | None = Field(
+        default=None,
+        description="When the link stops taking anyone (in the future); absent or null: never",
+    )
+
+
+class JoinLink(ApiModel):
+    id: str
+    group_id: str
+    state: Literal["live", "expired", "full"] = Field(
+        description="`live`: it takes people; `expired`: past `expiresAt`; `full`: "
+        "`joinedCount` reached `maxTesters`"
+    )
+    max_testers: int | None
+    allowed_email_domains: list[str] = Field(description="Normalised: lower case, IDNA's ASCII")
+    expires_at: Timestamp | None
+    created_at: Timestamp
+    joined_count: int = Field(description="How many joined the group through this link")
+
+
+class JoinLinkCreated(JoinLink):
+    url: str = Field(
+        description="The public join page: shown this once (only its hash is stored); "
+        "making a new link is the way to see one again"
     )

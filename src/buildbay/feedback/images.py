@@ -25,9 +25,18 @@ before a pixel is decoded, turned upright, and encoded anew with nothing but its
   turn the pixels upright. A colour profile other than sRGB is applied to the pixels (converted
   to sRGB), not kept: a Display P3 screenshot keeps its colours (within sRGB's gamut), and no
   profile's text (which can name a device or its owner, for a calibrated display) is kept.
-- Work: decoding is CPU and memory; it runs in a pool of WORKERS threads of its own, so that
-  at most that many images are decoded at once in a process, whatever the number of senders
-  (a 40-megapixel image takes ~160 MB while it is re-encoded).
+- Work: decoding and encoding take processor time and memory, and Pillow holds the
+  interpreter's lock while it encodes a PNG (into a buffer, as PNG's writer does): in threads of
+  the server's own process, 20 testers' screenshots made every other request wait (bench/
+  feedback.py, docs/performance.md). So they run in WORKERS processes of their own (started
+  when first needed, from the fork server the build files' readers use where there is one,
+  at a lower scheduling priority, NICENESS: they take the cores the requests leave), one
+  feedback's screenshots at a time in each: at most WORKERS feedback are being re-encoded in a
+  server process whatever the number of senders, a feedback waits only for those ahead of it,
+  and only those hold their bytes in the server's memory (a 40-megapixel image takes ~160 MB
+  while it is re-encoded, in the worker). A worker that dies (a codec's crash on a crafted
+  file, or the kernel's out-of-memory killer) is replaced and the image tried once more in a
+  new one: an image that ends two workers is refused as one that does not decode.
 """
 
 from __future__ import annotations
@@ -36,13 +45,18 @@ import asyncio
 import concurrent.futures
 import contextlib
 import io
+import multiprocessing
+import os
 import re
 import struct
 import tempfile
+import threading
+import weakref
 import zlib
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pillow_heif
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
@@ -52,7 +66,10 @@ JPEG_QUALITY = 90
 MAX_JPEG_SCANS = 100
 MAX_JPEG_SEGMENTS = 10_000  # its markers with a length, RSTn aside
 MAX_PNG_CHUNKS = 20_000
-WORKERS = 2
+# A worker for every two cores, at most two: on a 2-core host one core stays the requests'.
+WORKERS = max(1, min(2, (os.cpu_count() or 2) // 2))
+NICENESS = 10  # added to the workers' scheduling priority (os.nice): below the requests'
+OUT_SPOOL_BYTES = 4 * 1024 * 1024  # of a re-encoded screenshot kept in memory, then on disk
 # Pillow warns past its limit and refuses past twice it; the limit here is the same number, and
 # `reencode` refuses past it before Pillow's own check comes into play.
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS
@@ -71,7 +88,8 @@ _SOS, _EOI = 0xDA, 0xD9
 _PNG_CHUNK = struct.Struct(">I4s")
 _PNG_SIGNATURE, _JPEG_SIGNATURE = b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff"
 _SRGB = ImageCms.createProfile("sRGB")
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="images")
+# The start method of the build files' readers (builds/readers.py): one fork server per process.
+_CONTEXT = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 class NotAnImage(ValueError):
@@ -94,17 +112,33 @@ class Reencoded:
             self.file.close()
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """What a worker answers: the screenshot's new bytes and what they are."""
+
+    data: bytes
+    width: int
+    height: int
+    content_type: str  # image/png or image/jpeg
+    extension: str  # png or jpg
+
+
 async def reencode_all(sources: list[IO[bytes]], spool_dir: Path) -> list[Reencoded]:
-    """`reencode` of each, in order, in the image threads; NotAnImage names the first that
-    fails by its position (from 1)."""
-    loop = asyncio.get_running_loop()
+    """`reencode` of each, in order, in a worker process, each re-encoded screenshot in a
+    temporary file under `spool_dir`; NotAnImage names the first that fails by its position
+    (from 1). Waits, holding nothing but the files, while WORKERS other feedback are being
+    re-encoded."""
     done: list[Reencoded] = []
     try:
-        for position, source in enumerate(sources, start=1):
-            try:
-                done.append(await loop.run_in_executor(_POOL, reencode, source, spool_dir))
-            except NotAnImage as exc:
-                raise NotAnImage(f"screenshot {position} {exc}") from None
+        async with _turns():
+            for position, source in enumerate(sources, start=1):
+                data = await asyncio.to_thread(_read_all, source)
+                try:
+                    encoded = await _in_worker(data)
+                except NotAnImage as exc:
+                    raise NotAnImage(f"screenshot {position} {exc}") from None
+                del data
+                done.append(await asyncio.to_thread(_spooled, encoded, spool_dir))
     except BaseException:
         for made in done:
             made.close()
@@ -112,10 +146,107 @@ async def reencode_all(sources: list[IO[bytes]], spool_dir: Path) -> list[Reenco
     return done
 
 
-def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
+# One semaphore of WORKERS places for each event loop (a server process has one; the tests make
+# many): a feedback holds a place while its screenshots are re-encoded, in the order they came.
+_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turns() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    turns = _TURNS.get(loop)
+    if turns is None:
+        turns = _TURNS[loop] = asyncio.Semaphore(WORKERS)
+    return turns
+
+
+async def _in_worker(data: bytes) -> Encoded:
+    """`reencode_bytes(data)` in a worker process; in a second one if the first dies."""
+    for _ in range(2):
+        pool = _WORKERS.pool()
+        try:
+            return await asyncio.wrap_future(pool.submit(reencode_bytes, data))
+        except BrokenProcessPool:
+            _WORKERS.replace(pool)
+    raise NotAnImage("is not a whole image: it does not decode")
+
+
+class _Workers:
+    """The worker processes of this server process, started when first needed (shared by every
+    app a process makes, as the tests make many), made anew when one has died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                context: Any = multiprocessing.get_context(_CONTEXT)
+                if _CONTEXT == "forkserver":  # Pillow imported once, if this starts the server
+                    context.set_forkserver_preload([__name__])
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    WORKERS, mp_context=context, initializer=_start_worker
+                )
+            return self._pool
+
+    def replace(self, broken: concurrent.futures.ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is broken:
+                self._pool = None
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            pool = self._pool
+        # The executor's own table of its processes: it has no public one.
+        processes = getattr(pool, "_processes", None) or {}
+        return sorted(processes)
+
+
+_WORKERS = _Workers()
+
+
+def worker_pids() -> list[int]:
+    """The worker processes' ids, once started (for operations and tests)."""
+    return _WORKERS.pids()
+
+
+def _start_worker() -> None:
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
+
+
+def _read_all(source: IO[bytes]) -> bytes:
+    source.seek(0)
+    return source.read()
+
+
+def _spooled(encoded: Encoded, spool_dir: Path) -> Reencoded:
+    out = tempfile.SpooledTemporaryFile(max_size=OUT_SPOOL_BYTES, dir=str(spool_dir))  # noqa: SIM115 (the caller closes it)
+    try:
+        out.write(encoded.data)
+        out.seek(0)
+    except BaseException:
+        out.close()
+        raise
+    return Reencoded(
+        out, len(encoded.data), encoded.width, encoded.height, encoded.content_type,
+        encoded.extension,
+    )  # fmt: skip
+
+
+def reencode_bytes(data: bytes) -> Encoded:
+    """`reencode` of an image's bytes, for a worker process: its answer is bytes."""
+    return reencode(io.BytesIO(data))
+
+
+def reencode(source: IO[bytes]) -> Encoded:
     """The image in `source` (read from its start), upright and without metadata, as a PNG (a
     PNG's) or a JPEG (a JPEG's or a HEIC's). NotAnImage if it is none of those, is larger than
-    MAX_PIXELS, or does not decode. Blocking: for a worker thread."""
+    MAX_PIXELS, or does not decode. Blocking, and the interpreter's lock held for much of it:
+    for a worker process."""
     _refuse_costly(source)
     source.seek(0)
     try:
@@ -133,7 +264,7 @@ def reencode(source: IO[bytes], spool_dir: Path) -> Reencoded:
             image.load()
             _upright(image)
             clean = _pixels_only(image, as_jpeg=as_jpeg)
-            return _encoded(clean, as_jpeg=as_jpeg, spool_dir=spool_dir)
+            return _encoded(clean, as_jpeg=as_jpeg)
         except Image.DecompressionBombError:
             raise _too_large() from None
         except (OSError, ValueError, SyntaxError, EOFError, zlib.error, MemoryError) as exc:
@@ -222,19 +353,13 @@ def _pixels_only(image: Image.Image, *, as_jpeg: bool) -> Image.Image:
     return image
 
 
-def _encoded(image: Image.Image, *, as_jpeg: bool, spool_dir: Path) -> Reencoded:
-    out = tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024, dir=str(spool_dir))  # noqa: SIM115 (the caller closes it)
-    try:
-        if as_jpeg:
-            # Only what is passed is written: no EXIF, ICC profile or comment.
-            image.save(out, "JPEG", quality=JPEG_QUALITY, exif=b"", icc_profile=None)
-            content_type, extension = "image/jpeg", "jpg"
-        else:
-            image.save(out, "PNG", exif=b"", icc_profile=None)
-            content_type, extension = "image/png", "png"
-        size = out.tell()
-        out.seek(0)
-    except BaseException:
-        out.close()
-        raise
-    return Reencoded(out, size, image.width, image.height, content_type, extension)
+def _encoded(image: Image.Image, *, as_jpeg: bool) -> Encoded:
+    out = io.BytesIO()
+    if as_jpeg:
+        # Only what is passed is written: no EXIF, ICC profile or comment.
+        image.save(out, "JPEG", quality=JPEG_QUALITY, exif=b"", icc_profile=None)
+        content_type, extension = "image/jpeg", "jpg"
+    else:
+        image.save(out, "PNG", exif=b"", icc_profile=None)
+        content_type, extension = "image/png", "png"
+    return Encoded(out.getvalue(), image.width, image.height, content_type, extension)

@@ -173,16 +173,17 @@ _SCREENSHOTS = (
     .where(FeedbackScreenshot.feedback_id.in_(bindparam("ids", expanding=True)))
     .order_by(FeedbackScreenshot.feedback_id, FeedbackScreenshot.position)
 )
+_COMMENT_COLUMNS = (
+    FeedbackComment.id,
+    FeedbackComment.feedback_id,
+    FeedbackComment.text,
+    FeedbackComment.created_at,
+    _AUTHOR.id.label("author_id"),
+    _AUTHOR.email.label("author_email"),
+    _AUTHOR.name.label("author_name"),
+)
 _COMMENTS = (
-    select(
-        FeedbackComment.id,
-        FeedbackComment.feedback_id,
-        FeedbackComment.text,
-        FeedbackComment.created_at,
-        _AUTHOR.id.label("author_id"),
-        _AUTHOR.email.label("author_email"),
-        _AUTHOR.name.label("author_name"),
-    )
+    select(*_COMMENT_COLUMNS)
     .outerjoin(_AUTHOR, _AUTHOR.id == FeedbackComment.author_id)
     .where(FeedbackComment.feedback_id == bindparam("feedback_id"))
     .order_by(FeedbackComment.id.desc())
@@ -201,15 +202,7 @@ _LATEST_COMMENTS_RANKED = (
     .subquery()
 )
 _LATEST_COMMENTS = (
-    select(
-        FeedbackComment.id,
-        FeedbackComment.feedback_id,
-        FeedbackComment.text,
-        FeedbackComment.created_at,
-        _AUTHOR.id.label("author_id"),
-        _AUTHOR.email.label("author_email"),
-        _AUTHOR.name.label("author_name"),
-    )
+    select(*_COMMENT_COLUMNS)
     .join(_LATEST_COMMENTS_RANKED, _LATEST_COMMENTS_RANKED.c.id == FeedbackComment.id)
     .outerjoin(_AUTHOR, _AUTHOR.id == FeedbackComment.author_id)
     .where(_LATEST_COMMENTS_RANKED.c.rank <= bindparam("per_feedback"))

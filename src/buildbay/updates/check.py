@@ -18,7 +18,6 @@ from packaging.version import Version
 from sqlalchemy import bindparam, or_, select
 
 from buildbay.applications.models import Application, UpdateKey
-from buildbay.builds.enums import BuildStatus
 from buildbay.builds.extras import LIVE_LINK_COLUMNS, live_link_of
 from buildbay.builds.install import InstallLinkReads, InstallLinks
 from buildbay.builds.metadata import PLATFORM_FILES, platform_of_name, suffix_of
@@ -29,6 +28,7 @@ from buildbay.db.reads import Reads
 from buildbay.distribution.visibility import DISTRIBUTED_TO_EVERYONE
 from buildbay.errors import NotFound, ValidationFailed
 from buildbay.storage.base import Storage
+from buildbay.updates.published import CHANNEL, offered_on_channel
 from buildbay.updates.versions import app_version, os_version
 
 MAX_CANDIDATES = 500  # the newest ready builds of a channel that a check looks at
@@ -101,24 +101,15 @@ _KEY = (
     .join(Application, Application.id == UpdateKey.application_id)
     .where(UpdateKey.key == bindparam("key"))
 )
+# The channel's offered builds (updates/published.py: the feeds read by the same rule).
 _CANDIDATES = (
-    select(
+    offered_on_channel(
         Build.id,
         Build.file_name,
         Build.metadata_,
         Build.mandatory,
         Build.version_code,
         BuildChannel.rollout_percent,
-    )
-    .join(BuildChannel, BuildChannel.build_id == Build.id)
-    .join(Channel, Channel.id == BuildChannel.channel_id)
-    .where(
-        Channel.application_id == bindparam("application_id"),
-        Channel.name == bindparam("channel"),
-        Build.status == BuildStatus.READY,
-        # Its key ships inside every installed copy: what the check offers, it offers to every
-        # tester, so only what every tester may open (docs/updates.md, "Who is offered what").
-        DISTRIBUTED_TO_EVERYONE,
     )
     .order_by(Build.id.desc())
     .limit(MAX_CANDIDATES)
@@ -129,9 +120,7 @@ _CANDIDATES = (
 _CANDIDATES_NEWER_BY_CODE = _CANDIDATES.where(
     or_(Build.version_code > bindparam("version_code"), Build.version_code.is_(None))
 )
-_CHANNEL = select(Channel.id).where(
-    Channel.application_id == bindparam("application_id"), Channel.name == bindparam("channel")
-)
+_CHANNEL = CHANNEL
 # The offered build with its live link, in one statement (`now` bound).
 _BUILD = select(*BUILD.columns, *LIVE_LINK_COLUMNS).where(Build.id == bindparam("build_id"))
 

@@ -8,13 +8,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from buildbay.applications.update_keys import UPDATE_KEY_MAX, UPDATE_KEY_PREFIX
 from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.builds.dependencies import install_link_reads, install_links
+from buildbay.context import AppContext
+from buildbay.db.reads import Reads
 from buildbay.deps import Context, ReadsDep, TransactionRoute, request_session
 from buildbay.problems import problem_responses
 from buildbay.schemas import NO_NUL_PATTERN
 from buildbay.updates import schemas
-from buildbay.updates.check import Answer, Caller, answer, key_owner, unknown_key
+from buildbay.updates.check import Answer, Caller, KeyOwner, answer, key_owner, unknown_key
 from buildbay.updates.versions import MAX_LENGTH
 
 router = APIRouter(prefix="/api/updates", tags=["updates"], route_class=TransactionRoute)
@@ -52,6 +55,35 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
         return False
     tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
     return "*" in tags or etag in tags
+
+
+def cacheable(request: Request, body: bytes, media_type: str) -> Response:
+    """`body` with its ETag and the public cache's header; 304 when the client has it
+    (If-None-Match). The update check's answers and the desktop feeds (feeds/routes.py)."""
+    etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
+    if _matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=media_type, headers=headers)
+
+
+async def owner_of_key(ctx: AppContext, request: Request, reads: Reads, key: str) -> KeyOwner:
+    """The application an update key names, counted against the update check's budgets: per
+    client IP before the key is looked up, per application after (the feeds share them)."""
+    settings = ctx.settings
+    await count_budget(
+        ctx, request, f"update-ip:{client_ip(request)}", settings.update_checks_per_minute_per_ip,
+        "updates-ip", "More than {limit} update checks in a minute (updates-ip)",
+    )  # fmt: skip
+    if not key.startswith(UPDATE_KEY_PREFIX) or len(key) > UPDATE_KEY_MAX:
+        raise unknown_key()
+    owner = await key_owner(reads, key, ctx.clock.now())
+    await count_budget(
+        ctx, request, f"update-app:{owner.application_id}",
+        settings.update_checks_per_minute_per_key, "updates-key",
+        "More than {limit} update checks in a minute (updates-key)",
+    )  # fmt: skip
+    return owner
 
 
 @router.get(
@@ -130,18 +162,7 @@ async def check_for_update(
     ] = None,
 ) -> Response:
     settings = ctx.settings
-    await count_budget(
-        ctx, request, f"update-ip:{client_ip(request)}", settings.update_checks_per_minute_per_ip,
-        "updates-ip", "More than {limit} update checks in a minute (updates-ip)",
-    )  # fmt: skip
-    if not key.startswith("bbu_"):
-        raise unknown_key()
-    owner = await key_owner(reads, key, ctx.clock.now())
-    await count_budget(
-        ctx, request, f"update-app:{owner.application_id}",
-        settings.update_checks_per_minute_per_key, "updates-key",
-        "More than {limit} update checks in a minute (updates-key)",
-    )  # fmt: skip
+    owner = await owner_of_key(ctx, request, reads, key)
     caller = Caller(channel, version_code, version_name, platform, os, install_id)
     result = await answer(
         reads, owner, caller, install_link_reads(ctx, reads),
@@ -149,8 +170,4 @@ async def check_for_update(
         ctx.storage, settings.download_link_ttl_seconds,
     )  # fmt: skip
     body = _schema(result).model_dump_json(by_alias=True).encode()
-    etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
-    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
-    if _matches(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers=headers)
-    return Response(body, media_type="application/json", headers=headers)
+    return cacheable(request, body, "application/json")

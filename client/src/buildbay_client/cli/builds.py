@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -426,6 +427,16 @@ def upload(
             "same upload again resumes it)",
         ),
     ] = 4,  # as the SDK's PARTS_IN_FLIGHT (api.py is imported only when a command runs)
+    blockmap: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="electron-builder's `.blockmap` of the file, attached to the build once it is "
+            "ready (electron-updater's differential download reads it)",
+        ),
+    ] = None,
     on_duplicate: Annotated[
         OnDuplicate,
         typer.Option(
@@ -514,6 +525,8 @@ def upload(
         _say_reused_and_warnings(build)
         if build.status.value != "ready":  # pragma: no cover - verify answers ready or an error
             fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
+        if blockmap is not None:
+            build = _with_blockmap(client, build, blockmap)
         distribution = _distribute_uploaded(client, build, groups, distribute_email or [])
         names = group_names(client, pid) if distribution and not as_json else {}
     _print_uploaded(build, distribution, names, as_json)
@@ -547,6 +560,14 @@ def _hand_to_ci(
         label = "install link" if build.install_url else "build page"
         err.print(f"QR code of the {label} {shown}:")
         err.print(ci.qr_text(shown), crop=False, overflow="ignore")
+
+
+def _with_blockmap(client: Any, build: Any, blockmap: Path) -> Any:
+    """The build with its blockmap attached (a reused build keeps what it is: a ReusedBuild)."""
+    attached = client.attach_blockmap(
+        build.project_id, build.application_id, build.build_id, blockmap.read_bytes()
+    )
+    return dataclasses.replace(build, blockmap_size=attached.blockmap_size)
 
 
 def _distribute_uploaded(

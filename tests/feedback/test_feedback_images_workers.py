@@ -1,0 +1,46 @@
+"""Screenshots are re-encoded in worker processes (feedback/images.py), not in the server's: a
+worker that dies (the kernel's out-of-memory killer, a codec's crash) is replaced, and the next
+feedback is stored as if nothing had happened."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from buildbay.feedback.images import worker_pids
+from tests.conftest import Account, Api
+from tests.feedback.submitting import World, jpeg_with_gps, make_world, opened, png, screenshots
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+@pytest.fixture
+async def world(api: Api, client: httpx.AsyncClient, app: FastAPI, owner: Account) -> World:
+    return await make_world(api, client, app, owner)
+
+
+async def test_a_killed_worker_is_replaced_and_the_next_feedback_is_stored(world: World) -> None:
+    first = await world.send(world.tester, files=screenshots(png((30, 20))))
+    assert first.status_code == 201, first.text
+    workers = worker_pids()
+    assert workers
+    assert os.getpid() not in workers  # decoded out of the server's process
+
+    for pid in workers:  # as the out-of-memory killer ends a process
+        os.kill(pid, signal.SIGKILL)
+
+    shots = [*screenshots(png((40, 30))), *screenshots(jpeg_with_gps(), kind="image/jpeg")]
+    r = await world.send(world.tester, files=shots)
+    assert r.status_code == 201, r.text
+    stored = r.json()["screenshots"]
+    assert [(s["width"], s["height"]) for s in stored] == [(40, 30), (64, 32)]
+    served = await world.client.get(stored[1]["url"])
+    assert served.status_code == 200
+    assert opened(served.content).getexif().get_ifd(0x8825) == {}
+    replaced = worker_pids()
+    assert replaced
+    assert not set(replaced) & set(workers)
