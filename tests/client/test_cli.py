@@ -71,7 +71,9 @@ class Cli:
     def __call__(
         self, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
     ) -> Done:
-        unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("BUILDBAY_")}
+        # Nor a CI's own (run inside GitHub Actions, upload would write its outputs there).
+        ci = ("BUILDBAY_", "GITHUB_", "GITLAB_CI")
+        unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith(ci)}
         result = CliRunner().invoke(
             self.app, list(args), input=stdin, env={**unset, **self.env, **(env or {})}
         )

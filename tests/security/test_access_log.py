@@ -73,6 +73,7 @@ async def test_no_secret_reaches_the_log(
             await s.client.get(f"/install/{install}/download"),
             await s.client.get(f"/install/{install}/manifest.plist"),  # an .apk: 404
             await s.client.get(f"/install/{install}/icon.png"),  # no icon: 404
+            await s.client.get(f"/install/{install}/qr.png"),
             await s.client.get(f"/invitations/{invitation}"),
             await s.client.post(
                 f"/invitations/{invitation}/accept", data={"csrf": s.csrf}, headers=FORM
@@ -85,8 +86,8 @@ async def test_no_secret_reaches_the_log(
             await s.client.get(s.urls["file"]),
             await s.client.put(s.urls["upload"], content=b"bytes"),
         ]
-    assert [r.status_code for r in answers] == [200, 302, 404, 404, 200, 403, 200, 200, 200,
-                                                200, 200]  # fmt: skip
+    assert [r.status_code for r in answers] == [200, 302, 404, 404, 200, 200, 403, 200, 200,
+                                                200, 200, 200]  # fmt: skip
 
     # The server's log, not the test client's (httpx logs the URLs it requests).
     logged = "\n".join(
@@ -103,6 +104,7 @@ async def test_no_secret_reaches_the_log(
         '"GET /install/{token}/download" 302',
         '"GET /install/{token}/manifest.plist" 404',
         '"GET /install/{token}/icon.png" 404',
+        '"GET /install/{token}/qr.png" 200',
         '"GET /invitations/{token}" 200',
         '"POST /invitations/{token}/accept" 403',
         '"GET /unsubscribe/{token}" 200',

@@ -12,6 +12,7 @@ A personal link (a tester's own) counts what is done through it as its person's,
 
 from __future__ import annotations
 
+import io
 import logging
 import plistlib
 from collections.abc import Callable, Coroutine
@@ -431,6 +432,26 @@ async def install_icon(token: Token, links: LinkReads, ctx: Context, request: Re
     target = await _open(token, request, links)
     png = await build_reads(ctx, links.reads).icon(target.build)
     return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
+
+
+@router.get(
+    "/qr.png",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/png": {}}, "description": "The QR code of the install page"},
+        **problem_responses(403, 404, 410, 429),
+    },
+    summary="The QR code of an install link's page, as a PNG (a CI job's summary shows it)",
+)
+async def install_qr(token: Token, links: LinkReads, request: Request) -> Response:
+    """An image by its address, as GitHub's job summaries show one (they drop `data:` URIs and
+    inline SVG): only for a link that opens, the same code as the page shows."""
+    target = await _open(token, request, links)
+    out = io.BytesIO()
+    segno.make(links.url(target.link), error="m").save(out, kind="png", scale=4, border=2)
+    return Response(
+        out.getvalue(), media_type="image/png", headers={"Cache-Control": "private, max-age=3600"}
+    )
 
 
 @router.post(

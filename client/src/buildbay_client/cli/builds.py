@@ -407,6 +407,10 @@ def upload(
         int | None,
         typer.Option(min=1, max=2160, help="Also create an install link valid this long"),
     ] = None,
+    install_link_days: Annotated[
+        int | None,
+        typer.Option(min=1, max=90, help="As --install-link-hours, in days"),
+    ] = None,
     channel: Annotated[
         list[str] | None,
         typer.Option(
@@ -512,6 +516,29 @@ def upload(
         bool,
         typer.Option("--no-source", help="Send no source (commit, branch, ...) with the build"),
     ] = False,
+    github_output: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="GITHUB_OUTPUT",
+            help="Append build-id, install-url, build-url and version to this GitHub Actions "
+            "output file (in a GitHub Actions job: $GITHUB_OUTPUT by itself)",
+        ),
+    ] = None,
+    github_summary: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="GITHUB_STEP_SUMMARY",
+            help="Append a Markdown summary (the install link and its QR code) to this file "
+            "(in a GitHub Actions job: $GITHUB_STEP_SUMMARY by itself)",
+        ),
+    ] = None,
+    dotenv: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write BUILDBAY_BUILD_ID, BUILDBAY_INSTALL_URL, BUILDBAY_BUILD_URL and "
+            "BUILDBAY_VERSION to this file (a GitLab dotenv report)",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
@@ -528,6 +555,10 @@ def upload(
         if not notes_from_git:
             fail("--notes-template goes with --notes-from-git", 2)
         _check_template(notes_template)
+    if install_link_hours is not None and install_link_days is not None:
+        fail("give --install-link-hours or --install-link-days, not both", 2)
+    if install_link_days is not None:
+        install_link_hours = install_link_days * 24
     _check_target(project, app, app_id_given)
     given = BuildSource(commit, branch, tag, repository, ci_run_url, _pull_request(pull_request))
     if no_source and given != BuildSource():
@@ -543,7 +574,8 @@ def upload(
         if notes_from_git:
             text = _git_notes(client, pid, aid, found, notes_template)
         # Before a byte is read or sent: a 2 GB file the application would refuse costs nothing.
-        if problem := platform_problem(file, client.get_application(pid, aid).platform.value):
+        application = client.get_application(pid, aid)
+        if problem := platform_problem(file, application.platform.value):
             fail(problem, EXIT_REFUSED)
         groups = [group_id(client, pid, g) for g in distribute or []]
         with _progress("Uploading") as progress:
@@ -563,6 +595,36 @@ def upload(
         distribution = _distribute_uploaded(client, build, groups, distribute_email or [])
         names = group_names(client, pid) if distribution and not as_json else {}
     _print_uploaded(build, distribution, names, as_json)
+    _hand_to_ci(build, application.name, github_output, github_summary, dotenv)
+
+
+def _hand_to_ci(
+    build: Any, app_name: str, github_output: Path | None, github_summary: Path | None,
+    dotenv: Path | None,
+) -> None:  # fmt: skip
+    """The outputs, the summary and the dotenv asked (GitHub's by themselves in its jobs, as
+    the runner names their files), and in a GitHub or GitLab job's log the QR code of the
+    install link (else the build page's) on stderr: stdout stays the output (--json)."""
+    from buildbay_client import ci
+    from buildbay_client.models import ReusedBuild
+
+    version = version_label(build.metadata)
+    outputs = ci.step_outputs(build.build_id, build.install_url, build.console_url, version)
+    if github_output is not None:
+        ci.append(github_output, ci.github_output_text(outputs))
+    if github_summary is not None:
+        name = (build.metadata or {}).get("appName") or app_name
+        ci.append(github_summary, ci.summary_markdown(
+            name, version, build.build_id, build.install_url, build.console_url,
+            isinstance(build, ReusedBuild),
+        ))  # fmt: skip
+    if dotenv is not None:
+        dotenv.write_text(ci.dotenv_text(outputs), encoding="utf-8")
+    shown = build.install_url or build.console_url
+    if ci.ci_name() is not None and shown:
+        label = "install link" if build.install_url else "build page"
+        err.print(f"QR code of the {label} {shown}:")
+        err.print(ci.qr_text(shown), crop=False, overflow="ignore")
 
 
 def _with_blockmap(client: Any, build: Any, blockmap: Path) -> Any:

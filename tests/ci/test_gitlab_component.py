@@ -1,0 +1,74 @@
+"""ci/gitlab/buildbay.yml, the Buildbay GitLab CI/CD component: its spec, and its job run as a
+GitLab runner runs it (tests/ci/runner.py: inputs interpolated, the job's variables, the
+script with `sh -e`) against a real server, with the client installed by the job itself from
+this checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.builds.android_files import APK
+from tests.ci.conftest import Team
+from tests.ci.runner import GITLAB_COMPONENT, ROOT, run_gitlab_job
+from tests.ci.test_github_action import INPUTS
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_component_declares_the_actions_inputs() -> None:
+    import yaml
+
+    spec, jobs = yaml.safe_load_all(GITLAB_COMPONENT.read_text(encoding="utf-8"))
+    inputs = spec["spec"]["inputs"]
+    assert set(inputs) >= INPUTS
+    assert all(declared.get("description") for declared in inputs.values())
+    [job] = jobs.values()
+    assert all("$[[" not in line for line in job["script"]), "inputs reach the shell as variables"
+
+
+def test_the_job_uploads_and_leaves_a_dotenv_report_with_no_token_in_its_log(
+    team: Team, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    run = run_gitlab_job(
+        {
+            "client": str(ROOT / "client"), "project": team.project["name"],
+            "application": "Acme Android", "file": str(APK),
+            "notes": f"Fixes $HOME and $(touch {marker})", "groups": "QA", "channel": " beta ,",
+            "mandatory": "true", "install-link-days": "2",
+        },
+        tmp_path,
+        # The project's CI/CD variables: the token masked there, the url as a plain variable.
+        {"BUILDBAY_TOKEN": team.token, "BUILDBAY_URL": team.server},
+    )  # fmt: skip
+    assert run.returncode == 0, run.log
+    build = team.build(run.dotenv["BUILDBAY_BUILD_ID"])
+    assert build["notes"] == f"Fixes $HOME and $(touch {marker})"
+    assert not marker.exists()
+    assert build["channels"] == ["beta"]
+    assert build["mandatory"] is True
+    assert run.dotenv == {
+        "BUILDBAY_BUILD_ID": build["buildId"],
+        "BUILDBAY_INSTALL_URL": build["installUrl"],
+        "BUILDBAY_BUILD_URL": build["consoleUrl"],
+        "BUILDBAY_VERSION": "1.4.2 (42)",
+    }
+    assert f"QR code of the install link {build['installUrl']}:" in run.log
+    assert "▀" in run.log
+    assert team.token not in run.log
+    assert team.token[-12:] not in run.log
+
+
+def test_the_job_fails_on_a_wrong_token_without_showing_it(team: Team, tmp_path: Path) -> None:
+    wrong = "bb_" + "Z" * 40
+    run = run_gitlab_job(
+        {"client": str(ROOT / "client"), "application": team.app["id"], "file": str(APK),
+         "token": "$UPLOADER_TOKEN"},
+        tmp_path,
+        {"UPLOADER_TOKEN": wrong, "BUILDBAY_URL": team.server},
+    )  # fmt: skip
+    assert run.returncode == 3, run.log
+    assert "Z" * 12 not in run.log
+    assert run.dotenv == {}
