@@ -80,7 +80,7 @@ def test_buildbay_help_with_the_server_installed_loads_none_of_its_stack() -> No
 def test_the_client_distribution_depends_on_nothing_of_the_server() -> None:
     project = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
     names = {re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
-    assert names == {"httpx", "typer", "rich"}
+    assert names == {"httpx", "typer", "rich", "segno"}
     assert "optional-dependencies" not in project
 
 
