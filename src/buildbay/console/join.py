@@ -134,7 +134,8 @@ async def confirm(request: Request, token: str) -> Response:
     ctx = get_context(request)
     try:
         async with db.begin_nested():  # a refusal takes back the claim of the mail's link
-            joined = await join_links(ctx, db).confirm(token)
+            signed_in_as = visitor.user.id if visitor.user is not None else None
+            joined = await join_links(ctx, db).confirm(token, signed_in_as)
     except BuildbayError as exc:
         if exc.status >= 500:
             raise

@@ -293,8 +293,11 @@ class JoinLinks:
         group = await self.db.get_one(TesterGroup, link.group_id)
         return JoinPage(_record(link, self.now), project.name, group.name)
 
-    async def confirm(self, token: str) -> Joined:
-        """Join the group with the confirmed address (see the module)."""
+    async def confirm(self, token: str, signed_in_as: str | None = None) -> Joined:
+        """Join the group with the confirmed address (see the module). An account that never
+        verified its address joins only with its owner signed in (`signed_in_as`, the user id
+        of the page's visitor): whoever signed up with the address may not be the person who
+        reads its mail, and the mail's link must not make that stranger a tester."""
         claimed = (
             await self.db.execute(
                 update(JoinRequest)
@@ -330,6 +333,16 @@ class JoinLinks:
             )
         ):
             return Joined(JoinOutcome.ALREADY, project.id, group.name, project.name, user.id, False)
+        if not new_account and not user.email_verified:
+            if signed_in_as != user.id:
+                raise Conflict(
+                    f"An account with {email} exists but has not verified this address, so "
+                    "it may not be yours: sign in to it, or choose a new password with Forgot "
+                    "your password (the mail proves the address), then open this "
+                    "confirmation link again",
+                    code="account_not_verified",
+                )
+            mark_verified(user, self.now)  # its owner, signed in, read the mail
         await self._count(link)
         if member_role is None:
             fields = {"project_id": project.id, "user_id": user.id, "role": ProjectRole.TESTER,
