@@ -423,6 +423,8 @@ def field_errors(page: httpx.Response) -> list[str]:
         ({"expiresOn": "31/01/2030"}, "Enter a date such as 2030-01-31, or leave it empty."),
         ({"expiresOn": "2020-01-31"}, "Choose a day after today, or leave it empty."),
         ({"domains": "example.com, not_a"}, "not_a is not a domain name such as example.com."),
+        # The API takes at most 50 (its schema); the form no more.
+        ({"domains": " ".join(f"d{n}.example" for n in range(51))}, "Enter at most 50 domains."),
     ],
 )
 async def test_the_group_pages_form_says_what_is_wrong_and_makes_nothing(

@@ -34,6 +34,7 @@ from buildbay.distribution.dependencies import join_links
 from buildbay.distribution.join_links import (
     CONFIRM_PAGE,
     JOIN_PAGE,
+    MAX_DOMAINS,
     JoinOutcome,
     LinkState,
     state_sentence,
@@ -220,6 +221,8 @@ def _form_errors(exc: BuildbayError, domains: list[str]) -> dict[str, str]:
     for error in exc.errors or []:
         if error.field == "expiresAt":
             return {"expiresOn": "Choose a day after today, or leave it empty."}
+        if error.field == "allowedEmailDomains":
+            return {"domains": f"Enter at most {MAX_DOMAINS} domains."}
         if error.field.startswith("allowedEmailDomains["):
             n = int(error.field.removeprefix("allowedEmailDomains[").rstrip("]"))
             return {"domains": f"{domains[n]} is not a domain name such as example.com."}

@@ -184,6 +184,10 @@ class JoinLinks:
     ) -> tuple[JoinLinkRecord, str]:  # fmt: skip
         """A new live link for the group (the old one, if any, revoked), and its token."""
         await self._group(access.project, group_id)
+        if len(domains) > MAX_DOMAINS:  # the API's schema says so too; the console's form not
+            raise ValidationFailed.for_field(
+                "allowedEmailDomains", f"takes at most {MAX_DOMAINS} domains"
+            )
         normal = []
         for n, domain in enumerate(domains):
             found = normal_domain(domain)
