@@ -423,6 +423,8 @@ def field_errors(page: httpx.Response) -> list[str]:
         ({"expiresOn": "31/01/2030"}, "Enter a date such as 2030-01-31, or leave it empty."),
         ({"expiresOn": "2020-01-31"}, "Choose a day after today, or leave it empty."),
         ({"domains": "example.com, not_a"}, "not_a is not a domain name such as example.com."),
+        # The API takes at most 50 (its schema); the form no more.
+        ({"domains": " ".join(f"d{n}.example" for n in range(51))}, "Enter at most 50 domains."),
     ],
 )
 async def test_the_group_pages_form_says_what_is_wrong_and_makes_nothing(
@@ -539,3 +541,46 @@ async def test_a_server_that_takes_no_new_accounts_joins_only_existing_ones(
     assert "This server takes no new accounts" in alert(r)
     r = await team.client.get(link_path(team, qa), headers=member.headers)
     assert r.json()["joinedCount"] == 0
+
+
+async def test_a_confirmation_gives_no_unverified_account_to_whoever_signed_up_with_the_address(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    # Someone signs up with an address that is not theirs (never verified: they cannot read
+    # its mail), then its owner joins through the link: the squatter must not become a tester.
+    squatter = await team.api.register("victim@example.com")
+    qa = await team.group("QA")
+    build = await team.upload()
+    await team.distribute(build["buildId"], groups=[qa])
+    made = await make_link(team, qa)
+    await ask_to_join(browser, page_path(made), "victim@example.com")
+    await team.run_jobs()
+    [path] = [
+        line.removeprefix(BASE_URL)
+        for mail in team.mails_to("victim@example.com")
+        for line in mail.text.splitlines()
+        if line.startswith(f"{BASE_URL}/join-confirm/")
+    ]
+
+    r = await confirm(browser, path)  # the mailbox's owner, not signed in
+
+    assert r.status_code == 409, r.text[:500]
+    assert "Forgot your password" in unescape(r.text)
+    r = await team.client.get(f"/api/projects/{team.project['id']}", headers=squatter.headers)
+    assert_problem(r, 403, "not_a_member")
+    r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
+    assert r.json()["joinedCount"] == 0
+
+    # Signed in to that account (its password known: whoever made it), the same link joins,
+    # and the mail has proved the address is the account's.
+    csrf = await csrf_of(browser, "/login")
+    r = await browser.post(
+        "/login", data={"csrf": csrf, "email": squatter.email, "password": squatter.password},
+        headers=ORIGIN,
+    )  # fmt: skip
+    assert r.status_code == 303, r.text[:500]
+    r = await confirm(browser, path)
+    assert (r.status_code, r.headers["location"]) == (303, f"/projects/{team.project['id']}")
+    r = await team.client.get(f"{team.groups}/{qa}/testers", headers=team.owner.headers)
+    [tester] = r.json()["testers"]
+    assert (tester["email"], tester["emailVerified"]) == ("victim@example.com", True)

@@ -5,6 +5,7 @@ within its target's documented limits, checked by test_chat_formats' own reading
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -76,3 +77,18 @@ def test_notes_of_four_byte_characters_fit_in_bytes_and_in_utf16_counts(
     shown = CHECKS[fmt.value](message, raw)
     assert "\U0001f600" * 100 in shown
     assert "\U0001f600…" in shown  # cut, and says so
+
+
+def test_a_ci_run_url_cannot_write_a_link_of_its_own_into_discords_markdown() -> None:
+    # An http(s) address may hold `)` and `[`: in a markdown link they would end it and start
+    # another, labelled as the caller likes, pointing anywhere.
+    sneaky = "https://ci.example/run)[Install](https://evil.example/x"
+    message = render(WebhookFormat.DISCORD, "build.ready", _data(
+        source={"ciRunUrl": sneaky}, installUrl="https://buildbay.example/install/t",
+    ))  # fmt: skip
+    [links] = [f["value"] for f in message["embeds"][0]["fields"] if f["name"] == "Links"]
+    found = re.findall(r"\[([^\]]*)\]\(([^)\s]*)\)", links)
+    assert [label for label, _ in found] == ["Install", "Open build", "CI run"]
+    assert all(
+        url.startswith(("https://buildbay.example/", "https://ci.example/")) for _, url in found
+    )

@@ -34,6 +34,7 @@ from buildbay.distribution.dependencies import join_links
 from buildbay.distribution.join_links import (
     CONFIRM_PAGE,
     JOIN_PAGE,
+    MAX_DOMAINS,
     JoinOutcome,
     LinkState,
     state_sentence,
@@ -134,7 +135,8 @@ async def confirm(request: Request, token: str) -> Response:
     ctx = get_context(request)
     try:
         async with db.begin_nested():  # a refusal takes back the claim of the mail's link
-            joined = await join_links(ctx, db).confirm(token)
+            signed_in_as = visitor.user.id if visitor.user is not None else None
+            joined = await join_links(ctx, db).confirm(token, signed_in_as)
     except BuildbayError as exc:
         if exc.status >= 500:
             raise
@@ -219,6 +221,8 @@ def _form_errors(exc: BuildbayError, domains: list[str]) -> dict[str, str]:
     for error in exc.errors or []:
         if error.field == "expiresAt":
             return {"expiresOn": "Choose a day after today, or leave it empty."}
+        if error.field == "allowedEmailDomains":
+            return {"domains": f"Enter at most {MAX_DOMAINS} domains."}
         if error.field.startswith("allowedEmailDomains["):
             n = int(error.field.removeprefix("allowedEmailDomains[").rstrip("]"))
             return {"domains": f"{domains[n]} is not a domain name such as example.com."}

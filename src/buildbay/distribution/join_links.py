@@ -184,6 +184,10 @@ class JoinLinks:
     ) -> tuple[JoinLinkRecord, str]:  # fmt: skip
         """A new live link for the group (the old one, if any, revoked), and its token."""
         await self._group(access.project, group_id)
+        if len(domains) > MAX_DOMAINS:  # the API's schema says so too; the console's form not
+            raise ValidationFailed.for_field(
+                "allowedEmailDomains", f"takes at most {MAX_DOMAINS} domains"
+            )
         normal = []
         for n, domain in enumerate(domains):
             found = normal_domain(domain)
@@ -293,8 +297,11 @@ class JoinLinks:
         group = await self.db.get_one(TesterGroup, link.group_id)
         return JoinPage(_record(link, self.now), project.name, group.name)
 
-    async def confirm(self, token: str) -> Joined:
-        """Join the group with the confirmed address (see the module)."""
+    async def confirm(self, token: str, signed_in_as: str | None = None) -> Joined:
+        """Join the group with the confirmed address (see the module). An account that never
+        verified its address joins only with its owner signed in (`signed_in_as`, the user id
+        of the page's visitor): whoever signed up with the address may not be the person who
+        reads its mail, and the mail's link must not make that stranger a tester."""
         claimed = (
             await self.db.execute(
                 update(JoinRequest)
@@ -330,6 +337,16 @@ class JoinLinks:
             )
         ):
             return Joined(JoinOutcome.ALREADY, project.id, group.name, project.name, user.id, False)
+        if not new_account and not user.email_verified:
+            if signed_in_as != user.id:
+                raise Conflict(
+                    f"An account with {email} exists but has not verified this address, so "
+                    "it may not be yours: sign in to it, or choose a new password with Forgot "
+                    "your password (the mail proves the address), then open this "
+                    "confirmation link again",
+                    code="account_not_verified",
+                )
+            mark_verified(user, self.now)  # its owner, signed in, read the mail
         await self._count(link)
         if member_role is None:
             fields = {"project_id": project.id, "user_id": user.id, "role": ProjectRole.TESTER,

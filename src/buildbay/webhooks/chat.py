@@ -315,6 +315,18 @@ def _discord_value(value: str, code: bool) -> str:
     return _discord_escape(cut(value, DISCORD_FIELD_VALUE, lambda t: units(_discord_escape(t))))
 
 
+_LINK_BREAKERS = str.maketrans(
+    {"(": "%28", ")": "%29", "[": "%5B", "]": "%5D", "<": "%3C", ">": "%3E", "\\": "%5C"}
+)
+
+
+def _markdown_url(url: str) -> str:
+    """`url` as a markdown link's target: the characters that would end the link (and start
+    another, labelled and aimed as a build's CI run URL likes) percent-encoded, which the web
+    reads as the same address."""
+    return url.translate(_LINK_BREAKERS)
+
+
 def _discord(s: Summary, notes: str | None) -> Message:
     embed: dict[str, Any] = {
         "title": cut(neutral(s.title), DISCORD_TITLE),
@@ -331,7 +343,7 @@ def _discord(s: Summary, notes: str | None) -> Message:
     ]
     links = ""
     for label, url in s.buttons:  # the links that fit a field, whole
-        link = f"[{label}]({url})"
+        link = f"[{label}]({_markdown_url(url)})"
         if units(links + " · " + link) <= DISCORD_FIELD_VALUE:
             links = f"{links} · {link}" if links else link
     if links:
