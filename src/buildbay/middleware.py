@@ -12,6 +12,7 @@ import logging
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -42,6 +43,45 @@ _PAGE_FEEDBACK = re.compile(r"^/(?:install/[^/]+|projects/[^/]+/apps/[^/]+/build
 _JSON_LIMIT = "JSON request bodies are limited to 1 MiB"
 _BLOCKMAP_LIMIT = f"A blockmap has at most {MAX_BLOCKMAP_BYTES // (1024 * 1024)} MiB"
 _FEEDBACK_LIMIT = f"A feedback's body is at most {MAX_FEEDBACK_BODY // (1024 * 1024)} MiB"
+
+
+@dataclass(frozen=True)
+class _BodyRule:
+    """What a body that is not JSON must say of itself before a byte of it is read: its media
+    type, and a Content-Length within `limit` (a larger one: `too_large_code`)."""
+
+    limit: int
+    too_large_code: str
+    too_large: str
+    media: str
+    wrong_media: str
+
+
+_FEEDBACK_BODY = _BodyRule(
+    MAX_FEEDBACK_BODY, "body_too_large", _FEEDBACK_LIMIT, "multipart/form-data",
+    "Send feedback as multipart/form-data (text, category, context, screenshots)",
+)  # fmt: skip
+_BLOCKMAP_BODY = _BodyRule(
+    MAX_BLOCKMAP_BYTES, "upload_too_large", _BLOCKMAP_LIMIT, "application/octet-stream",
+    "Send the blockmap's bytes as they are, with Content-Type: application/octet-stream",
+)  # fmt: skip
+
+
+def _check_declared_body(
+    headers: dict[str, str], rule: _BodyRule, *, has_body: bool
+) -> tuple[int, str, str] | None:
+    """A feedback's form or a blockmap's bytes: refused before a byte is read when they say
+    they are too large, or are not of `rule`'s media type."""
+    text = headers.get("content-length")
+    length = whole_number(text, max_digits=20) if text is not None else None
+    if text is not None and length is None:
+        return 400, "bad_request", "Content-Length is not a number"
+    if length is not None and length > rule.limit:
+        return 413, rule.too_large_code, rule.too_large
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if has_body and media != rule.media:
+        return 400, "unsupported_content_type", rule.wrong_media
+    return None
 
 
 def _is_json(content_type: str) -> bool:
@@ -96,10 +136,9 @@ class ApiMiddleware:
         if scope["path"].startswith("/api/") and scope["method"] in _BODY_METHODS:
             form = scope["method"] == "POST" and bool(_FEEDBACK.match(scope["path"]))
             raw = scope["method"] == "PUT" and bool(_BLOCKMAP.match(scope["path"]))
-            if form:
-                problem = self._check_form_headers(headers, has_body=has_body)
-            elif raw:
-                problem = self._check_raw_headers(headers, has_body=has_body)
+            rule = _FEEDBACK_BODY if form else _BLOCKMAP_BODY if raw else None
+            if rule is not None:
+                problem = _check_declared_body(headers, rule, has_body=has_body)
             else:
                 problem = self._check_body_headers(headers, has_body=has_body)
             if problem is not None:
@@ -107,10 +146,8 @@ class ApiMiddleware:
                 await _send_problem(send, status, code, detail, request_id, security)
                 _log_access(scope, status, started, request_id)
                 return
-            if form:
-                receive = _limited(receive, MAX_FEEDBACK_BODY, _FEEDBACK_LIMIT)
-            elif raw:
-                receive = _limited(receive, MAX_BLOCKMAP_BYTES, _BLOCKMAP_LIMIT)
+            if rule is not None:
+                receive = _limited(receive, rule.limit, rule.too_large)
             else:
                 receive = _limited(receive, self.max_json_body, _JSON_LIMIT)
 
@@ -165,47 +202,6 @@ class ApiMiddleware:
                 400,
                 "unsupported_content_type",
                 "Send the request body as JSON with Content-Type: application/json",
-            )
-        return None
-
-    @staticmethod
-    def _check_form_headers(
-        headers: dict[str, str], *, has_body: bool
-    ) -> tuple[int, str, str] | None:
-        """A feedback's form: refused before a byte is read when it says it is too large."""
-        text = headers.get("content-length")
-        length = whole_number(text, max_digits=20) if text is not None else None
-        if text is not None and length is None:
-            return 400, "bad_request", "Content-Length is not a number"
-        if length is not None and length > MAX_FEEDBACK_BODY:
-            return 413, "body_too_large", _FEEDBACK_LIMIT
-        media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if has_body and media != "multipart/form-data":
-            return (
-                400,
-                "unsupported_content_type",
-                "Send feedback as multipart/form-data (text, category, context, screenshots)",
-            )
-        return None
-
-    @staticmethod
-    def _check_raw_headers(
-        headers: dict[str, str], *, has_body: bool
-    ) -> tuple[int, str, str] | None:
-        """A blockmap's bytes: refused before a byte is read when they say they are too many."""
-        text = headers.get("content-length")
-        length = whole_number(text, max_digits=20) if text is not None else None
-        if text is not None and length is None:
-            return 400, "bad_request", "Content-Length is not a number"
-        if length is not None and length > MAX_BLOCKMAP_BYTES:
-            return 413, "upload_too_large", _BLOCKMAP_LIMIT
-        media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if has_body and media != "application/octet-stream":
-            return (
-                400,
-                "unsupported_content_type",
-                "Send the blockmap's bytes as they are, with Content-Type: "
-                "application/octet-stream",
             )
         return None
 
