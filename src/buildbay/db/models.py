@@ -1,6 +1,7 @@
 """Imports every model so that Base.metadata knows all tables (for Alembic)."""
 
 from buildbay.applications.models import Application, UpdateKey
+from buildbay.audit.models import AuditEntry
 from buildbay.auth.models import (
     ApiToken,
     BrowserSession,
@@ -53,6 +54,7 @@ __all__ = [
     "AppleApiKey",
     "AppleDeviceRegistration",
     "Application",
+    "AuditEntry",
     "Base",
     "BrowserSession",
     "Build",
