@@ -114,7 +114,7 @@ async def login(request: Request) -> Response:
             break_glass=True,
         )
     except BuildbayError as exc:
-        status = exc.status if exc.status in (401, 429) else 400
+        status = exc.status if exc.status in (401, 403, 429) else 400
         refused = _auth_page(
             request,
             "console/login.html",

@@ -43,8 +43,6 @@ from buildbay.webhooks import events as webhook_events
 MAX_MAPPINGS = 100
 MAX_GROUPS_READ = 1000  # of a person's groups in the token, at most this many are looked at
 MAPPABLE_ROLES = (ProjectRole.TESTER, ProjectRole.DEVELOPER, ProjectRole.ADMIN)
-# Roles from the lowest: the highest of a person's groups wins.
-_RANK = {role: rank for rank, role in enumerate(reversed(list(ProjectRole)))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +123,7 @@ async def apply_group_mappings(
         mapped.add(project_id)
         if group in groups:
             reasons.setdefault(project_id, []).append(group)
-            if project_id not in wanted or _RANK[mapped_role] > _RANK[wanted[project_id]]:
+            if project_id not in wanted or mapped_role.rank > wanted[project_id].rank:
                 wanted[project_id] = mapped_role
     made_by_mapping = set(
         await db.scalars(select(SsoMembership.project_id).where(SsoMembership.user_id == user.id))
