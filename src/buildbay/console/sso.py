@@ -42,9 +42,10 @@ from buildbay.deps import get_context
 from buildbay.errors import NotFound
 from buildbay.projects.authorization import ProjectAccess, project_of
 from buildbay.projects.enums import ProjectRole
-from buildbay.sso.groups import MAX_MAPPINGS, GroupMapping, read_mappings, replace_mappings
+from buildbay.sso.dependencies import request_origin
+from buildbay.sso.groups import GroupMapping, read_mappings, replace_mappings
+from buildbay.sso.limits import MAX_GROUP_NAME, MAX_MAPPINGS
 from buildbay.sso.provider import FlowSecrets, SignInFailed, SsoProvider
-from buildbay.sso.routes import request_origin
 from buildbay.sso.signin import SsoSignIns
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -257,8 +258,10 @@ def parse_mappings(text: str) -> list[GroupMapping]:
                 f"Line {number}: the role is tester, developer or admin (owner is given by "
                 "hand only)."
             )
-        if len(group) > 256 or any(ord(c) < 32 or c == "\x7f" for c in group):
-            raise _bad(f"Line {number}: a group name is at most 256 characters, on one line.")
+        if len(group) > MAX_GROUP_NAME or any(ord(c) < 32 or c == "\x7f" for c in group):
+            raise _bad(
+                f"Line {number}: a group name is at most {MAX_GROUP_NAME} characters, on one line."
+            )
         if group in seen:
             raise _bad(f"Line {number}: the group {group} is named twice.")
         seen.add(group)

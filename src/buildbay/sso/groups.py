@@ -40,9 +40,7 @@ from buildbay.projects.records import MemberRecord
 from buildbay.sso.models import SsoGroupMapping, SsoMembership
 from buildbay.webhooks import events as webhook_events
 
-MAX_MAPPINGS = 100
 MAX_GROUPS_READ = 1000  # of a person's groups in the token, at most this many are looked at
-MAPPABLE_ROLES = (ProjectRole.TESTER, ProjectRole.DEVELOPER, ProjectRole.ADMIN)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from buildbay.audit.record import Origin
-from buildbay.auth.dependencies import client_ip
 from buildbay.deps import Context, ReadsDep, SessionDep, TransactionRoute
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
 from buildbay.projects.enums import ProjectRole
 from buildbay.sso import schemas
+from buildbay.sso.dependencies import request_origin
 from buildbay.sso.groups import GroupMapping, read_mappings, replace_mappings
 
 router = APIRouter(
     prefix="/api/projects/{id}/sso-groups", tags=["projects"], route_class=TransactionRoute
 )
-
-
-def request_origin(request: Request) -> Origin:
-    """Where a change came from, for the audit log."""
-    return Origin(client_ip(request), request.headers.get("user-agent"))
 
 
 def _answer(ctx_claim: str | None, mappings: list[GroupMapping]) -> schemas.SsoGroups:

@@ -5,13 +5,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from buildbay.schemas import ApiModel, RequestModel, Trimmed
-from buildbay.sso.groups import MAX_MAPPINGS
+from buildbay.sso.limits import MAX_GROUP_NAME, MAX_MAPPINGS
 
 GroupName = Annotated[
     str,
     Field(
         min_length=1,
-        max_length=256,
+        max_length=MAX_GROUP_NAME,
         examples=["buildbay-developers"],
         description="A group as the identity provider names it in the groups claim "
         "(BUILDBAY_OIDC_GROUPS_CLAIM), compared exactly",
