@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -20,6 +22,7 @@ from buildbay.sso.models import SsoIdentity
 from buildbay.sso.provider import FlowSecrets, SignInFailed
 from tests.conftest import Api
 from tests.oidc_provider import OidcProvider, oidc_provider_process
+from tests.processes import free_port
 from tests.sso.conftest import CLIENT_ID, Browser, audit_entries, open_browser, sso_settings
 
 pytestmark = pytest.mark.slow
@@ -43,6 +46,15 @@ async def test_a_first_sign_in_makes_the_account_and_signs_the_browser_in(
     assert query["nonce"][0]
     assert query["state"][0]
     assert query["redirect_uri"] == ["http://testserver/auth/sso/callback"]
+    # PKCE: the challenge is S256 of the verifier this browser's flow cookie keeps.
+    cookie = _FlowCookie(app.state.ctx.settings.signing_key, secure=False)
+    flow = cookie.unseal(
+        browser.client.cookies[cookie.name], int(app.state.ctx.clock.now().timestamp())
+    )
+    assert flow is not None
+    digest = hashlib.sha256(flow.secrets.code_verifier.encode()).digest()
+    assert query["code_challenge"] == [base64.urlsafe_b64encode(digest).rstrip(b"=").decode()]
+    assert query["nonce"] == [flow.secrets.nonce]
     done = await browser.callback(await browser.at_provider(url, "ada-1"))
     assert done.headers["location"] == "/projects?from=sso"
 
@@ -301,3 +313,18 @@ async def test_an_invitation_waiting_for_the_address_is_offered_after_sign_in(
     page = await browser.page("/projects")
     assert "A project invited mia@example.com" in page.text
     assert "Accept and join Rocket" in page.text
+
+
+async def test_a_provider_that_cannot_be_reached_is_a_sentence_not_an_error(
+    settings: Settings, provider: OidcProvider, clock: FrozenClock
+) -> None:
+    gone = Settings(**(settings.model_dump() | {"oidc_issuer": f"http://127.0.0.1:{free_port()}"}))
+    app = create_app(gone, clock=clock, migrate_on_start=False)
+    try:
+        async with open_browser(app, provider) as browser:
+            r = await browser.client.get("/auth/sso/start")
+            assert r.status_code == 303
+            assert r.headers["location"].startswith("/login")
+            assert "Acme ID cannot be reached right now" in await browser.notice()
+    finally:
+        await app.state.ctx.dispose()

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 
-from buildbay.auth.dependencies import login_service
+from buildbay.auth.dependencies import limit_by_ip, login_service
 from buildbay.auth.tokens import derive_key
 from buildbay.console.pages import (
     ConsoleRoute,
@@ -113,6 +113,9 @@ async def start(request: Request) -> Response:
     visitor, _ = await visit(request, signed_in=False)
     ctx = get_context(request)
     provider = _provider(ctx)
+    # Each start costs a request to the provider (its discovery document, when stale): counted
+    # per client address, as the API's anonymous requests are.
+    await limit_by_ip(ctx, request)
     next_page = safe_next(request.query_params.get("next"))
     flow = _Flow(FlowSecrets.new(), next_page, int(now(request).timestamp()))
     try:
@@ -130,6 +133,9 @@ async def callback(request: Request) -> Response:
     visitor, db = await visit(request, signed_in=False)
     ctx = get_context(request)
     provider = _provider(ctx)
+    # Each callback writes (an audit entry, refused or not) and may call the provider: counted
+    # per client address, so a stream of forged callbacks cannot flood the log.
+    await limit_by_ip(ctx, request)
     query = request.query_params
     cookie = _cookie(request)
     flow = cookie.unseal(request.cookies.get(cookie.name), int(now(request).timestamp()))
