@@ -112,30 +112,36 @@ async def apply_group_mappings(
 ) -> None:
     """The person's memberships as the projects' mappings say for `groups` (module doc)."""
     wanted: dict[str, ProjectRole] = {}
-    mapped: set[str] = set()
     reasons: dict[str, list[str]] = {}
-    rows = await db.execute(
-        select(SsoGroupMapping.project_id, SsoGroupMapping.group, SsoGroupMapping.role)
+    # Only the mappings of the person's groups: a project that maps none of them matters only
+    # if the mapping made them a member there (read below), whatever else it maps.
+    rows = (
+        await db.execute(
+            select(SsoGroupMapping.project_id, SsoGroupMapping.group, SsoGroupMapping.role).where(
+                SsoGroupMapping.group.in_(sorted(groups))
+            )
+        )
+        if groups
+        else ()
     )
     for project_id, group, mapped_role in rows:
-        mapped.add(project_id)
-        if group in groups:
-            reasons.setdefault(project_id, []).append(group)
-            if project_id not in wanted or mapped_role.rank > wanted[project_id].rank:
-                wanted[project_id] = mapped_role
+        reasons.setdefault(project_id, []).append(group)
+        if project_id not in wanted or mapped_role.rank > wanted[project_id].rank:
+            wanted[project_id] = mapped_role
     made_by_mapping = set(
         await db.scalars(select(SsoMembership.project_id).where(SsoMembership.user_id == user.id))
     )
+    concerned = set(wanted) | made_by_mapping
     current = {
         m.project_id: m
         for m in await db.scalars(
             select(ProjectMember).where(
                 ProjectMember.user_id == user.id,
-                ProjectMember.project_id.in_(mapped | made_by_mapping),
+                ProjectMember.project_id.in_(concerned),
             )
         )
     }
-    for project_id in sorted(mapped | made_by_mapping):
+    for project_id in sorted(concerned):
         role: ProjectRole | None = wanted.get(project_id)
         membership = current.get(project_id)
         details = {"source": "sso_groups", "groups": sorted(reasons.get(project_id, []))}

@@ -101,7 +101,7 @@ class SsoConfig:
         return cls(
             issuer=settings.oidc_issuer_url,
             client_id=settings.oidc_client_id,
-            client_secret=secret.get_secret_value() if secret else None,
+            client_secret=(secret.get_secret_value() or None) if secret else None,
             scopes=" ".join(settings.oidc_scopes.split()),
             allowed_domains=frozenset(domains),
             groups_claim=settings.oidc_groups_claim,
