@@ -621,6 +621,11 @@ async def _member(w: World, subject: Account) -> dict[str, Any]:
     return {"email": (await w.new_user()).email, "role": "tester"}
 
 
+@body("PUT", "/api/projects/{id}/sso-groups")
+async def _sso_groups(w: World, subject: Account) -> dict[str, Any]:
+    return {"mappings": [{"group": "mobile-team", "role": "developer"}]}
+
+
 @body("PUT", "/api/projects/{id}/members/{userId}")
 async def _role(w: World, subject: Account) -> dict[str, Any]:
     return {"role": "developer"}

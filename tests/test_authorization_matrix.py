@@ -113,6 +113,8 @@ RULES: dict[tuple[str, str], str] = {
     # Webhooks: their URLs and delivery logs are the admins' (tests/webhooks/).
     ("GET", "/api/projects/{id}/webhooks"): "admin",
     ("POST", "/api/projects/{id}/webhooks"): "admin",
+    ("GET", "/api/projects/{id}/sso-groups"): "admin",
+    ("PUT", "/api/projects/{id}/sso-groups"): "admin",
     ("GET", "/api/projects/{id}/webhooks/{webhookId}"): "admin",
     ("PUT", "/api/projects/{id}/webhooks/{webhookId}"): "admin",
     ("DELETE", "/api/projects/{id}/webhooks/{webhookId}"): "admin",
@@ -242,6 +244,8 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/devices"): READ,
     ("GET", "/api/projects/{id}/webhooks"): READ,
     ("POST", "/api/projects/{id}/webhooks"): UNSCOPED,
+    ("GET", "/api/projects/{id}/sso-groups"): READ,
+    ("PUT", "/api/projects/{id}/sso-groups"): UNSCOPED,
     ("GET", "/api/projects/{id}/webhooks/{webhookId}"): READ,
     ("PUT", "/api/projects/{id}/webhooks/{webhookId}"): UNSCOPED,
     ("DELETE", "/api/projects/{id}/webhooks/{webhookId}"): UNSCOPED,
@@ -332,6 +336,9 @@ OUTSIDE_API = {
     # The web console: a session cookie and CSRF tokens (tests/console/).
     "/login": "the console's sign-in form",
     "/signup": "the console's sign-up form",
+    "/auth/sso/": "sign-in through the identity provider: its start is public, its callback "
+    "takes the provider's answer only with the flow's sealed cookie of the same browser "
+    "(tests/sso/test_sign_in.py)",
     "/logout": "the console (cookie and CSRF)",
     "/projects": "the console (cookie and CSRF)",
     "/account": "the console (cookie and CSRF)",

@@ -67,6 +67,8 @@ from buildbay.problems import PROBLEM_CONTENT_TYPE, Problem, install_error_handl
 from buildbay.projects.routes import router as projects_router
 from buildbay.ratelimit.limiter import RateLimiter
 from buildbay.security_headers import SecurityHeaders
+from buildbay.sso.provider import SsoConfig, SsoProvider
+from buildbay.sso.routes import router as sso_groups_router
 from buildbay.storage.base import Storage
 from buildbay.storage.factory import create_storage
 from buildbay.storage.signing import UrlSigner
@@ -178,6 +180,8 @@ def create_app(
         readers=MetadataReaders.of(settings),
         redis=shared_redis,
     )
+    sso_config = SsoConfig.of(settings)
+    ctx.sso = SsoProvider(sso_config, clock) if sso_config is not None else None
     ctx.jobs = JobWorker(
         ctx.sessions,
         job_handlers(ctx),
@@ -242,6 +246,7 @@ def create_app(
         builds_router,
         feedback_router,
         projects_router,
+        sso_groups_router,
         applications_router,
         auth_router,
         account_router,

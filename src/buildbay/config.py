@@ -196,6 +196,24 @@ class Settings(BaseSettings):
     # Apple (`POST {APPLE_API_URL}/v1/devices`), and how long one of its answers may take.
     apple_api_url: str = "https://api.appstoreconnect.apple.com"
     apple_api_timeout_seconds: Annotated[float, Field(gt=0)] = 15.0
+    # Sign-in with the company's identity provider (OpenID Connect, docs/sso.md): on when
+    # OIDC_ISSUER is set. The provider is found at `{issuer}/.well-known/openid-configuration`.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: SecretStr | None = None
+    oidc_scopes: str = "openid email profile"
+    # E-mail domains that may sign in through the provider, comma-separated (empty: any);
+    # compared after NFKC and IDNA, as join links' domains are.
+    oidc_allowed_domains: str = ""
+    # Password sign-in, sign-up and reset off for everyone but the OIDC_BREAK_GLASS e-mails
+    # (comma-separated): the operator accounts that must get in when the provider is down.
+    oidc_only: bool = False
+    oidc_break_glass: str = ""
+    # The ID token claim that lists the person's groups (e.g. `groups`), for the projects'
+    # group-to-role mappings; empty: no mapping is applied.
+    oidc_groups_claim: str | None = None
+    # The button's "Sign in with <name>"; empty: the issuer's host name.
+    oidc_provider_name: str | None = None
 
     @model_validator(mode="after")
     def _s3_needs_a_bucket(self) -> Settings:
@@ -254,6 +272,74 @@ class Settings(BaseSettings):
                 "e.g. https://api.appstoreconnect.apple.com (http:// only to 127.0.0.1)"
             )
         return url.rstrip("/")
+
+    @field_validator(
+        "oidc_issuer", "oidc_client_id", "oidc_groups_claim", "oidc_provider_name", mode="before"
+    )
+    @classmethod
+    def _empty_text_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _oidc_is_complete(self) -> Settings:
+        """A provider that cannot work is refused at start, not at a person's first click."""
+        issuer = self.oidc_issuer
+        if issuer is None:
+            if self.oidc_only:
+                raise ConfigurationError(
+                    "BUILDBAY_OIDC_ONLY=true needs BUILDBAY_OIDC_ISSUER (and its client): "
+                    "without a provider nobody could sign in"
+                )
+            return self
+        parts = urlsplit(issuer)
+        loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
+        secure = parts.scheme == "https" or (
+            parts.scheme == "http" and (loopback or self.env is Environment.DEVELOPMENT)
+        )
+        if not parts.hostname or not secure or parts.query or parts.fragment:
+            raise ConfigurationError(
+                "BUILDBAY_OIDC_ISSUER must be the provider's https:// issuer URL, e.g. "
+                "https://accounts.google.com or https://keycloak.example.com/realms/acme "
+                "(http:// only in development or to this machine)"
+            )
+        if not self.oidc_client_id:
+            raise ConfigurationError(
+                "BUILDBAY_OIDC_ISSUER needs BUILDBAY_OIDC_CLIENT_ID (and, for a confidential "
+                "client, BUILDBAY_OIDC_CLIENT_SECRET): the client registered at the provider"
+            )
+        if "openid" not in self.oidc_scopes.split():
+            raise ConfigurationError("BUILDBAY_OIDC_SCOPES must include openid")
+        for domain in _comma_list(self.oidc_allowed_domains):
+            if not _is_domain(domain):
+                raise ConfigurationError(
+                    f"BUILDBAY_OIDC_ALLOWED_DOMAINS: {domain!r} is not a domain "
+                    "(write them comma-separated, e.g. example.com,example.org)"
+                )
+        return self
+
+    @property
+    def oidc_enabled(self) -> bool:
+        return self.oidc_issuer is not None
+
+    @property
+    def oidc_issuer_url(self) -> str:
+        assert self.oidc_issuer is not None
+        return self.oidc_issuer.rstrip("/")
+
+    @property
+    def oidc_button_name(self) -> str:
+        """What "Sign in with ..." names: OIDC_PROVIDER_NAME, else the issuer's host."""
+        if self.oidc_provider_name:
+            return self.oidc_provider_name.strip()
+        return urlsplit(self.oidc_issuer or "").hostname or "your identity provider"
+
+    @property
+    def oidc_allowed_domain_list(self) -> list[str]:
+        return _comma_list(self.oidc_allowed_domains)
+
+    @property
+    def oidc_break_glass_list(self) -> list[str]:
+        return _comma_list(self.oidc_break_glass)
 
     @field_validator("database_url")
     @classmethod
@@ -394,3 +480,12 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.resolved_database_url.startswith("sqlite")
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _is_domain(value: str) -> bool:
+    label = value.strip().removeprefix("@").rstrip(".")
+    return bool(label) and "@" not in label and "/" not in label and " " not in label

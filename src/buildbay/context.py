@@ -21,6 +21,7 @@ from buildbay.jobs.worker import JobWorker
 from buildbay.mail.outbox import MailOutbox
 from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.sso.provider import SsoProvider
 from buildbay.storage.base import Storage
 from buildbay.storage.signing import UrlSigner
 from buildbay.webhooks.delivery import WebhookSender
@@ -50,6 +51,8 @@ class AppContext:
     # With BUILDBAY_REDIS_URL, the process's one Redis client, which `limiter` and `revocations`
     # use (redis_pool.py).
     redis: redis.Redis | None = None
+    # With BUILDBAY_OIDC_ISSUER: the identity provider people sign in through (sso/).
+    sso: SsoProvider | None = None
 
     async def dispose(self) -> None:
         """Close the database pools (the engine's, and the read engine's where it has its own:
@@ -57,6 +60,8 @@ class AppContext:
         processes."""
         async with contextlib.AsyncExitStack() as closing:  # each closed, whatever the others do
             closing.push_async_callback(self.readers.aclose)
+            if self.sso is not None:
+                closing.push_async_callback(self.sso.aclose)
             if self.redis is not None:
                 closing.push_async_callback(self.redis.aclose)
             if self.read_engine is not self.engine:

@@ -34,6 +34,7 @@ from buildbay.db.reads import Reads
 from buildbay.deps import Context, get_context, in_unit_of_work
 from buildbay.errors import NotAuthenticated, RateLimited
 from buildbay.ratelimit.limiter import RateLimitState
+from buildbay.sso.policy import password_policy
 
 
 # How the account services are made from the app's context: one factory each, named for what it
@@ -46,6 +47,7 @@ def login_service(ctx: AppContext, db: AsyncSession) -> LoginService:
         timedelta(days=ctx.settings.refresh_token_ttl_days),
         ctx.access_cache,
         ctx.revocations,
+        password_policy(ctx.settings),
     )
 
 
@@ -74,7 +76,7 @@ def email_changes(ctx: AppContext, db: AsyncSession) -> EmailChanges:
 
 
 def password_resets(ctx: AppContext, db: AsyncSession) -> PasswordResets:
-    return PasswordResets(db, ctx.clock.now())
+    return PasswordResets(db, ctx.clock.now(), password_policy(ctx.settings))
 
 
 LoginServiceDep = Annotated[LoginService, in_unit_of_work(login_service)]

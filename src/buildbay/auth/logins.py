@@ -22,6 +22,7 @@ from buildbay.db.engine import after_commit
 from buildbay.errors import NotAuthenticated, RateLimited
 from buildbay.ids import new_id
 from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.sso.policy import PASSWORDS_ALLOWED, PasswordPolicy
 from buildbay.text import normal_email_text
 
 
@@ -89,8 +90,11 @@ class LoginService:
         refresh_lifetime: timedelta,
         access_cache: AccessTokenCache | None = None,
         revocations: SharedRevocations | None = None,
+        passwords: PasswordPolicy = PASSWORDS_ALLOWED,
     ) -> None:
+        """`passwords`: who may sign in with a password (sso/policy.py: BUILDBAY_OIDC_ONLY)."""
         self.db = db
+        self.passwords = passwords
         self.codec = codec
         self.now = now
         self.refresh_lifetime = refresh_lifetime
@@ -101,6 +105,7 @@ class LoginService:
         self, email: str, password: str, client_ip: str, limiter: RateLimiter
     ) -> IssuedTokens:
         email = normalise_email(email)
+        self.passwords.check(email, "Password sign-in")
         keys = password_guess_keys(email, client_ip)
         user = await user_by_email(self.db, email)
         # The epoch read with the password: a reset that commits while this login checks the

@@ -36,6 +36,7 @@ from buildbay.mail.headers import UnmailableAddress
 from buildbay.mail.message import render
 from buildbay.mail.outbox import MailOutbox
 from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.sso.policy import PASSWORDS_ALLOWED, PasswordPolicy
 
 PASSWORD_RESET_JOB = "password_reset"
 RESET_LIFETIME = timedelta(hours=1)
@@ -54,14 +55,21 @@ class ResetLinkState(StrEnum):
 
 
 class PasswordResets:
-    def __init__(self, db: AsyncSession, now: datetime) -> None:
+    def __init__(
+        self, db: AsyncSession, now: datetime, passwords: PasswordPolicy = PASSWORDS_ALLOWED
+    ) -> None:
+        """`passwords`: who may still use a password (sso/policy.py: BUILDBAY_OIDC_ONLY)."""
         self.db = db
         self.now = now
+        self.passwords = passwords
 
     async def request(self, email: str, client_ip: str, limiter: RateLimiter) -> None:
         """Ask for a link to be mailed to `email`, if an account has it (which the caller is
         never told)."""
         email = normalise_email(email)
+        # SSO-only: no link is mailed (a link already issued, or one the operator's `buildbay
+        # users` command gave, still sets a password; signing in with it stays off).
+        self.passwords.check(email, "Password reset")
         for namespace, key, item in (
             ("password-reset-ip", client_ip, PER_IP),
             ("password-reset-email", email, PER_EMAIL),

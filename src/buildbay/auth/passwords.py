@@ -35,8 +35,13 @@ async def hash_password(password: str) -> str:
     return await anyio.to_thread.run_sync(_hasher.hash, password)
 
 
+# The password hash of an account made by a sign-in through the identity provider: no password
+# matches it (sso/signin.py); the account may set one through a reset, where the server allows.
+NO_PASSWORD = "!sso"
+
+
 async def verify_password(password: str, password_hash: str | None) -> bool:
-    if password_hash is None:
+    if password_hash is None or password_hash == NO_PASSWORD:
         await anyio.to_thread.run_sync(_hasher.verify, password, _dummy_hash())
         return False
     return await anyio.to_thread.run_sync(_hasher.verify, password, password_hash)

@@ -39,6 +39,7 @@ from buildbay.console.pages import (
 from buildbay.console.session import Visitor
 from buildbay.deps import get_context
 from buildbay.errors import BuildbayError, RateLimited, ValidationFailed
+from buildbay.sso.policy import SsoOnly
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -48,8 +49,20 @@ def _auth_page(
 ) -> Response:
     """The sign-in and sign-up pages, which say who may create an account here
     (BUILDBAY_SIGNUP: open, invite-only or closed)."""
-    signup = get_context(request).settings.signup.value
-    return page(template, visitor, status_code, signup=signup, **context)
+    return page(template, visitor, status_code, **sign_in_choices(request), **context)
+
+
+def sign_in_choices(request: Request) -> dict[str, Any]:
+    """What the sign-in pages offer: who may sign up (BUILDBAY_SIGNUP: open, invite-only or
+    closed), the identity provider's button (`sso_name`, None without one) and whether it is
+    the only way in (`sso_only`, BUILDBAY_OIDC_ONLY: the password forms give way to it)."""
+    ctx = get_context(request)
+    settings = ctx.settings
+    return {
+        "signup": settings.signup.value,
+        "sso_name": ctx.sso.config.name if ctx.sso is not None else None,
+        "sso_only": settings.oidc_only,
+    }
 
 
 @router.get("/")
@@ -73,6 +86,7 @@ async def login_page(request: Request) -> Response:
         errors={},
         signed_out=request.query_params.get("signed_out"),
         reset=request.query_params.get("reset"),
+        break_glass=request.query_params.get("break_glass") == "1",
     )
 
 
@@ -97,9 +111,10 @@ async def login(request: Request) -> Response:
             next=next_page,
             values=values,
             errors=exc.by_field,
+            break_glass=True,
         )
     except BuildbayError as exc:
-        status = exc.status if exc.status in (401, 429) else 400
+        status = exc.status if exc.status in (401, 403, 429) else 400
         refused = _auth_page(
             request,
             "console/login.html",
@@ -108,6 +123,7 @@ async def login(request: Request) -> Response:
             next=next_page,
             values=values,
             errors={"form": sentence(said(exc))},
+            break_glass=exc.code != "sso_only",
         )
         refused.headers.update(exc.headers)  # Retry-After, when throttled
         return refused
@@ -185,7 +201,7 @@ async def logout(request: Request) -> Response:
 async def forgot_password_page(request: Request) -> Response:
     visitor, _ = await visit(request, signed_in=False)
     return page("console/forgot_password.html", visitor, values={}, errors={},
-                sent=request.query_params.get("sent"))  # fmt: skip
+                sent=request.query_params.get("sent"), **sign_in_choices(request))  # fmt: skip
 
 
 @router.post("/forgot-password")
@@ -202,10 +218,14 @@ async def forgot_password(request: Request) -> Response:
         )
     except FormError:
         errors = {"email": "Enter the e-mail address of your account."}
-        return page("console/forgot_password.html", visitor, 422, values=values, errors=errors)
+        return page("console/forgot_password.html", visitor, 422, values=values, errors=errors,
+                    **sign_in_choices(request))  # fmt: skip
+    except SsoOnly as exc:
+        return page("console/forgot_password.html", visitor, 403, values=values,
+                    errors={"form": sentence(exc.detail)}, **sign_in_choices(request))  # fmt: skip
     except RateLimited as exc:
         refused = page("console/forgot_password.html", visitor, 429, values=values,
-                       errors={"form": exc.detail + "."})  # fmt: skip
+                       errors={"form": exc.detail + "."}, **sign_in_choices(request))  # fmt: skip
         refused.headers.update(exc.headers)
         return refused
     return see_other("/forgot-password?sent=1")

@@ -114,6 +114,7 @@ async def render_project(
         invitations=invitations, failed=failed, values=values or {}, errors=errors or {},
         owners_count=sum(m.role is ProjectRole.OWNER for m in found),
         platforms=_PLATFORMS,
+        sso_name=ctx.sso.config.name if (ctx := get_context(request)).sso is not None else None,
     )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from buildbay.console import (
     project_devices,
     projects,
     releases,
+    sso,
     tester_feedback,
     unsubscribe,
     uploads,
@@ -37,6 +38,7 @@ __all__ = ["console_sessions", "routers"]
 
 routers: tuple[APIRouter, ...] = (
     auth.router,
+    sso.router,
     projects.router,
     application_settings.router,
     invitations.router,

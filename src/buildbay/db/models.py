@@ -47,6 +47,7 @@ from buildbay.invitations.models import (
 )
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
+from buildbay.sso.models import SsoGroupMapping, SsoIdentity, SsoMembership
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -88,6 +89,9 @@ __all__ = [
     "RemovedInstallLink",
     "SecretShownOnce",
     "Session",
+    "SsoGroupMapping",
+    "SsoIdentity",
+    "SsoMembership",
     "TesterGroup",
     "UpdateKey",
     "User",

@@ -1,0 +1,138 @@
+"""A project's mapping of the provider's groups to roles, applied at each sign-in: members
+added, their role changed, removed; only the memberships the mapping made; audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import update
+
+from buildbay.auth.models import User
+from tests.conftest import Account, Api, assert_problem
+from tests.oidc_provider import OidcProvider
+from tests.sso.conftest import audit_entries, open_browser
+
+pytestmark = pytest.mark.slow
+
+
+async def _members(api: Api, owner: Account, project_id: str) -> dict[str, str]:
+    r = await api.client.get(f"/api/projects/{project_id}/members", headers=owner.headers)
+    assert r.status_code == 200, r.text
+    return {m["email"]: m["role"] for m in r.json()["members"]}
+
+
+async def _sign_in(app: FastAPI, provider: OidcProvider, sub: str, **claims: Any) -> None:
+    provider.set_user(sub, email_verified=True, **claims)
+    async with open_browser(app, provider) as browser:
+        done = await browser.sign_in(sub)
+        assert not done.headers["location"].startswith("/login"), await browser.notice()
+
+
+async def test_the_mapping_adds_changes_and_removes_what_it_made_and_nothing_else(
+    app: FastAPI, api: Api, owner: Account, provider: OidcProvider
+) -> None:
+    project = await api.project(owner, "Rocket")
+    url = f"/api/projects/{project['id']}/sso-groups"
+    mapping = {
+        "mappings": [{"group": "mobile", "role": "developer"}, {"group": "qa", "role": "tester"}]
+    }
+    r = await api.client.put(url, json=mapping, headers=owner.headers)
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "mappings": [{"group": "mobile", "role": "developer"}, {"group": "qa", "role": "tester"}],
+        "groupsClaim": "groups",
+    }
+    assert (await api.client.get(url, headers=owner.headers)).json() == r.json()
+
+    await _sign_in(app, provider, "nia-1", email="nia@example.com", groups=["qa", "sales"])
+    assert (await _members(api, owner, project["id"]))["nia@example.com"] == "tester"
+    await _sign_in(app, provider, "nia-1", email="nia@example.com", groups=["qa", "mobile"])
+    assert (await _members(api, owner, project["id"]))["nia@example.com"] == "developer"
+    # A token without the claim changes nothing; an empty list removes what the mapping gave.
+    await _sign_in(app, provider, "nia-1", email="nia@example.com")
+    assert (await _members(api, owner, project["id"]))["nia@example.com"] == "developer"
+    await _sign_in(app, provider, "nia-1", email="nia@example.com", groups=[])
+    assert "nia@example.com" not in await _members(api, owner, project["id"])
+
+    # Someone added by hand stays, whatever their groups say.
+    await _sign_in(app, provider, "oli-1", email="oli@example.com", groups=[])
+    r = await api.client.post(
+        f"/api/projects/{project['id']}/members",
+        json={"email": "oli@example.com", "role": "admin"},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    await _sign_in(app, provider, "oli-1", email="oli@example.com", groups=["qa"])
+    await _sign_in(app, provider, "oli-1", email="oli@example.com", groups=[])
+    assert (await _members(api, owner, project["id"]))["oli@example.com"] == "admin"
+
+    nia = [
+        (e.action, e.details.get("role") or e.details.get("to"), e.project_id)
+        for e in [
+            *await audit_entries(app, "member.added"),
+            *await audit_entries(app, "member.role_changed"),
+            *await audit_entries(app, "member.removed"),
+        ]
+        if e.target_name == "nia@example.com"
+    ]
+    assert sorted(nia) == sorted(
+        [
+            ("member.added", "tester", project["id"]),
+            ("member.role_changed", "developer", project["id"]),
+            ("member.removed", "developer", project["id"]),
+        ]
+    )
+    [changed] = await audit_entries(app, "sso_groups.changed")
+    assert changed.actor_id == owner.user["id"]
+    assert changed.details == {"before": [], "after": mapping["mappings"]}
+
+
+async def test_a_mapping_is_checked_and_owner_is_never_mapped(api: Api, owner: Account) -> None:
+    project = await api.project(owner)
+    url = f"/api/projects/{project['id']}/sso-groups"
+    for body in (
+        {"mappings": [{"group": "bosses", "role": "owner"}]},
+        {"mappings": [{"group": "qa", "role": "tester"}, {"group": "qa", "role": "admin"}]},
+        {"mappings": [{"group": "", "role": "tester"}]},
+        {"mappings": [{"group": "qa", "role": "tester", "extra": 1}]},
+        {"mappings": [{"group": f"g{i}", "role": "tester"} for i in range(101)]},
+    ):
+        assert_problem(await api.client.put(url, json=body, headers=owner.headers), 422)
+    r = await api.client.put(url, json={"mappings": []}, headers=owner.headers)
+    assert r.status_code == 200
+    assert r.json()["mappings"] == []
+
+
+async def test_the_console_page_saves_the_mapping_from_lines(
+    app: FastAPI, api: Api, owner: Account, provider: OidcProvider
+) -> None:
+    project = await api.project(owner, "Rocket")
+    provider.set_user("owner-1", email=owner.email, email_verified=True)
+    async with app.state.ctx.sessions() as db:  # the owner proves the address (to be linked)
+        proven = update(User).where(User.email == owner.email)
+        await db.execute(proven.values(email_verified_at=User.created_at))
+        await db.commit()
+    async with open_browser(app, provider) as browser:
+        await browser.sign_in("owner-1")
+        page = await browser.page(f"/projects/{project['id']}")
+        assert "Groups from Acme ID" in page.text
+        form = await browser.page(f"/projects/{project['id']}/sso-groups")
+        assert form.status_code == 200
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        path = f"/projects/{project['id']}/sso-groups"
+        bad = await browser.client.post(path, data={"csrf": csrf, "mappings": "qa, owner"})
+        assert bad.status_code == 422
+        assert "the role is tester, developer or admin" in bad.text
+        saved = await browser.client.post(
+            path, data={"csrf": csrf, "mappings": "mobile team, developer\n\nqa,TESTER\n"}
+        )
+        assert saved.status_code == 303
+        shown = await browser.page(path)
+        assert "Group mapping saved (2 groups)" in shown.text
+    r = await api.client.get(f"/api/projects/{project['id']}/sso-groups", headers=owner.headers)
+    assert r.json()["mappings"] == [
+        {"group": "mobile team", "role": "developer"},
+        {"group": "qa", "role": "tester"},
+    ]
