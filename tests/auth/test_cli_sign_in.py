@@ -20,6 +20,7 @@ from sqlalchemy import select
 from buildbay.audit.models import AuditEntry
 from buildbay.auth.cli_sign_in import USER_CODE_ALPHABET, pkce_challenge
 from buildbay.auth.models import CliSignIn
+from buildbay.builds.sweeper import sweep
 from buildbay.clock import FrozenClock
 from tests.auth.conftest import bearer
 from tests.conftest import BASE_URL, Account, assert_problem
@@ -343,3 +344,18 @@ async def test_guessing_user_codes_is_throttled(
     grant = await start_device(client)
     page = await person.get(f"/cli/device?{urlencode({'code': grant['userCode']})}")
     assert page.status_code == 429
+
+
+async def test_the_sweeper_forgets_sign_ins_a_day_after_they_expired(
+    app: FastAPI, client: httpx.AsyncClient, clock: FrozenClock
+) -> None:
+    await start_device(client)
+    clock.advance(days=1, minutes=10, seconds=1)
+    await start_device(client)
+    ctx = app.state.ctx
+
+    await sweep(ctx.sessions, ctx.storage, clock.now(), BASE_URL)
+
+    async with ctx.sessions() as db:
+        left = (await db.scalars(select(CliSignIn.created_at))).all()
+    assert left == [clock.now()]
