@@ -19,7 +19,8 @@ from sqlalchemy import select
 
 from buildbay.audit.models import AuditEntry
 from buildbay.auth.cli_sign_in import USER_CODE_ALPHABET, pkce_challenge
-from buildbay.auth.models import CliSignIn
+from buildbay.auth.models import CliSignIn, User
+from buildbay.auth.password_reset import PasswordResets
 from buildbay.builds.sweeper import sweep
 from buildbay.clock import FrozenClock
 from tests.auth.conftest import bearer
@@ -359,3 +360,26 @@ async def test_the_sweeper_forgets_sign_ins_a_day_after_they_expired(
     async with ctx.sessions() as db:
         left = (await db.scalars(select(CliSignIn.created_at))).all()
     assert left == [clock.now()]
+
+
+async def test_a_password_reset_after_allowing_leaves_the_code_worthless(
+    app: FastAPI, client: httpx.AsyncClient, person: httpx.AsyncClient, owner: Account
+) -> None:
+    await sign_in(person, owner)
+    verifier, challenge = pkce()
+    location = await allow_on_page(person, authorize_query(challenge))
+    ctx = app.state.ctx
+    async with ctx.sessions() as db, db.begin():
+        user = await db.get_one(User, owner.user["id"])
+        reset = await PasswordResets(db, ctx.clock.now()).issue(user)
+    r = await client.post(
+        "/api/auth/password-reset/confirm", json={"token": reset, "password": "a new password"}
+    )
+    assert r.status_code == 204, r.text
+
+    code = parse_qs(urlsplit(location).query)["code"][0]
+    body = {"code": code, "codeVerifier": verifier, "redirectUri": REDIRECT}
+    r = await client.post("/api/auth/cli/token", json=body)
+
+    grant_refusal(r, "invalid_grant")
+    assert "password was reset" in r.json()["detail"]

@@ -403,7 +403,15 @@ class CliSignIns:
         assert sign_in.credentials_epoch is not None
         user = await user_by_id(Reads.within(self.db), sign_in.user_id)
         if user is None:  # deleted since it allowed the sign-in
-            raise grant_error("invalid_grant", "The account that allowed this sign-in is gone")
+            raise grant_error(
+                "invalid_grant", "The account that allowed this sign-in is gone", keeps_writes=True
+            )
+        if user.credentials_epoch > sign_in.credentials_epoch:
+            raise grant_error(
+                "invalid_grant",
+                "The account's password was reset since this sign-in was allowed",
+                keeps_writes=True,
+            )
         # The epoch as it was when the person allowed it: a password reset committed since
         # leaves this token dead (auth/models.py User).
         user = dataclasses.replace(user, credentials_epoch=sign_in.credentials_epoch)
