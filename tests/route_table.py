@@ -28,10 +28,13 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import NO_ORIGIN
 from buildbay.auth.authentication import Principal
-from buildbay.auth.dependencies import email_changes, email_verifications
+from buildbay.auth.cli_sign_in import LoopbackRequest, pkce_challenge
+from buildbay.auth.dependencies import cli_sign_ins, email_changes, email_verifications
 from buildbay.auth.models import EmailChange, User
 from buildbay.auth.password_reset import PasswordResets
+from buildbay.auth.reads import user_by_id
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import LINK_LIFETIME
 from buildbay.clock import FrozenClock
@@ -360,6 +363,32 @@ class World:
 
         return await self._unit_of_work(issue)
 
+    async def cli_code(self, account: Account) -> dict[str, str]:
+        """A loopback sign-in `account` allowed: the body that exchanges its code."""
+        verifier, redirect_uri = secrets.token_urlsafe(32), "http://127.0.0.1:1/callback"
+
+        async def allow(db: AsyncSession) -> str:
+            user = await user_by_id(Reads.within(db), account.user["id"])
+            assert user is not None
+            asked = LoopbackRequest(redirect_uri, pkce_challenge(verifier), "s", "matrix")
+            return await cli_sign_ins(self.ctx, db, NO_ORIGIN).approve_loopback(user, asked)
+
+        code = await self._unit_of_work(allow)
+        return {"code": code, "codeVerifier": verifier, "redirectUri": redirect_uri}
+
+    async def device_code(self, account: Account) -> str:
+        """A device sign-in `account` allowed: its device code."""
+
+        async def allow(db: AsyncSession) -> str:
+            user = await user_by_id(Reads.within(db), account.user["id"])
+            assert user is not None
+            service = cli_sign_ins(self.ctx, db, NO_ORIGIN)
+            grant = await service.start_device("matrix", 5)
+            await service.decide_device(grant.user_code, user, True, "matrix", self.ctx.limiter)
+            return grant.device_code
+
+        return await self._unit_of_work(allow)
+
     async def email_change_token(self, account: Account) -> str:
         """The token of the link mailed to the new address `account` asked to move to."""
 
@@ -566,6 +595,21 @@ async def _email_change(w: World, subject: Account) -> dict[str, Any]:
 @body("POST", "/api/auth/email-change/confirm")
 async def _confirm_email_change(w: World, subject: Account) -> dict[str, Any]:
     return {"token": await w.email_change_token(await w.new_user())}
+
+
+@body("POST", "/api/auth/cli/token")
+async def _cli_token(w: World, subject: Account) -> dict[str, Any]:
+    return await w.cli_code(await w.new_user())
+
+
+@body("POST", "/api/auth/device/code")
+async def _device_code(w: World, subject: Account) -> dict[str, Any]:
+    return {"clientName": "matrix"}
+
+
+@body("POST", "/api/auth/device/token")
+async def _device_token(w: World, subject: Account) -> dict[str, Any]:
+    return {"deviceCode": await w.device_code(await w.new_user())}
 
 
 @body("POST", "/api/projects/{id}/invitations")

@@ -58,6 +58,11 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/auth/password-reset"): PUBLIC,
     ("POST", "/api/auth/password-reset/confirm"): PUBLIC,
     ("POST", "/api/auth/email-verification/confirm"): PUBLIC,
+    # The command line's sign-in (issue 41): a one-time code or device code the console's
+    # signed-in person allowed (tests/auth/test_cli_sign_in.py).
+    ("POST", "/api/auth/cli/token"): PUBLIC,
+    ("POST", "/api/auth/device/code"): PUBLIC,
+    ("POST", "/api/auth/device/token"): PUBLIC,
     ("POST", "/api/auth/email-verification"): ANY_USER,
     ("POST", "/api/auth/email-change/confirm"): PUBLIC,
     ("POST", "/api/auth/email-change"): ANY_USER,
@@ -349,6 +354,8 @@ OUTSIDE_API = {
     "/join-confirm/": "a join link's confirmation mail: its single-use token "
     "(tests/distribution/test_join_links.py)",
     "/forgot-password": "the console's form (tests/console/)",
+    "/cli/": "the console (cookie and CSRF): the command line's sign-in, allowed only by the "
+    "signed-in person; redirects only to a loopback (tests/auth/test_cli_sign_in.py)",
     "/reset-password": "the console; a reset link's token (tests/console/)",
     "/verify-email": "the console; a verification link's token (tests/console/)",
     "/confirm-email": "the console; an e-mail change link's token (tests/console/)",

@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     download_link_ttl_seconds: PositiveInt = 300
     access_token_ttl_seconds: PositiveInt = 24 * 3600
     refresh_token_ttl_days: PositiveInt = 30
+    # `buildbay login --sso --device` (auth/cli_sign_in.py): the least seconds between the
+    # command line's polls (RFC 8628's `interval`).
+    cli_device_poll_interval_seconds: PositiveInt = 5
 
     max_upload_bytes_free: PositiveInt = 1 * GiB
     max_upload_bytes_pro: PositiveInt = 4 * GiB

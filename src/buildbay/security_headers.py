@@ -45,14 +45,15 @@ class SecurityHeaders:
             "frame_ancestors": "'none'",
             "form_action": "'self'",
         }
-        pages = _policy(
-            default_src="'none'",
-            script_src="'self'",
-            style_src="'self'",
-            img_src="'self'",
-            connect_src=connect,
+        self._page_directives = {
+            "default_src": "'none'",
+            "script_src": "'self'",
+            "style_src": "'self'",
+            "img_src": "'self'",
+            "connect_src": connect,
             **common,
-        )
+        }
+        pages = _policy(**self._page_directives)
         # Swagger UI and ReDoc are started by an inline script FastAPI writes, and style
         # themselves inline; ReDoc also runs a worker from a blob: URL and shows data: images.
         docs = _policy(
@@ -78,6 +79,12 @@ class SecurityHeaders:
         # new API token, a webhook's signing secret): no cache keeps one, unless the route
         # says otherwise (the update check's answers are public for a minute).
         self._api = [*self._pages, ("Cache-Control", "no-store")]
+
+    def page_policy(self, *, form_targets: tuple[str, ...] = ()) -> str:
+        """The pages' policy, its forms also allowed to go (or be redirected) to these
+        origins (the command line's loopback sign-in: console/cli_sign_in.py)."""
+        form_action = " ".join(["'self'", *form_targets])
+        return _policy(**{**self._page_directives, "form_action": form_action})
 
     def for_path(self, path: str) -> list[tuple[str, str]]:
         """Each is set unless the response has its own."""

@@ -207,6 +207,9 @@ class AsyncBuildbay(Core):
         self._took_tokens(tokens)
         return tokens
 
+    cli_token = _async(ops.cli_token)
+    device_code = _async(ops.device_code)
+    device_token = _async(ops.device_token)
     me = _async(ops.me)
     logout = _async(ops.logout)
     list_api_tokens = _async(ops.list_api_tokens)

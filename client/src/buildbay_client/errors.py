@@ -14,6 +14,10 @@ class NetworkError(BuildbayClientError):
     """The server could not be reached (or stopped answering), after the retries."""
 
 
+class SignInFailed(BuildbayClientError):
+    """`login --sso`: the sign-in was refused, expired, or not finished in time."""
+
+
 class UnexpectedAnswer(BuildbayClientError):
     """The server's answer is not what this API gives (another service at that address?)."""
 

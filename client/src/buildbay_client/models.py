@@ -161,6 +161,26 @@ class ApiTokenList(Model):
     api_tokens: list[ApiToken]
 
 
+@dataclass(frozen=True, kw_only=True)
+class CliToken(CreatedApiToken):
+    """`buildbay login --sso`'s API token ("CLI on <computer>"), and whose it is."""
+
+    user: User
+
+
+@dataclass(frozen=True)
+class DeviceCode(Model):
+    """A device sign-in started (RFC 8628): the person enters `user_code` at
+    `verification_uri` while the command line polls with `device_code`."""
+
+    device_code: str
+    user_code: str
+    verification_uri: str
+    verification_uri_complete: str
+    expires_in: int
+    interval: int
+
+
 # -- projects and members -----------------------------------------------------------------------
 
 

@@ -77,6 +77,32 @@ def logout(refresh_token: str | None = None) -> Op[None]:
     return Op("POST", "/api/auth/logout", None, _fields(refresh_token=refresh_token))
 
 
+def cli_token(code: str, code_verifier: str, redirect_uri: str) -> Op[models.CliToken]:
+    """The loopback sign-in's code (and its PKCE verifier) for an API token: once only."""
+    body = {"code": code, "codeVerifier": code_verifier, "redirectUri": redirect_uri}
+    return Op(
+        "POST", "/api/auth/cli/token", models.CliToken, body, idempotent=False,
+        authenticated=False,
+    )  # fmt: skip
+
+
+def device_code(client_name: str | None = None) -> Op[models.DeviceCode]:
+    """Start a device sign-in (RFC 8628)."""
+    return Op(
+        "POST", "/api/auth/device/code", models.DeviceCode, _fields(clientName=client_name),
+        idempotent=False, authenticated=False,
+    )  # fmt: skip
+
+
+def device_token(device_code: str) -> Op[models.CliToken]:
+    """One poll of a device sign-in: the token, or a ValidationError whose `code` is RFC
+    8628's (`authorization_pending`, `slow_down`, ...)."""
+    return Op(
+        "POST", "/api/auth/device/token", models.CliToken, {"deviceCode": device_code},
+        idempotent=False, authenticated=False,
+    )  # fmt: skip
+
+
 def me() -> Op[models.Me]:
     return Op("GET", "/api/auth/me", models.Me)
 

@@ -183,6 +183,9 @@ class Buildbay(Core):
         self._took_tokens(tokens)
         return tokens
 
+    cli_token = _sync(ops.cli_token)
+    device_code = _sync(ops.device_code)
+    device_token = _sync(ops.device_token)
     me = _sync(ops.me)
     logout = _sync(ops.logout)
     list_api_tokens = _sync(ops.list_api_tokens)

@@ -20,8 +20,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Origin
 from buildbay.auth.accounts import AccountService
 from buildbay.auth.authentication import Authentication, Principal
+from buildbay.auth.cli_sign_in import CliSignIns
 from buildbay.auth.email_change import EmailChangeLinks, EmailChanges
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.logins import LoginService
@@ -79,12 +81,21 @@ def password_resets(ctx: AppContext, db: AsyncSession) -> PasswordResets:
     return PasswordResets(db, ctx.clock.now(), password_policy(ctx.settings))
 
 
+def cli_sign_ins(ctx: AppContext, db: AsyncSession, origin: Origin) -> CliSignIns:
+    return CliSignIns(db, ctx.clock.now(), account_service(ctx, db), origin)
+
+
 LoginServiceDep = Annotated[LoginService, in_unit_of_work(login_service)]
 AccountServiceDep = Annotated[AccountService, in_unit_of_work(account_service)]
 
 
 def client_ip(request: Request) -> str:
     return request.client.host if request.client else "unknown"
+
+
+def origin_of(request: Request) -> Origin:
+    """Where a change came from, for its audit entry."""
+    return Origin(client_ip(request), request.headers.get("user-agent"))
 
 
 async def count_request(ctx: AppContext, request: Request, key: str, plan: Plan) -> None:

@@ -144,3 +144,31 @@ class SecretShownOnce(Base):
     subject_id: Mapped[str] = mapped_column(String(32))  # the token's or the webhook's id
     sealed: Mapped[str] = mapped_column(String(512))  # hex
     created_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class CliSignIn(Base):
+    """The command line signing in through the console (auth/cli_sign_in.py): a loopback
+    redirect's one-time code (RFC 8252) or a device grant (RFC 8628), until it is exchanged for
+    an API token, refused, or expired. Its secrets (the code or device code, the user code) are
+    stored only as hashes; the sweeper forgets rows a day after they expired."""
+
+    __tablename__ = "cli_sign_ins"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "loopback" or "device"
+    # The loopback's one-time code, or the device code the command line polls with.
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_code_hash: Mapped[str | None] = mapped_column(String(64), unique=True)  # device only
+    client_name: Mapped[str] = mapped_column(String(100))  # the computer, as the CLI named it
+    redirect_uri: Mapped[str | None] = mapped_column(String(300))  # loopback only
+    code_challenge: Mapped[str | None] = mapped_column(String(128))  # loopback: PKCE S256
+    status: Mapped[str] = mapped_column(String(16))  # pending, approved, denied, used
+    # Who approved, with their credentials' epoch then (a reset since leaves the token dead).
+    user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    credentials_epoch: Mapped[int | None]
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    polled_at: Mapped[datetime | None]  # device: the last poll (slow_down)
+    interval_seconds: Mapped[int]  # device: the least time between polls

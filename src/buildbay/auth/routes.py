@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Path, Request, Response, status
 
 from buildbay.auth import schemas
+from buildbay.auth.cli_sign_in import DEVICE_PAGE, IssuedCliToken
 from buildbay.auth.dependencies import (
     AccountServiceDep,
     Authenticated,
@@ -12,9 +14,11 @@ from buildbay.auth.dependencies import (
     InteractiveUser,
     LoginServiceDep,
     PublicRateLimit,
+    cli_sign_ins,
     client_ip,
     email_changes,
     email_verifications,
+    origin_of,
     password_resets,
 )
 from buildbay.auth.logins import IssuedTokens
@@ -281,6 +285,83 @@ async def _me(user: UserRecord, ctx: AppContext, reads: Reads) -> schemas.Me:
         ),
         pending_email=await pending_email_of(reads, user.id),
     )
+
+
+# -- the command line's sign-in through the console (auth/cli_sign_in.py) -------------------------
+
+_GRANT_ERRORS = (
+    "400 problem+json whose `code` and `error` are RFC 6749/8628's code: `invalid_grant` "
+    "(unknown, used, expired, or the wrong verifier or redirect URI)"
+)
+
+
+def _cli_token(issued: IssuedCliToken) -> schemas.CliToken:
+    return schemas.CliToken.model_validate(
+        {
+            **schemas.ApiToken.model_validate(issued.api_token).model_dump(),
+            "token": issued.secret,
+            "user": schemas.User.model_validate(issued.user),
+        }
+    )
+
+
+@router.post(
+    "/cli/token",
+    dependencies=[PublicRateLimit],
+    responses=problem_responses(400, 413, 422, 429),
+    summary="The command line's loopback sign-in (RFC 8252, PKCE S256): exchange the one-time "
+    'code the console redirected with, and its verifier, for an API token named "CLI on '
+    '<computer>"; refusals: ' + _GRANT_ERRORS,
+)
+async def cli_token(
+    body: schemas.CliTokenRequest, ctx: Context, db: SessionDep, request: Request
+) -> schemas.CliToken:
+    service = cli_sign_ins(ctx, db, origin_of(request))
+    return _cli_token(await service.exchange_code(body.code, body.code_verifier, body.redirect_uri))
+
+
+@router.post(
+    "/device/code",
+    dependencies=[PublicRateLimit],
+    responses=problem_responses(400, 413, 422, 429),
+    summary="Start the command line's device sign-in (RFC 8628): a device code to poll with "
+    "and a user code for the person to enter in the console",
+)
+async def device_code(
+    ctx: Context,
+    db: SessionDep,
+    request: Request,
+    body: Annotated[schemas.DeviceCodeRequest | None, Body()] = None,
+) -> schemas.DeviceCode:
+    interval = ctx.settings.cli_device_poll_interval_seconds
+    grant = await cli_sign_ins(ctx, db, origin_of(request)).start_device(
+        body.client_name if body else None, interval
+    )
+    page = f"{ctx.settings.resolved_public_url}{DEVICE_PAGE}"
+    return schemas.DeviceCode(
+        device_code=grant.device_code,
+        user_code=grant.user_code,
+        verification_uri=page,
+        verification_uri_complete=f"{page}?{urlencode({'code': grant.user_code})}",
+        expires_in=grant.expires_in,
+        interval=grant.interval,
+    )
+
+
+@router.post(
+    "/device/token",
+    dependencies=[PublicRateLimit],
+    responses=problem_responses(400, 413, 422, 429),
+    summary="Poll the command line's device sign-in (RFC 8628): the API token once the person "
+    "allowed it; else " + _GRANT_ERRORS.removesuffix(")") + "), `authorization_pending`, "
+    "`slow_down` (polled sooner than `interval`; wait 5 seconds more from now on), "
+    "`access_denied`, `expired_token`",
+)
+async def device_token(
+    body: schemas.DeviceTokenRequest, ctx: Context, db: SessionDep, request: Request
+) -> schemas.CliToken:
+    service = cli_sign_ins(ctx, db, origin_of(request))
+    return _cli_token(await service.poll_device(body.device_code))
 
 
 @account_router.get(

@@ -251,3 +251,55 @@ class CreatedApiToken(ApiToken):
 
 class ApiTokenList(ApiModel):
     api_tokens: list[ApiToken]
+
+
+# -- the command line's sign-in through the console (auth/cli_sign_in.py) ----------------------
+
+
+class CliTokenRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "code": "bbc_the-code-the-console-redirected-with",
+        "codeVerifier": "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+        "redirectUri": "http://127.0.0.1:53682/callback",
+    }
+
+    code: Annotated[str, Field(min_length=1, max_length=200, pattern=NO_NUL_PATTERN)]
+    # RFC 7636 §4.1: 43 to 128 unreserved characters.
+    code_verifier: Annotated[str, Field(pattern=r"^[A-Za-z0-9._~-]{43,128}$")]
+    redirect_uri: Annotated[str, Field(min_length=1, max_length=300, pattern=NO_NUL_PATTERN)]
+
+
+class CliToken(CreatedApiToken):
+    user: User = Field(description="Whose token it is: who signed in")
+
+
+class DeviceCodeRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"clientName": "ada-laptop"}
+
+    client_name: Annotated[
+        str | None,
+        Field(
+            max_length=100,
+            pattern=NO_NUL_PATTERN,
+            description="The computer's name, shown on the console's page and naming the token "
+            "(kept to letters, digits, dots, dashes and underscores)",
+        ),
+    ] = None
+
+
+class DeviceCode(ApiModel):
+    device_code: str = Field(description="What the command line polls with; never shown")
+    user_code: str = Field(
+        description="What the person enters in the console: 8 letters, shown XXXX-XXXX",
+        examples=["BDFG-HJKL"],
+    )
+    verification_uri: str = Field(description="The console's page where the code is entered")
+    verification_uri_complete: str = Field(description="The same page with the code filled in")
+    expires_in: int = Field(description="Seconds until the codes expire", examples=[600])
+    interval: int = Field(description="The least seconds between polls", examples=[5])
+
+
+class DeviceTokenRequest(RequestModel):
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {"deviceCode": "bbd_the-device-code"}
+
+    device_code: Annotated[str, Field(min_length=1, max_length=200, pattern=NO_NUL_PATTERN)]

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION
 from buildbay.applications.records import ApplicationRecord
+from buildbay.auth.cli_sign_in import sweep_cli_sign_ins
 from buildbay.builds.blockmap import blockmap_key, owner_key
 from buildbay.builds.enums import BuildStatus, RemovalReason
 from buildbay.builds.models import Build
@@ -107,6 +108,8 @@ async def sweep(
         await forget_old_removals(db, now)
     async with sessions() as db, db.begin():  # join links' confirmations no mail can use now
         await sweep_join_requests(db, now)
+    async with sessions() as db, db.begin():  # the command line's sign-ins, expired
+        await sweep_cli_sign_ins(db, now)
     return Swept(expired, retention, abandoned, orphans, orphan_uploads)
 
 

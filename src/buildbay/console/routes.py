@@ -17,6 +17,7 @@ from buildbay.console import (
     auth,
     build_page,
     builds,
+    cli_sign_in,
     distribution,
     feedback,
     groups,
@@ -57,4 +58,5 @@ routers: tuple[APIRouter, ...] = (
     account_devices.router,
     project_devices.router,
     unsubscribe.router,
+    cli_sign_in.router,
 )

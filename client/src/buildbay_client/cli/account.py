@@ -26,6 +26,7 @@ from buildbay_client.config import Profile, load_profiles, save_profiles
 
 if TYPE_CHECKING:
     from buildbay_client.api import Buildbay
+    from buildbay_client.models import CliToken
 
 
 def login(
@@ -37,9 +38,33 @@ def login(
     token: Annotated[
         str | None, typer.Option("--token", help="Use an API token instead (bb_...)")
     ] = None,
+    sso: Annotated[
+        bool,
+        typer.Option(
+            "--sso",
+            help="Sign in in the browser, as in the web console (your company's sign-in "
+            "where the server has one); saves an API token named 'CLI on <this computer>'",
+        ),
+    ] = False,
+    device: Annotated[
+        bool,
+        typer.Option(
+            "--device",
+            help="With --sso: enter a code on any computer or phone instead of opening a "
+            "browser here (by itself over SSH or without a display)",
+        ),
+    ] = False,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="With --sso: print the address, open nothing")
+    ] = False,
+    timeout: Annotated[
+        int, typer.Option(min=10, max=3600, help="With --sso: seconds to wait for you")
+    ] = 300,
 ) -> None:
     """Log in and save the credentials in the profile (file mode 0600)."""
     chosen = target(ctx)
+    if (device or no_browser) and not sso:
+        raise typer.BadParameter("--device and --no-browser go with --sso")
     with failures():  # a profiles file that cannot be read: one line, exit 1
         profiles = load_profiles()
     previous = profiles.get(chosen.profile)
@@ -50,7 +75,12 @@ def login(
     from buildbay_client.api import Buildbay
 
     with failures(), Buildbay(profile.url, token, retry=retry_policy()) as client:
-        if token:
+        if sso:
+            created = _sign_in_through_the_browser(
+                client, profile.url, device=device, browser=not no_browser, timeout=timeout
+            )
+            profile.token, profile.email = created.token, created.user.email
+        elif token:
             user = client.me()
             profile.token, profile.email = token, user.email
         else:
@@ -62,6 +92,29 @@ def login(
     profiles[chosen.profile] = profile
     path = save_profiles(profiles)
     err.print(f"Logged in to {profile.url} as {profile.email} (profile {chosen.profile}, {path})")
+
+
+def _sign_in_through_the_browser(
+    client: Buildbay, server: str, *, device: bool, browser: bool, timeout: int
+) -> CliToken:
+    """`login --sso`: the loopback redirect where a browser here can be opened, else (or with
+    --device, or when the loopback cannot listen) the device code. Ctrl-C stops it: exit 130."""
+    from buildbay_client import sso
+
+    try:
+        if not device and (not browser or sso.can_open_browser()):
+            try:
+                listener = sso.listen()
+            except OSError as exc:
+                err.print(f"Cannot listen on 127.0.0.1 ({exc}): signing in with a code instead")
+            else:
+                return sso.loopback_sign_in(
+                    client, server, listener, err.print, open_browser=browser, timeout=timeout
+                )
+        return sso.device_sign_in(client, err.print, open_browser=browser, timeout=timeout)
+    except KeyboardInterrupt:
+        err.print("Sign-in stopped; nothing was saved")
+        raise typer.Exit(130) from None
 
 
 def logout(ctx: typer.Context) -> None:

@@ -28,6 +28,7 @@ from buildbay_client.errors import (
     NotFoundError,
     PermissionDenied,
     ServerError,
+    SignInFailed,
     ValidationError,
 )
 
@@ -46,6 +47,7 @@ EXIT_CODES_HELP = (
 )
 _EXIT_CODES: list[tuple[type[BuildbayClientError], int]] = [
     (AuthenticationError, EXIT_AUTH),
+    (SignInFailed, EXIT_AUTH),
     (PermissionDenied, EXIT_AUTH),
     (NotFoundError, EXIT_NOT_FOUND),
     (ValidationError, EXIT_REFUSED),
