@@ -97,6 +97,11 @@ BACKEND_NAMES = ("PG_URL", "REDIS_URL", "BUILDBAY_TEST_DATABASE_URL", "BUILDBAY_
 # and prove nothing more on it.
 _SAME_ON_ANY_BACKEND = (
     "tests/client/",
+    # The CI integrations (the GitHub action's steps, the GitLab job, the docs' snippets): the
+    # runners' scripts and the client they install reach the server over HTTP only, as
+    # tests/client does; each install of the client (a venv, pip, the package index) costs
+    # about 17 s of processor time and the index's waits, for nothing the first run left out.
+    "tests/ci/",
     "tests/api/test_schemathesis.py",
     "tests/faults/test_slow_clients.py",  # uvicorn's connections and the body read timeout
     "tests/security/test_upload_connection.py",
