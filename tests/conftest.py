@@ -100,7 +100,7 @@ _SAME_ON_ANY_BACKEND = (
     # The CI integrations (the GitHub action's steps, the GitLab job, the docs' snippets): the
     # runners' scripts and the client they install reach the server over HTTP only, as
     # tests/client does; each install of the client (a venv, pip, the package index) costs
-    # about 17 s of processor time and the index's waits, for nothing the first run left out.
+    # 9 to 17 s of processor time (measured), for nothing the first run left out.
     "tests/ci/",
     "tests/api/test_schemathesis.py",
     "tests/faults/test_slow_clients.py",  # uvicorn's connections and the body read timeout
