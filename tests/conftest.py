@@ -97,6 +97,11 @@ BACKEND_NAMES = ("PG_URL", "REDIS_URL", "BUILDBAY_TEST_DATABASE_URL", "BUILDBAY_
 # and prove nothing more on it.
 _SAME_ON_ANY_BACKEND = (
     "tests/client/",
+    # The CI integrations (the GitHub action's steps, the GitLab job, the docs' snippets): the
+    # runners' scripts and the client they install reach the server over HTTP only, as
+    # tests/client does; each install of the client (a venv, pip, the package index) costs
+    # 9 to 17 s of processor time (measured), for nothing the first run left out.
+    "tests/ci/",
     "tests/api/test_schemathesis.py",
     "tests/faults/test_slow_clients.py",  # uvicorn's connections and the body read timeout
     "tests/security/test_upload_connection.py",
@@ -142,9 +147,20 @@ _SAME_ON_ANY_BACKEND = (
 )
 
 
+def drives_chromium(item: pytest.Item) -> bool:
+    """The test drives a real Chromium (tests/console/conftest.py's `chromium` fixture). Not
+    "has a fixture named `browser`": that is the name of the httpx client that keeps cookies for
+    the console's in-process tests (210 tests had one, 51 of them a Chromium); taken for browser
+    tests, those ran after the Chromium tests of their worker, with Chromium still open and its
+    event loop marked running in this thread, and failed ("Runner.run() cannot be called from
+    a running event loop"); and they were left out of the PostgreSQL run, where they reach the
+    database through the app like any other in-process test."""
+    return "chromium" in getattr(item, "fixturenames", ())
+
+
 def _reaches_a_backend(item: pytest.Item, sources: dict[str, str]) -> bool:
     fixtures = getattr(item, "fixturenames", ())
-    if "browser" in fixtures:
+    if drives_chromium(item):
         return False
     if item.nodeid.startswith(_SAME_ON_ANY_BACKEND):
         return False
@@ -167,12 +183,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reaches = {item: _reaches_a_backend(item, sources) for item in items}
         config.hook.pytest_deselected(items=[item for item in items if not reaches[item]])
         items[:] = [item for item in items if reaches[item]]
-    items.sort(
-        key=lambda item: (
-            item.get_closest_marker("slow") is None,
-            "browser" in getattr(item, "fixturenames", ()),
-        )
-    )
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, drives_chromium(item)))
 
 
 async def _create_postgres_database(url: str) -> None:

@@ -16,6 +16,8 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
+from tests.conftest import drives_chromium
+
 # The browser shares two cores with the other test workers, their servers and PostgreSQL:
 # a page that waits on an upload's verify or a large script took longer than Playwright's
 # default 5 s there. A wrong page still fails, after this long.
@@ -81,7 +83,11 @@ _CHROMIUM = _Chromium()
 
 
 @pytest.fixture
-def browser() -> Browser:
+def chromium() -> Browser:
+    """Not named `browser`: many in-process console tests have a fixture of that name, an httpx
+    client that keeps the console's cookies as a browser would (tests/console/
+    test_distribution_pages.py), and the tests that drive Chromium are told from the others by
+    this name (below, and in tests/conftest.py)."""
     if not CHROMIUM.exists():
         if os.environ.get("BUILDBAY_TEST_BROWSER") == "required":
             pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
@@ -96,7 +102,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     try:
         return (yield)
     finally:
-        if nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ()):
+        if nextitem is None or not drives_chromium(nextitem):
             _CHROMIUM.close()
 
 
@@ -116,7 +122,7 @@ _FAILED = pytest.StashKey[bool]()
 
 
 @pytest.fixture
-def new_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[object]:
+def new_page(chromium: Browser, request: pytest.FixtureRequest) -> Iterator[object]:
     """Pages in fresh contexts (each its own cookies), screenshotted if the test fails. Whatever
     the test does, no page may report a Content-Security-Policy violation (Chromium reports each
     one as a console error)."""
@@ -129,7 +135,7 @@ def new_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[objec
 
     def make(base_url: str, **options: Any) -> Page:
         """`options` for the context (a phone: PHONE | {"user_agent": IPHONE})."""
-        context = browser.new_context(
+        context = chromium.new_context(
             base_url=base_url, **({"viewport": {"width": 1100, "height": 900}} | options)
         )
         context.set_default_timeout(15_000)

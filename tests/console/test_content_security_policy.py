@@ -57,9 +57,9 @@ def test_the_console_runs_its_script_under_the_policy_and_no_inline_one(
     expect(page.get_by_role("button", name="Revoke")).to_be_visible()
 
 
-def test_an_inline_script_planted_in_a_page_does_not_run(server: str, browser: Browser) -> None:
+def test_an_inline_script_planted_in_a_page_does_not_run(server: str, chromium: Browser) -> None:
     # Its own context, outside `new_page`: the violation here is the point.
-    context = browser.new_context(base_url=server)
+    context = chromium.new_context(base_url=server)
     try:
         page = context.new_page()
         page.goto("/login")
