@@ -47,6 +47,7 @@ from buildbay.invitations.models import (
 )
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
+from buildbay.publishers.models import TrustedPublisher, UsedIdToken
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -89,7 +90,9 @@ __all__ = [
     "SecretShownOnce",
     "Session",
     "TesterGroup",
+    "TrustedPublisher",
     "UpdateKey",
+    "UsedIdToken",
     "User",
     "Webhook",
     "WebhookAttempt",
