@@ -15,7 +15,9 @@ REDIRECT_URI = "http://127.0.0.1:9/callback"
 GITHUB_SUBJECT = "repo:acme/shop:ref:refs/heads/main"
 
 
-def id_token(provider: OidcProvider, subject: str = GITHUB_SUBJECT, audience: str = "buildbay") -> str:
+def id_token(
+    provider: OidcProvider, subject: str = GITHUB_SUBJECT, audience: str = "buildbay"
+) -> str:
     query = urlencode({
         "client_id": audience, "redirect_uri": REDIRECT_URI, "response_type": "code",
         "scope": "openid", "state": secrets.token_urlsafe(8), "nonce": secrets.token_urlsafe(8),
@@ -31,3 +33,9 @@ def id_token(provider: OidcProvider, subject: str = GITHUB_SUBJECT, audience: st
     assert r.status_code == 200, r.text
     token: str = r.json()["id_token"]
     return token
+
+
+def signing_key_id(provider: OidcProvider) -> str:
+    """The `kid` of the provider's signing key, as its JWKS publishes it."""
+    kid: str = httpx.get(f"{provider.issuer}/jwks", timeout=10).json()["keys"][0]["kid"]
+    return kid

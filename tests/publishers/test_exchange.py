@@ -19,7 +19,7 @@ from buildbay.clock import FrozenClock
 from buildbay.db.engine import create_engines
 from tests.conftest import Account, Api, assert_problem
 from tests.oidc_provider import OidcProvider, oidc_provider_process
-from tests.publishers.id_tokens import GITHUB_SUBJECT, id_token
+from tests.publishers.id_tokens import GITHUB_SUBJECT, id_token, signing_key_id
 
 EXCHANGE = "/api/auth/oidc-exchange"
 
@@ -38,7 +38,9 @@ async def trust(
 
 
 @pytest.fixture
-async def shop(api: Api, client: httpx.AsyncClient, owner: Account, provider: OidcProvider) -> dict[str, Any]:
+async def shop(
+    api: Api, client: httpx.AsyncClient, owner: Account, provider: OidcProvider
+) -> dict[str, Any]:
     """An application that trusts acme/shop's main branch, as its audience `buildbay`."""
     project = await api.project(owner)
     app = await api.application(owner, project["id"])
@@ -203,7 +205,7 @@ async def test_a_forged_id_token_is_refused(
     client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any]
 ) -> None:
     claims = jwt.decode(id_token(provider), options={"verify_signature": False})
-    kid = httpx.get(f"{provider.issuer}/jwks").json()["keys"][0]["kid"]
+    kid = signing_key_id(provider)
     ours = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     forged = jwt.encode(claims, ours, algorithm="RS256", headers={"kid": kid})
 

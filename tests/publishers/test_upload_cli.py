@@ -98,7 +98,7 @@ class _GitHubTokenService(http.server.BaseHTTPRequestHandler):
     request_token = "the-runner-request-token"
     asked: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+    def do_GET(self) -> None:
         audience = parse_qs(urlsplit(self.path).query)["audience"][0]
         self.asked.append(audience)
         if self.headers.get("Authorization") != f"Bearer {self.request_token}":
