@@ -466,6 +466,7 @@ async def build_world(
     await world.put_apple_key(project["id"])
     world.ids["deviceId"] = await world.registered_device()
     world.ids["feedbackId"] = await world.new_feedback()
+    world.ids |= await _doomed_publisher(world)
     world.api_token_id = await world.new_api_token(owner)
     world.device_id = await world.new_device(owner)
     world.token_ids.add(world.api_token_id)

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from sqlalchemy import bindparam, select
 
 from buildbay.db.reads import Reads, RecordOf
 from buildbay.ids import split_page
 from buildbay.publishers.models import TrustedPublisher
-
-
-@dataclass(frozen=True, slots=True)
-class PublisherRecord:
-    id: str
-    application_id: str
-    issuer: str
-    subject_pattern: str
-    audience: str
-    created_by: str | None
-    created_at: datetime
-
+from buildbay.publishers.records import PublisherRecord
 
 PUBLISHER = RecordOf(PublisherRecord, TrustedPublisher)
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from buildbay.publishers.reads import PublisherRecord
+from buildbay.publishers.records import PublisherRecord
 from buildbay.publishers.subjects import MAX_PATTERN
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
 

@@ -33,7 +33,8 @@ from buildbay.publishers.actors import actor_of, ci_identity
 from buildbay.publishers.exchange import unverified_issuer, verified
 from buildbay.publishers.keys import IssuerKeys, IssuerRefused, check_issuer
 from buildbay.publishers.models import TrustedPublisher, UsedIdToken
-from buildbay.publishers.reads import PUBLISHER, PublisherRecord
+from buildbay.publishers.reads import PUBLISHER
+from buildbay.publishers.records import PublisherRecord
 from buildbay.publishers.subjects import PatternRefused, check_pattern, subject_matches
 
 TOKEN_LIFETIME = timedelta(minutes=15)
