@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from buildbay.audit.models import AuditEntry
+from buildbay.auth.models import ApiToken
 from buildbay.clock import FrozenClock
 from buildbay.db.engine import create_engines
+from buildbay.publishers.models import UsedIdToken
+from buildbay.publishers.service import sweep_used_id_tokens
 from tests.conftest import Account, Api, assert_problem
 from tests.oidc_provider import OidcProvider, oidc_provider_process
 from tests.publishers.id_tokens import GITHUB_SUBJECT, id_token, signing_key_id
@@ -271,3 +275,37 @@ async def test_a_removed_publisher_takes_no_more_tokens_and_its_tokens_die(
                                     headers=bearer(token)), 401)  # fmt: skip
     assert_problem(await client.post(EXCHANGE, json={"token": id_token(provider)}), 403)
     assert (await client.get(path, headers=owner.headers)).json()["trustedPublishers"] == []
+
+
+async def test_exchanges_are_rate_limited_per_address(
+    client: httpx.AsyncClient, settings: Any
+) -> None:
+    settings.oidc_exchanges_per_minute_per_ip = 2
+    for _ in range(2):
+        r = await client.post(EXCHANGE, json={"token": "not.a.jwt"})
+        assert_problem(r, 401, "invalid_id_token")
+
+    r = await client.post(EXCHANGE, json={"token": "not.a.jwt"})
+
+    assert_problem(r, 429, "rate_limited")
+    assert "oidc-exchange" in r.json()["detail"]
+
+
+async def test_the_sweeper_forgets_exchanged_id_tokens_once_they_expire(
+    app: Any, client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any],
+    clock: FrozenClock,
+) -> None:  # fmt: skip
+    token = id_token(provider)
+    assert (await client.post(EXCHANGE, json={"token": token})).status_code == 200
+    sessions = app.state.ctx.sessions
+
+    async with sessions() as db, db.begin():
+        kept = await sweep_used_id_tokens(db, clock.now())
+    async with sessions() as db, db.begin():
+        gone = await sweep_used_id_tokens(db, clock.now() + timedelta(hours=2))
+
+    assert (kept, gone) == (0, 1)
+    async with sessions() as db:
+        assert (await db.scalar(select(func.count(UsedIdToken.id)))) == 0
+        assert (await db.scalar(select(func.count(ApiToken.id)).where(
+            ApiToken.publisher_id.is_not(None)))) == 0  # fmt: skip
