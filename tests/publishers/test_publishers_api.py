@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from buildbay.publishers.keys import IssuerRefused, check_issuer
 from buildbay.publishers.subjects import PatternRefused, check_pattern, subject_matches
 from tests.conftest import Account, Api, assert_problem
 
@@ -113,3 +114,31 @@ async def test_a_developer_cannot_add_a_publisher(
     )
 
     assert_problem(r, 403, "insufficient_role")
+
+
+@pytest.mark.parametrize(
+    ("issuer", "development", "trusted"),
+    [
+        ("https://token.actions.githubusercontent.com", False, True),
+        ("https://gitlab.example.com", False, True),
+        ("http://127.0.0.1:8080", True, True),  # a provider on the same machine, in development
+        ("http://localhost:8080", True, True),
+        ("http://127.0.0.1:8080", False, False),
+        ("https://127.0.0.1", False, False),
+        ("https://169.254.169.254", True, False),  # development allows loopback, nothing else
+        ("http://10.0.0.1", True, False),
+        ("https://gitlab.example.com/", False, False),
+        ("https://gitlab.example.com?x=1", False, False),
+        ("https://user:pw@gitlab.example.com", False, False),
+        ("ftp://gitlab.example.com", False, False),
+    ],
+)
+def test_an_issuer_is_https_and_public_but_a_loopback_one_in_development(
+    issuer: str, development: bool, trusted: bool
+) -> None:
+    try:
+        check_issuer(issuer, development=development)
+    except IssuerRefused:
+        assert not trusted
+    else:
+        assert trusted

@@ -4,22 +4,18 @@ the application whose trusted publisher takes it; a real server, the CLI as a pr
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import pytest
 
 from tests.oidc_provider import OidcProvider
-from tests.publishers.id_tokens import GITHUB_SUBJECT, id_token
+from tests.publishers.github_tokens import REQUEST_TOKEN, github_token_service
+from tests.publishers.id_tokens import id_token
 
 PASSWORD = "correct horse battery"
 
@@ -89,56 +85,19 @@ def test_upload_with_an_id_token_for_another_audience_fails_with_the_servers_rea
     assert "no_matching_publisher" in done.stderr
 
 
-class _GitHubTokenService(http.server.BaseHTTPRequestHandler):
-    """GitHub Actions' ID token service, as the runner offers it to a job (GET with
-    `audience` and the request token; `{"value": <ID token>}`), its tokens made by the real
-    provider for the audience asked."""
-
-    provider: OidcProvider
-    request_token = "the-runner-request-token"
-    asked: list[str] = []
-
-    def do_GET(self) -> None:
-        audience = parse_qs(urlsplit(self.path).query)["audience"][0]
-        self.asked.append(audience)
-        if self.headers.get("Authorization") != f"Bearer {self.request_token}":
-            self.send_response(401)
-            self.end_headers()
-            return
-        body = json.dumps({"value": id_token(self.provider, GITHUB_SUBJECT, audience)}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def github_token_service(provider: OidcProvider) -> Iterator[str]:
-    handler = type("Handler", (_GitHubTokenService,), {"provider": provider, "asked": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/token?api-version=2.0"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_upload_asks_github_actions_for_an_id_token_with_the_audience_given(
-    threaded_server: str, provider: OidcProvider, github_token_service: str, tmp_path: Path
+    threaded_server: str, provider: OidcProvider, tmp_path: Path
 ) -> None:
     _, _, app_id = _setup(threaded_server, provider.issuer, "buildbay.example.com")
     build = tmp_path / "shop.zip"
     build.write_bytes(b"PK\x03\x04 the shop, from GitHub Actions")
-    github = {"ACTIONS_ID_TOKEN_REQUEST_URL": github_token_service,
-              "ACTIONS_ID_TOKEN_REQUEST_TOKEN": _GitHubTokenService.request_token}  # fmt: skip
+    github = {"ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN}
 
-    done = _upload(threaded_server, build, tmp_path, github, "--audience", "buildbay.example.com")
+    with github_token_service(provider) as url:
+        github["ACTIONS_ID_TOKEN_REQUEST_URL"] = url
+        done = _upload(
+            threaded_server, build, tmp_path, github, "--audience", "buildbay.example.com"
+        )
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["applicationId"] == app_id
