@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -494,6 +495,7 @@ async def build_world(
     await world.put_apple_key(project["id"])
     world.ids["deviceId"] = await world.registered_device()
     world.ids["feedbackId"] = await world.new_feedback()
+    world.ids |= await _doomed_publisher(world)
     world.api_token_id = await world.new_api_token(owner)
     world.device_id = await world.new_device(owner)
     world.token_ids.add(world.api_token_id)
@@ -735,6 +737,36 @@ async def _feedback_comment(w: World, subject: Account) -> dict[str, Any]:
 @body("PUT", "/api/projects/{id}/webhooks/{webhookId}")
 async def _webhook_update(w: World, subject: Account) -> dict[str, Any]:
     return {"description": "Chat"}
+
+
+@body("POST", "/api/projects/{id}/applications/{appId}/trusted-publishers")
+async def _trusted_publisher(w: World, subject: Account) -> dict[str, Any]:
+    return {
+        "issuer": "https://token.actions.githubusercontent.com",
+        "subjectPattern": f"repo:acme/shop{next(w._n)}:**",
+        "audience": "buildbay.example.com",
+    }
+
+
+@body("POST", "/api/auth/oidc-exchange")
+async def _oidc_exchange(w: World, subject: Account) -> dict[str, Any]:
+    # Signed with a key of our own, by an issuer no application trusts (test_authorization_
+    # matrix.py PUBLIC_ANSWER): refused before any key is fetched.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    claims = {"iss": "https://ci.example.com", "sub": "repo:acme/shop:ref:refs/heads/main",
+              "aud": "buildbay", "iat": 1, "exp": 2}  # fmt: skip
+    return {"token": jwt.encode(claims, key, algorithm="RS256")}
+
+
+@target("DELETE", "/api/projects/{id}/applications/{appId}/trusted-publishers/{publisherId}")
+async def _doomed_publisher(w: World) -> dict[str, str]:
+    r = await w.client.post(
+        f"/api/projects/{w.ids['id']}/applications/{w.ids['appId']}/trusted-publishers",
+        json=await _trusted_publisher(w, w.accounts.owner),
+        headers=w.accounts.owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    return {"publisherId": str(r.json()["id"])}
 
 
 @body("PUT", "/api/projects/{id}/apple-api-key")

@@ -153,6 +153,12 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/projects/{id}/applications/{appId}"): "admin",
     ("POST", "/api/projects/{id}/applications/{appId}/update-key"): "admin",
     ("POST", "/api/projects/{id}/applications/{appId}/retention/preview"): "admin",
+    # Trusted publishers: an application's settings, its admins' (tests/publishers/).
+    ("GET", "/api/projects/{id}/applications/{appId}/trusted-publishers"): "admin",
+    ("POST", "/api/projects/{id}/applications/{appId}/trusted-publishers"): "admin",
+    ("DELETE", "/api/projects/{id}/applications/{appId}/trusted-publishers/{publisherId}"): "admin",
+    # The CI's ID token in the body is the credential (tests/publishers/test_exchange.py).
+    ("POST", "/api/auth/oidc-exchange"): PUBLIC,
     ("GET", "/api/projects/{id}/applications/{appId}/channels"): "tester",
     # The update key is the credential (tests/updates/test_update_check.py).
     ("GET", "/api/updates/check"): PUBLIC,
@@ -202,8 +208,8 @@ LOGIN_ONLY = {
     ("POST", "/api/invitations/decline"),
     ("GET", "/api/account/invitations"),
 }
-READ, BUILDS_WRITE, UNSCOPED = "read", "builds:write", None
-SCOPE_RANK = {READ: 0, BUILDS_WRITE: 1}
+READ, UPLOAD, BUILDS_WRITE, UNSCOPED = "read", "upload", "builds:write", None
+SCOPE_RANK = {READ: 0, UPLOAD: 1, BUILDS_WRITE: 2}
 # What an API token's scope must include on every other route that takes a token (UNSCOPED: a
 # token without a scope). A token restricted to some projects reaches no other project, and
 # cannot create one.
@@ -280,21 +286,26 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("DELETE", "/api/projects/{id}/applications/{appId}"): UNSCOPED,
     ("POST", "/api/projects/{id}/applications/{appId}/update-key"): UNSCOPED,
     ("POST", "/api/projects/{id}/applications/{appId}/retention/preview"): UNSCOPED,
+    ("GET", "/api/projects/{id}/applications/{appId}/trusted-publishers"): UNSCOPED,
+    ("POST", "/api/projects/{id}/applications/{appId}/trusted-publishers"): UNSCOPED,
+    ("DELETE", "/api/projects/{id}/applications/{appId}/trusted-publishers/{publisherId}"): (
+        UNSCOPED
+    ),
     ("GET", "/api/projects/{id}/applications/{appId}/channels"): READ,
     ("POST", "/api/projects/{id}/applications/{appId}/channels"): BUILDS_WRITE,
     ("DELETE", "/api/projects/{id}/applications/{appId}/channels/{channelId}"): BUILDS_WRITE,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds"): READ,
-    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link"): BUILDS_WRITE,
-    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/verify"): BUILDS_WRITE,
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/upload-link"): UPLOAD,
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/verify"): UPLOAD,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/latest"): READ,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): READ,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/download"): READ,
     ("DELETE", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}"): BUILDS_WRITE,
     ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/channels"): BUILDS_WRITE,
-    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): BUILDS_WRITE,
-    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
-    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): BUILDS_WRITE,
+    ("PUT", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/blockmap"): UPLOAD,
+    ("POST", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): UPLOAD,
+    ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/parts"): UPLOAD,
     ("GET", "/api/app-distribution/{projectId}/{appId}/builds/{buildId}/icon"): READ,
     (
         "POST",
@@ -386,6 +397,7 @@ UNKNOWN = {
     "deliveryId": "whd_00000000000000000000000000",
     "deviceId": "dev_00000000000000000000000000",
     "feedbackId": "fbk_00000000000000000000000000",
+    "publisherId": "tpub_00000000000000000000000000",
 }
 UNKNOWN_CODE = {
     "appId": "application_not_found",
@@ -399,6 +411,7 @@ UNKNOWN_CODE = {
     "deliveryId": "delivery_not_found",
     "deviceId": "device_not_found",
     "feedbackId": "feedback_not_found",
+    "publisherId": "publisher_not_found",
 }
 UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 # What an unknown (or another's) id of a per-user route answers, by what it names.
@@ -406,11 +419,18 @@ OWN_CODE = {"api_token": "api_token_not_found", "device": "device_not_found"}
 UNKNOWN_OWN = {"api_token": UNKNOWN_API_TOKEN, "device": "dev_00000000000000000000000000"}
 
 
+# Public routes whose success needs what the matrix's world cannot have: the answer every
+# caller gets instead, whatever bearer token it sends. The ID-token exchange's success needs an
+# ID token of the real provider, younger than 5 minutes, where the world's clock is a day ahead
+# (tests/publishers/ exchange them); here: a token of an issuer no application trusts.
+PUBLIC_ANSWER = {("POST", "/api/auth/oidc-exchange"): (403, "no_matching_publisher")}
+
+
 def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:
     """The status (and problem code) the contract gives `principal` on this route."""
     rule = RULES[case.key]
     if rule == PUBLIC:
-        return case.success, None
+        return PUBLIC_ANSWER.get(case.key, (case.success, None))
     if principal in TOKENS:
         return _expected_of_token(case, principal)
     if principal in UNAUTHENTICATED:

@@ -35,7 +35,7 @@ from buildbay.builds.routes import router as builds_router
 from buildbay.builds.sweeper import sweep
 from buildbay.channels.routes import router as channels_router
 from buildbay.clock import Clock, SystemClock
-from buildbay.config import Settings
+from buildbay.config import Environment, Settings
 from buildbay.console.pages import browser_error
 from buildbay.console.routes import console_sessions
 from buildbay.console.routes import routers as console_routers
@@ -65,6 +65,9 @@ from buildbay.mail.unsubscribe import UnsubscribeLinks
 from buildbay.middleware import ApiMiddleware
 from buildbay.problems import PROBLEM_CONTENT_TYPE, Problem, install_error_handlers
 from buildbay.projects.routes import router as projects_router
+from buildbay.publishers.keys import IssuerKeys
+from buildbay.publishers.routes import exchange_router
+from buildbay.publishers.routes import router as publishers_router
 from buildbay.ratelimit.limiter import RateLimiter
 from buildbay.security_headers import SecurityHeaders
 from buildbay.sso.provider import SsoConfig, SsoProvider
@@ -98,6 +101,7 @@ API_SECTIONS = (
     "invitations",
     "tester groups",
     "applications",
+    "trusted publishers",
     "channels",
     "webhooks",
     "builds",
@@ -182,6 +186,11 @@ def create_app(
     )
     sso_config = SsoConfig.of(settings)
     ctx.sso = SsoProvider(sso_config, clock) if sso_config is not None else None
+    ctx.publisher_keys = IssuerKeys(
+        clock,
+        development=settings.env is Environment.DEVELOPMENT,
+        ttl=settings.trusted_publisher_keys_ttl_seconds,
+    )
     ctx.jobs = JobWorker(
         ctx.sessions,
         job_handlers(ctx),
@@ -248,7 +257,9 @@ def create_app(
         projects_router,
         sso_groups_router,
         applications_router,
+        publishers_router,
         auth_router,
+        exchange_router,
         account_router,
         invitations_router,
         distribution_router,

@@ -188,6 +188,10 @@ class Settings(BaseSettings):
     # reach private, loopback, link-local or metadata addresses (checked on the address
     # connected to) unless WEBHOOK_ALLOW_PRIVATE (tests, closed networks).
     webhook_allow_http: bool = False
+    # Trusted publishing (publishers/): exchanges of CI ID tokens per client IP in a moving
+    # minute, and how long an issuer's keys (JWKS) are kept before they are read again.
+    oidc_exchanges_per_minute_per_ip: PositiveInt = 30
+    trusted_publisher_keys_ttl_seconds: PositiveInt = 3600
     webhook_allow_private: bool = False
     # iOS device enrollment (devices/): the profile service's .mobileconfig is signed (CMS)
     # with this certificate and key when both are set, so that iOS shows it as Verified, and

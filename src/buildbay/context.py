@@ -20,6 +20,7 @@ from buildbay.config import Settings
 from buildbay.jobs.worker import JobWorker
 from buildbay.mail.outbox import MailOutbox
 from buildbay.mail.unsubscribe import UnsubscribeLinks
+from buildbay.publishers.keys import IssuerKeys
 from buildbay.ratelimit.limiter import RateLimiter
 from buildbay.sso.provider import SsoProvider
 from buildbay.storage.base import Storage
@@ -47,6 +48,8 @@ class AppContext:
     unsubscribe: UnsubscribeLinks
     webhook_sender: WebhookSender  # sends the outbox's webhook deliveries (webhooks/)
     readers: MetadataReaders  # the processes that read build files' metadata (builds/readers.py)
+    # The signing keys of the issuers trusted publishers name, kept per process (publishers/).
+    publisher_keys: IssuerKeys | None = None
     jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan
     # With BUILDBAY_REDIS_URL, the process's one Redis client, which `limiter` and `revocations`
     # use (redis_pool.py).
@@ -59,6 +62,8 @@ class AppContext:
         on PostgreSQL, db/engine.py `read_engine`) and the Redis client's, and stop the reading
         processes."""
         async with contextlib.AsyncExitStack() as closing:  # each closed, whatever the others do
+            if self.publisher_keys is not None:
+                closing.push_async_callback(self.publisher_keys.aclose)
             closing.push_async_callback(self.readers.aclose)
             if self.sso is not None:
                 closing.push_async_callback(self.sso.aclose)

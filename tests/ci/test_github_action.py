@@ -18,6 +18,8 @@ from PIL import Image
 from tests.builds.android_files import APK
 from tests.ci.conftest import Team
 from tests.ci.runner import ACTION, ActionRun, load, run_action
+from tests.oidc_provider import oidc_provider_process
+from tests.publishers.github_tokens import REQUEST_TOKEN, github_token_service
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +114,7 @@ ACTION_SCHEMA = {
     },
 }
 INPUTS = {"url", "token", "project", "application", "file", "notes", "notes-from-git", "groups",
-          "testers", "channel", "mandatory", "install-link-days"}  # fmt: skip
+          "testers", "channel", "mandatory", "install-link-days", "audience"}  # fmt: skip
 OUTPUTS = {"build-id", "install-url", "build-url", "version"}
 
 
@@ -261,3 +263,29 @@ def test_outputs_are_written_in_the_multiline_syntax_whatever_they_hold() -> Non
     text = github_output_text(held)
     assert parse_output_file(text) == held
     assert "\nname=evil\n" in text  # on a line of its own, inside the value's delimiters
+
+
+def test_the_action_without_a_token_uploads_with_the_jobs_id_token(
+    team: Team, client_venv: Path, tmp_path: Path
+) -> None:
+    # Trusted publishing (docs/ci.md): the application trusts acme/shop's jobs, for the audience
+    # the client asks by default (the server's host name); the job has `id-token: write`.
+    with oidc_provider_process(tmp_path) as provider, github_token_service(provider) as url:
+        r = httpx.post(
+            f"{team.server}/api/projects/{team.project['id']}/applications/{team.app['id']}"
+            "/trusted-publishers",
+            json={"issuer": provider.issuer, "subjectPattern": "repo:acme/shop:ref:refs/heads/*",
+                  "audience": "127.0.0.1"},
+            headers=team.headers,
+        )  # fmt: skip
+        assert r.status_code == 201, r.text
+        run = run_action(
+            {"url": team.server, "file": str(APK)}, tmp_path, only={"upload"},
+            steps_before={"install": {"buildbay": str(client_venv)}},
+            extra_env={"ACTIONS_ID_TOKEN_REQUEST_URL": url,
+                       "ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN},
+        )  # fmt: skip
+
+    assert run.ok, run.log
+    assert team.build(run.outputs["build-id"])["status"] == "ready"
+    assert "trusted publishing" in run.log

@@ -135,6 +135,7 @@ class TokenScope(StrEnum):
     """What an API token may do; a token without one may do all its user may."""
 
     READ = "read"
+    UPLOAD = "upload"  # also upload builds (a trusted publisher's token has it)
     BUILDS_WRITE = "builds:write"
 
 

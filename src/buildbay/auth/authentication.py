@@ -41,7 +41,15 @@ _USER_OF_LIVE_SESSION = (
 _API_TOKENS = ApiToken.__table__
 _TOKEN_COLUMNS = [
     _API_TOKENS.c[name].label(f"token_{name}")
-    for name in ("id", "expires_at", "last_used_at", "scope", "project_ids")
+    for name in (
+        "id",
+        "expires_at",
+        "last_used_at",
+        "scope",
+        "project_ids",
+        "application_id",
+        "ci_identity",
+    )
 ]
 _TOKEN_FIELDS = tuple(column.name for column in _TOKEN_COLUMNS)
 _USER_OF_API_TOKEN = (
@@ -112,6 +120,8 @@ class Authentication:
             api_token_used_at=token_fields["token_last_used_at"],
             scope=token_fields["token_scope"],
             project_ids=frozenset(projects) if projects is not None else None,
+            application_id=token_fields["token_application_id"],
+            ci_identity=token_fields["token_ci_identity"],
         )
 
     def needs_touch(self, principal: Principal) -> bool:
@@ -139,6 +149,11 @@ class Principal:
     # reach (None: all of the user's). A login has neither.
     scope: TokenScope | None = None
     project_ids: frozenset[str] | None = None
+    # A trusted publisher's exchanged token (publishers/): the one application it may reach,
+    # and the CI identity ("<issuer> <subject>") acting through it, whom the audit log names
+    # (publishers/actors.py `actor_of`). None for the rest.
+    application_id: str | None = None
+    ci_identity: str | None = None
 
     def require_login(self) -> None:
         """The account's own endpoints: a login (an access token, the console's cookie), never
@@ -159,6 +174,17 @@ class Principal:
             "This API token is restricted to other projects"
             if project_id is not None
             else "This API token is restricted to some projects and cannot create one",
+            code="token_not_allowed",
+        )
+
+    def require_application(self, application_id: str | None) -> None:
+        """403 unless the token may reach this application (`None`: something that is not one
+        application's, which a trusted publisher's token may never reach)."""
+        if self.application_id is None or self.application_id == application_id:
+            return
+        raise Forbidden(
+            "This token is a trusted publisher's: it may upload builds of its own application "
+            "and nothing else",
             code="token_not_allowed",
         )
 

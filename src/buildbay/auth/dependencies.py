@@ -151,6 +151,7 @@ class _BearerAuthentication(HTTPBearer):
         scope: TokenScope | None = None,
         any_scope: bool = False,
         restricted_ok: bool = False,
+        publisher_ok: bool = False,
         description: str,
     ) -> None:
         # auto_error=False: a missing header is our own 401 problem, not FastAPI's 403. The
@@ -160,6 +161,7 @@ class _BearerAuthentication(HTTPBearer):
         self.scope = scope
         self.any_scope = any_scope
         self.restricted_ok = restricted_ok
+        self.publisher_ok = publisher_ok
 
     def allow(self, principal: Principal) -> None:
         if self.login_only:
@@ -177,7 +179,9 @@ class _BearerAuthentication(HTTPBearer):
         try:
             if credentials is None or credentials.scheme.lower() != "bearer":
                 raise NotAuthenticated("Send `Authorization: Bearer <token>`")
-            principal = await authenticate(ctx, credentials.credentials)
+            principal = await authenticate(
+                ctx, credentials.credentials, publisher_ok=self.publisher_ok
+            )
         except NotAuthenticated:
             await limit_by_ip(ctx, request)
             raise
@@ -186,8 +190,12 @@ class _BearerAuthentication(HTTPBearer):
         return principal
 
 
-async def authenticate(ctx: AppContext, token: str) -> Principal:
+async def authenticate(ctx: AppContext, token: str, *, publisher_ok: bool = False) -> Principal:
     """Who `token` (an access token or an API token) belongs to.
+
+    A trusted publisher's exchanged token (limited to one application) is refused (403) unless
+    `publisher_ok`: only the project and application dependencies (projects/access.py) take it,
+    and they hold it to its application.
 
     Read on reads of its own, ended at once: the request's own (read-only or a unit of work, as
     its route declared) come after, so that a request never holds two pooled connections at a
@@ -204,6 +212,8 @@ async def authenticate(ctx: AppContext, token: str) -> Principal:
             principal = await service.authenticate_access_token(token)
     finally:
         await reads.close()
+    if not publisher_ok:
+        principal.require_application(None)
     if service.needs_touch(principal):
         assert principal.api_token_id is not None  # needs_touch says so
         async with ctx.sessions() as db, db.begin():
@@ -217,6 +227,12 @@ _DESCRIPTION = "An access token or an API token (`bb_...`)"
 # check the token's project list and scope against the route's needs themselves.
 authenticated = _BearerAuthentication(any_scope=True, restricted_ok=True, description=_DESCRIPTION)
 Authenticated = Annotated[Principal, Depends(authenticated)]
+# The same, and a trusted publisher's token too (limited to one application): for the project
+# and application dependencies only, which hold it to its application.
+member_of_application = _BearerAuthentication(
+    any_scope=True, restricted_ok=True, publisher_ok=True, description=_DESCRIPTION
+)
+AuthenticatedOrPublisher = Annotated[Principal, Depends(member_of_application)]
 current_user = _BearerAuthentication(description=_DESCRIPTION)
 CurrentUser = Annotated[Principal, Depends(current_user)]
 interactive_user = _BearerAuthentication(login_only=True, description=_DESCRIPTION)

@@ -13,10 +13,13 @@ class TokenScope(StrEnum):
     may do whatever its user may, the account's own endpoints excepted."""
 
     READ = "read"  # read projects, applications and builds; download
-    BUILDS_WRITE = "builds:write"  # and upload, verify and delete builds, share install links
+    # and upload builds (upload link, parts, verify, blockmap): a trusted publisher's exchanged
+    # token has it, limited to its one application (publishers/)
+    UPLOAD = "upload"
+    BUILDS_WRITE = "builds:write"  # and delete builds, share install links, change channels
 
     def includes(self, needed: TokenScope) -> bool:
         return _SCOPE_RANK[self] >= _SCOPE_RANK[needed]
 
 
-_SCOPE_RANK = {TokenScope.READ: 0, TokenScope.BUILDS_WRITE: 1}
+_SCOPE_RANK = {TokenScope.READ: 0, TokenScope.UPLOAD: 1, TokenScope.BUILDS_WRITE: 2}

@@ -98,6 +98,12 @@ class ApiToken(Base):
     project_ids: Mapped[list[str] | None] = mapped_column(JSON)
     # The user's `credentials_epoch` as the login that made the token had it (see User).
     credentials_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
+    # A trusted publisher's exchanged token (publishers/): the one application it may reach,
+    # the publisher it came from, and the CI identity ("<issuer> <subject>") that acts through
+    # it. Null for the tokens people make; such a token is never listed among the account's.
+    application_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    publisher_id: Mapped[str | None] = mapped_column(String(32), default=None, index=True)
+    ci_identity: Mapped[str | None] = mapped_column(String(320), default=None)
 
 
 class PasswordReset(Base):

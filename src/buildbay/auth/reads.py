@@ -63,7 +63,9 @@ class ApiTokenRecord:
 API_TOKEN = RecordOf(ApiTokenRecord, ApiToken)
 _API_TOKENS_OF = (
     select(*API_TOKEN.columns)
-    .where(ApiToken.user_id == bindparam("user_id"))
+    # A trusted publisher's exchanged tokens act for the account that added the publisher,
+    # but are the CI's: not listed among the account's own (publishers/).
+    .where(ApiToken.user_id == bindparam("user_id"), ApiToken.publisher_id.is_(None))
     .order_by(ApiToken.id.desc())
 )
 

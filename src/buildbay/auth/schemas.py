@@ -208,9 +208,9 @@ class TokenResponse(BaseModel):
 MAX_TOKEN_PROJECTS = 50
 ProjectId = Annotated[str, Field(min_length=1, max_length=32, pattern=NO_NUL_PATTERN)]
 SCOPE_DESCRIPTION = (
-    "`read`: read projects, applications and builds, and download; `builds:write`: that, and "
-    "upload, verify and delete builds and share install links. Null: all you may do, but "
-    "manage the account"
+    "`read`: read projects, applications and builds, and download; `upload`: that, and upload "
+    "and verify builds; `builds:write`: that, and delete builds and share install links. "
+    "Null: all you may do, but manage the account"
 )
 PROJECTS_DESCRIPTION = "Only these projects (of which you are a member). Null: all of yours"
 

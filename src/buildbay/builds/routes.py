@@ -33,7 +33,12 @@ from buildbay.errors import BadRequest, PayloadTooLarge
 from buildbay.numbers import whole_number
 from buildbay.openapi import link, linked
 from buildbay.problems import problem_responses
-from buildbay.projects.access import BuildsDeveloper, BuildsDownloader, BuildsReader
+from buildbay.projects.access import (
+    BuildsDeveloper,
+    BuildsDownloader,
+    BuildsReader,
+    BuildsUploader,
+)
 from buildbay.projects.authorization import tester_of as tester
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
 from buildbay.storage.base import parts_count
@@ -267,7 +272,7 @@ async def list_builds(
     summary="Step 1: get an address to PUT the build file to (developer+)",
 )
 async def create_upload_link(
-    body: schemas.UploadLinkRequest, access: BuildsDeveloper, service: Service, links: Links
+    body: schemas.UploadLinkRequest, access: BuildsUploader, service: Service, links: Links
 ) -> schemas.UploadLink | JSONResponse:
     build, target = await service.create_upload_link(
         access.application,
@@ -305,7 +310,7 @@ async def create_upload_link(
     summary="Step 2 of a multipart upload: addresses to PUT parts to (developer+)",
 )
 async def create_part_targets(
-    build_id: BuildId, body: schemas.PartsRequest, access: BuildsDeveloper, service: Service
+    build_id: BuildId, body: schemas.PartsRequest, access: BuildsUploader, service: Service
 ) -> schemas.PartTargets:
     targets = await service.part_targets(access.application, build_id, body.part_numbers)
     return schemas.PartTargets(
@@ -330,7 +335,7 @@ async def create_part_targets(
     summary="The parts of a multipart upload that have fully arrived (developer+)",
 )
 async def list_received_parts(
-    build_id: BuildId, access: BuildsDeveloper, builds: Builds
+    build_id: BuildId, access: BuildsUploader, builds: Builds
 ) -> schemas.ReceivedParts:
     build, parts = await builds.received_parts(access.application.id, build_id)
     assert build.part_size is not None
@@ -359,7 +364,7 @@ async def list_received_parts(
 )
 async def verify_upload(
     body: schemas.VerifyRequest,
-    access: BuildsDeveloper,
+    access: BuildsUploader,
     service: Service,
     links: Links,
     ctx: Context,
@@ -478,7 +483,7 @@ async def set_build_channels(
 async def put_build_blockmap(
     build_id: BuildId,
     request: Request,
-    access: BuildsDeveloper,
+    access: BuildsUploader,
     service: Service,
     links: Links,
     ctx: Context,

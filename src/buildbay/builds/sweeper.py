@@ -32,6 +32,7 @@ from buildbay.distribution.join_links import sweep_join_requests
 from buildbay.feedback.models import FeedbackScreenshot
 from buildbay.feedback.removal import FEEDBACK_PREFIX, remove_screenshots, screenshots_of_builds
 from buildbay.invitations.caps import sweep_invitation_counts
+from buildbay.publishers.service import sweep_used_id_tokens
 from buildbay.storage.base import Storage
 
 log = logging.getLogger("buildbay.sweeper")
@@ -110,6 +111,8 @@ async def sweep(
         await sweep_join_requests(db, now)
     async with sessions() as db, db.begin():  # the command line's sign-ins, expired
         await sweep_cli_sign_ins(db, now)
+    async with sessions() as db, db.begin():  # exchanged ID tokens that can no longer pass
+        await sweep_used_id_tokens(db, now)
     return Swept(expired, retention, abandoned, orphans, orphan_uploads)
 
 

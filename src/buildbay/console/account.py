@@ -106,6 +106,7 @@ async def _account(
 TOKEN_SCOPES = {
     "": "Everything you can do (but manage your account)",
     TokenScope.BUILDS_WRITE.value: "Builds: read, upload, verify and delete builds, share them",
+    TokenScope.UPLOAD.value: "Upload: read, and upload and verify builds (no deleting or sharing)",
     TokenScope.READ.value: "Read only: projects, applications and builds, and download",
 }
 # The projects the form offers (a token takes at most MAX_TOKEN_PROJECTS of them).

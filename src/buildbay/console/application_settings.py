@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -30,6 +31,7 @@ from buildbay.console.pages import (
     visit_application,
 )
 from buildbay.console.session import Visitor
+from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import get_context
 from buildbay.distribution.groups import groups_page
@@ -37,6 +39,8 @@ from buildbay.errors import Conflict
 from buildbay.numbers import whole_number
 from buildbay.projects.authorization import application_of
 from buildbay.projects.enums import ProjectRole
+from buildbay.publishers.reads import publishers_page
+from buildbay.publishers.schemas import KNOWN_ISSUERS
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -69,13 +73,14 @@ async def render_settings(
     errors: dict[str, str] | None = None, status_code: int = 200,
     settings_error: str | None = None, doomed: list[ReadyBuild] | None = None,
 ) -> Response:  # fmt: skip
-    """The page; after a refused form, `failed` names it ("settings", "delete") and its fields
-    show `values` and `errors` (the distribution form's, console/distribution.py: its one
-    field's `settings_error`). `doomed`: the builds the settings form's retention rule deletes,
-    shown for confirmation."""
+    """The page; after a refused form, `failed` names it ("settings", "delete", "publisher":
+    console/trusted_publishers.py) and its fields show `values` and `errors` (the
+    distribution form's, console/distribution.py: its one field's `settings_error`).
+    `doomed`: the builds the settings form's retention rule deletes, shown for confirmation."""
     reads = Reads.within(db)
     access = await application_of(reads, visitor.principal, project_id, app_id, ProjectRole.ADMIN)
     groups = (await groups_page(reads, access.project, 100, None))[0]
+    publishers = (await publishers_page(reads, access.application.id, 100, None))[0]
     return page(
         "console/application_settings.html", visitor, status_code, project=access.project,
         application=access.application, can=can(access.role), platforms=PLATFORMS,
@@ -83,8 +88,14 @@ async def render_settings(
         failed=failed, values=values or {}, errors=errors or {},
         doomed=doomed or [], deletes=deletion_token(doomed) if doomed else None,
         distributed_count=sum(1 for build in doomed or [] if build.distributed),
-        count_of=count_of, version_label=version_label,
+        count_of=count_of, version_label=version_label, publishers=publishers,
+        known_issuers=KNOWN_ISSUERS, public_host=public_host(get_context(request)),
     )  # fmt: skip
+
+
+def public_host(ctx: AppContext) -> str:
+    """The host `buildbay upload` asks its ID token's audience for by default."""
+    return urlsplit(ctx.settings.resolved_public_url).hostname or "buildbay"
 
 
 def _number(text: str) -> int | str | None:

@@ -47,6 +47,7 @@ from buildbay.invitations.models import (
 )
 from buildbay.jobs.models import Job
 from buildbay.projects.models import Project, ProjectMember
+from buildbay.publishers.models import TrustedPublisher, UsedIdToken
 from buildbay.sso.models import SsoGroupMapping, SsoIdentity, SsoMembership
 from buildbay.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 
@@ -93,7 +94,9 @@ __all__ = [
     "SsoIdentity",
     "SsoMembership",
     "TesterGroup",
+    "TrustedPublisher",
     "UpdateKey",
+    "UsedIdToken",
     "User",
     "Webhook",
     "WebhookAttempt",

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
 
-from buildbay.auth.dependencies import Authenticated
+from buildbay.auth.dependencies import AuthenticatedOrPublisher
 from buildbay.auth.enums import TokenScope
 from buildbay.db.reads import Reads
 from buildbay.deps import request_reads, request_session
@@ -34,7 +34,9 @@ def project_access(
     route only reads) or in its unit of work."""
 
     async def dependency(
-        request: Request, caller: Authenticated, project_id: Annotated[str, Path(alias=param)]
+        request: Request,
+        caller: AuthenticatedOrPublisher,
+        project_id: Annotated[str, Path(alias=param)],
     ) -> ProjectAccess:
         reads = _reads_of(request, read_only=read_only)
         return await project_of(reads, caller, project_id, needed, scope)
@@ -49,7 +51,7 @@ def application_access(
 
     async def dependency(
         request: Request,
-        caller: Authenticated,
+        caller: AuthenticatedOrPublisher,
         project_id: Annotated[str, Path(alias=project_param)],
         app_id: Annotated[str, Path(alias="appId")],
     ) -> ApplicationAccess:
@@ -88,6 +90,9 @@ ProjectDeveloperReader = Annotated[ProjectAccess, _project(_DEVELOPER, read_only
 # What only admins may see (a project's invitations).
 ProjectAdminReader = Annotated[ProjectAccess, _project(_ADMIN, read_only=True, scope=_READ)]
 AppReader = Annotated[ApplicationAccess, _app(_TESTER, read_only=True, scope=_READ)]
+# An application's settings that only admins see, with a token without a scope (its trusted
+# publishers: a CI's upload token or a read token learns nothing of them).
+AppAdminReader = Annotated[ApplicationAccess, _app(_ADMIN, read_only=True, scope=_UNSCOPED)]
 # The builds endpoints name the project `{projectId}` (seed: /api/app-distribution/...).
 BuildsReader = Annotated[ApplicationAccess, _app(_TESTER, "projectId", read_only=True, scope=_READ)]
 # Who installed a build: for developers and above.
@@ -107,6 +112,11 @@ AppDeveloper = Annotated[ApplicationAccess, _app(_DEVELOPER, read_only=False, sc
 # A download (tester+, as reading): it writes who downloaded, so it is a unit of work.
 BuildsDownloader = Annotated[
     ApplicationAccess, _app(_TESTER, "projectId", read_only=False, scope=_READ)
+]
+# Uploading a build (its link, parts, verify, blockmap): what a trusted publisher's exchanged
+# token (the `upload` scope) may do, and a builds:write token too.
+BuildsUploader = Annotated[
+    ApplicationAccess, _app(_DEVELOPER, "projectId", read_only=False, scope=TokenScope.UPLOAD)
 ]
 # Builds and their install links (sharing a build is a developer's: issue 34).
 BuildsDeveloper = Annotated[

@@ -155,6 +155,7 @@ async def project_of(
     through `reads` (a read-only request's, or a unit of work's). `scope`: what an API token
     must be allowed (None: only a token without a scope)."""
     project, role = await membership(reads, caller, project_id)
+    caller.require_application(None)  # a trusted publisher's token reaches its application only
     caller.require_scope(scope)
     require_role(role, needed)
     return ProjectAccess(project=project, role=role, caller=caller)
@@ -176,6 +177,7 @@ async def application_of(
     if row["app_id"] is None:
         raise NotFound("No application with this id in the project", code="application_not_found")
     role = row["role"]
+    caller.require_application(app_id)
     caller.require_scope(scope)
     require_role(role, needed)
     return ApplicationAccess(

@@ -190,7 +190,7 @@ def _scope(scope: Any) -> str:  # a models.TokenScope, or None
     return str(scope.value) if scope is not None else "everything"
 
 
-TOKEN_SCOPES = ("read", "builds:write")
+TOKEN_SCOPES = ("read", "upload", "builds:write")
 
 
 def _token_scope(value: str | None) -> str | None:
@@ -214,9 +214,10 @@ def tokens_create(
         str | None,
         typer.Option(
             callback=_token_scope,
-            metavar="read|builds:write",
-            help="read: read and download only; builds:write: also upload, verify and delete "
-            "builds and share them. Without it: all you may do (never the account)",
+            metavar="read|upload|builds:write",
+            help="read: read and download only; upload: also upload and verify builds; "
+            "builds:write: also delete builds and share them. Without it: all you may do "
+            "(never the account)",
             show_default=False,
         ),
     ] = None,

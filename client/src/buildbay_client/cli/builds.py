@@ -18,6 +18,7 @@ from rich.table import Table
 
 from buildbay_client.cli.common import (
     APP_ID_PATTERN,
+    EXIT_AUTH,
     EXIT_REFUSED,
     AppRef,
     JsonOption,
@@ -32,8 +33,10 @@ from buildbay_client.cli.common import (
     out,
     project_id,
     project_of_application,
+    server_and_token,
     size_text,
     table_of,
+    use_token,
     version_label,
     when,
 )
@@ -539,6 +542,15 @@ def upload(
             "BUILDBAY_VERSION to this file (a GitLab dotenv report)",
         ),
     ] = None,
+    audience: Annotated[
+        str | None,
+        typer.Option(
+            "--audience",
+            envvar="BUILDBAY_OIDC_AUDIENCE",
+            help="Trusted publishing: the audience of the CI's ID token, as the application's "
+            "trusted publisher expects it (default: the server's host name)",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Upload a build and verify it. Exits 0 only once the build is ready. Its testers are
@@ -548,7 +560,12 @@ def upload(
     again: that build is the answer, so a CI job run twice ends with one build.
 
     A file above 64 MiB goes in parts, several at once; if the upload is cut off (a kill, a
-    broken network), running the same command again sends only the parts still missing."""
+    broken network), running the same command again sends only the parts still missing.
+
+    In CI without a token (no --token, BUILDBAY_TOKEN or profile), the job's OpenID Connect ID
+    token (BUILDBAY_ID_TOKEN, or GitHub Actions' with `id-token: write`) is exchanged for a
+    15-minute upload-only token of the application whose trusted publisher takes it
+    (docs/ci.md): --app-id is then optional."""
     if sum([notes is not None, notes_file is not None, notes_from_git]) > 1:
         fail("give one of --notes, --notes-file and --notes-from-git", 2)
     if notes_template is not None:
@@ -559,7 +576,11 @@ def upload(
         fail("give --install-link-hours or --install-link-days, not both", 2)
     if install_link_days is not None:
         install_link_hours = install_link_days * 24
-    _check_target(project, app, app_id_given)
+    trusted = _trusted_publishing(
+        ctx, project, app, app_id_given, audience, bool(distribute or distribute_email)
+    )
+    if trusted is None:
+        _check_target(project, app, app_id_given)
     given = BuildSource(commit, branch, tag, repository, ci_run_url, _pull_request(pull_request))
     if no_source and given != BuildSource():
         fail("give --no-source or source options (--commit, --branch, ...), not both", 2)
@@ -570,7 +591,7 @@ def upload(
         text: str | None = (
             notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
         )
-        pid, aid = _upload_target(client, project, app, app_id_given)
+        pid, aid = trusted or _upload_target(client, project, app, app_id_given)
         if notes_from_git:
             text = _git_notes(client, pid, aid, found, notes_template)
         # Before a byte is read or sent: a 2 GB file the application would refuse costs nothing.
@@ -596,6 +617,40 @@ def upload(
         names = group_names(client, pid) if distribution and not as_json else {}
     _print_uploaded(build, distribution, names, as_json)
     _hand_to_ci(build, application.name, github_output, github_summary, dotenv)
+
+
+def _trusted_publishing(
+    ctx: typer.Context, project: str | None, app: str | None, app_id_given: str | None,
+    audience: str | None, distributes: bool,
+) -> tuple[str, str] | None:  # fmt: skip
+    """Without a token, in a CI job that can get an ID token: the project and application of
+    the upload token it is exchanged for (the token is used from then on); else None."""
+    from buildbay_client import oidc
+
+    url, has_token = server_and_token(ctx)
+    if has_token or not oidc.available():
+        return None
+    if url is None:
+        fail("trusted publishing: no server; set BUILDBAY_URL", EXIT_AUTH)
+    if project is not None or app is not None:
+        fail("trusted publishing: the publisher names the application; give --app-id (or "
+             "nothing), not --project or --app", 2)  # fmt: skip
+    if app_id_given is not None and not APP_ID_PATTERN.match(app_id_given):
+        fail(f"--app-id takes an application's id (app_...), not {app_id_given!r}", 2)
+    if distributes:
+        fail("trusted publishing: the upload token uploads and verifies only; --distribute "
+             "and --distribute-email need an API token (builds:write scope)", 2)  # fmt: skip
+    try:
+        id_token = oidc.ci_id_token(audience or oidc.default_audience(url))
+        got = oidc.exchange(url, id_token, app_id_given)
+    except oidc.TrustedPublishingError as exc:
+        fail(f"trusted publishing: {exc}", EXIT_AUTH)
+    err.print(
+        f"buildbay: trusted publishing: uploading to {got.application_id} with a token valid "
+        f"until {got.expires_at}"
+    )
+    use_token(ctx, url, got.token)
+    return got.project_id, got.application_id
 
 
 def _hand_to_ci(

@@ -128,6 +128,24 @@ def options(
     ctx.obj = Target(profile, url, token)
 
 
+def server_and_token(ctx: typer.Context) -> tuple[str | None, bool]:
+    """The server `connect` would reach, and whether it has a token for it (given, or the
+    profile's for that server)."""
+    chosen = target(ctx)
+    with failures():
+        profile = load_profiles().get(chosen.profile)
+    url = (chosen.url or (profile.url if profile else "")).rstrip("/") or None
+    if profile is not None and url != profile.url:
+        profile = None
+    return url, bool(chosen.token or (profile.token if profile else None))
+
+
+def use_token(ctx: typer.Context, url: str, token: str) -> None:
+    """From now on `connect` reaches `url` with `token` (e.g. a trusted publisher's)."""
+    chosen = target(ctx)
+    ctx.find_root().obj = Target(chosen.profile, url, token)
+
+
 @contextmanager
 def connect(ctx: typer.Context) -> Iterator[Buildbay]:
     """A client for the chosen target; API errors become one line and the exit code."""

@@ -1,0 +1,311 @@
+"""Trusted publishing against the real OpenID Connect provider process: a CI's ID token is
+exchanged for an upload-only token of the application whose publisher takes it, and refused
+when its audience, subject, age or signature is wrong, or when it is replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from sqlalchemy import func, select
+
+from buildbay.audit.models import AuditEntry
+from buildbay.auth.models import ApiToken
+from buildbay.clock import FrozenClock
+from buildbay.db.engine import create_engines
+from buildbay.publishers.models import UsedIdToken
+from buildbay.publishers.service import sweep_used_id_tokens
+from tests.conftest import Account, Api, assert_problem
+from tests.oidc_provider import OidcProvider, oidc_provider_process
+from tests.publishers.id_tokens import GITHUB_SUBJECT, id_token, signing_key_id
+
+EXCHANGE = "/api/auth/oidc-exchange"
+
+
+async def trust(
+    client: httpx.AsyncClient, owner: Account, project_id: str, app_id: str, **fields: Any
+) -> dict[str, Any]:
+    r = await client.post(
+        f"/api/projects/{project_id}/applications/{app_id}/trusted-publishers",
+        json=fields,
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+@pytest.fixture
+async def shop(
+    api: Api, client: httpx.AsyncClient, owner: Account, provider: OidcProvider
+) -> dict[str, Any]:
+    """An application that trusts acme/shop's main branch, as its audience `buildbay`."""
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    publisher = await trust(
+        client, owner, project["id"], app["id"], issuer=provider.issuer,
+        subjectPattern="repo:acme/shop:ref:refs/heads/*", audience="buildbay",
+    )  # fmt: skip
+    return {"project": project, "app": app, "publisher": publisher}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_an_id_token_is_exchanged_for_a_token_that_uploads_to_its_application(
+    client: httpx.AsyncClient, api: Api, provider: OidcProvider, shop: dict[str, Any],
+    settings: Any, clock: FrozenClock,
+) -> None:  # fmt: skip
+    r = await client.post(EXCHANGE, json={"token": id_token(provider)})
+
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["applicationId"] == shop["app"]["id"]
+    assert answer["projectId"] == shop["project"]["id"]
+    assert answer["token"].startswith("bb_")
+    ci = Account("ci", "", answer["token"], "", {})
+    build = await api.upload(ci, shop["project"]["id"], shop["app"]["id"])
+    assert build["status"] == "ready"
+    engine, _ = create_engines(settings.resolved_database_url)
+    try:
+        async with engine.connect() as db:
+            entries = (await db.execute(select(AuditEntry.action, AuditEntry.actor_kind,
+                                               AuditEntry.actor_email))).all()  # fmt: skip
+    finally:
+        await engine.dispose()
+    assert ("trusted_publisher.exchanged", "ci", f"{provider.issuer} {GITHUB_SUBJECT}") in entries
+    assert ("trusted_publisher.added", "user", "owner@example.com") in entries
+
+
+async def test_the_exchanged_token_is_refused_everywhere_but_its_applications_uploads(
+    client: httpx.AsyncClient, api: Api, owner: Account, provider: OidcProvider,
+    shop: dict[str, Any],
+) -> None:  # fmt: skip
+    token = (await client.post(EXCHANGE, json={"token": id_token(provider)})).json()["token"]
+    pid, aid = shop["project"]["id"], shop["app"]["id"]
+    other = await api.application(owner, pid, "Another app")
+    build = await api.upload(owner, pid, aid)
+    builds = f"/api/app-distribution/{pid}/{aid}/builds"
+    refused = [
+        ("GET", "/api/projects"), ("GET", f"/api/projects/{pid}"), ("GET", "/api/auth/me"),
+        ("GET", f"/api/projects/{pid}/applications"), ("GET", "/api/account/api-tokens"),
+        ("GET", f"/api/app-distribution/{pid}/{other['id']}/builds"),
+        ("DELETE", f"{builds}/{build['buildId']}"),
+        ("POST", f"{builds}/{build['buildId']}/install-link"),
+        ("DELETE", f"/api/projects/{pid}/applications/{aid}"),
+        ("GET", f"/api/projects/{pid}/applications/{aid}/trusted-publishers"),
+    ]  # fmt: skip
+    for method, path in refused:
+        r = await client.request(method, path, headers=bearer(token))
+        assert_problem(r, 403)
+    # What `buildbay upload` reads of its application: allowed.
+    r = await client.get(f"/api/projects/{pid}/applications/{aid}", headers=bearer(token))
+    assert r.status_code == 200, r.text
+    r = await client.get(builds, headers=bearer(token))
+    assert r.status_code == 200, r.text
+    # Not among the account's own tokens.
+    r = await client.get("/api/account/api-tokens", headers=owner.headers)
+    assert r.json()["apiTokens"] == []
+
+
+async def test_a_wrong_audience_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any]
+) -> None:
+    r = await client.post(EXCHANGE, json={"token": id_token(provider, audience="someone-else")})
+
+    problem = assert_problem(r, 403, "no_matching_publisher")
+    assert "someone-else" in problem["detail"]  # the token's own, never the publisher's
+    assert "refs/heads/*" not in problem["detail"]
+
+
+async def test_a_foreign_subject_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any]
+) -> None:
+    for subject in ("repo:evil/shop:ref:refs/heads/main", "repo:acme/shop:ref:refs/heads/a/b",
+                    "repo:acme/shop:environment:prod"):  # fmt: skip
+        r = await client.post(EXCHANGE, json={"token": id_token(provider, subject)})
+        assert_problem(r, 403, "no_matching_publisher")
+
+
+async def test_a_replayed_id_token_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any]
+) -> None:
+    token = id_token(provider)
+    assert (await client.post(EXCHANGE, json={"token": token})).status_code == 200
+
+    r = await client.post(EXCHANGE, json={"token": token})
+
+    assert_problem(r, 401, "id_token_replayed")
+
+
+async def test_of_two_exchanges_of_one_id_token_at_once_one_wins(
+    app: Any, provider: OidcProvider, shop: dict[str, Any]
+) -> None:
+    token = id_token(provider)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://testserver") as one,
+        httpx.AsyncClient(transport=transport, base_url="http://testserver") as two,
+    ):
+        answers = await asyncio.gather(
+            one.post(EXCHANGE, json={"token": token}), two.post(EXCHANGE, json={"token": token})
+        )
+
+    assert sorted(r.status_code for r in answers) == [200, 401], [r.text for r in answers]
+
+
+async def test_an_expired_id_token_is_refused(
+    client: httpx.AsyncClient, api: Api, owner: Account, clock: FrozenClock, tmp_path: Any
+) -> None:
+    with oidc_provider_process(tmp_path, "--token-max-age", "60") as short:
+        project = await api.project(owner)
+        app = await api.application(owner, project["id"])
+        await trust(client, owner, project["id"], app["id"], issuer=short.issuer,
+                    subjectPattern=GITHUB_SUBJECT, audience="buildbay")  # fmt: skip
+        token = id_token(short)
+        clock.advance(seconds=90)  # past its exp (60 s), within the 5 minutes of its iat
+
+        r = await client.post(EXCHANGE, json={"token": token})
+
+    assert_problem(r, 401, "token_expired")
+
+
+async def test_an_id_token_issued_more_than_5_minutes_ago_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any], clock: FrozenClock
+) -> None:
+    token = id_token(provider)  # valid an hour
+    clock.advance(minutes=5, seconds=30)
+
+    r = await client.post(EXCHANGE, json={"token": token})
+
+    assert_problem(r, 401, "token_too_old")
+
+
+async def test_a_token_of_a_rotated_key_is_taken_once_the_keys_are_read_again(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any], clock: FrozenClock
+) -> None:
+    assert (await client.post(EXCHANGE, json={"token": id_token(provider)})).status_code == 200
+    provider.rotate_keys()
+    token = id_token(provider)
+
+    # Within a minute of the last read: the keys are not read again (an issuer is not
+    # hammered by tokens it never signed), and the token is refused, not spent.
+    r = await client.post(EXCHANGE, json={"token": token})
+    assert_problem(r, 401, "invalid_id_token")
+    clock.advance(seconds=61)
+    r = await client.post(EXCHANGE, json={"token": token})
+
+    assert r.status_code == 200, r.text
+
+
+async def test_a_forged_id_token_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any]
+) -> None:
+    claims = jwt.decode(id_token(provider), options={"verify_signature": False})
+    kid = signing_key_id(provider)
+    ours = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    forged = jwt.encode(claims, ours, algorithm="RS256", headers={"kid": kid})
+
+    r = await client.post(EXCHANGE, json={"token": forged})
+
+    assert_problem(r, 401, "invalid_id_token")
+
+
+@pytest.mark.parametrize("alg", ["none", "HS256"])
+async def test_a_token_without_an_asymmetric_signature_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any], alg: str
+) -> None:
+    claims = jwt.decode(id_token(provider), options={"verify_signature": False})
+    header = base64.urlsafe_b64encode(f'{{"alg":"{alg}","typ":"JWT"}}'.encode()).rstrip(b"=")
+    unsigned = jwt.encode(claims, "k" * 32, algorithm="HS256").split(".")
+    token = ".".join([header.decode(), unsigned[1], unsigned[2] if alg == "HS256" else ""])
+
+    r = await client.post(EXCHANGE, json={"token": token})
+
+    assert_problem(r, 401, "invalid_id_token")
+
+
+async def test_two_applications_trusting_one_identity_are_told_apart_by_application_id(
+    client: httpx.AsyncClient, api: Api, owner: Account, provider: OidcProvider,
+    shop: dict[str, Any],
+) -> None:  # fmt: skip
+    pid = shop["project"]["id"]
+    second = await api.application(owner, pid, "Shop iOS")
+    await trust(client, owner, pid, second["id"], issuer=provider.issuer,
+                subjectPattern="repo:acme/shop:**", audience="buildbay")  # fmt: skip
+
+    r = await client.post(EXCHANGE, json={"token": id_token(provider)})
+    assert_problem(r, 403, "ambiguous_publisher")
+    r = await client.post(
+        EXCHANGE, json={"token": id_token(provider), "applicationId": second["id"]}
+    )
+
+    assert r.status_code == 200, r.text
+    assert r.json()["applicationId"] == second["id"]
+
+
+async def test_an_issuer_no_publisher_names_is_refused_without_reading_its_keys(
+    client: httpx.AsyncClient, provider: OidcProvider
+) -> None:
+    r = await client.post(EXCHANGE, json={"token": id_token(provider)})
+
+    assert_problem(r, 403, "no_matching_publisher")
+    assert "GET /jwks" not in provider.log_path.read_text()
+
+
+async def test_a_removed_publisher_takes_no_more_tokens_and_its_tokens_die(
+    client: httpx.AsyncClient, api: Api, owner: Account, provider: OidcProvider,
+    shop: dict[str, Any],
+) -> None:  # fmt: skip
+    pid, aid = shop["project"]["id"], shop["app"]["id"]
+    token = (await client.post(EXCHANGE, json={"token": id_token(provider)})).json()["token"]
+    path = f"/api/projects/{pid}/applications/{aid}/trusted-publishers"
+
+    r = await client.delete(f"{path}/{shop['publisher']['id']}", headers=owner.headers)
+
+    assert r.status_code == 204
+    assert_problem(await client.get(f"/api/projects/{pid}/applications/{aid}",
+                                    headers=bearer(token)), 401)  # fmt: skip
+    assert_problem(await client.post(EXCHANGE, json={"token": id_token(provider)}), 403)
+    assert (await client.get(path, headers=owner.headers)).json()["trustedPublishers"] == []
+
+
+async def test_exchanges_are_rate_limited_per_address(
+    client: httpx.AsyncClient, settings: Any
+) -> None:
+    settings.oidc_exchanges_per_minute_per_ip = 2
+    for _ in range(2):
+        r = await client.post(EXCHANGE, json={"token": "not.a.jwt"})
+        assert_problem(r, 401, "invalid_id_token")
+
+    r = await client.post(EXCHANGE, json={"token": "not.a.jwt"})
+
+    assert_problem(r, 429, "rate_limited")
+    assert "oidc-exchange" in r.json()["detail"]
+
+
+async def test_the_sweeper_forgets_exchanged_id_tokens_once_they_expire(
+    app: Any, client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any],
+    clock: FrozenClock,
+) -> None:  # fmt: skip
+    token = id_token(provider)
+    assert (await client.post(EXCHANGE, json={"token": token})).status_code == 200
+    sessions = app.state.ctx.sessions
+
+    async with sessions() as db, db.begin():
+        kept = await sweep_used_id_tokens(db, clock.now())
+    async with sessions() as db, db.begin():
+        gone = await sweep_used_id_tokens(db, clock.now() + timedelta(hours=2))
+
+    assert (kept, gone) == (0, 1)
+    async with sessions() as db:
+        assert (await db.scalar(select(func.count(UsedIdToken.id)))) == 0
+        assert (await db.scalar(select(func.count(ApiToken.id)).where(
+            ApiToken.publisher_id.is_not(None)))) == 0  # fmt: skip

@@ -1,0 +1,103 @@
+"""`buildbay upload` in a CI job without a stored token: the job's ID token (from the real
+OpenID Connect provider process) is exchanged for an upload-only token, and the upload goes to
+the application whose trusted publisher takes it; a real server, the CLI as a program."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.oidc_provider import OidcProvider
+from tests.publishers.github_tokens import REQUEST_TOKEN, github_token_service
+from tests.publishers.id_tokens import id_token
+
+PASSWORD = "correct horse battery"
+
+
+def _setup(server: str, issuer: str, audience: str) -> tuple[dict[str, str], str, str]:
+    r = httpx.post(f"{server}/api/auth/register", json={"email": "admin@example.com",
+                                                        "password": PASSWORD})  # fmt: skip
+    assert r.status_code == 201, r.text
+    headers = {"Authorization": f"Bearer {r.json()['access_token']}"}
+    project = httpx.post(f"{server}/api/projects", json={"name": "Acme"}, headers=headers).json()
+    app = httpx.post(
+        f"{server}/api/projects/{project['id']}/applications", json={"name": "Shop"},
+        headers=headers,
+    ).json()  # fmt: skip
+    r = httpx.post(
+        f"{server}/api/projects/{project['id']}/applications/{app['id']}/trusted-publishers",
+        json={"issuer": issuer, "subjectPattern": "repo:acme/shop:**", "audience": audience},
+        headers=headers,
+    )
+    assert r.status_code == 201, r.text
+    return headers, project["id"], app["id"]
+
+
+def _upload(server: str, file: Path, tmp_path: Path, env: dict[str, str], *args: str) -> Any:
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("BUILDBAY_", "GITHUB_", "ACTIONS_", "GITLAB_CI"))}  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "buildbay_client", "upload", str(file), "--json", *args],
+        env={**clean, "BUILDBAY_URL": server, "BUILDBAY_CONFIG_DIR": str(tmp_path / "config"),
+             "BUILDBAY_RETRY_ATTEMPTS": "1", **env},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_upload_exchanges_buildbay_id_token_and_uploads(
+    threaded_server: str, provider: OidcProvider, tmp_path: Path
+) -> None:
+    # The default audience is the server's host name.
+    headers, project_id, app_id = _setup(threaded_server, provider.issuer, "127.0.0.1")
+    build = tmp_path / "shop.zip"
+    build.write_bytes(b"PK\x03\x04 the shop, built by CI")
+
+    done = _upload(threaded_server, build, tmp_path,
+                   {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")})  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    uploaded = json.loads(done.stdout)
+    assert uploaded["applicationId"] == app_id
+    assert uploaded["status"] == "ready"
+    assert "trusted publishing" in done.stderr
+    listed = httpx.get(f"{threaded_server}/api/app-distribution/{project_id}/{app_id}/builds",
+                       headers=headers).json()["builds"]  # fmt: skip
+    assert [b["buildId"] for b in listed] == [uploaded["buildId"]]
+
+
+def test_upload_with_an_id_token_for_another_audience_fails_with_the_servers_reason(
+    threaded_server: str, provider: OidcProvider, tmp_path: Path
+) -> None:
+    _setup(threaded_server, provider.issuer, "buildbay.example.com")
+    build = tmp_path / "shop.zip"
+    build.write_bytes(b"PK\x03\x04 the shop")
+
+    done = _upload(threaded_server, build, tmp_path,
+                   {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")})  # fmt: skip
+
+    assert done.returncode == 3, done.stderr
+    assert "no_matching_publisher" in done.stderr
+
+
+def test_upload_asks_github_actions_for_an_id_token_with_the_audience_given(
+    threaded_server: str, provider: OidcProvider, tmp_path: Path
+) -> None:
+    _, _, app_id = _setup(threaded_server, provider.issuer, "buildbay.example.com")
+    build = tmp_path / "shop.zip"
+    build.write_bytes(b"PK\x03\x04 the shop, from GitHub Actions")
+    github = {"ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN}
+
+    with github_token_service(provider) as url:
+        github["ACTIONS_ID_TOKEN_REQUEST_URL"] = url
+        done = _upload(
+            threaded_server, build, tmp_path, github, "--audience", "buildbay.example.com"
+        )
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["applicationId"] == app_id
