@@ -219,6 +219,14 @@ class JoinLink(ApiModel):
     expires_at: Timestamp | None
     created_at: Timestamp
     joined_count: int = Field(description="How many joined the group through this link")
+    confirmation_mails_today: int = Field(
+        description="Confirmation mails the link's page sent this UTC day"
+    )
+    confirmation_mails_per_day: int | None = Field(
+        description="The link's budget of confirmation mails a UTC day "
+        "(BUILDBAY_JOIN_LINK_MAILS_PER_DAY); once spent, its page takes no more requests "
+        "until the next day. Null: no cap"
+    )
 
 
 class JoinLinkCreated(JoinLink):
