@@ -76,28 +76,57 @@ _BUILD_EVENTS = {
 _INSTALLABLE = {"build.ready", "build.distributed", "build.downloaded"}
 _COLORS = {"build.failed": 0xD93025, "build.deleted": 0x80868B}
 _COLOR = 0x2F6FEB
+
+
+@dataclass(frozen=True, slots=True)
+class HostRule:
+    """Which format an address whose host (lower case, no final dot) and path match needs.
+    The one table of these hints: `suggested_format` reads it, and the console's form gets it
+    as JSON (`hint_table`) for its script to say the same while the address is typed."""
+
+    format: WebhookFormat
+    shown: str  # how the console's hint names the addresses
+    hosts: tuple[str, ...] = ()  # the host is one of these
+    suffixes: tuple[str, ...] = ()  # ... or ends with one of these
+    within: tuple[str, ...] = ()  # ... or holds one of these
+    path_prefix: str = ""  # and the path starts with this
+
+    def matches(self, host: str, path: str) -> bool:
+        return (
+            host in self.hosts
+            or host.endswith(self.suffixes)
+            or any(part in host for part in self.within)
+        ) and path.startswith(self.path_prefix)
+
+
 # Where a URL's host says which format its receiver needs (a hint; the admin decides).
-_HOSTS: tuple[tuple[Callable[[str, str], bool], WebhookFormat], ...] = (
-    (lambda h, _: h == "hooks.slack.com", WebhookFormat.SLACK),
-    (
-        lambda h, p: (
-            h in {"discord.com", "discordapp.com", "ptb.discord.com", "canary.discord.com"}
-            and p.startswith("/api/webhooks/")
-        ),
+HOST_RULES = (
+    HostRule(WebhookFormat.SLACK, "hooks.slack.com", hosts=("hooks.slack.com",)),
+    HostRule(
         WebhookFormat.DISCORD,
+        "discord.com/api/webhooks",
+        hosts=("discord.com", "discordapp.com", "ptb.discord.com", "canary.discord.com"),
+        path_prefix="/api/webhooks/",
     ),
-    (
-        lambda h, _: (
-            h.endswith(".logic.azure.com")
-            or h.endswith(".powerautomate.com")
-            or ".powerplatform.com" in h
-            or h == "webhook.office.com"
-            or h.endswith(".webhook.office.com")
-        ),
+    HostRule(
         WebhookFormat.TEAMS,
+        "a Power Automate Workflows address (*.logic.azure.com, *.powerplatform.com, "
+        "webhook.office.com)",
+        hosts=("webhook.office.com",),
+        suffixes=(".logic.azure.com", ".powerautomate.com", ".webhook.office.com"),
+        within=(".powerplatform.com",),
     ),
-    (lambda h, _: h == "chat.googleapis.com", WebhookFormat.GOOGLE_CHAT),
+    HostRule(WebhookFormat.GOOGLE_CHAT, "chat.googleapis.com", hosts=("chat.googleapis.com",)),
 )
+
+
+def hint_table() -> list[dict[str, Any]]:
+    """HOST_RULES as the console's script reads them (static/console.js)."""
+    return [
+        {"format": r.format.value, "hosts": r.hosts, "suffixes": r.suffixes,
+         "within": r.within, "pathPrefix": r.path_prefix}
+        for r in HOST_RULES
+    ]  # fmt: skip
 
 
 def suggested_format(url: str) -> WebhookFormat | None:
@@ -108,9 +137,9 @@ def suggested_format(url: str) -> WebhookFormat | None:
         host = (parts.hostname or "").lower().rstrip(".")
     except ValueError:
         return None
-    for matches, fmt in _HOSTS:
-        if matches(host, parts.path):
-            return fmt
+    for rule in HOST_RULES:
+        if rule.matches(host, parts.path):
+            return rule.format
     return None
 
 
