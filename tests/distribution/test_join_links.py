@@ -109,7 +109,7 @@ async def test_a_developer_makes_reads_replaces_and_revokes_a_groups_link(
     assert r.status_code == 201, r.text
     made = r.json()
     assert set(made) == {"id", "groupId", "state", "maxTesters", "allowedEmailDomains",
-                         "expiresAt", "createdAt", "joinedCount", "url",
+                         "expiresAt", "createdAt", "joinedCount", "inGroupCount", "url",
                          "confirmationMailsToday", "confirmationMailsPerDay"}  # fmt: skip
     assert made["url"].startswith(f"{BASE_URL}/join/bbj_")
     assert (made["state"], made["maxTesters"], made["joinedCount"]) == ("live", 100, 0)
@@ -676,3 +676,30 @@ async def test_a_confirmation_gives_no_unverified_account_to_whoever_signed_up_w
     r = await team.client.get(f"{team.groups}/{qa}/testers", headers=team.owner.headers)
     [tester] = r.json()["testers"]
     assert (tester["email"], tester["emailVerified"]) == ("victim@example.com", True)
+
+
+async def test_a_tester_removed_after_joining_still_counts_and_the_team_sees_it(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    """`joinedCount` counts the places of `maxTesters` the link gave: removing a tester does
+    not give one back (a leaked link's newcomers, removed, make no room for more); the team
+    sees how many of them are still in the group."""
+    qa = await team.group("QA")
+    made = await make_link(team, qa, maxTesters=2)
+    joined = []
+    for email in ("kept@example.com", "gone@example.com"):
+        await ask_to_join(browser, page_path(made), email)
+        assert (await confirm(browser, await confirmation_of(team, email))).status_code == 303
+        browser.cookies.clear()
+        joined.append(email)
+    r = await team.client.get(f"{team.groups}/{qa}/testers", headers=team.owner.headers)
+    [gone] = [t["userId"] for t in r.json()["testers"] if t["email"] == "gone@example.com"]
+    r = await team.client.delete(f"{team.groups}/{qa}/testers/{gone}", headers=team.owner.headers)
+    assert r.status_code == 204, r.text
+
+    r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
+
+    assert (r.json()["joinedCount"], r.json()["inGroupCount"], r.json()["state"]) == (2, 1, "full")
+    await _sign_in(browser, team)
+    page = unescape((await browser.get(f"/projects/{team.project['id']}/groups")).text)
+    assert "2 testers joined (1 since removed) of at most 2" in page

@@ -32,7 +32,11 @@ none (with no password: its owner sets one with "Forgot password" when they want
 person becomes a tester of the project if not a member, and the link's count goes up by a
 conditional UPDATE that refuses past `maxTesters`: of the 100th and 101st confirming at once,
 one is refused, on PostgreSQL (the row lock of the UPDATE) as on SQLite (one writer). Someone
-already in the group is told so and not counted.
+already in the group is told so and not counted. `joined_count` counts joins, and a tester
+removed from the group later keeps their place in it: `maxTesters` bounds how many the link
+let in, which removing people does not reopen (a leaked link's newcomers, removed, do not make
+room for more of them; the team makes a new link for more). The group's testers remember the
+link they came through, so the team sees how many of those who joined are still there.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from enum import StrEnum
 
 import email_validator
 from limits import RateLimitItemPerHour
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
@@ -110,6 +114,7 @@ class JoinLinkRecord:
     revoked_at: datetime | None
     joined_count: int
     state: LinkState
+    in_group: int = 0  # of those who joined through it, those in the group now
     mails_today: int = 0  # confirmation mails sent through it this UTC day
     mails_per_day: int | None = None  # its budget (None: no cap)
 
@@ -394,7 +399,8 @@ class JoinLinks:
                     user.email_verified,
                 )  # fmt: skip
                 await webhook_events.member_added(self.db, joined, self.now)
-        fields = {"group_id": group.id, "user_id": user.id, "added_at": self.now}
+        fields = {"group_id": group.id, "user_id": user.id, "added_at": self.now,
+                  "join_link_id": link.id}  # fmt: skip
         await insert_unless_present(self.db, GroupTester, fields)
         await reach_builds_of_groups(self.db, self.now, project.id, [user.id], [group.id])
         return Joined(
@@ -472,7 +478,11 @@ class JoinLinks:
         return True
 
     async def _counted(self, link: JoinLink) -> JoinLinkRecord:
-        """The link's record with its confirmation mails of the day, for the team."""
+        """The link's record for the team: who of those it let in are in the group now, and
+        its confirmation mails of the day."""
+        in_group = await self.db.scalar(
+            select(func.count()).select_from(GroupTester).where(GroupTester.join_link_id == link.id)
+        )
         mails = await self.db.scalar(
             select(InvitationCount.count).where(
                 InvitationCount.key == _link_key(link.id),
@@ -480,8 +490,9 @@ class JoinLinks:
             )
         )
         return replace(
-            _record(link, self.now), mails_today=mails or 0, mails_per_day=self.budget.per_link
-        )
+            _record(link, self.now), in_group=in_group or 0, mails_today=mails or 0,
+            mails_per_day=self.budget.per_link,
+        )  # fmt: skip
 
     async def _group(self, project: ProjectRecord, group_id: str) -> None:
         if group_id == EVERYONE:
