@@ -642,7 +642,8 @@ def _pull_request(value: str | None) -> int | str | None:
     """--pull-request: a number, or an address."""
     if value is None:
         return None
-    return int(value) if value.strip().isdigit() else value
+    number = value.strip()
+    return int(number) if number.isascii() and number.isdigit() else value
 
 
 def _check_template(template: str) -> None:
