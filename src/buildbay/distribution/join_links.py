@@ -325,15 +325,13 @@ class JoinLinks:
 
     async def confirmation(self, token: str) -> JoinPage | None:
         """The link a confirmation token is for, if the token can still be used."""
-        row = await self.db.scalar(
-            select(JoinLink.token_hash).join(JoinRequest, JoinRequest.link_id == JoinLink.id)
+        link = await self.db.scalar(
+            select(JoinLink).join(JoinRequest, JoinRequest.link_id == JoinLink.id)
             .where(JoinRequest.token_hash == hash_token(token), JoinRequest.used_at.is_(None),
                    JoinRequest.expires_at > self.now)
         )  # fmt: skip
-        if row is None:
+        if link is None:
             return None
-        link = await self.db.scalar(select(JoinLink).where(JoinLink.token_hash == row))
-        assert link is not None
         project = await self.db.get_one(Project, link.project_id)
         group = await self.db.get_one(TesterGroup, link.group_id)
         return JoinPage(_record(link, self.now), project.name, group.name)
