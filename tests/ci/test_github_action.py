@@ -261,3 +261,17 @@ def test_outputs_are_written_in_the_multiline_syntax_whatever_they_hold() -> Non
     text = github_output_text(held)
     assert parse_output_file(text) == held
     assert "\nname=evil\n" in text  # on a line of its own, inside the value's delimiters
+
+
+def test_an_app_s_name_writes_no_link_or_image_into_the_job_summary() -> None:
+    """The name comes from the build file: shown as written in the summary's Markdown."""
+    from buildbay_client.ci import summary_markdown
+
+    name = "[Pay here](https://evil.example) ![x](https://evil.example/i.png) *Acme* <b>@team"
+    summary = summary_markdown(name, "1.4.2 (42)", "bld_1", None, None, reused=False)
+    heading = summary.splitlines()[0]
+
+    assert heading == (
+        "### \\[Pay here\\]\\(https://evil.example\\) \\!\\[x\\]\\(https://evil.example/i.png\\) "
+        "\\*Acme\\* &lt;b&gt;\\@team 1.4.2 \\(42\\) uploaded to Buildbay"
+    )
