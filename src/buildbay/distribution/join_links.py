@@ -556,7 +556,7 @@ _STATE_SAYS = {
 
 
 async def sweep_join_requests(db: AsyncSession, now: datetime) -> None:
-    """Forget confirmations used or expired more than a day ago (the sweeper's)."""
+    """Forget confirmations a day after they expired, used or not (the sweeper's)."""
     await db.execute(
         delete(JoinRequest).where(JoinRequest.expires_at < now - CONFIRMATION_LIFETIME)
     )
