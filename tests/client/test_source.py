@@ -185,6 +185,24 @@ def test_a_wrong_option_is_refused_before_anything_is_sent(
     assert listed["usage"]["builds"] == 0  # nothing was uploaded
 
 
+def test_a_notes_file_that_is_not_utf8_is_refused_before_anything_is_sent(
+    cli: Cli, app: str, repo: Repo
+) -> None:
+    repo.commit("First")
+    file = repo.path.parent / "build.bin"
+    file.write_bytes(b"some bytes")
+    notes = repo.path.parent / "notes.txt"
+    notes.write_bytes("Caf\u00e9 au lait".encode("latin-1"))
+
+    done = cli("upload", str(file), "--app-id", app, "--notes-file", str(notes), env=NO_CI)
+
+    assert done.returncode == 2, done.stdout
+    assert f"--notes-file {notes} is not UTF-8 text" in done.stderr
+    assert "Traceback" not in done.stderr
+    listed = json.loads(cli("whoami", "--json").stdout)
+    assert listed["usage"]["builds"] == 0
+
+
 COMMIT = "3f0a9c1e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a"
 HEAD_SHA = "0b1d3f5a7c9e1b3d5f7a3f0a9c1e5b7d2f4a6c8e"
 
