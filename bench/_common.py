@@ -148,9 +148,11 @@ NO_INVITATION_CAPS = {
 
 @contextlib.contextmanager
 def running_server(
-    argv: Sequence[str], data_dir: Path, port: int, env: dict[str, str] | None = None
-) -> Iterator[Server]:
-    """Start `argv` with BUILDBAY_DATA_DIR=data_dir, wait for /healthz, stop it afterwards.
+    argv: Sequence[str], data_dir: Path, port: int, env: dict[str, str] | None = None,
+    start_timeout: float = 30.0,
+) -> Iterator[Server]:  # fmt: skip
+    """Start `argv` with BUILDBAY_DATA_DIR=data_dir, wait for /healthz (at most
+    `start_timeout` seconds: a new database is migrated first), stop it afterwards.
 
     The server's log goes to a file beside the data directory (a pipe nobody reads would fill
     up and stall the server); it is printed if the server does not come up.
@@ -170,7 +172,7 @@ def running_server(
         )
     server = Server(process, f"http://127.0.0.1:{port}", log_path)
     try:
-        _wait_healthy(server)
+        _wait_healthy(server, start_timeout)
         yield server
     finally:
         if process.poll() is None:

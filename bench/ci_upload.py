@@ -76,7 +76,8 @@ def main() -> int:
             "BUILDBAY_MAX_UPLOAD_BYTES_FREE": str(8 * 1024**3),
             "BUILDBAY_QUOTA_BYTES_FREE": "0",
         }
-        with running_server(argv, work / "data", port, env) as server:
+        # A new database is migrated before the server answers: slow on a busy machine.
+        with running_server(argv, work / "data", port, env, start_timeout=180) as server:
             with httpx.Client(base_url=server.base_url, timeout=60) as client:
                 client.headers["Authorization"] = f"Bearer {register(client)}"
                 project = create_project(client, "Bench")

@@ -145,6 +145,12 @@ class Settings(BaseSettings):
     # An account that has not verified its e-mail address sends at most this many a day,
     # whatever its plan (a throwaway account must not reach a plan's hundred strangers).
     invitations_per_account_per_day_unverified: NonNegativeInt = 10
+    # A public join link's confirmation mails (distribution/join_links.py), in a UTC day: per
+    # link, whatever addresses are given on its page (0: no cap), and per address, whatever
+    # link it is given on. Their own budget, apart from the invitation caps above: whoever
+    # holds a public link must not spend the team's invitations of the day.
+    join_link_mails_per_day: NonNegativeInt = 200
+    join_link_mails_per_address_per_day: PositiveInt = 3
     # Verification mails asked for again (POST /api/auth/email-verification, the console's
     # "send it again"), per address in a UTC day (the sign-up's own mail not counted).
     verification_mails_per_address_per_day: PositiveInt = 3

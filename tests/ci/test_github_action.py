@@ -289,3 +289,17 @@ def test_the_action_without_a_token_uploads_with_the_jobs_id_token(
     assert run.ok, run.log
     assert team.build(run.outputs["build-id"])["status"] == "ready"
     assert "trusted publishing" in run.log
+
+
+def test_an_app_s_name_writes_no_link_or_image_into_the_job_summary() -> None:
+    """The name comes from the build file: shown as written in the summary's Markdown."""
+    from buildbay_client.ci import summary_markdown
+
+    name = "[Pay here](https://evil.example) ![x](https://evil.example/i.png) *Acme* <b>@team"
+    summary = summary_markdown(name, "1.4.2 (42)", "bld_1", None, None, reused=False)
+    heading = summary.splitlines()[0]
+
+    assert heading == (
+        "### \\[Pay here\\]\\(https://evil.example\\) \\!\\[x\\]\\(https://evil.example/i.png\\) "
+        "\\*Acme\\* &lt;b&gt;\\@team 1.4.2 \\(42\\) uploaded to Buildbay"
+    )

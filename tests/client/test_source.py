@@ -18,7 +18,13 @@ import httpx
 import pytest
 
 from buildbay_client.notes import TemplateError, render_template
-from buildbay_client.source import CI_SYSTEMS, web_address
+from buildbay_client.source import (
+    CI_SYSTEMS,
+    BuildSource,
+    from_ci,
+    web_address,
+    without_problems,
+)
 from tests.client.test_cli import PASSWORD, Cli, _login, cli, shared_server
 
 __all__ = ["cli", "shared_server"]
@@ -159,6 +165,8 @@ def test_options_override_what_was_found_and_no_source_sends_none(
         (["--notes-template", "x"], "--notes-template goes with --notes-from-git"),
         (["--notes-from-git", "--notes-template", "{version.__class__}"], "it takes {branch}"),
         (["--notes-from-git", "--notes", "x"], "give one of --notes, --notes-file and"),
+        # A digit of another script (isdigit() takes "²", int() does not): said, no traceback.
+        (["--pull-request", "²"], "--pull-request must be a number or an http(s) address"),
     ],
 )
 def test_a_wrong_option_is_refused_before_anything_is_sent(
@@ -175,6 +183,24 @@ def test_a_wrong_option_is_refused_before_anything_is_sent(
     assert SECRET not in done.stderr
     listed = json.loads(cli("whoami", "--json").stdout)
     assert listed["usage"]["builds"] == 0  # nothing was uploaded
+
+
+def test_a_notes_file_that_is_not_utf8_is_refused_before_anything_is_sent(
+    cli: Cli, app: str, repo: Repo
+) -> None:
+    repo.commit("First")
+    file = repo.path.parent / "build.bin"
+    file.write_bytes(b"some bytes")
+    notes = repo.path.parent / "notes.txt"
+    notes.write_bytes("Caf\u00e9 au lait".encode("latin-1"))
+
+    done = cli("upload", str(file), "--app-id", app, "--notes-file", str(notes), env=NO_CI)
+
+    assert done.returncode == 2, done.stdout
+    assert f"--notes-file {notes} is not UTF-8 text" in done.stderr
+    assert "Traceback" not in done.stderr
+    listed = json.loads(cli("whoami", "--json").stdout)
+    assert listed["usage"]["builds"] == 0
 
 
 COMMIT = "3f0a9c1e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a"
@@ -308,6 +334,30 @@ def test_each_ci_s_environment_fills_the_source(
     assert f"source: from {ci.split(' (')[0]}'s environment" in said
     if ci.startswith("Buildkite"):
         assert "source: commit 'HEAD' must be 7 to 64 hex digits; left out" in said
+
+
+def test_a_ci_variable_s_credentials_never_reach_the_log() -> None:
+    """A value left out is said in the job's log: never with the password or token a CI's
+    variable carried in it."""
+    said: list[str] = []
+    source = BuildSource(
+        ci_run_url=f"https://bot:{SECRET}@jenkins.example/job/app/1/",
+        pull_request=f"http://{SECRET}@git.example/pr/1 ",
+    )
+
+    kept = without_problems(source, said.append)
+
+    assert kept == BuildSource()
+    assert len(said) == 2
+    assert not any(SECRET in line for line in said), said
+    assert "'https://***@jenkins.example/job/app/1/' must not carry a user name" in said[0]
+
+
+def test_odd_digits_in_a_ci_variable_are_left_out_not_a_traceback() -> None:
+    env = {"GITLAB_CI": "true", "CI_MERGE_REQUEST_IID": "²", "CI_COMMIT_BRANCH": "main"}
+    assert from_ci(env) == ("GitLab CI", BuildSource(branch="main"))
+    env = {"JENKINS_URL": "https://ci.example/", "CHANGE_ID": "١٢", "BRANCH_NAME": "main"}
+    assert from_ci(env)[1].pull_request is None
 
 
 def test_web_addresses_of_remotes_never_carry_credentials() -> None:

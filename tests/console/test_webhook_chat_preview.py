@@ -66,6 +66,10 @@ def test_the_console_hints_the_format_and_previews_a_real_build_within_limits(
     url.fill("https://discord.com/api/webhooks/1/abc")
     expect(suggested).to_contain_text("Discord")
     expect(warning).to_be_visible()
+    url.fill("https://Prod-12.WestEurope.logic.azure.com./workflows/abc")  # a host's suffix
+    expect(suggested).to_contain_text("Microsoft Teams")
+    url.fill("https://discord.com/not-a-webhook")  # the host, not the path
+    expect(suggested).to_be_hidden()
     url.fill(receiver.url)  # a receiver of the test's own, told to take Slack's messages
     expect(suggested).to_be_hidden()
     expect(warning).to_contain_text("does not look like Slack's webhook address")

@@ -11,6 +11,7 @@ from html import unescape
 import httpx
 from fastapi import FastAPI
 
+from buildbay.webhooks.chat import hint_table
 from tests.conftest import Account, Api
 from tests.console.test_webhook_log import ORIGIN, _csrf, _sign_in, _text, app, console, settings
 
@@ -37,6 +38,10 @@ async def test_the_form_takes_a_format_and_the_page_after_warns_of_a_mismatch(
     said = _said(page.text)
     assert "looks like <strong data-suggested-label>Slack</strong>'s." in page.text
     assert "choose Slack, or it is sent messages it cannot read" in said
+    # The hint's hosts and the script's rules are the server's one table, not a copy.
+    assert "hooks.slack.com → Slack; discord.com/api/webhooks → Discord;" in unescape(page.text)
+    [script] = re.findall(r"data-format-advice='([^']*)'", page.text)
+    assert json.loads(unescape(script))["rules"] == json.loads(json.dumps(hint_table()))
     webhook_path = r.headers["location"]
 
     csrf = await _csrf(console, webhook_path)

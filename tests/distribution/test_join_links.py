@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from buildbay.clock import FrozenClock
-from buildbay.config import SignupMode
+from buildbay.config import Settings, SignupMode
 from buildbay.distribution.join_links import normal_domain, sweep_join_requests
 from buildbay.distribution.models import JoinRequest
 from buildbay.middleware import loggable_path
@@ -109,7 +109,8 @@ async def test_a_developer_makes_reads_replaces_and_revokes_a_groups_link(
     assert r.status_code == 201, r.text
     made = r.json()
     assert set(made) == {"id", "groupId", "state", "maxTesters", "allowedEmailDomains",
-                         "expiresAt", "createdAt", "joinedCount", "url"}  # fmt: skip
+                         "expiresAt", "createdAt", "joinedCount", "inGroupCount", "url",
+                         "confirmationMailsToday", "confirmationMailsPerDay"}  # fmt: skip
     assert made["url"].startswith(f"{BASE_URL}/join/bbj_")
     assert (made["state"], made["maxTesters"], made["joinedCount"]) == ("live", 100, 0)
     assert made["allowedEmailDomains"] == ["example.com"]
@@ -510,19 +511,110 @@ async def test_opening_the_page_and_asking_are_rate_limited_per_client_ip(
     assert "Too many pages opened from here" in alert(r)
 
 
-async def test_an_address_past_its_days_invitation_cap_is_mailed_nothing_more(
+async def test_an_address_past_its_days_join_mails_is_mailed_nothing_more(
     team: Team, browser: httpx.AsyncClient
 ) -> None:
-    """A join mail is an invitation: an address gets at most three a day, whoever sends them
-    (invitations/caps.py); the page answers the same."""
-    qa = await team.group("QA")
-    made = await make_link(team, qa)
-    for _ in range(4):
-        r = await ask_to_join(browser, page_path(made), "popular@example.com")
+    """An address gets at most three join mails a day, whatever link they come from; the page
+    answers the same. They are not its invitations: the team still invites it that day."""
+    qa, beta = await team.group("QA"), await team.group("Beta")
+    made, other = await make_link(team, qa), await make_link(team, beta)
+    for made_ in (made, made, other, other):
+        r = await ask_to_join(browser, page_path(made_), "popular@example.com")
         assert r.status_code == 200
         assert "If this address can join" in r.text
     await team.run_jobs()
     assert len(team.mails_to("popular@example.com")) == 3
+
+    r = await invite(team, "popular@example.com")
+    assert r.status_code == 201, r.text
+
+
+async def invite(team: Team, email: str) -> httpx.Response:
+    return await team.client.post(
+        f"/api/projects/{team.project['id']}/invitations",
+        json={"email": email, "role": "tester"},
+        headers=team.owner.headers,
+    )
+
+
+async def test_whoever_holds_a_public_link_cannot_spend_the_teams_invitations(
+    team: Team, browser: httpx.AsyncClient, settings: Settings
+) -> None:
+    """The drain: a public link's holder types address after address. The link's mails are
+    its own budget's, not the invitation caps of its maker or the project: the team still
+    invites the people it chose."""
+    settings.invitations_per_account_per_day_free = 3
+    settings.invitations_per_project_per_day_free = 3
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+
+    for n in range(6):
+        r = await ask_to_join(browser, page_path(made), f"drain{n}@example.com")
+        assert r.status_code == 200, alert(r)
+    await team.run_jobs()
+    assert all(len(team.mails_to(f"drain{n}@example.com")) == 1 for n in range(6))
+
+    for n in range(3):
+        r = await invite(team, f"chosen{n}@example.com")
+        assert r.status_code == 201, r.text
+    assert_problem(await invite(team, "chosen3@example.com"), 429, "invitation_limit")
+
+
+async def test_a_links_budget_of_the_day_stops_its_page_and_the_group_page_says_so(
+    team: Team, browser: httpx.AsyncClient, settings: Settings, clock: FrozenClock
+) -> None:
+    settings.join_link_mails_per_day = 2
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+    assert made["confirmationMailsPerDay"] == 2
+    for n in range(2):
+        assert (await ask_to_join(browser, page_path(made), f"p{n}@example.com")).status_code == 200
+
+    r = await ask_to_join(browser, page_path(made), "late@example.com")
+
+    assert r.status_code == 429
+    assert 0 < int(r.headers["Retry-After"]) <= 86400
+    assert alert(r) == (
+        "This join link has sent as many confirmation mails as it may today; try again tomorrow."
+    )
+    await team.run_jobs()
+    assert team.mails_to("late@example.com") == []
+    r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
+    assert (r.json()["confirmationMailsToday"], r.json()["state"]) == (2, "live")
+    await _sign_in(browser, team)
+    page = unescape((await browser.get(f"/projects/{team.project['id']}/groups")).text)
+    assert "This link sent its 2 confirmation mails of the day" in page
+    assert "Your own invitations are not affected" in page
+
+    clock.advance(seconds=86400)  # the next UTC day
+    browser.cookies.clear()
+    assert (await ask_to_join(browser, page_path(made), "late@example.com")).status_code == 200
+    await team.run_jobs()
+    assert len(team.mails_to("late@example.com")) == 1
+
+
+async def test_a_link_keeps_working_when_its_maker_leaves_the_project(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    """The link is the project's: a change of staff does not break the group's public
+    entrance; whoever manages the groups still sees, replaces or revokes it."""
+    dev = await team.member("dev@example.com", "developer")
+    qa = await team.group("QA")
+    r = await team.client.post(link_path(team, qa), json={}, headers=dev.headers)
+    assert r.status_code == 201, r.text
+    made = r.json()
+    r = await team.client.delete(
+        f"/api/projects/{team.project['id']}/members/{dev.user['id']}", headers=team.owner.headers
+    )
+    assert r.status_code == 204, r.text
+
+    await ask_to_join(browser, page_path(made), "after@example.com")
+    r = await confirm(browser, await confirmation_of(team, "after@example.com"))
+
+    assert r.status_code == 303
+    r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
+    assert r.json()["joinedCount"] == 1
+    assert (await team.client.get(link_path(team, qa), headers=dev.headers)).status_code == 403
 
 
 async def test_a_server_that_takes_no_new_accounts_joins_only_existing_ones(
@@ -584,3 +676,30 @@ async def test_a_confirmation_gives_no_unverified_account_to_whoever_signed_up_w
     r = await team.client.get(f"{team.groups}/{qa}/testers", headers=team.owner.headers)
     [tester] = r.json()["testers"]
     assert (tester["email"], tester["emailVerified"]) == ("victim@example.com", True)
+
+
+async def test_a_tester_removed_after_joining_still_counts_and_the_team_sees_it(
+    team: Team, browser: httpx.AsyncClient
+) -> None:
+    """`joinedCount` counts the places of `maxTesters` the link gave: removing a tester does
+    not give one back (a leaked link's newcomers, removed, make no room for more); the team
+    sees how many of them are still in the group."""
+    qa = await team.group("QA")
+    made = await make_link(team, qa, maxTesters=2)
+    joined = []
+    for email in ("kept@example.com", "gone@example.com"):
+        await ask_to_join(browser, page_path(made), email)
+        assert (await confirm(browser, await confirmation_of(team, email))).status_code == 303
+        browser.cookies.clear()
+        joined.append(email)
+    r = await team.client.get(f"{team.groups}/{qa}/testers", headers=team.owner.headers)
+    [gone] = [t["userId"] for t in r.json()["testers"] if t["email"] == "gone@example.com"]
+    r = await team.client.delete(f"{team.groups}/{qa}/testers/{gone}", headers=team.owner.headers)
+    assert r.status_code == 204, r.text
+
+    r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
+
+    assert (r.json()["joinedCount"], r.json()["inGroupCount"], r.json()["state"]) == (2, 1, "full")
+    await _sign_in(browser, team)
+    page = unescape((await browser.get(f"/projects/{team.project['id']}/groups")).text)
+    assert "2 testers joined (1 since removed) of at most 2" in page

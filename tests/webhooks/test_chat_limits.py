@@ -92,3 +92,56 @@ def test_a_ci_run_url_cannot_write_a_link_of_its_own_into_discords_markdown() ->
     assert all(
         url.startswith(("https://buildbay.example/", "https://ci.example/")) for _, url in found
     )
+
+
+def _teams_texts(message: dict[str, Any]) -> list[str]:
+    """The TextBlocks' texts and the facts' values of a Teams card, in order."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "TextBlock":
+                found.append(node["text"])
+            for fact in node.get("facts", []) if node.get("type") == "FactSet" else []:
+                found.append(fact["value"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(message["attachments"][0]["content"]["body"])
+    return found
+
+
+def test_names_and_facts_are_text_in_a_teams_card_not_markdown() -> None:
+    """An Adaptive Card's TextBlock and FactSet read markdown: a branch, a name or a title
+    must not make a link or emphasis of its own in the team's chat."""
+    hostile = "*x* _y_ `z` [Install](https://evil.example/x) {{DATE(2030-01-01T00:00:00Z)}}"
+    message = render(WebhookFormat.TEAMS, "build.ready", _data(
+        applicationName="**App**", version="1.0", notes="Keep **this**",
+        uploader={"name": "- Mallory"}, source={"branch": hostile},
+    ))  # fmt: skip
+    texts = _teams_texts(message)
+
+    assert texts[0] == "\\*\\*App\\*\\* 1.0 is ready"
+    branch = ("\\*x\\* \\_y\\_ \\`z\\` \\[Install\\](https://evil.example/x) "
+              "{\u2060{DATE(2030-01-01T00:00:00Z)}}")  # fmt: skip
+    assert branch in texts
+    assert "\\- Mallory" in texts
+    assert "Keep **this**" in texts  # a build's notes keep the team's own markdown
+    assert not any("[Install](" in text for text in texts)
+
+
+@pytest.mark.parametrize("fmt", [WebhookFormat.DISCORD, WebhookFormat.TEAMS])
+def test_a_feedbacks_text_writes_no_link_into_the_teams_chat(fmt: WebhookFormat) -> None:
+    """Feedback comes from whoever holds the app: its text is shown, not read as markdown."""
+    text = "Crashes. [Open build](https://evil.example/login) **now**"
+    message = render(fmt, "feedback.created", _data(text=text))
+    if fmt is WebhookFormat.DISCORD:
+        shown = message["embeds"][0]["description"]
+    else:
+        shown = " ".join(_teams_texts(message))
+    assert "[Open build](" not in shown
+    assert "\\[Open build\\]" in shown
+    assert "\\*\\*now\\*\\*" in shown

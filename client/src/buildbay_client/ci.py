@@ -10,6 +10,7 @@ opens; it is shown on purpose.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from html import escape
@@ -88,6 +89,16 @@ def qr_text(data: str, border: int = 2) -> str:
     return "\n".join(lines)
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!|~<>@-])")
+
+
+def markdown_text(text: str) -> str:
+    """`text` as GitHub's Markdown shows it as written: HTML escaped, then Markdown's
+    characters (links, emphasis, code, mentions) backslash-escaped. An app's name comes from
+    its build file: it must not write a link or an image of its own into the job summary."""
+    return _MARKDOWN.sub(r"\\\1", escape(text, quote=False))
+
+
 def summary_markdown(
     app_name: str, version: str | None, build_id: str, install_url: str | None,
     build_url: str | None, reused: bool,
@@ -96,7 +107,7 @@ def summary_markdown(
     build's page. The image is the server's `{install link}/qr.png`: GitHub's summaries drop
     `data:` URIs and inline SVG, and show an image by its https address (through GitHub's
     image proxy, so a server it cannot reach shows the link alone)."""
-    title = escape(app_name) + (f" {escape(version)}" if version else "")
+    title = markdown_text(app_name) + (f" {markdown_text(version)}" if version else "")
     lines = [f"### {title} uploaded to Buildbay", ""]
     if reused:
         lines += [f"Already uploaded as build `{build_id}`: nothing sent again.", ""]

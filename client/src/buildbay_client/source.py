@@ -141,11 +141,22 @@ def problems(source: BuildSource) -> dict[str, str]:
 _JSON_NAME = {"ciRunUrl": "ci_run_url", "pullRequest": "pull_request"}
 
 
+_USER_INFO = re.compile(r"(?<=://)[^/?#\s]*@")
+
+
+def shown_value(value: object) -> str:
+    """A value as a CI log may show it: an address's user name, password or token (before an
+    `@` of its authority) replaced by `***@`: a CI's variable may carry one, and the log must
+    never (a masked one included)."""
+    return repr(_USER_INFO.sub("***@", value) if isinstance(value, str) else value)
+
+
 def without_problems(source: BuildSource, say: Callable[[str], None]) -> BuildSource:
     """`source` without the fields the server would refuse, each left out said by `say`."""
     found = problems(source)
     for name, problem in found.items():
-        say(f"source: {name} {getattr(source, _JSON_NAME.get(name, name))!r} {problem}; left out")
+        value = getattr(source, _JSON_NAME.get(name, name))
+        say(f"source: {name} {shown_value(value)} {problem}; left out")
     return replace(source, **{_JSON_NAME.get(name, name): None for name in found})
 
 
@@ -193,7 +204,9 @@ def _get(env: Mapping[str, str], *names: str) -> str | None:
 
 
 def _number(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() and int(value) > 0 else None
+    """A positive number written in ASCII digits (`isdigit` alone takes `²`, which int()
+    refuses: a CI variable must not end the upload with a traceback)."""
+    return int(value) if value and value.isascii() and value.isdigit() and int(value) > 0 else None
 
 
 def _strip_ref(value: str | None, prefix: str) -> str | None:

@@ -202,9 +202,9 @@ def host_kind(host: str) -> str | None:
     return None
 
 
-def _web_url(value: str | None) -> str | None:
-    """`value` if it is an http(s) address fit to be a link (never javascript: or another
-    scheme), else None."""
+def web_link(value: str | None) -> str | None:
+    """`value` as an href: only an http(s) address without credentials, else None (a page
+    never links to `javascript:` or any other scheme, whatever was stored)."""
     if value is None or web_url_problem(value) is not None:
         return None
     return value
@@ -215,8 +215,8 @@ def source_links(source: BuildSource) -> SourceLinks:
     request given as an address is its own link; the rest need the repository's http(s)
     address on a known host."""
     given_pr = source.pull_request if isinstance(source.pull_request, str) else None
-    pr_link = _web_url(given_pr)
-    repository = _web_url(source.repository) if source.repository else None
+    pr_link = web_link(given_pr)
+    repository = web_link(source.repository)
     if repository is None:
         return SourceLinks(pull_request=pr_link)
     parts = urlsplit(repository)
@@ -239,12 +239,6 @@ def source_links(source: BuildSource) -> SourceLinks:
         tag=ref(source.tag, paths["tag"]),
         pull_request=pr_link,
     )
-
-
-def web_link(value: str | None) -> str | None:
-    """`value` as an href: only an http(s) address without credentials, else None (a page
-    never links to `javascript:` or any other scheme, whatever was stored)."""
-    return _web_url(value)
 
 
 def source_sentence(source: BuildSource) -> str | None:

@@ -57,8 +57,9 @@ def join_qr_svg(url: str) -> Markup:
     return Markup(qr.svg_inline(scale=4, border=2, title=f"QR code of {url}"))  # noqa: S704
 
 
-def _groups_path(project_id: str) -> str:
-    return f"/projects/{project_id}/groups"
+def groups_path(project_id: str, group_id: str | None = None) -> str:
+    """The project's groups page, at the group's section if one is named."""
+    return f"/projects/{project_id}/groups" + (f"#{group_id}" if group_id else "")
 
 
 @router.get("/projects/{project_id}/groups")
@@ -124,7 +125,7 @@ async def create_group(request: Request, project_id: str) -> Response:
         return await _render(request, visitor, db, project_id, "new", {"name": said(exc)},
                              fields, exc.status)  # fmt: skip
     visitor.tell(f"Group {group.name} created.")
-    return see_other(_groups_path(project_id) + f"#{group.id}")
+    return see_other(groups_path(project_id, group.id))
 
 
 @router.post("/projects/{project_id}/groups/{group_id}/testers")
@@ -161,7 +162,7 @@ async def add_testers(request: Request, project_id: str, group_id: str) -> Respo
     if refused:
         notice += " " + not_invited_sentences(refused)
     visitor.tell(notice[0].upper() + notice[1:])
-    return see_other(_groups_path(project_id) + f"#{group_id}")
+    return see_other(groups_path(project_id, group_id))
 
 
 @router.post("/projects/{project_id}/groups/{group_id}/testers/{user_id}/remove")
@@ -171,7 +172,7 @@ async def remove_tester(request: Request, project_id: str, group_id: str, user_i
         Reads.within(db), visitor.principal, project_id, ProjectRole.DEVELOPER
     )
     await group_service(get_context(request), db).remove_tester(access.project, group_id, user_id)
-    return see_other(_groups_path(project_id) + f"#{group_id}")
+    return see_other(groups_path(project_id, group_id))
 
 
 @router.post("/projects/{project_id}/groups/{group_id}/delete")
@@ -182,4 +183,4 @@ async def delete_group(request: Request, project_id: str, group_id: str) -> Resp
     )
     await group_service(get_context(request), db).delete(access.project, group_id)
     visitor.tell("Group deleted.")
-    return see_other(_groups_path(project_id))
+    return see_other(groups_path(project_id))

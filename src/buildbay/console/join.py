@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from buildbay.auth.dependencies import client_ip, login_service
 from buildbay.auth.models import User
-from buildbay.console.groups import render_groups
+from buildbay.console.groups import groups_path, render_groups
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -168,10 +168,6 @@ async def confirm(request: Request, token: str) -> Response:
 # -- the group page's forms -------------------------------------------------------------------
 
 
-def _groups_path(project_id: str, group_id: str) -> str:
-    return f"/projects/{project_id}/groups#{group_id}"
-
-
 @router.post("/projects/{project_id}/groups/{group_id}/join-link")
 async def create_link(request: Request, project_id: str, group_id: str) -> Response:
     visitor, db = await visit(request)
@@ -213,7 +209,7 @@ async def create_link(request: Request, project_id: str, group_id: str) -> Respo
     await keep(sessions(request), visitor, db, now(request), Shown.JOIN_LINK, group_id,
                f"{ctx.settings.resolved_public_url}{JOIN_PAGE}/{token}")  # fmt: skip
     visitor.tell("Join link made. Copy it now: it is shown this once.")
-    return see_other(_groups_path(project_id, group_id))
+    return see_other(groups_path(project_id, group_id))
 
 
 def _form_errors(exc: BuildbayError, domains: list[str]) -> dict[str, str]:
@@ -237,4 +233,4 @@ async def revoke_link(request: Request, project_id: str, group_id: str) -> Respo
     )
     await join_links(get_context(request), db).revoke(access.project, group_id)
     visitor.tell("Join link revoked: its page now says it no longer works.")
-    return see_other(_groups_path(project_id, group_id))
+    return see_other(groups_path(project_id, group_id))

@@ -34,7 +34,7 @@ from buildbay.deps import get_context
 from buildbay.errors import BuildbayError
 from buildbay.projects.authorization import ProjectAccess, project_of
 from buildbay.projects.enums import ProjectRole
-from buildbay.webhooks.chat import suggested_format
+from buildbay.webhooks.chat import HOST_RULES, hint_table, suggested_format
 from buildbay.webhooks.dependencies import webhook_service
 from buildbay.webhooks.enums import DeliveryStatus, WebhookFormat
 from buildbay.webhooks.events import SUBSCRIBABLE
@@ -60,25 +60,32 @@ FORMATS = {
 }
 
 
+# What the form says when the format chosen is not the one the address looks like it needs
+# (`{fit}`, `{chosen}`: a format's label); said by the page, and by its script as it is typed.
+LOOKS_LIKE = "This address looks like {fit}'s: choose {fit}, or it is sent messages it cannot read."
+NOT_LIKE = (
+    "This address does not look like {chosen}'s webhook address: check it, or choose the "
+    "standard format for a receiver of your own."
+)
+
+
 def format_advice(url: str, chosen: str) -> dict[str, Any]:
     """What the form says beside the format: the one the URL looks like it needs, and a
-    warning when the one chosen is another."""
+    warning when the one chosen is another; `hosts`, the hint's prose, and `script`, what the
+    page's script reads to say the same while the address is typed (the one table of
+    webhooks/chat.py, and these sentences)."""
     suggested = suggested_format(url) if url else None
     warning = None
     if suggested is not None and suggested.value != chosen:
-        warning = (
-            f"This address looks like {FORMATS[suggested]}'s: choose {FORMATS[suggested]}, "
-            "or it is sent messages it cannot read."
-        )
+        warning = LOOKS_LIKE.format(fit=FORMATS[suggested])
     elif suggested is None and chosen != WebhookFormat.STANDARD and url:
-        warning = (
-            f"This address does not look like {FORMATS[WebhookFormat(chosen)]}'s webhook "
-            "address: check it, or choose the standard format for a receiver of your own."
-        )
+        warning = NOT_LIKE.format(chosen=FORMATS[WebhookFormat(chosen)])
     return {
         "suggested": suggested.value if suggested else None,
         "suggested_label": FORMATS[suggested] if suggested else None,
         "warning": warning,
+        "hosts": "; ".join(f"{rule.shown} → {FORMATS[rule.format]}" for rule in HOST_RULES),
+        "script": {"rules": hint_table(), "looksLike": LOOKS_LIKE, "notLike": NOT_LIKE},
     }
 
 

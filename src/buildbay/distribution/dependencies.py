@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.context import AppContext
 from buildbay.deps import in_unit_of_work
 from buildbay.distribution.groups import GroupService
-from buildbay.distribution.join_links import JoinLinks
+from buildbay.distribution.join_links import JoinLinks, MailBudget
 from buildbay.distribution.service import Distributor
 from buildbay.invitations.dependencies import invitation_service
 
@@ -30,8 +30,12 @@ Service = Annotated[GroupService, in_unit_of_work(group_service)]
 
 def join_links(ctx: AppContext, db: AsyncSession) -> JoinLinks:
     settings = ctx.settings
-    return JoinLinks(db, ctx.clock.now(), ctx.mail, settings.resolved_public_url,
-                     settings.invitations_per_day, ctx.unsubscribe, settings.signup)  # fmt: skip
+    budget = MailBudget(
+        per_link=settings.join_link_mails_per_day or None,
+        per_address=settings.join_link_mails_per_address_per_day,
+    )
+    return JoinLinks(db, ctx.clock.now(), ctx.mail, settings.resolved_public_url, budget,
+                     ctx.unsubscribe, settings.signup)  # fmt: skip
 
 
 JoinLinksDep = Annotated[JoinLinks, in_unit_of_work(join_links)]

@@ -10,10 +10,21 @@ which is how a leaked link is replaced. A revoked or expired link's page says so
 Whoever opens the link gives an e-mail address (`request`); the answer is the same whether or not
 an account has it, and the work is the same too: a `join_requests` row and a confirmation mail
 through the outbox. Not mailed (and told nothing different): an address that blocked mail from
-this server, one past the day's invitation caps (the link's creator invites, as for any
-invitation: invitations/caps.py); an address outside the allowed domains is told so before
-anything is written (the domains are compared after NFKC and IDNA: a fullwidth or a Unicode
-domain is the ASCII one it stands for). Asking is throttled per address and per client IP.
+this server, one that had the day's join mails (BUILDBAY_JOIN_LINK_MAILS_PER_ADDRESS_PER_DAY,
+whatever link); an address outside the allowed domains is told so before anything is written
+(the domains are compared after NFKC and IDNA: a fullwidth or a Unicode domain is the ASCII one
+it stands for). Asking is throttled per address and per client IP.
+
+A link's mails have a budget of their own, a UTC day's (BUILDBAY_JOIN_LINK_MAILS_PER_DAY), kept
+in `invitation_counts` under the link's key: past it the page says the link takes no more
+requests today, and the team's console says the link spent it. They are not invitations of the
+link's maker: whoever holds a public link, typing address after address, spends the link's
+budget and never the team's invitation caps (invitations/caps.py), so the team still invites
+the people it chose that day.
+
+A link is the project's, not its maker's: it keeps working when its maker leaves the project or
+is made a tester (a group's public entrance, posted where the team may not reach, does not break
+with a change of staff), and anyone who manages the groups replaces or revokes it.
 
 Following the mail's link (`confirm`, a POST from the page it opens: a mail scanner's GET joins
 nobody) joins the group: the request is claimed once, the account is made if the address has
@@ -21,26 +32,28 @@ none (with no password: its owner sets one with "Forgot password" when they want
 person becomes a tester of the project if not a member, and the link's count goes up by a
 conditional UPDATE that refuses past `maxTesters`: of the 100th and 101st confirming at once,
 one is refused, on PostgreSQL (the row lock of the UPDATE) as on SQLite (one writer). Someone
-already in the group is told so and not counted.
+already in the group is told so and not counted. `joined_count` counts joins, and a tester
+removed from the group later keeps their place in it: `maxTesters` bounds how many the link
+let in, which removing people does not reopen (a leaked link's newcomers, removed, do not make
+room for more of them; the team makes a new link for more). The group's testers remember the
+link they came through, so the team sees how many of those who joined are still there.
 """
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 import email_validator
 from limits import RateLimitItemPerHour
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.auth import passwords
-from buildbay.auth.authentication import Principal
 from buildbay.auth.logins import user_by_email
 from buildbay.auth.models import User
-from buildbay.auth.reads import USER
 from buildbay.auth.tokens import hash_token
 from buildbay.auth.verification import mark_verified
 from buildbay.config import Plan, SignupMode
@@ -50,7 +63,9 @@ from buildbay.distribution.membership import reach_builds_of_groups, reach_new_m
 from buildbay.distribution.models import EVERYONE, GroupTester, JoinLink, JoinRequest, TesterGroup
 from buildbay.errors import Conflict, Forbidden, NotFound, RateLimited, ValidationFailed
 from buildbay.ids import new_id
-from buildbay.invitations.caps import CapsOf, InvitationCaps
+from buildbay.invitations.caps import blocked_addresses
+from buildbay.invitations.counts import address_hash, day_of, seconds_to_next_day, spend_one
+from buildbay.invitations.models import InvitationCount
 from buildbay.mail.message import notification
 from buildbay.mail.outbox import MailOutbox
 from buildbay.mail.unsubscribe import UnsubscribeLinks
@@ -81,6 +96,14 @@ class LinkState(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class MailBudget:
+    """Confirmation mails a UTC day: per link (None: no cap) and per address."""
+
+    per_link: int | None
+    per_address: int
+
+
+@dataclass(frozen=True, slots=True)
 class JoinLinkRecord:
     id: str
     group_id: str
@@ -91,6 +114,14 @@ class JoinLinkRecord:
     revoked_at: datetime | None
     joined_count: int
     state: LinkState
+    in_group: int = 0  # of those who joined through it, those in the group now
+    mails_today: int = 0  # confirmation mails sent through it this UTC day
+    mails_per_day: int | None = None  # its budget (None: no cap)
+
+    @property
+    def budget_spent(self) -> bool:
+        """It mailed as many confirmations today as it may: its page takes no more."""
+        return self.mails_per_day is not None and self.mails_today >= self.mails_per_day
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +188,16 @@ def _record(link: JoinLink, now: datetime) -> JoinLinkRecord:
     )  # fmt: skip
 
 
+def _link_key(link_id: str) -> str:
+    """The link's counter of confirmation mails in `invitation_counts`."""
+    return f"join-link:{link_id}"
+
+
+def _address_key(email: str) -> str:
+    """An address's counter of join mails (apart from its invitations' `recipient:`)."""
+    return f"join-address:{address_hash(email)}"
+
+
 def no_join_link() -> NotFound:
     return NotFound("This group has no live join link", code="join_link_not_found")
 
@@ -166,13 +207,13 @@ class JoinLinks:
 
     def __init__(
         self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str,
-        caps: CapsOf, unsubscribe: UnsubscribeLinks, signup: SignupMode,
+        budget: MailBudget, unsubscribe: UnsubscribeLinks, signup: SignupMode,
     ) -> None:  # fmt: skip
         self.db = db
         self.now = now
         self.mail = mail
         self.public_url = public_url
-        self.caps_of = caps
+        self.budget = budget
         self.unsubscribe = unsubscribe
         self.signup = signup
 
@@ -211,7 +252,7 @@ class JoinLinks:
         )  # fmt: skip
         self.db.add(link)
         await self.db.flush()
-        return _record(link, self.now), token
+        return await self._counted(link), token
 
     async def live(self, project: ProjectRecord, group_id: str) -> JoinLinkRecord:
         """The group's newest link that is not revoked (expired or full included: the team
@@ -220,7 +261,7 @@ class JoinLinks:
         link = await self._newest(group_id)
         if link is None:
             raise no_join_link()
-        return _record(link, self.now)
+        return await self._counted(link)
 
     async def revoke(self, project: ProjectRecord, group_id: str) -> None:
         await self._group(project, group_id)
@@ -261,7 +302,7 @@ class JoinLinks:
                 code="domain_not_allowed",
             )
         await _throttle(limiter, "join-email", email, PER_EMAIL)
-        if await self._admitted(link, email):
+        if await self._admitted(link, email):  # else told the same: no mail, nothing said
             confirm = CONFIRM_TOKEN_PREFIX + secrets.token_urlsafe(32)
             self.db.add(
                 JoinRequest(
@@ -284,15 +325,13 @@ class JoinLinks:
 
     async def confirmation(self, token: str) -> JoinPage | None:
         """The link a confirmation token is for, if the token can still be used."""
-        row = await self.db.scalar(
-            select(JoinLink.token_hash).join(JoinRequest, JoinRequest.link_id == JoinLink.id)
+        link = await self.db.scalar(
+            select(JoinLink).join(JoinRequest, JoinRequest.link_id == JoinLink.id)
             .where(JoinRequest.token_hash == hash_token(token), JoinRequest.used_at.is_(None),
                    JoinRequest.expires_at > self.now)
         )  # fmt: skip
-        if row is None:
+        if link is None:
             return None
-        link = await self.db.scalar(select(JoinLink).where(JoinLink.token_hash == row))
-        assert link is not None
         project = await self.db.get_one(Project, link.project_id)
         group = await self.db.get_one(TesterGroup, link.group_id)
         return JoinPage(_record(link, self.now), project.name, group.name)
@@ -358,7 +397,8 @@ class JoinLinks:
                     user.email_verified,
                 )  # fmt: skip
                 await webhook_events.member_added(self.db, joined, self.now)
-        fields = {"group_id": group.id, "user_id": user.id, "added_at": self.now}
+        fields = {"group_id": group.id, "user_id": user.id, "added_at": self.now,
+                  "join_link_id": link.id}  # fmt: skip
         await insert_unless_present(self.db, GroupTester, fields)
         await reach_builds_of_groups(self.db, self.now, project.id, [user.id], [group.id])
         return Joined(
@@ -415,41 +455,42 @@ class JoinLinks:
             raise Conflict(_STATE_SAYS[state], code=f"join_link_{state.value}")
 
     async def _admitted(self, link: JoinLinkRecord, email: str) -> bool:
-        """Whether a confirmation mail may go to `email`: not blocked, within the day's
-        invitation caps of the link's creator and the project (the creator invites)."""
-        inviter = await self._inviter(link)
-        if inviter is None:
+        """Whether a confirmation mail may go to `email`, spending the address's and the
+        link's counters of the day (in that order, the same in every request: no two wait on
+        each other). False, unsaid, for a blocked address or one that had the day's join mails;
+        the link's budget spent is said (429): it is the link's, not the address's."""
+        if await blocked_addresses(self.db, [email]):
             return False
-        project = await self.db.scalar(select(Project).where(Project.id == inviter[1]))
-        assert project is not None
-        record = ProjectRecord(project.id, project.name, project.created_at, project.updated_at)
-        access = ProjectAccess(record, ProjectRole.DEVELOPER, inviter[0])
-        admission = await InvitationCaps(self.db, self.now, self.caps_of).admit(access, [email])
-        return bool(admission.admitted)
-
-    async def _inviter(self, link: JoinLinkRecord) -> tuple[Principal, str] | None:
-        """Who invites through the link: its creator, or (gone) an owner of the project."""
-        row = (
-            await self.db.execute(
-                select(JoinLink.project_id, JoinLink.created_by).where(JoinLink.id == link.id)
+        if not await spend_one(self.db, self.now, _address_key(email), self.budget.per_address):
+            return False
+        per_link = self.budget.per_link
+        if per_link is not None and not await spend_one(
+            self.db, self.now, _link_key(link.id), per_link
+        ):
+            raise RateLimited(
+                "This join link has sent as many confirmation mails as it may today; try "
+                "again tomorrow",
+                code="join_link_busy",
+                headers={"Retry-After": str(seconds_to_next_day(self.now))},
             )
-        ).one()
-        project_id, creator = row
-        query = select(*USER.columns)
-        if creator is not None:
-            query = query.where(User.id == creator)
-        else:
-            query = (
-                query.join(ProjectMember, ProjectMember.user_id == User.id)
-                .where(ProjectMember.project_id == project_id,
-                       ProjectMember.role == ProjectRole.OWNER)
-                .order_by(User.id)
-                .limit(1)
-            )  # fmt: skip
-        found = (await self.db.execute(query)).mappings().first()
-        if found is None:
-            return None
-        return Principal(user=USER.of(found)), project_id
+        return True
+
+    async def _counted(self, link: JoinLink) -> JoinLinkRecord:
+        """The link's record for the team: who of those it let in are in the group now, and
+        its confirmation mails of the day."""
+        in_group = await self.db.scalar(
+            select(func.count()).select_from(GroupTester).where(GroupTester.join_link_id == link.id)
+        )
+        mails = await self.db.scalar(
+            select(InvitationCount.count).where(
+                InvitationCount.key == _link_key(link.id),
+                InvitationCount.day == day_of(self.now),
+            )
+        )
+        return replace(
+            _record(link, self.now), in_group=in_group or 0, mails_today=mails or 0,
+            mails_per_day=self.budget.per_link,
+        )  # fmt: skip
 
     async def _group(self, project: ProjectRecord, group_id: str) -> None:
         if group_id == EVERYONE:
@@ -515,7 +556,7 @@ _STATE_SAYS = {
 
 
 async def sweep_join_requests(db: AsyncSession, now: datetime) -> None:
-    """Forget confirmations used or expired more than a day ago (the sweeper's)."""
+    """Forget confirmations a day after they expired, used or not (the sweeper's)."""
     await db.execute(
         delete(JoinRequest).where(JoinRequest.expires_at < now - CONFIRMATION_LIFETIME)
     )

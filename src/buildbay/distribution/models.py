@@ -37,6 +37,8 @@ class GroupTester(Base):
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
     )
     added_at: Mapped[datetime]
+    # The join link they came through, if any (a link goes only with its group: no key).
+    join_link_id: Mapped[str | None] = mapped_column(String(32), index=True)
 
 
 class InvitationGroup(Base):

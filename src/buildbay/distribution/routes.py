@@ -253,6 +253,9 @@ def join_link_schema(link: JoinLinkRecord) -> schemas.JoinLink:
         expires_at=link.expires_at,
         created_at=link.created_at,
         joined_count=link.joined_count,
+        in_group_count=link.in_group,
+        confirmation_mails_today=link.mails_today,
+        confirmation_mails_per_day=link.mails_per_day,
     )
 
 

@@ -218,7 +218,21 @@ class JoinLink(ApiModel):
     allowed_email_domains: list[str] = Field(description="Normalised: lower case, IDNA's ASCII")
     expires_at: Timestamp | None
     created_at: Timestamp
-    joined_count: int = Field(description="How many joined the group through this link")
+    joined_count: int = Field(
+        description="How many joined the group through this link; those removed since still "
+        "count (they used a place of `maxTesters`)"
+    )
+    in_group_count: int = Field(
+        description="Of those who joined through this link, how many are in the group now"
+    )
+    confirmation_mails_today: int = Field(
+        description="Confirmation mails the link's page sent this UTC day"
+    )
+    confirmation_mails_per_day: int | None = Field(
+        description="The link's budget of confirmation mails a UTC day "
+        "(BUILDBAY_JOIN_LINK_MAILS_PER_DAY); once spent, its page takes no more requests "
+        "until the next day. Null: no cap"
+    )
 
 
 class JoinLinkCreated(JoinLink):

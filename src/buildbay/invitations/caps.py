@@ -24,6 +24,10 @@ Adding an account whose address is not verified as a member (projects/service.py
 invitation in all but name, and is counted and refused here the same way; adding a verified
 account is not (its owner chose to be reachable by mail here).
 
+A public join link's confirmation mails are not invitations and are not counted here: they
+spend a budget of their own, per link and per address (distribution/join_links.py), so that
+whoever holds a public link cannot spend the team's caps.
+
 New-build mails are not counted: they go only to members of the project (people who accepted
 an invitation or were added by their account), at most one per build, and each carries its
 one-click unsubscribe link; none goes to a blocked address (distribution/service.py): a block

@@ -1,7 +1,8 @@
 """The day's mail counters (`invitation_counts`), one key at a time, for mails other than
-invitations that are capped per address: verification mails asked for again
-(auth/verification.py). Invitations count theirs in batches (invitations/caps.py). Kept apart
-from caps.py so that the sign-up side can count without importing the projects' rules."""
+invitations that are capped: verification mails asked for again (auth/verification.py), a
+public join link's confirmation mails (distribution/join_links.py). Invitations count theirs
+in batches (invitations/caps.py). Kept apart from caps.py so that the sign-up side can count
+without importing the projects' rules."""
 
 from __future__ import annotations
 

@@ -465,12 +465,14 @@ document.addEventListener("input", (event) => {
 });
 
 // A webhook's format: beside the field, which one the receiver's address looks like it needs,
-// and a warning when the one chosen is another (the same rules as webhooks/chat.py's
-// suggested_format; the page after the form says the same without JavaScript).
+// and a warning when the one chosen is another. The rules and the sentences are the server's
+// (webhooks/chat.py's HOST_RULES, console/webhooks.py's format_advice), in the attribute as
+// JSON; the page after the form says the same without JavaScript.
 const formatAdvice = document.querySelector("[data-format-advice]");
 if (formatAdvice) {
   const urlField = document.getElementById("f-webhook-url");
   const formatField = document.getElementById("f-webhook-format");
+  const hints = JSON.parse(formatAdvice.dataset.formatAdvice);
   const labels = {};
   for (const option of formatField.options) labels[option.value] = option.textContent;
   const suggest = (value) => {
@@ -481,14 +483,11 @@ if (formatAdvice) {
       return null;
     }
     const host = url.hostname.toLowerCase().replace(/\.$/, "");
-    const discord = ["discord.com", "discordapp.com", "ptb.discord.com", "canary.discord.com"];
-    if (host === "hooks.slack.com") return "slack";
-    if (discord.includes(host) && url.pathname.startsWith("/api/webhooks/")) return "discord";
-    if (host.endsWith(".logic.azure.com") || host.endsWith(".powerautomate.com")
-        || host.includes(".powerplatform.com") || host === "webhook.office.com"
-        || host.endsWith(".webhook.office.com")) return "teams";
-    if (host === "chat.googleapis.com") return "google-chat";
-    return null;
+    const rule = hints.rules.find((r) =>
+      (r.hosts.includes(host) || r.suffixes.some((s) => host.endsWith(s))
+        || r.within.some((w) => host.includes(w)))
+      && url.pathname.startsWith(r.pathPrefix));
+    return rule ? rule.format : null;
   };
   const suggested = formatAdvice.querySelector("[data-suggested]");
   const suggestedLabel = formatAdvice.querySelector("[data-suggested-label]");
@@ -501,9 +500,9 @@ if (formatAdvice) {
     suggestedLabel.textContent = fit ? labels[fit] : "";
     let said = "";
     if (fit && fit !== chosen) {
-      said = `This address looks like ${labels[fit]}'s: choose ${labels[fit]}, or it is sent messages it cannot read.`;
+      said = hints.looksLike.replaceAll("{fit}", labels[fit]);
     } else if (!fit && url && chosen !== "standard") {
-      said = `This address does not look like ${labels[chosen]}'s webhook address: check it, or choose the standard format for a receiver of your own.`;
+      said = hints.notLike.replaceAll("{chosen}", labels[chosen]);
     }
     warning.textContent = said;
     warning.hidden = !said;

@@ -10,13 +10,17 @@ any other event is one sentence and a button to its console page.
   no `<!channel>`, `<!everyone>` or link can be written by a build's notes).
 - Discord: an execute-webhook message with one embed; `allowed_mentions` parses none, so
   nothing in it pings anyone; names are written with markdown's characters escaped.
-- Teams: an Adaptive Card posted through a Power Automate Workflows webhook.
+- Teams: an Adaptive Card posted through a Power Automate Workflows webhook (its TextBlocks
+  and facts read a subset of CommonMark: people's text is written with it escaped).
 - Google Chat: a `cardsV2` message (its text is HTML: escaped).
 
 Each message is made within its target's documented limits (LIMITS, docs/api.md#chat-formats):
 the notes are cut, with an ellipsis, to the longest that fits; `checks` measures a message
 against them (the console's preview shows it). Text written by people (notes, names, branches)
-has `@channel`, `@here`, `@everyone` and `@all` broken with a word joiner in every format.
+has `@channel`, `@here`, `@everyone` and `@all` broken with a word joiner in every format. A
+build's notes keep their markdown (the team wrote them); a feedback's text, written by whoever
+holds the app (its reporter may be anyone), is escaped like a name: no link of its own in the
+team's chat.
 """
 
 from __future__ import annotations
@@ -72,28 +76,57 @@ _BUILD_EVENTS = {
 _INSTALLABLE = {"build.ready", "build.distributed", "build.downloaded"}
 _COLORS = {"build.failed": 0xD93025, "build.deleted": 0x80868B}
 _COLOR = 0x2F6FEB
+
+
+@dataclass(frozen=True, slots=True)
+class HostRule:
+    """Which format an address whose host (lower case, no final dot) and path match needs.
+    The one table of these hints: `suggested_format` reads it, and the console's form gets it
+    as JSON (`hint_table`) for its script to say the same while the address is typed."""
+
+    format: WebhookFormat
+    shown: str  # how the console's hint names the addresses
+    hosts: tuple[str, ...] = ()  # the host is one of these
+    suffixes: tuple[str, ...] = ()  # ... or ends with one of these
+    within: tuple[str, ...] = ()  # ... or holds one of these
+    path_prefix: str = ""  # and the path starts with this
+
+    def matches(self, host: str, path: str) -> bool:
+        return (
+            host in self.hosts
+            or host.endswith(self.suffixes)
+            or any(part in host for part in self.within)
+        ) and path.startswith(self.path_prefix)
+
+
 # Where a URL's host says which format its receiver needs (a hint; the admin decides).
-_HOSTS: tuple[tuple[Callable[[str, str], bool], WebhookFormat], ...] = (
-    (lambda h, _: h == "hooks.slack.com", WebhookFormat.SLACK),
-    (
-        lambda h, p: (
-            h in {"discord.com", "discordapp.com", "ptb.discord.com", "canary.discord.com"}
-            and p.startswith("/api/webhooks/")
-        ),
+HOST_RULES = (
+    HostRule(WebhookFormat.SLACK, "hooks.slack.com", hosts=("hooks.slack.com",)),
+    HostRule(
         WebhookFormat.DISCORD,
+        "discord.com/api/webhooks",
+        hosts=("discord.com", "discordapp.com", "ptb.discord.com", "canary.discord.com"),
+        path_prefix="/api/webhooks/",
     ),
-    (
-        lambda h, _: (
-            h.endswith(".logic.azure.com")
-            or h.endswith(".powerautomate.com")
-            or ".powerplatform.com" in h
-            or h == "webhook.office.com"
-            or h.endswith(".webhook.office.com")
-        ),
+    HostRule(
         WebhookFormat.TEAMS,
+        "a Power Automate Workflows address (*.logic.azure.com, *.powerplatform.com, "
+        "webhook.office.com)",
+        hosts=("webhook.office.com",),
+        suffixes=(".logic.azure.com", ".powerautomate.com", ".webhook.office.com"),
+        within=(".powerplatform.com",),
     ),
-    (lambda h, _: h == "chat.googleapis.com", WebhookFormat.GOOGLE_CHAT),
+    HostRule(WebhookFormat.GOOGLE_CHAT, "chat.googleapis.com", hosts=("chat.googleapis.com",)),
 )
+
+
+def hint_table() -> list[dict[str, Any]]:
+    """HOST_RULES as the console's script reads them (static/console.js)."""
+    return [
+        {"format": r.format.value, "hosts": r.hosts, "suffixes": r.suffixes,
+         "within": r.within, "pathPrefix": r.path_prefix}
+        for r in HOST_RULES
+    ]  # fmt: skip
 
 
 def suggested_format(url: str) -> WebhookFormat | None:
@@ -104,9 +137,9 @@ def suggested_format(url: str) -> WebhookFormat | None:
         host = (parts.hostname or "").lower().rstrip(".")
     except ValueError:
         return None
-    for matches, fmt in _HOSTS:
-        if matches(host, parts.path):
-            return fmt
+    for rule in HOST_RULES:
+        if rule.matches(host, parts.path):
+            return rule.format
     return None
 
 
@@ -155,6 +188,7 @@ class Summary:
     codes: set[str] = field(default_factory=set)  # the facts shown as code (branch, commit)
     notes: str | None = None
     notes_label: str = "Notes"
+    notes_markdown: bool = True  # the notes' own markdown is kept (a build's, not feedback's)
     buttons: list[tuple[str, str]] = field(default_factory=list)
     icon: str | None = None
     color: int = _COLOR
@@ -181,7 +215,7 @@ def summary(event_type: str, data: dict[str, Any]) -> Summary:
         facts = [("Category", c)] if (c := _str(data.get("category"))) else []
         text = _str(data.get("text")) if event_type == "feedback.created" else None
         return Summary(title, console, facts, notes=text, notes_label="Feedback",
-                       buttons=open_, footer=footer)  # fmt: skip
+                       notes_markdown=False, buttons=open_, footer=footer)  # fmt: skip
     who = _str(data.get("name")) or _str(data.get("email")) or "Someone"
     role = _str(data.get("role")) or "member"
     titles = {
@@ -335,8 +369,12 @@ def _discord(s: Summary, notes: str | None) -> Message:
     }
     if s.url:
         embed["url"] = s.url
-    if notes:
+    if notes and s.notes_markdown:
         embed["description"] = cut(neutral(notes), DISCORD_DESCRIPTION)
+    elif notes:
+        embed["description"] = _discord_escape(
+            cut(notes, DISCORD_DESCRIPTION, lambda t: units(_discord_escape(t)))
+        )
     fields = [
         {"name": label, "value": _discord_value(value, label in s.codes), "inline": True}
         for label, value in s.facts
@@ -354,10 +392,23 @@ def _discord(s: Summary, notes: str | None) -> Message:
     return {"username": "Buildbay", "allowed_mentions": {"parse": []}, "embeds": [embed]}
 
 
+_TEAMS_MARKDOWN = re.compile(r"([\\*_`\[\]])")
+_TEAMS_LINE_MARK = re.compile(r"^(\s*)([-+]|\d+\.)(?=\s)", re.MULTILINE)
+
+
+def _teams_escape(text: str) -> str:
+    """`text` as an Adaptive Card's markdown shows it as written: CommonMark's emphasis,
+    code and link characters and a line's list mark backslash-escaped, and `{{` (a card's
+    DATE()/TIME() functions) broken by a word joiner."""
+    escaped = _TEAMS_MARKDOWN.sub(r"\\\1", neutral(text))
+    escaped = _TEAMS_LINE_MARK.sub(lambda m: m[1] + m[2][:-1] + "\\" + m[2][-1], escaped)
+    return escaped.replace("{{", "{" + WORD_JOINER + "{")
+
+
 def _teams(s: Summary, notes: str | None) -> Message:
     head: list[dict[str, Any]] = [
-        {"type": "TextBlock", "text": neutral(s.title), "weight": "Bolder", "size": "Medium",
-         "wrap": True},
+        {"type": "TextBlock", "text": _teams_escape(s.title), "weight": "Bolder",
+         "size": "Medium", "wrap": True},
     ]  # fmt: skip
     if s.icon:
         head = [
@@ -370,12 +421,14 @@ def _teams(s: Summary, notes: str | None) -> Message:
     body: list[dict[str, Any]] = head
     if s.facts:
         body.append({"type": "FactSet", "facts": [
-            {"title": label, "value": neutral(value)} for label, value in s.facts]})  # fmt: skip
+            {"title": label, "value": _teams_escape(value)}
+            for label, value in s.facts]})  # fmt: skip
     if notes:
         body.append({"type": "TextBlock", "text": s.notes_label, "weight": "Bolder",
                      "spacing": "Medium"})  # fmt: skip
-        body.append({"type": "TextBlock", "text": neutral(notes), "wrap": True})
-    body.append({"type": "TextBlock", "text": neutral(s.footer), "isSubtle": True,
+        text = neutral(notes) if s.notes_markdown else _teams_escape(notes)
+        body.append({"type": "TextBlock", "text": text, "wrap": True})
+    body.append({"type": "TextBlock", "text": _teams_escape(s.footer), "isSubtle": True,
                  "size": "Small", "wrap": True})  # fmt: skip
     card: dict[str, Any] = {
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",

@@ -18,7 +18,7 @@ from buildbay.builds.models import Build
 from buildbay.builds.reads import BuildReads
 from buildbay.builds.schemas import version_label
 from buildbay.db.reads import Reads
-from buildbay.webhooks.chat import Check, Summary, checks, render, summary
+from buildbay.webhooks.chat import Check, Summary, body_of, checks, render, summary
 from buildbay.webhooks.enums import WebhookFormat
 from buildbay.webhooks.events import EventType, build_event_data, event_body
 
@@ -99,7 +99,7 @@ async def preview(
         found: list[Check] = []
     else:
         message = render(fmt, event.value, data)
-        sent = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+        sent = body_of(message)
         found = checks(fmt, message)
     return Preview(
         fmt,

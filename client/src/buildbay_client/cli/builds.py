@@ -587,10 +587,8 @@ def upload(
     for name, wrong in problems(given).items():
         fail(f"--{_OPTION_OF.get(name, name)} {wrong}", 2)
     found = _found_source(given)
+    text = _notes_file(notes_file) if notes_file is not None else notes
     with connect(ctx) as client:
-        text: str | None = (
-            notes_file.read_text(encoding="utf-8") if notes_file is not None else notes
-        )
         pid, aid = trusted or _upload_target(client, project, app, app_id_given)
         if notes_from_git:
             text = _git_notes(client, pid, aid, found, notes_template)
@@ -697,7 +695,19 @@ def _pull_request(value: str | None) -> int | str | None:
     """--pull-request: a number, or an address."""
     if value is None:
         return None
-    return int(value) if value.strip().isdigit() else value
+    number = value.strip()
+    return int(number) if number.isascii() and number.isdigit() else value
+
+
+def _notes_file(path: Path) -> str:
+    """--notes-file's text, read before anything is sent: a file that is not UTF-8 or cannot
+    be read is said (exit 2), not a traceback after the upload began."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        fail(f"--notes-file {path} is not UTF-8 text: save it as UTF-8", 2)
+    except OSError as exc:
+        fail(f"--notes-file {path} cannot be read: {exc.strerror or exc}", 2)
 
 
 def _check_template(template: str) -> None:
