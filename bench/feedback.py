@@ -24,7 +24,10 @@ phases of `--seconds` (20) in turn, after `--warm-up` unreported seconds of the 
 
 It prints, for each phase, the reads' p50 and p99 and rate, the feedback sent (answers by status,
 their p50 and p99, feedback per second), the CPU share of the server's process and of it with the
-processes it started (the screenshots' workers: feedback/images.py), and the peak memory of them all
+processes it started (the screenshots' workers: feedback/images.py), how long the server's event
+loop (its main thread) waited for a core each time it woke (from /proc's schedstat: the time it
+was ready to run but another process ran), the CPU share of the load generators (this process,
+its testers' and uploaders' threads, and wrk), and the peak memory of them all
 (their resident memory, a page they share counted once: the sum of their PSS, which for the
 server's process alone is its RSS but for the shared libraries' pages); then the ratio of the
 p99 with feedback to the p99 without (median of the rounds' ratios; asked: at most 1.2) and the
@@ -33,6 +36,10 @@ just before the first one, the server having served one phase of the load alread
 150 MiB). Exit
 status 1 if either is missed, or on a 5xx, a failed read or a feedback without an answer.
 
+`--idle-workers` is an experiment: this bench puts each process the server starts (its
+screenshots' workers and their fork server) at SCHED_IDLE, from outside, as it appears, instead
+of the nice +10 they give themselves: the two compared on one machine, run after run.
+
 Rate limiting stays on, as in load.py; the per-address feedback budget
 (BUILDBAY_FEEDBACK_PER_MINUTE_PER_IP, 30 a minute) is raised for the bench's server, since its 20
 testers share 127.0.0.1, where 20 phones would have 20 addresses. The per-reporter budget (10 a
@@ -40,13 +47,14 @@ minute) stays: a 429 is counted, not retried.
 
 Usage: .venv/bin/python bench/feedback.py [--database sqlite|postgres|both] [--rounds 3]
        [--seconds 20] [--warm-up 5] [--testers 20] [--clients 50] [--think-ms 200]
-       [--uploaders 2] [--postgres postgresql://postgres@127.0.0.1:5432]
+       [--uploaders 2] [--idle-workers] [--postgres postgresql://postgres@127.0.0.1:5432]
        [--redis redis://127.0.0.1:6379/5] [--postgres-database bench_feedback]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -68,6 +76,7 @@ from _common import (
     VENV_BIN,
     RssSampler,
     cpu_seconds,
+    descendants,
     enterprise_account,
     free_port,
     running_server,
@@ -206,6 +215,8 @@ class Phase:
     statuses: dict[str, int]
     cpu_share: float  # of the server's own process
     tree_cpu_share: float  # of it and its workers
+    run_queue_ms: float  # the server's main thread's wait for a core, a wake-up
+    generators_cpu_share: float  # of this process and wrk
     memory_before_mib: float
     memory_peak_mib: float
     sent: list[Sent]
@@ -273,6 +284,8 @@ def run_configuration(
         feedback_url = f"{builds}/{seed.build_id}/feedback"
 
         uploads = Uploads()
+        if args.idle_workers:
+            threading.Thread(target=_idle, args=(server.pid, uploads), daemon=True).start()
         upload_threads = [
             threading.Thread(
                 target=uploader,
@@ -313,11 +326,16 @@ def run_configuration(
                 sampler.start()
                 cpu_before, began = cpu_seconds(server.pid), time.monotonic()
                 tree_before = tree_cpu_seconds(server.pid)
+                waited_before, generators_before = _waits(server.pid), _generators_cpu()
                 for thread in threads:
                     thread.start()
                 result, statuses = reads(args.seconds)
                 cpu_after, ended = cpu_seconds(server.pid), time.monotonic()
                 tree_share = (tree_cpu_seconds(server.pid) - tree_before) / (ended - began)
+                waited_after, wake_ups_after = _waits(server.pid)
+                waited = waited_after - waited_before[0]
+                wake_ups = wake_ups_after - waited_before[1]
+                generators = (_generators_cpu() - generators_before) / (ended - began)
                 senders.stop.set()
                 for thread in threads:  # the feedback in flight finishes before the next phase
                     thread.join(timeout=600)
@@ -325,8 +343,9 @@ def run_configuration(
                 share = (cpu_after - cpu_before) / (ended - began)
                 peak = sampler.peak_kib / 1024
                 phases.append(
-                    Phase(round_, with_feedback, result, statuses, share, tree_share, memory_before,
-                          peak, senders.sent, began)
+                    Phase(round_, with_feedback, result, statuses, share, tree_share,
+                          1000 * waited / max(1, wake_ups), generators, memory_before, peak,
+                          senders.sent, began)
                 )  # fmt: skip
         uploads.stop.set()
         for thread in upload_threads:
@@ -334,6 +353,33 @@ def run_configuration(
         memory_end = tree_pss_kib(server.pid) / 1024
     errors = [u.error for u in uploads.done if u.error]
     return Outcome(name, phases, memory_start, memory_end, errors)
+
+
+def _idle(pid: int, uploads: Uploads) -> None:
+    """Every thread of every process `pid` has started, at SCHED_IDLE as it appears, until
+    the uploads stop (--idle-workers)."""
+    done: set[int] = set()
+    while not uploads.stop.wait(0.2):
+        for child in descendants(pid):
+            for task in Path(f"/proc/{child}/task").glob("*"):
+                if int(task.name) not in done:
+                    with contextlib.suppress(OSError):
+                        os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
+                        done.add(int(task.name))
+
+
+def _waits(pid: int) -> tuple[float, int]:
+    """How long the main thread of `pid` has waited for a core, in seconds, and how many times
+    it ran (/proc's schedstat: time on a core, time ready but waiting, times run)."""
+    _, waiting, runs = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(waiting) / 1e9, int(runs)
+
+
+def _generators_cpu() -> float:
+    """The CPU seconds of this process (the testers' and uploaders' threads) and of the
+    children it has waited for (each phase's wrk, waited for as its reads end)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _add_tester(client: httpx.Client, project: str, email: str) -> None:
@@ -372,6 +418,8 @@ def report(outcome: Outcome) -> bool:
                 f"{_percentile(took, 0.99):.1f}" if took else "-",
                 f"{100 * phase.cpu_share:.0f}",
                 f"{100 * phase.tree_cpu_share:.0f}",
+                f"{phase.run_queue_ms:.2f}",
+                f"{100 * phase.generators_cpu_share:.0f}",
                 f"{phase.memory_before_mib:.0f}",
                 f"{phase.memory_peak_mib:.0f}",
             ]
@@ -393,6 +441,8 @@ def report(outcome: Outcome) -> bool:
                 "fb p99 s",
                 "server CPU %",
                 "+workers CPU %",
+                "server waits for a core, ms a wake-up",
+                "load generators CPU %",
                 "memory before MiB",
                 "memory peak MiB",
             ],
@@ -444,6 +494,11 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=50, help="wrk's read connections")
     parser.add_argument("--think-ms", type=int, default=200, help="each read client's 0..pause")
     parser.add_argument("--uploaders", type=int, default=2, help="concurrent upload sequences")
+    parser.add_argument(
+        "--idle-workers",
+        action="store_true",
+        help="an experiment: the server's worker processes at SCHED_IDLE, not nice +10",
+    )
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
     parser.add_argument(
         "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
@@ -481,7 +536,8 @@ def main() -> int:
         f"{args.uploaders} upload sequences (1-50 MiB); the feedback: {args.testers} testers "
         f"each sending one after another ({mib:.1f} MiB a body: two PNG and a JPEG of "
         f"{SCREEN[0]} x {SCREEN[1]}); {os.cpu_count()} CPUs shared with the load generators; "
-        f"load average {' '.join(f'{n:.1f}' for n in os.getloadavg())}"
+        + ("the workers at SCHED_IDLE (--idle-workers); " if args.idle_workers else "")
+        + f"load average {' '.join(f'{n:.1f}' for n in os.getloadavg())}"
     )
     results = [report(outcome) for outcome in outcomes]
     return 0 if all(results) else 1

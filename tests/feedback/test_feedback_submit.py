@@ -4,15 +4,20 @@ through short-lived signed addresses."""
 
 from __future__ import annotations
 
+import io
+import os
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from PIL import Image
 
 from buildbay.clock import FrozenClock
 from buildbay.feedback.links import SCREENSHOT_URL_SECONDS, URL_SLOT_SECONDS
+from buildbay.feedback.submission import SPOOL_BYTES, WRITE_BYTES
 from tests.conftest import BASE_URL, Account, Api, assert_problem, iso_z
 from tests.feedback.submitting import (
     GPS_IFD,
@@ -99,6 +104,39 @@ async def test_a_tester_sends_feedback_and_no_metadata_survives_in_the_stored_sc
     assert isinstance(bottom, tuple)
     assert top[2] > 150 > top[0]
     assert bottom[0] > 150 > bottom[2]
+
+
+async def test_screenshots_sent_in_small_chunks_are_stored_whole_and_in_order(
+    world: World,
+) -> None:
+    """Two screenshots larger than what is gathered before a write (and than what is kept in
+    memory), arriving 64 KiB at a time as from a network: each is stored with every one of its
+    pixels (PNG is lossless), in the order sent, whatever chunks their bytes were written in."""
+    side = 700  # random pixels do not compress: ~1.4 MiB a PNG
+    sent = [Image.frombytes("RGB", (side, side), os.urandom(side * side * 3)) for _ in range(2)]
+    files = []
+    for image in sent:
+        out = io.BytesIO()
+        image.save(out, "PNG")
+        assert out.tell() > max(WRITE_BYTES, SPOOL_BYTES)
+        files.append(("screenshots", ("shot.png", out.getvalue(), "image/png")))
+    request = httpx.Request("POST", BASE_URL, files=form_parts(None, files))
+    body = request.read()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 64 * 1024):
+            yield body[start : start + 64 * 1024]
+
+    headers = {**world.tester.headers, "Content-Type": request.headers["content-type"]}
+    r = await world.client.post(world.feedback_url(), content=chunks(), headers=headers)
+
+    assert r.status_code == 201, r.text
+    shots = r.json()["screenshots"]
+    assert len(shots) == len(sent)
+    for shot, image in zip(shots, sent, strict=True):
+        stored = opened((await fetch(world, shot["url"])).content)
+        assert stored.format == "PNG"
+        assert stored.tobytes() == image.tobytes()
 
 
 async def test_the_stored_objects_are_under_the_feedback_s_own_keys(world: World) -> None:

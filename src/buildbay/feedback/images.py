@@ -2,10 +2,11 @@
 JPEG or HEIC image at all: its name and Content-Type are never asked), refused past MAX_PIXELS
 before a pixel is decoded, turned upright, and encoded anew with nothing but its pixels.
 
-- Formats: PNG stays PNG (lossless: text in a screenshot stays sharp, transparency kept); JPEG
-  stays JPEG (quality JPEG_QUALITY); HEIC (an iPhone's photos and, if so set, screenshots) is
-  decoded with pillow-heif and becomes a JPEG, which every browser shows. Anything else,
-  including an image that does not decode to its end, is refused.
+- Formats: PNG stays PNG (lossless: text in a screenshot stays sharp, transparency kept; zlib
+  at PNG_COMPRESS_LEVEL); JPEG stays JPEG (quality JPEG_QUALITY); HEIC (an iPhone's photos
+  and, if so set, screenshots) is decoded with pillow-heif and becomes a JPEG, which every
+  browser shows. Anything else, including an image that does not decode to its end, is
+  refused.
 - Decompression bombs: the header's size is checked before decoding, and Pillow's own limit
   (`Image.MAX_IMAGE_PIXELS`) is set to the same number, so a file that claims 50,000 x 50,000
   pixels costs the few bytes of its header, not gigabytes.
@@ -63,6 +64,11 @@ from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
 MAX_PIXELS = 40_000_000  # 40 megapixels: an 8K display's screenshot (33 MP) passes
 JPEG_QUALITY = 90
+# zlib's level for a PNG: 3, not Pillow's 6. Deflating is most of a PNG's re-encoding, and past 3
+# zlib searches much longer for little: a phone's 1170 x 2532 screenshot of text and flat
+# colours took 163 ms at 6 and 99 at 3 for 11% more bytes (341 and 380 KiB), one with noise all
+# over (bench/feedback.py's, 2 MiB) 941 and 371 ms for the same bytes; 1 saves no more time.
+PNG_COMPRESS_LEVEL = 3
 MAX_JPEG_SCANS = 100
 MAX_JPEG_SEGMENTS = 10_000  # its markers with a length, RSTn aside
 MAX_PNG_CHUNKS = 20_000
@@ -360,6 +366,6 @@ def _encoded(image: Image.Image, *, as_jpeg: bool) -> Encoded:
         image.save(out, "JPEG", quality=JPEG_QUALITY, exif=b"", icc_profile=None)
         content_type, extension = "image/jpeg", "jpg"
     else:
-        image.save(out, "PNG", exif=b"", icc_profile=None)
+        image.save(out, "PNG", compress_level=PNG_COMPRESS_LEVEL, exif=b"", icc_profile=None)
         content_type, extension = "image/png", "png"
     return Encoded(out.getvalue(), image.width, image.height, content_type, extension)
