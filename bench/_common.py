@@ -149,10 +149,11 @@ NO_INVITATION_CAPS = {
 @contextlib.contextmanager
 def running_server(
     argv: Sequence[str], data_dir: Path, port: int, env: dict[str, str] | None = None,
-    start_timeout: float = 30.0,
+    start_timeout: float = 120.0,
 ) -> Iterator[Server]:  # fmt: skip
     """Start `argv` with BUILDBAY_DATA_DIR=data_dir, wait for /healthz (at most
-    `start_timeout` seconds: a new database is migrated first), stop it afterwards.
+    `start_timeout` seconds: a new database is migrated first, and on a loaded machine that
+    alone took more than 30 s), stop it afterwards.
 
     The server's log goes to a file beside the data directory (a pipe nobody reads would fill
     up and stall the server); it is printed if the server does not come up.
@@ -184,7 +185,7 @@ def running_server(
                 process.wait()
 
 
-def _wait_healthy(server: Server, timeout: float = 120.0) -> None:
+def _wait_healthy(server: Server, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:

@@ -77,7 +77,7 @@ def main() -> int:
             "BUILDBAY_QUOTA_BYTES_FREE": "0",
         }
         # A new database is migrated before the server answers: slow on a busy machine.
-        with running_server(argv, work / "data", port, env, start_timeout=180) as server:
+        with running_server(argv, work / "data", port, env) as server:
             with httpx.Client(base_url=server.base_url, timeout=60) as client:
                 client.headers["Authorization"] = f"Bearer {register(client)}"
                 project = create_project(client, "Bench")
