@@ -107,6 +107,11 @@ CONTRACT_REFUSALS_OF_VALID_DATA = {
         "multipart_required",
         # A webhook URL the server's settings refuse (http://, a private address).
         "webhook_url_refused",
+        # A trusted publisher's issuer the server refuses (http://, a private address: as a
+        # webhook's URL), and a subject pattern whose wildcards would trust too much (a rule
+        # the field's description states, docs/api.md).
+        "issuer_refused",
+        "subject_pattern_refused",
         # A file an application of a mobile platform does not take (by its name at step 1, by
         # its content at verify): the platform is the application's state, not the request's.
         "wrong_platform",

@@ -18,7 +18,7 @@ _NO_SPACE = r"^\S+$"
 Issuer = Annotated[
     str,
     Field(
-        min_length=1, max_length=255, pattern=_NO_SPACE,
+        min_length=1, max_length=255, pattern=r"^https?://\S+$",
         examples=[GITHUB_ISSUER],
         description="The ID tokens' `iss`, exactly: GitHub Actions' "
         f"`{GITHUB_ISSUER}`, GitLab.com's `{GITLAB_ISSUER}`, a self-managed GitLab's address. "

@@ -64,11 +64,15 @@ class TrustedPublishers:
         try:
             check_issuer(issuer, development=self.development)
         except IssuerRefused as refused:
-            raise ValidationFailed.for_field("issuer", f"The URL {refused}") from None
+            raise ValidationFailed.for_field(
+                "issuer", f"The URL {refused}", code="issuer_refused"
+            ) from None
         try:
             check_pattern(pattern)
         except PatternRefused as refused:
-            raise ValidationFailed.for_field("subjectPattern", str(refused)) from None
+            raise ValidationFailed.for_field(
+                "subjectPattern", str(refused), code="subject_pattern_refused"
+            ) from None
         app_id = access.application.id
         existing = list(
             await self.db.scalars(
