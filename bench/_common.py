@@ -182,7 +182,7 @@ def running_server(
                 process.wait()
 
 
-def _wait_healthy(server: Server, timeout: float = 30.0) -> None:
+def _wait_healthy(server: Server, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:

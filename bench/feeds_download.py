@@ -13,9 +13,10 @@ from the same file and the same page cache.
 
 Prints, per range size, each run's requests per second, MiB/s, p50 and p99, the ratio of the
 feed's throughput to the bare FileResponse's (target: at least 0.9), the server's CPU seconds
-per GiB served, and the machine's load average before and after. Exits 1 if a request failed
-or the ratio is under the target for a range of 1 MiB or more (small ranges measure the
-per-request work, a key and build lookup against none: reported, not held to the target).
+per GiB served, and the machine's load average before and after; PASS or FAIL per range size.
+Exits 1 if a request failed or a ratio is under the target. Small ranges measure the
+per-request work (the feed's address is looked up, remembered by feeds/cache.py, where the bare
+route looks nothing up), large ones the serving of the bytes.
 
 Rate limiting is off (BUILDBAY_RATE_LIMIT_ENABLED=false); the uploading user is moved to the
 enterprise plan (the free plan's largest file is smaller).
@@ -165,11 +166,9 @@ def run(args: argparse.Namespace, root: Path) -> int:
                     ["run", "req/s", "MiB/s", "p50 ms", "p99 ms", "CPU s/GiB", "errors"], rows
                 ))  # fmt: skip
                 held = ratio >= TARGET
-                print(f"feed / bare throughput: {ratio:.2f}x (target >= {TARGET}x"
-                      f"{'' if length >= MiB else ', not held: per-request work'})"
-                      f" -> {'ok' if held or length < MiB else 'BELOW TARGET'}")  # fmt: skip
-                if length >= MiB and not held:
-                    failed = True
+                print(f"feed / bare throughput: {ratio:.2f}x (target >= {TARGET}x): "
+                      f"{'PASS' if held else 'FAIL'}")  # fmt: skip
+                failed |= not held
             print(f"\nload average after: {_load()}; cores: {os.cpu_count()}")
     return 1 if failed else 0
 

@@ -17,6 +17,7 @@ from buildbay.builds.install import InstallTokens
 from buildbay.builds.readers import MetadataReaders
 from buildbay.clock import Clock
 from buildbay.config import Settings
+from buildbay.feeds.cache import FeedCache
 from buildbay.jobs.worker import JobWorker
 from buildbay.mail.outbox import MailOutbox
 from buildbay.mail.unsubscribe import UnsubscribeLinks
@@ -46,6 +47,7 @@ class AppContext:
     unsubscribe: UnsubscribeLinks
     webhook_sender: WebhookSender  # sends the outbox's webhook deliveries (webhooks/)
     readers: MetadataReaders  # the processes that read build files' metadata (builds/readers.py)
+    feeds: FeedCache  # the desktop feeds' answers, until a write changes them (feeds/cache.py)
     jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan
     # With BUILDBAY_REDIS_URL, the process's one Redis client, which `limiter` and `revocations`
     # use (redis_pool.py).

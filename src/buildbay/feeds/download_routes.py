@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from buildbay.deps import Context, ReadsDep, TransactionRoute
 from buildbay.errors import NotFound
-from buildbay.feeds.download import feed_file
+from buildbay.feeds.download import FeedFile, feed_file
 from buildbay.feeds.ranges import MAX_RANGES, WHOLE, Ranges, requested_ranges
 from buildbay.problems import problem_responses
 from buildbay.schemas import NO_NUL_PATTERN
@@ -103,7 +103,13 @@ async def download_feed_file(
     ],
 ) -> Response:
     now = ctx.clock.now()
-    found = await feed_file(reads, update_key, build_id, file_name, now)
+    # Every Range request of a download asks the same: remembered (feeds/cache.py).
+    cache = ctx.feeds
+    mark = await cache.mark()
+    found: FeedFile | None = cache.get(("file", update_key, build_id, file_name), mark)
+    if found is None:
+        found = await feed_file(reads, update_key, build_id, file_name, now)
+        cache.put(("file", update_key, build_id, file_name), found, mark, found.key_expires_at)
     storage = ctx.storage
     if not isinstance(storage, LocalStorage):
         url = await storage.download_url(
