@@ -20,6 +20,7 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
 from starlette.types import Receive, Scope, Send
 
+from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.deps import Context, ReadsDep, TransactionRoute
 from buildbay.errors import NotFound
 from buildbay.feeds.download import FeedFile, feed_file
@@ -78,7 +79,7 @@ _ROUTE: dict[str, Any] = {
         },
         304: {"description": "The file has not changed (If-None-Match)"},
         307: {"description": "Where the storage serves the file (S3: a presigned URL)"},
-        **problem_responses(404, 416),
+        **problem_responses(404, 416, 429),
     },
 }
 
@@ -102,6 +103,13 @@ async def download_feed_file(
         Path(alias="fileName", description="The build's file name, or it + `.blockmap`", **_PATH),
     ],
 ) -> Response:
+    # Per client IP, a budget of their own at the install pages' rate (one update is many
+    # requests: HEAD, the blockmaps, a Range request per group of changed blocks).
+    await count_budget(
+        ctx, request, f"feed-download-ip:{client_ip(request)}",
+        ctx.settings.install_pages_per_minute_per_ip, "feed-downloads",
+        "More than {limit} feed downloads in a minute from this address",
+    )  # fmt: skip
     now = ctx.clock.now()
     # Every Range request of a download asks the same: remembered (feeds/cache.py).
     cache = ctx.feeds
