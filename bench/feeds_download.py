@@ -87,9 +87,11 @@ def _seed(client: httpx.Client, token: str, source: Path) -> tuple[str, str, str
         client.put(
             body["uploadUrl"], content=data, headers=body["uploadHeaders"], timeout=600
         ).raise_for_status()
-    client.post(
+    verified = client.post(
         f"{base}/verify", json={"buildId": body["buildId"], "version": "1.0.0"}, timeout=600
-    ).raise_for_status()
+    )
+    if verified.is_error:
+        raise SystemExit(f"verify: {verified.status_code} {verified.text}")
     key = client.get(f"/api/projects/{project}/applications/{app}").json()["updateKey"]
     return str(key), str(body["buildId"]), f"{project}/{app}/{body['buildId']}"
 
@@ -107,7 +109,9 @@ def run(args: argparse.Namespace, root: Path) -> int:
     source = root / "build.AppImage"
     _appimage(source)
     port = free_port()
-    env = {"BUILDBAY_RATE_LIMIT_ENABLED": "false"}
+    # Verify reads the whole 256 MiB file (its hashes): on a loaded machine longer than the
+    # default 30 s of a read.
+    env = {"BUILDBAY_RATE_LIMIT_ENABLED": "false", "BUILDBAY_PARSE_TIMEOUT_SECONDS": "600"}
     if args.redis_url:
         env["BUILDBAY_REDIS_URL"] = args.redis_url
     if args.database_url:

@@ -14,6 +14,7 @@ there).
 from __future__ import annotations
 
 import os
+import pathlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
@@ -114,12 +115,19 @@ async def download_feed_file(
     # Every Range request of a download asks the same: remembered (feeds/cache.py).
     cache = ctx.feeds
     mark = await cache.mark()
-    found: FeedFile | None = cache.get(("file", update_key, build_id, file_name), mark)
-    if found is None:
-        found = await feed_file(reads, update_key, build_id, file_name, now)
-        cache.put(("file", update_key, build_id, file_name), found, mark, found.key_expires_at)
     storage = ctx.storage
-    if not isinstance(storage, LocalStorage):
+    cached: tuple[FeedFile, pathlib.Path | None] | None = cache.get(
+        ("file", update_key, build_id, file_name), mark
+    )
+    if cached is None:
+        found = await feed_file(reads, update_key, build_id, file_name, now)
+        # Where the object is, resolved once: the resolution (a system call per part of the
+        # path) cost more than the rest of the route together (py-spy, bench/feeds_download.py).
+        local = storage.path_of(found.storage_key) if isinstance(storage, LocalStorage) else None
+        cached = found, local
+        cache.put(("file", update_key, build_id, file_name), cached, mark, found.key_expires_at)
+    found, path = cached
+    if path is None:
         url = await storage.download_url(
             found.storage_key, found.file_name,
             url_expiry(now, ctx.settings.download_link_ttl_seconds), found.storage_version,
@@ -128,7 +136,6 @@ async def download_feed_file(
     headers = {"ETag": found.etag, "Cache-Control": CACHE_CONTROL}
     if _matches(request.headers.get("if-none-match"), found.etag):
         return Response(status_code=304, headers=headers)
-    path = storage.path_of(found.storage_key)
     try:
         # Not worth a thread hop (bench/feeds_download.py): the stat of a local file answers in
         # microseconds, from the inode cache of a file just served.
