@@ -13,9 +13,10 @@ from the same file and the same page cache.
 
 Prints, per range size, each run's requests per second, MiB/s, p50 and p99, the ratio of the
 feed's throughput to the bare FileResponse's (target: at least 0.9), the server's CPU seconds
-per GiB served, and the machine's load average before and after. Exits 1 if a request failed
-or the ratio is under the target for a range of 1 MiB or more (small ranges measure the
-per-request work, a key and build lookup against none: reported, not held to the target).
+per GiB served, and the machine's load average before and after; PASS or FAIL per range size.
+Exits 1 if a request failed or a ratio is under the target. Small ranges measure the
+per-request work (the feed's address is looked up, remembered by feeds/cache.py, where the bare
+route looks nothing up), large ones the serving of the bytes.
 
 Rate limiting is off (BUILDBAY_RATE_LIMIT_ENABLED=false); the uploading user is moved to the
 enterprise plan (the free plan's largest file is smaller).
@@ -86,9 +87,11 @@ def _seed(client: httpx.Client, token: str, source: Path) -> tuple[str, str, str
         client.put(
             body["uploadUrl"], content=data, headers=body["uploadHeaders"], timeout=600
         ).raise_for_status()
-    client.post(
+    verified = client.post(
         f"{base}/verify", json={"buildId": body["buildId"], "version": "1.0.0"}, timeout=600
-    ).raise_for_status()
+    )
+    if verified.is_error:
+        raise SystemExit(f"verify: {verified.status_code} {verified.text}")
     key = client.get(f"/api/projects/{project}/applications/{app}").json()["updateKey"]
     return str(key), str(body["buildId"]), f"{project}/{app}/{body['buildId']}"
 
@@ -106,7 +109,9 @@ def run(args: argparse.Namespace, root: Path) -> int:
     source = root / "build.AppImage"
     _appimage(source)
     port = free_port()
-    env = {"BUILDBAY_RATE_LIMIT_ENABLED": "false"}
+    # Verify reads the whole 256 MiB file (its hashes): on a loaded machine longer than the
+    # default 30 s of a read.
+    env = {"BUILDBAY_RATE_LIMIT_ENABLED": "false", "BUILDBAY_PARSE_TIMEOUT_SECONDS": "600"}
     if args.redis_url:
         env["BUILDBAY_REDIS_URL"] = args.redis_url
     if args.database_url:
@@ -165,11 +170,9 @@ def run(args: argparse.Namespace, root: Path) -> int:
                     ["run", "req/s", "MiB/s", "p50 ms", "p99 ms", "CPU s/GiB", "errors"], rows
                 ))  # fmt: skip
                 held = ratio >= TARGET
-                print(f"feed / bare throughput: {ratio:.2f}x (target >= {TARGET}x"
-                      f"{'' if length >= MiB else ', not held: per-request work'})"
-                      f" -> {'ok' if held or length < MiB else 'BELOW TARGET'}")  # fmt: skip
-                if length >= MiB and not held:
-                    failed = True
+                print(f"feed / bare throughput: {ratio:.2f}x (target >= {TARGET}x): "
+                      f"{'PASS' if held else 'FAIL'}")  # fmt: skip
+                failed |= not held
             print(f"\nload average after: {_load()}; cores: {os.cpu_count()}")
     return 1 if failed else 0
 

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import yaml
 
 from tests.builds.android_files import apk_of_size
 from tests.conftest import (
@@ -30,6 +31,7 @@ from tests.conftest import (
     _truncate_postgres,
     run_apart,
 )
+from tests.desktop.files import dmg
 from tests.processes import free_port, running
 from tests.test_operator_commands import operator_command
 
@@ -221,3 +223,78 @@ async def test_concurrent_uploads_spread_over_both_processes_all_land(
             )
             assert listed.status_code == 200
             assert {b["buildId"] for b in listed.json()["builds"]} == ids
+
+
+async def _desktop_build(
+    http: httpx.AsyncClient, base: str, builds: str, auth: dict[str, str], version: str, size: int
+) -> str:
+    data = dmg(size)
+    link = await http.post(
+        f"{base}{builds}/upload-link",
+        json={"fileName": f"App-{version}.dmg", "fileSize": len(data)},
+        headers=auth,
+    )
+    assert link.status_code == 201, link.text
+    target = link.json()
+    put = await http.put(target["uploadUrl"], content=data, headers=target["uploadHeaders"])
+    assert put.status_code == 200, put.text
+    verified = await http.post(
+        f"{base}{builds}/verify",
+        json={"buildId": target["buildId"], "version": version, "buildNumber": version},
+        headers=auth,
+    )
+    assert verified.status_code == 200, verified.text
+    return str(target["buildId"])
+
+
+async def test_a_feed_remembered_by_one_process_changes_with_a_write_on_the_other(
+    servers: list[str],
+) -> None:
+    """Each process remembers the feeds it answered (feeds/cache.py); a build published, held
+    back or deleted through the other is in (or out of) its next answer all the same."""
+    one, two = servers
+    async with httpx.AsyncClient(timeout=30) as http:
+        _, auth = await _register(http, one)
+        project = await http.post(f"{one}/api/projects", json={"name": "Mac"}, headers=auth)
+        pid = project.json()["id"]
+        app = await http.post(
+            f"{one}/api/projects/{pid}/applications",
+            json={"name": "Mac App", "platform": "macos"},
+            headers=auth,
+        )
+        assert app.status_code == 201, app.text
+        key = app.json()["updateKey"]
+        builds = f"/api/app-distribution/{pid}/{app.json()['id']}/builds"
+        first = await _desktop_build(http, one, builds, auth, "1.0", 64 * 1024)
+
+        async def electron(base: str) -> dict[str, Any]:
+            r = await http.get(f"{base}/feeds/{key}/electron/latest-mac.yml")
+            assert r.status_code == 200, r.text
+            body: dict[str, Any] = yaml.safe_load(r.text)
+            return body
+
+        def address(build_id: str, version: str) -> str:
+            return f"/feeds/{key}/download/{build_id}/App-{version}.dmg"
+
+        for base in (one, two):  # each remembers it
+            assert (await electron(base))["version"] == "1.0"
+            assert (await http.get(f"{base}{address(first, '1.0')}")).status_code == 307
+
+        second = await _desktop_build(http, one, builds, auth, "2.0", 65 * 1024)
+        assert (await electron(two))["version"] == "2.0"
+
+        r = await http.put(
+            f"{one}{builds}/{second}/channels",
+            json={"channels": ["default"], "rolloutPercent": 20},
+            headers=auth,
+        )
+        assert r.status_code == 200, r.text
+        assert (await electron(two))["stagingPercentage"] == 20
+
+        assert (await http.get(f"{two}{address(second, '2.0')}")).status_code == 307
+        r = await http.delete(f"{one}{builds}/{second}", headers=auth)
+        assert r.status_code == 204, r.text
+        gone = await http.get(f"{two}{address(second, '2.0')}")
+        assert gone.status_code == 404
+        assert gone.json()["code"] == "unknown_build"
+        assert (await electron(two))["version"] == "1.0"

@@ -41,7 +41,7 @@ from buildbay.console.routes import console_sessions
 from buildbay.console.routes import routers as console_routers
 from buildbay.context import AppContext
 from buildbay.db import migrate
-from buildbay.db.engine import create_engines, create_sessionmaker
+from buildbay.db.engine import COMMIT_WATCHERS, create_engines, create_sessionmaker
 from buildbay.db.reads import Reads
 from buildbay.devices.apple.routes import router as apple_router
 from buildbay.devices.project_routes import router as project_devices_router
@@ -52,6 +52,7 @@ from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
 from buildbay.feedback.routes import router as feedback_router
 from buildbay.feedback.team_routes import router as feedback_team_router
+from buildbay.feeds.cache import FeedCache
 from buildbay.feeds.download_routes import router as feed_download_router
 from buildbay.feeds.routes import router as feeds_router
 from buildbay.files.routes import router as storage_router
@@ -157,14 +158,19 @@ def create_app(
     shared_redis = redis_pool.connect(settings.redis_url) if settings.redis_url else None
     revocations = SharedRevocations(shared_redis, clock) if shared_redis is not None else None
     job_signal = JobSignal()
+    feeds = FeedCache(clock, shared_redis)
     install_tokens = InstallTokens(settings.signing_key)
     addresses = EventAddresses(settings.resolved_public_url, install_tokens)
+    session_info = {
+        JOB_SIGNAL: job_signal, ADDRESSES: addresses, COMMIT_WATCHERS: [feeds.committed]
+    }  # fmt: skip
     ctx = AppContext(
         settings=settings,
         engine=engine,
         # Units of work carry the signal that wakes this process's job worker when they
-        # commit a job (jobs/queue.py), and the addresses their webhook events name.
-        sessions=create_sessionmaker(engine, info={JOB_SIGNAL: job_signal, ADDRESSES: addresses}),
+        # commit a job (jobs/queue.py), and the addresses their webhook events name; what they
+        # commit tells the feeds' cache whether its answers went stale (feeds/cache.py).
+        sessions=create_sessionmaker(engine, info=session_info),
         read_engine=read_engine,
         clock=clock,
         storage=storage,
@@ -182,6 +188,7 @@ def create_app(
             allow_private=settings.webhook_allow_private, allow_http=settings.webhook_allow_http
         ),
         readers=MetadataReaders.of(settings),
+        feeds=feeds,
         redis=shared_redis,
     )
     sso_config = SsoConfig.of(settings)

@@ -17,6 +17,7 @@ from buildbay.builds.install import InstallTokens
 from buildbay.builds.readers import MetadataReaders
 from buildbay.clock import Clock
 from buildbay.config import Settings
+from buildbay.feeds.cache import FeedCache
 from buildbay.jobs.worker import JobWorker
 from buildbay.mail.outbox import MailOutbox
 from buildbay.mail.unsubscribe import UnsubscribeLinks
@@ -48,6 +49,7 @@ class AppContext:
     unsubscribe: UnsubscribeLinks
     webhook_sender: WebhookSender  # sends the outbox's webhook deliveries (webhooks/)
     readers: MetadataReaders  # the processes that read build files' metadata (builds/readers.py)
+    feeds: FeedCache  # the desktop feeds' answers, until a write changes them (feeds/cache.py)
     # The signing keys of the issuers trusted publishers name, kept per process (publishers/).
     publisher_keys: IssuerKeys | None = None
     jobs: JobWorker | None = None  # the outbox's worker (jobs/worker.py), run by the lifespan

@@ -1,5 +1,6 @@
 """The feeds count against the update check's budgets: one application's feeds and checks
-share its per-minute budget, and past it every one of them is 429 with Retry-After."""
+share its per-minute budget, and past it every one of them is 429 with Retry-After. The files
+they point at count per client IP, in a budget of their own."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from tests.conftest import assert_problem
 from tests.desktop import files
 
 PER_KEY = 4
+DOWNLOADS_PER_IP = 3
 
 
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     settings.update_checks_per_minute_per_key = PER_KEY
     settings.update_checks_per_minute_per_ip = 1000
+    settings.install_pages_per_minute_per_ip = DOWNLOADS_PER_IP
     return settings
 
 
@@ -44,3 +47,28 @@ async def test_feeds_and_update_checks_share_the_application_s_budget(builds: Bu
         assert_problem(r, 429, "rate_limited")
         assert "updates-key" in r.json()["detail"]
         assert int(r.headers["retry-after"]) > 0
+
+
+async def test_feed_downloads_count_per_client_ip_in_a_budget_of_their_own(
+    builds: Builds,
+) -> None:
+    r = await builds.client.put(
+        f"/api/projects/{builds.project_id}/applications/{builds.app_id}",
+        json={"platform": "macos"},
+        headers=builds.owner.headers,
+    )
+    key = r.json()["updateKey"]
+    link = await builds.link(files.dmg(), fileName="A.dmg")
+    await builds.put(link, files.dmg())
+    r = await builds.verify(link["buildId"], version="1.0", buildNumber="1")
+    assert r.status_code == 200, r.text
+    address = f"/feeds/{key}/download/{link['buildId']}/A.dmg"
+    for _ in range(DOWNLOADS_PER_IP):
+        r = await builds.client.get(address, headers={"Range": "bytes=0-9"})
+        assert r.status_code == 206
+    r = await builds.client.get(address, headers={"Range": "bytes=0-9"})
+    assert_problem(r, 429, "rate_limited")
+    assert "feed downloads" in r.json()["detail"]
+    assert int(r.headers["retry-after"]) > 0
+    # The feed itself is counted apart (the update check's budgets).
+    assert (await builds.client.get(f"/feeds/{key}/sparkle/default.xml")).status_code == 200

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from buildbay.db.base import Base
+from buildbay.db.engine import LOCK_ONLY
 
 
 async def lock_row(db: AsyncSession, key: InstrumentedAttribute[Any], value: Any) -> bool:
@@ -43,7 +44,7 @@ async def lock_row(db: AsyncSession, key: InstrumentedAttribute[Any], value: Any
             update(key.class_)
             .where(key == value)
             .values({key.key: key})
-            .execution_options(synchronize_session=False)
+            .execution_options(synchronize_session=False, **{LOCK_ONLY: True})
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
     found = await db.scalar(select(key).where(key == value).with_for_update())

@@ -279,6 +279,14 @@ class UnitOfWorkSession(AsyncSession):
 
 _HELD = "buildbay.held"
 _WROTE = "buildbay.wrote"  # the current transaction has written (`connection_released`)
+_TABLES = "buildbay.tables_written"  # the tables the current transaction wrote to
+# A unit of work's info key (its sessionmaker's `info`): callables each told, synchronously as
+# the commit completes (in its greenlet: `await_only` may wait on something), the names of the
+# tables a committed transaction wrote to (feeds/cache.py: the cached feeds go stale).
+COMMIT_WATCHERS = "buildbay.commit_watchers"
+# The execution option of an UPDATE that sets a column to itself to lock a row (SQLite has no
+# SELECT ... FOR UPDATE: db/concurrency.py `lock_row`): no table changes.
+LOCK_ONLY = "buildbay_lock_only"
 _PENDING = "buildbay.after_commit.pending"
 _COMMITTED = "buildbay.after_commit.committed"
 _UNDO = "buildbay.unless_committed"
@@ -347,6 +355,7 @@ async def insert_rows(
     connection: the rows need none of the unit of work's bookkeeping."""
     if rows:
         connection = await session.connection()
+        _note_table(session, table.name)
         await connection.execute(_insert_returning_keys(table), list(rows))
 
 
@@ -369,6 +378,8 @@ async def insert_pair(session: AsyncSession, first: Row, second: Row) -> None:
     through SQLAlchemy's async layer (`run_sync`), not one each."""
     connection = await session.connection()
     session.info[_WROTE] = True  # written on the connection: no event of the session sees it
+    _note_table(session, first[0].name)
+    _note_table(session, second[0].name)
     if connection.dialect.name == "postgresql":
         params = {f"{_FIRST}{k}": v for k, v in first[1].items()}
         params |= {f"{_SECOND}{k}": v for k, v in second[1].items()}
@@ -399,15 +410,28 @@ def _insert_both(first: Table, second: Table) -> Insert:
     return insert(second).values(values(second, _SECOND)).add_cte(written)
 
 
+def _note_table(session: Session | AsyncSession, name: str) -> None:
+    session.info.setdefault(_TABLES, set()).add(name)
+
+
 @event.listens_for(UnitOfWork, "do_orm_execute")
 def _note_a_write(state: ORMExecuteState) -> None:
     if not state.is_select:
         state.session.info[_WROTE] = True
+        if state.execution_options.get(LOCK_ONLY):
+            return  # writes nothing: a watcher of committed writes need not hear of it
+        # An UPDATE, DELETE or INSERT names its table (an ORM entity's: the mapped table).
+        table = getattr(state.statement, "table", None)
+        _note_table(state.session, getattr(table, "name", None) or "?")
 
 
 @event.listens_for(UnitOfWork, "after_flush")
 def _note_a_flush(session: Session, _context: Any) -> None:
     session.info[_WROTE] = True
+    # (In after_flush the session still holds what the flush wrote.)
+    for instance in (*session.new, *session.dirty, *session.deleted):
+        table = getattr(type(instance), "__table__", None)
+        _note_table(session, getattr(table, "name", None) or "?")
 
 
 @event.listens_for(UnitOfWork, "after_commit")
@@ -416,12 +440,20 @@ def _move_to_committed(session: Session) -> None:
     session.info.pop(_UNDO, None)  # it committed: nothing to undo
     if pending := session.info.pop(_PENDING, None):
         session.info.setdefault(_COMMITTED, []).extend(pending)
+    tables = session.info.pop(_TABLES, None)
+    if tables:
+        for watcher in session.info.get(COMMIT_WATCHERS, ()):
+            try:
+                watcher(frozenset(tables))
+            except Exception:  # the commit stands
+                log.exception("a watcher of committed writes failed")
 
 
 @event.listens_for(UnitOfWork, "after_rollback")
 def _drop_pending(session: Session) -> None:
     session.info.pop(_WROTE, None)
     session.info.pop(_PENDING, None)
+    session.info.pop(_TABLES, None)
 
 
 async def _run_after_commit(session: AsyncSession) -> None:

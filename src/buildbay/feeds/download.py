@@ -50,6 +50,8 @@ class FeedFile:
     # A strong validator of the bytes (ETag, If-Range): their SHA-256, which never changes
     # under the same address (a new blockmap is new bytes, and a new tag).
     etag: str
+    # When the key that opens it stops naming its application (rotated; None: never).
+    key_expires_at: datetime | None = None
 
 
 _PUBLISHED = exists().where(BuildChannel.build_id == Build.id)
@@ -145,14 +147,14 @@ async def feed_file(
     if file_name == name:
         return FeedFile(
             row["storage_key"], row["storage_version"], name, row["file_size"],
-            f'"{row["sha256"]}"',
+            f'"{row["sha256"]}"', row["expires_at"],
         )  # fmt: skip
     if file_name == name + BLOCKMAP_SUFFIX:
         if not has_blockmap:
             raise _no_blockmap(build_id)
         return FeedFile(
             blockmap_key(row["storage_key"]), None, file_name, row["blockmap_size"],
-            f'"{row["blockmap_sha256"]}"',
+            f'"{row["blockmap_sha256"]}"', row["expires_at"],
         )  # fmt: skip
     if file_name.endswith(BLOCKMAP_SUFFIX):
         owner = await key_owner(reads, key, now)
@@ -166,6 +168,6 @@ async def feed_file(
         if older is not None:
             return FeedFile(
                 blockmap_key(older["storage_key"]), None, file_name, older["blockmap_size"],
-                f'"{older["blockmap_sha256"]}"',
+                f'"{older["blockmap_sha256"]}"', row["expires_at"],
             )  # fmt: skip
     raise _no_file(build_id, file_name[:300], name, has_blockmap)

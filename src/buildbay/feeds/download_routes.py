@@ -14,15 +14,17 @@ there).
 from __future__ import annotations
 
 import os
+import pathlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
 from starlette.types import Receive, Scope, Send
 
+from buildbay.auth.dependencies import client_ip, count_budget
 from buildbay.deps import Context, ReadsDep, TransactionRoute
 from buildbay.errors import NotFound
-from buildbay.feeds.download import feed_file
+from buildbay.feeds.download import FeedFile, feed_file
 from buildbay.feeds.ranges import MAX_RANGES, WHOLE, Ranges, requested_ranges
 from buildbay.problems import problem_responses
 from buildbay.schemas import NO_NUL_PATTERN
@@ -78,7 +80,7 @@ _ROUTE: dict[str, Any] = {
         },
         304: {"description": "The file has not changed (If-None-Match)"},
         307: {"description": "Where the storage serves the file (S3: a presigned URL)"},
-        **problem_responses(404, 416),
+        **problem_responses(404, 416, 429),
     },
 }
 
@@ -102,10 +104,30 @@ async def download_feed_file(
         Path(alias="fileName", description="The build's file name, or it + `.blockmap`", **_PATH),
     ],
 ) -> Response:
+    # Per client IP, a budget of their own at the install pages' rate (one update is many
+    # requests: HEAD, the blockmaps, a Range request per group of changed blocks).
+    await count_budget(
+        ctx, request, f"feed-download-ip:{client_ip(request)}",
+        ctx.settings.install_pages_per_minute_per_ip, "feed-downloads",
+        "More than {limit} feed downloads in a minute from this address",
+    )  # fmt: skip
     now = ctx.clock.now()
-    found = await feed_file(reads, update_key, build_id, file_name, now)
+    # Every Range request of a download asks the same: remembered (feeds/cache.py).
+    cache = ctx.feeds
+    mark = await cache.mark()
     storage = ctx.storage
-    if not isinstance(storage, LocalStorage):
+    cached: tuple[FeedFile, pathlib.Path | None] | None = cache.get(
+        ("file", update_key, build_id, file_name), mark
+    )
+    if cached is None:
+        found = await feed_file(reads, update_key, build_id, file_name, now)
+        # Where the object is, resolved once: the resolution (a system call per part of the
+        # path) cost more than the rest of the route together (py-spy, bench/feeds_download.py).
+        local = storage.path_of(found.storage_key) if isinstance(storage, LocalStorage) else None
+        cached = found, local
+        cache.put(("file", update_key, build_id, file_name), cached, mark, found.key_expires_at)
+    found, path = cached
+    if path is None:
         url = await storage.download_url(
             found.storage_key, found.file_name,
             url_expiry(now, ctx.settings.download_link_ttl_seconds), found.storage_version,
@@ -114,7 +136,6 @@ async def download_feed_file(
     headers = {"ETag": found.etag, "Cache-Control": CACHE_CONTROL}
     if _matches(request.headers.get("if-none-match"), found.etag):
         return Response(status_code=304, headers=headers)
-    path = storage.path_of(found.storage_key)
     try:
         # Not worth a thread hop (bench/feeds_download.py): the stat of a local file answers in
         # microseconds, from the inode cache of a file just served.

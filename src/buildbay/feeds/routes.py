@@ -1,6 +1,8 @@
 """The desktop updaters' feeds: public (the update key is the credential, as for the update
 check), cacheable (ETag, 304, `Cache-Control: public, max-age=60`), and counted against the
-update check's rate limits (updates/routes.py `owner_of_key`)."""
+update check's rate limits (updates/routes.py `owner_of_key`). What each answers is
+remembered until a write changes it (feeds/cache.py): the answer does not depend on who asks
+(an updater applies a staged rollout itself, from the feed's percentage or interval)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from buildbay.feeds.builds import (
     require_desktop,
     require_platform,
 )
+from buildbay.feeds.cache import Rendered
 from buildbay.problems import problem_responses
-from buildbay.updates.routes import cacheable, owner_of_key
+from buildbay.updates.routes import cacheable, etag_of, owner_of_key
 
 router = APIRouter(prefix="/feeds", tags=["desktop feeds"], route_class=TransactionRoute)
 
@@ -66,20 +69,26 @@ async def electron_feed(
         ),
     ],
 ) -> Response:
-    owner = await owner_of_key(ctx, request, reads, update_key)
+    cache = ctx.feeds
+    mark = await cache.mark()  # before anything is read (feeds/cache.py)
+    owner = await owner_of_key(ctx, request, reads, update_key, mark)
     require_desktop(owner)
-    wanted = electron.channel_file(owner.platform, name)
-    try:
-        builds = await offered_builds(reads, owner, wanted.channel, full=False)
-    except NotFound as exc:
-        if exc.code == "unknown_channel" and electron.looks_like_another_platform(name):
-            raise electron.wrong_file(owner.platform, name) from None
-        raise
-    best, files = electron.update_files(builds, owner.platform, wanted)
-    best = await release_of(reads, best)
-    public_url = ctx.settings.resolved_public_url
-    info = electron.update_info(best, files, public_url, update_key)
-    return cacheable(request, electron.render(info), ELECTRON_TYPE)
+    rendered: Rendered | None = cache.get(("electron", update_key, name), mark)
+    if rendered is None:
+        wanted = electron.channel_file(owner.platform, name)
+        try:
+            builds = await offered_builds(reads, owner, wanted.channel, full=False)
+        except NotFound as exc:
+            if exc.code == "unknown_channel" and electron.looks_like_another_platform(name):
+                raise electron.wrong_file(owner.platform, name) from None
+            raise
+        best, files = electron.update_files(builds, owner.platform, wanted)
+        best = await release_of(reads, best)
+        public_url = ctx.settings.resolved_public_url
+        body = electron.render(electron.update_info(best, files, public_url, update_key))
+        rendered = Rendered(body, etag_of(body))
+        cache.put(("electron", update_key, name), rendered, mark)
+    return cacheable(request, rendered.body, ELECTRON_TYPE, rendered.etag)
 
 
 @router.get(
@@ -95,15 +104,23 @@ async def sparkle_feed(
     update_key: UpdateKey,
     channel: Annotated[str, Path(description="The release channel (`default`, `beta`, ...)")],
 ) -> Response:
-    owner = await owner_of_key(ctx, request, reads, update_key)
+    cache = ctx.feeds
+    mark = await cache.mark()
+    owner = await owner_of_key(ctx, request, reads, update_key, mark)
     require_platform(owner, "macos", "Sparkle")
-    builds = await offered_builds(reads, owner, channel, sparkle.MAX_ITEMS)
-    title = await application_name(reads, owner)
-    body = sparkle.appcast(
-        builds, title=title, channel=channel, public_url=ctx.settings.resolved_public_url,
-        update_key=update_key, now=ctx.clock.now(),
-    )  # fmt: skip
-    return cacheable(request, body, SPARKLE_TYPE)
+    rendered: Rendered | None = cache.get(("sparkle", update_key, channel), mark)
+    if rendered is None:
+        builds = await offered_builds(reads, owner, channel, sparkle.MAX_ITEMS)
+        title = await application_name(reads, owner)
+        now = ctx.clock.now()
+        body = sparkle.appcast(
+            builds, title=title, channel=channel, public_url=ctx.settings.resolved_public_url,
+            update_key=update_key, now=now,
+        )  # fmt: skip
+        rendered = Rendered(body, etag_of(body))
+        # A phased rollout's interval grows with time (sparkle.py): good until its next step.
+        cache.put(("sparkle", update_key, channel), rendered, mark, sparkle.changes_at(builds, now))
+    return cacheable(request, rendered.body, SPARKLE_TYPE, rendered.etag)
 
 
 @router.get(
@@ -119,11 +136,17 @@ async def appinstaller_feed(
     update_key: UpdateKey,
     channel: Annotated[str, Path(description="The release channel (`default`, `beta`, ...)")],
 ) -> Response:
-    owner = await owner_of_key(ctx, request, reads, update_key)
+    cache = ctx.feeds
+    mark = await cache.mark()
+    owner = await owner_of_key(ctx, request, reads, update_key, mark)
     require_platform(owner, "windows", "App Installer")
-    builds = await offered_builds(reads, owner, channel)
-    body = appinstaller.appinstaller(
-        builds, channel=channel, public_url=ctx.settings.resolved_public_url,
-        update_key=update_key,
-    )  # fmt: skip
-    return cacheable(request, body, APPINSTALLER_TYPE)
+    rendered: Rendered | None = cache.get(("appinstaller", update_key, channel), mark)
+    if rendered is None:
+        builds = await offered_builds(reads, owner, channel)
+        body = appinstaller.appinstaller(
+            builds, channel=channel, public_url=ctx.settings.resolved_public_url,
+            update_key=update_key,
+        )  # fmt: skip
+        rendered = Rendered(body, etag_of(body))
+        cache.put(("appinstaller", update_key, channel), rendered, mark)
+    return cacheable(request, rendered.body, APPINSTALLER_TYPE, rendered.etag)

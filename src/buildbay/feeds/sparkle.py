@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 from xml.etree.ElementTree import Element, SubElement, register_namespace, tostring
@@ -62,6 +62,19 @@ def phased_interval(percent: int, published: datetime, now: datetime) -> int:
     elapsed = max(0.0, (_utc(now) - _utc(published)).total_seconds())
     elapsed -= elapsed % INTERVAL_GRANULARITY
     return max(INTERVAL_GRANULARITY, int(elapsed / (groups_of(percent) - 0.5)))
+
+
+def changes_at(builds: list[FeedBuild], now: datetime) -> datetime | None:
+    """When the appcast of `builds` served at `now` next differs by time alone: the next step
+    (INTERVAL_GRANULARITY) of a phased rollout's interval; None: not by time."""
+    steps = []
+    for build in builds:
+        if build.rollout_percent < 100 and build.verified_at is not None:
+            published = _utc(build.verified_at)
+            elapsed = max(0.0, (_utc(now) - published).total_seconds())
+            step = math.floor(elapsed / INTERVAL_GRANULARITY) + 1
+            steps.append(published + timedelta(seconds=step * INTERVAL_GRANULARITY))
+    return min(steps, default=None)
 
 
 def _uses_sparkle(root: Element) -> bool:

@@ -163,10 +163,19 @@ def unknown_key() -> NotFound:
 
 async def key_owner(reads: Reads, key: str, now: datetime) -> KeyOwner:
     """The application a key names: its current key, or one rotated less than 7 days ago."""
+    owner, _ = await key_owner_until(reads, key, now)
+    return owner
+
+
+async def key_owner_until(
+    reads: Reads, key: str, now: datetime
+) -> tuple[KeyOwner, datetime | None]:
+    """`key_owner`, and when the key stops naming it (a rotated key's expiry; None: never)."""
     row = await reads.first(_KEY, {"key": key})
     if row is None or (row["expires_at"] is not None and row["expires_at"] <= now):
         raise unknown_key()
-    return KeyOwner(row["application_id"], row["project_id"], str(row["platform"]))
+    owner = KeyOwner(row["application_id"], row["project_id"], str(row["platform"]))
+    return owner, row["expires_at"]
 
 
 def unknown_channel(channel: str) -> NotFound:

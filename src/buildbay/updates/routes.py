@@ -14,15 +14,17 @@ from buildbay.builds.dependencies import install_link_reads, install_links
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import Context, ReadsDep, TransactionRoute, request_session
+from buildbay.feeds.cache import Mark
 from buildbay.problems import problem_responses
 from buildbay.schemas import NO_NUL_PATTERN
 from buildbay.updates import schemas
-from buildbay.updates.check import Answer, Caller, KeyOwner, answer, key_owner, unknown_key
+from buildbay.updates.check import Answer, Caller, KeyOwner, answer, key_owner_until, unknown_key
 from buildbay.updates.versions import MAX_LENGTH
 
 router = APIRouter(prefix="/api/updates", tags=["updates"], route_class=TransactionRoute)
 
 CACHE_CONTROL = "public, max-age=60"
+_KEY_OWNER = "key owner"  # the feeds' cache's entries of update keys
 INSTALL_ID_MAX = 128
 INSTALL_ID_PATTERN = "^[A-Za-z0-9._:-]+$"
 _SHORT = {"max_length": MAX_LENGTH, "pattern": NO_NUL_PATTERN}
@@ -57,19 +59,27 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
-def cacheable(request: Request, body: bytes, media_type: str) -> Response:
-    """`body` with its ETag and the public cache's header; 304 when the client has it
-    (If-None-Match). The update check's answers and the desktop feeds (feeds/routes.py)."""
-    etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+def etag_of(body: bytes) -> str:
+    return f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+
+
+def cacheable(request: Request, body: bytes, media_type: str, etag: str | None = None) -> Response:
+    """`body` with its ETag (`etag_of(body)`, unless given) and the public cache's header; 304
+    when the client has it (If-None-Match). The update check's answers and the desktop feeds
+    (feeds/routes.py)."""
+    etag = etag or etag_of(body)
     headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
     if _matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
     return Response(body, media_type=media_type, headers=headers)
 
 
-async def owner_of_key(ctx: AppContext, request: Request, reads: Reads, key: str) -> KeyOwner:
+async def owner_of_key(
+    ctx: AppContext, request: Request, reads: Reads, key: str, mark: Mark | None = None
+) -> KeyOwner:
     """The application an update key names, counted against the update check's budgets: per
-    client IP before the key is looked up, per application after (the feeds share them)."""
+    client IP before the key is looked up, per application after (the feeds share them).
+    With the feeds' cache's `mark` (feeds/cache.py), the key's application is remembered."""
     settings = ctx.settings
     await count_budget(
         ctx, request, f"update-ip:{client_ip(request)}", settings.update_checks_per_minute_per_ip,
@@ -77,7 +87,10 @@ async def owner_of_key(ctx: AppContext, request: Request, reads: Reads, key: str
     )  # fmt: skip
     if not key.startswith(UPDATE_KEY_PREFIX) or len(key) > UPDATE_KEY_MAX:
         raise unknown_key()
-    owner = await key_owner(reads, key, ctx.clock.now())
+    owner: KeyOwner | None = ctx.feeds.get((_KEY_OWNER, key), mark)
+    if owner is None:
+        owner, until = await key_owner_until(reads, key, ctx.clock.now())
+        ctx.feeds.put((_KEY_OWNER, key), owner, mark, until)
     await count_budget(
         ctx, request, f"update-app:{owner.application_id}",
         settings.update_checks_per_minute_per_key, "updates-key",
