@@ -84,12 +84,12 @@ async def _answer(
             "Content-Disposition": f'attachment; filename="audit-log-{file_stem}.ndjson"',
             "Cache-Control": "no-store",
         }
-        return StreamingResponse(_lines(batches), media_type=NDJSON, headers=headers)
+        return StreamingResponse(ndjson_lines(batches), media_type=NDJSON, headers=headers)
     rows, next_cursor = await entries_page(reads, scope, only, limit, after_id)
     return AuditLog(entries=[entry_schema(row) for row in rows], next_cursor=next_cursor)
 
 
-async def _lines(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
+async def ndjson_lines(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
     async for rows in batches:
         yield b"".join(
             entry_schema(row).model_dump_json(by_alias=True).encode() + b"\n" for row in rows
