@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from buildbay.audit.enums import AuditAction
 from buildbay.audit.reads import ACTOR_KINDS, AuditFilter
-from buildbay.audit.record import AuditAction
 from buildbay.errors import ValidationFailed
 from buildbay.text import normal_email_text
 

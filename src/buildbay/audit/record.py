@@ -14,7 +14,6 @@ the route's or the console's caller), never the request.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,9 +21,15 @@ from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.enums import ActorKind, AuditAction
 from buildbay.audit.models import AuditEntry
 from buildbay.ids import new_id
 from buildbay.text import BIDI_CLASS, CONTROL_CLASS
+
+__all__ = [
+    "NO_ORIGIN", "OPERATOR", "SYSTEM", "Actor", "ActorKind", "AuditAction", "Origin", "Target",
+    "actor_of", "attach_origin", "neutralised", "origin_of", "record",
+]  # fmt: skip
 
 _USER_AGENT_KEPT = 500  # the column's length
 _NAME_KEPT = 500
@@ -34,46 +39,6 @@ _ORIGIN_KEY = "buildbay.audit.origin"
 # What a page, a log line or a terminal would act on rather than show: control characters
 # (line breaks, escapes) and bidirectional controls become U+FFFD.
 _UNSHOWABLE = re.compile(f"[{CONTROL_CLASS}{BIDI_CLASS}]")
-
-
-class AuditAction(enum.StrEnum):
-    SIGN_IN = "auth.sign_in"
-    SIGN_IN_FAILED = "auth.sign_in_failed"
-    PASSWORD_CHANGED = "auth.password_changed"
-    PASSWORD_RESET = "auth.password_reset"
-    TOKEN_CREATED = "auth.token_created"
-    TOKEN_REVOKED = "auth.token_revoked"
-    MEMBER_ADDED = "member.added"
-    MEMBER_REMOVED = "member.removed"
-    MEMBER_ROLE_CHANGED = "member.role_changed"
-    INVITATION_SENT = "invitation.sent"
-    INVITATION_ACCEPTED = "invitation.accepted"
-    INVITATION_REVOKED = "invitation.revoked"
-    PROJECT_CREATED = "project.created"
-    PROJECT_RENAMED = "project.renamed"
-    PROJECT_DELETED = "project.deleted"
-    APPLICATION_CREATED = "application.created"
-    APPLICATION_RENAMED = "application.renamed"
-    APPLICATION_DELETED = "application.deleted"
-    BUILD_UPLOADED = "build.uploaded"
-    BUILD_DELETED = "build.deleted"
-    INSTALL_LINK_CREATED = "install_link.created"
-    INSTALL_LINK_REVOKED = "install_link.revoked"
-    WEBHOOK_CREATED = "webhook.created"
-    WEBHOOK_CHANGED = "webhook.changed"
-    WEBHOOK_DELETED = "webhook.deleted"
-    PLAN_CHANGED = "plan.changed"
-    TRUSTED_PUBLISHER_ADDED = "trusted_publisher.added"
-    TRUSTED_PUBLISHER_REMOVED = "trusted_publisher.removed"
-    TRUSTED_PUBLISHER_EXCHANGED = "trusted_publisher.exchanged"
-    SSO_GROUPS_CHANGED = "sso_groups.changed"
-
-
-class ActorKind(enum.StrEnum):
-    USER = "user"
-    OPERATOR = "operator"  # a `buildbay` command run on the server
-    CI = "ci"  # a trusted publisher's short-lived token
-    SYSTEM = "system"  # the server itself (retention, an expiry)
 
 
 class HasIdAndEmail(Protocol):

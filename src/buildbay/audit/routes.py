@@ -3,12 +3,12 @@ no endpoint changes or deletes an entry."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from buildbay.audit.export import NDJSON, download_headers, ndjson_lines
 from buildbay.audit.filters import FILTER_QUERY, audit_filter_of, wants_ndjson
 from buildbay.audit.reads import AuditScope, entries_page, every_entry
 from buildbay.audit.schemas import AuditLog, entry_schema
@@ -20,7 +20,6 @@ from buildbay.schemas import PAGE_QUERY
 
 router = APIRouter(tags=["audit log"], route_class=TransactionRoute)
 
-NDJSON = "application/x-ndjson"
 _QUERY = {"parameters": [*PAGE_QUERY["parameters"], *FILTER_QUERY]}
 
 
@@ -80,17 +79,8 @@ async def _answer(
     only = audit_filter_of(query)
     if wants_ndjson(query):
         batches = await every_entry(reads, ctx.read_engine, scope, only)
-        headers = {
-            "Content-Disposition": f'attachment; filename="audit-log-{file_stem}.ndjson"',
-            "Cache-Control": "no-store",
-        }
-        return StreamingResponse(ndjson_lines(batches), media_type=NDJSON, headers=headers)
+        return StreamingResponse(
+            ndjson_lines(batches), media_type=NDJSON, headers=download_headers(file_stem)
+        )
     rows, next_cursor = await entries_page(reads, scope, only, limit, after_id)
     return AuditLog(entries=[entry_schema(row) for row in rows], next_cursor=next_cursor)
-
-
-async def ndjson_lines(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
-    async for rows in batches:
-        yield b"".join(
-            entry_schema(row).model_dump_json(by_alias=True).encode() + b"\n" for row in rows
-        )

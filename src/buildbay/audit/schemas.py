@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from buildbay.audit.record import AuditAction
+from buildbay.audit.enums import AuditAction
 from buildbay.schemas import ApiModel, Timestamp
 
 

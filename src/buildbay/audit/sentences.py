@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from buildbay.audit.record import AuditAction
+from buildbay.audit.enums import AuditAction
 
 A = AuditAction
 ACTION_WORDS: dict[str, str] = {

@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
+from buildbay.audit.export import NDJSON, download_headers, ndjson_lines
 from buildbay.audit.filters import ACTIONS, audit_filter_of
 from buildbay.audit.reads import AuditScope, entries_page, every_entry
-from buildbay.audit.routes import NDJSON, ndjson_lines
 from buildbay.audit.sentences import ACTION_WORDS, sentence
 from buildbay.console.pages import ConsoleRoute, page, search_and_cursor, visit
 from buildbay.console.session import Visitor
@@ -101,8 +101,6 @@ def _set(values: dict[str, str]) -> dict[str, str]:
 async def _export(request: Request, reads: Reads, scope: AuditScope, stem: str) -> Response:
     only = audit_filter_of(request.query_params)  # a bad filter: the console's 422 page
     batches = await every_entry(reads, get_context(request).read_engine, scope, only)
-    headers = {
-        "Content-Disposition": f'attachment; filename="audit-log-{stem}.ndjson"',
-        "Cache-Control": "no-store",
-    }
-    return StreamingResponse(ndjson_lines(batches), media_type=NDJSON, headers=headers)
+    return StreamingResponse(
+        ndjson_lines(batches), media_type=NDJSON, headers=download_headers(stem)
+    )
