@@ -9,11 +9,12 @@ PostgreSQL:
    (target: within 1.5x, exit status 1 past it).
 
 2. What recording costs the writes. The same write requests run with recording and without
-   it, in the same process, in blocks of four rounds (with, without, without, with): each round
-   runs ITERATIONS sequences of
-   create project, add a member, change the member's role, create an application, upload a
-   small build (upload-link, PUT, verify: load.py's write requests), create an API token and
-   revoke it (9 requests, 7 entries). "Without" is the same build of the app with
+   it, in the same process, in blocks of four rounds (with, without, without, with), for two
+   workloads: load.py's write requests (bench/load.py: upload-link, PUT of --upload-mib MiB
+   of random bytes, verify; the verify records `build.uploaded`), and the cheapest writes
+   there are, each of which records (create project, add a member, change the member's role,
+   create an application, upload a 16-byte build, create an API token and revoke it: 9
+   requests, 7 entries), the worst case. "Without" is the same build of the app with
    `audit.record.record` turned into a function that returns at once (its code object swapped
    for an empty one's, so every caller, which imported the function itself, gets the no-op;
    swapped back for the next round). It prints the median per-request time of each, and the
@@ -40,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -78,6 +80,9 @@ async def main() -> int:
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=15, help="blocks of 4 write rounds")
     parser.add_argument("--skip-paging", action="store_true")
+    parser.add_argument(
+        "--upload-mib", type=int, default=1, help="each upload's size (load.py: 1-50)"
+    )
     parser.add_argument("--iterations", type=int, default=4, help="sequences in a round")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
@@ -266,28 +271,57 @@ async def recording(client: httpx.AsyncClient, ctx: AppContext, args: argparse.N
             .where(User.id.in_([owner_id, member_id]))
             .values(email_verified_at=datetime.now(UTC))
         )
+    r = await client.post("/api/projects", json={"name": "Uploads"}, headers=owner)
+    project_id = r.json()["id"]
+    r = await client.post(
+        f"/api/projects/{project_id}/applications", json={"name": "App"}, headers=owner
+    )
+    builds = f"/api/app-distribution/{project_id}/{r.json()['id']}/builds"
+    counter = [0]
+    uploads_ok = await ab_blocks(
+        f"load.py's write requests: upload-link, PUT of {args.upload_mib} MiB, verify "
+        "(1 entry in 3 requests)",
+        lambda: upload_sequence(client, owner, builds, args.upload_mib, counter),
+        ctx, args.rounds, args.iterations,
+    )  # fmt: skip
+    metadata_ok = await ab_blocks(
+        "the cheapest writes: project, member, role, application, a tiny upload, token and "
+        "its revocation (7 entries in 9 requests)",
+        lambda: write_sequence(client, owner, counter),
+        ctx, args.rounds, args.iterations,
+    )  # fmt: skip
+    return uploads_ok and metadata_ok
+
+
+async def ab_blocks(
+    title: str,
+    sequence: Callable[[], Awaitable[int]],
+    ctx: AppContext,
+    rounds: int,
+    iterations: int,
+) -> bool:
+    """`sequence` run in blocks of four rounds (with recording, without, without, with)."""
     real_code = audit_record.record.__code__
     meter = CpuMeter(ctx)
-    counter = [0]
     for _ in range(3):
-        await write_sequence(client, owner, counter)  # warm-up, recorded
+        await sequence()  # warm-up, recorded
 
     async def one_round(recorded: bool) -> tuple[float, float]:
         audit_record.record.__code__ = real_code if recorded else _skip.__code__
         wall, cpu = time.perf_counter(), await meter.start()
         requests = 0
-        for _ in range(args.iterations):
-            requests += await write_sequence(client, owner, counter)
+        for _ in range(iterations):
+            requests += await sequence()
         return (time.perf_counter() - wall) * 1e3 / requests, await meter.since(
             cpu
         ) * 1e3 / requests
 
-    # Blocks of four rounds, with, without, without, with: each block's ratio compares rounds
-    # run moments apart (the machine's other load and the database's growth drift slowly),
-    # and the median of the blocks' ratios leaves out the blocks a burst of other work hit.
+    # Each block's ratio compares rounds run moments apart (the machine's other load and the
+    # database's growth drift slowly), and the median of the blocks' ratios leaves out the
+    # blocks a burst of other work hit.
     blocks: list[tuple[tuple[float, float], tuple[float, float]]] = []
     try:
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             a1, b1, b2, a2 = [await one_round(r) for r in (True, False, False, True)]
             blocks.append(((a1[0] + a2[0], a1[1] + a2[1]), (b1[0] + b2[0], b1[1] + b2[1])))
     finally:
@@ -300,9 +334,8 @@ async def recording(client: httpx.AsyncClient, ctx: AppContext, args: argparse.N
     without_wall = statistics.median(b[0] / 2 for _, b in blocks)
     ratio = statistics.median(cpu_ratios)
     ok = ratio < MOST_RECORDING_RATIO
-    print(f"\nwrite requests with and without recording: {args.rounds} blocks of 4 rounds "
-          f"(with, without, without, with), {args.iterations} sequences of 9 requests "
-          "a round")  # fmt: skip
+    print(f"\n{title}: {rounds} blocks of 4 rounds (with, without, without, with), "
+          f"{iterations} sequences a round")  # fmt: skip
     print(f"{'':18} {'wall ms/req':>11} {'cpu ms/req':>10}")
     print(f"{'with recording':18} {with_wall:11.3f} {with_cpu:10.3f}")
     print(f"{'without':18} {without_wall:11.3f} {without_cpu:10.3f}")
@@ -313,6 +346,23 @@ async def recording(client: httpx.AsyncClient, ctx: AppContext, args: argparse.N
     print(f"target: recording adds under {MOST_RECORDING_RATIO - 1:.0%} (median CPU ratio): "
           f"{'met' if ok else 'MISSED'}")  # fmt: skip
     return ok
+
+
+async def upload_sequence(
+    client: httpx.AsyncClient, owner: dict[str, str], builds: str, mib: int, counter: list[int]
+) -> int:
+    """load.py's write requests: one build's upload-link, PUT and verify (its entry)."""
+    counter[0] += 1
+    data = os.urandom(mib * 1024 * 1024 - 16) + counter[0].to_bytes(16, "big")
+    r = await client.post(f"{builds}/upload-link", json={"fileName": "app.zip",
+                          "fileSize": len(data)}, headers=owner)  # fmt: skip
+    assert r.status_code == 201, r.text
+    link = r.json()
+    r = await client.put(link["uploadUrl"], content=data, headers=link["uploadHeaders"])
+    assert r.status_code == 200, r.text
+    r = await client.post(f"{builds}/verify", json={"buildId": link["buildId"]}, headers=owner)
+    assert r.status_code == 200, r.text
+    return 3
 
 
 async def write_sequence(
