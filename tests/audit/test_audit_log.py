@@ -527,7 +527,7 @@ async def test_pages_come_newest_first_with_cursors_and_filters(
         ({"action": "build.stolen"}, "action"),
         ({"since": "yesterday"}, "since"),
         ({"until": "2026-13-01"}, "until"),
-        ({"since": "2026-11-02", "until": "2026-11-01"}, "until"),
+        ({"actor": "a\x00b"}, "actor"),
         ({"actor": "x" * 321}, "actor"),
         ({"format": "csv"}, "format"),
         ({"limit": "0"}, "limit"),

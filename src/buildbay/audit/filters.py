@@ -10,6 +10,7 @@ from typing import Any
 from buildbay.audit.enums import AuditAction
 from buildbay.audit.reads import ACTOR_KINDS, AuditFilter
 from buildbay.errors import ValidationFailed
+from buildbay.schemas import NO_NUL_PATTERN
 from buildbay.text import normal_email_text
 
 ACTOR_MAX = 320
@@ -21,13 +22,13 @@ FILTER_QUERY: list[dict[str, Any]] = [
      "description": "Only entries of this action", "schema": {"type": "string", "enum": ACTIONS}},
     {"name": "actor", "in": "query", "required": False,
      "description": "Only entries by this actor: an e-mail, a user id, or `operator`, `system`, "
-     "`ci`", "schema": {"type": "string", "maxLength": ACTOR_MAX}},
+     "`ci`", "schema": {"type": "string", "maxLength": ACTOR_MAX, "pattern": NO_NUL_PATTERN}},
     {"name": "since", "in": "query", "required": False,
      "description": "Only entries at or after this instant (ISO 8601; a date is its start, UTC)",
      "schema": {"type": "string", "format": "date-time"}},
     {"name": "until", "in": "query", "required": False,
      "description": "Only entries before this instant (ISO 8601; a date includes that whole "
-     "day, UTC)", "schema": {"type": "string", "format": "date-time"}},
+     "day, UTC; before `since`: no entry)", "schema": {"type": "string", "format": "date-time"}},
     {"name": "format", "in": "query", "required": False,
      "description": "`ndjson`: the whole filtered log as one JSON entry a line, for export "
      "(limit and cursor ignored)", "schema": {"type": "string", "enum": ["json", "ndjson"]}},
@@ -50,9 +51,7 @@ def audit_filter_of(query: Mapping[str, str]) -> AuditFilter:
         elif actor not in ACTOR_KINDS:
             actor = actor.strip()
     since = _instant(query, "since", end_of_day=False)
-    until = _instant(query, "until", end_of_day=True)
-    if since is not None and until is not None and until <= since:
-        raise ValidationFailed.for_field("until", "must be after since")
+    until = _instant(query, "until", end_of_day=True)  # before since: no entry, not an error
     return AuditFilter(action, actor, since, until)
 
 
@@ -73,10 +72,21 @@ def _instant(query: Mapping[str, str], field: str, *, end_of_day: bool) -> datet
         if len(text) == 10:
             day = date.fromisoformat(text)
             instant = datetime.combine(day, time(), UTC)
-            return instant + timedelta(days=1) if end_of_day else instant
+            return _shifted(instant, timedelta(days=1) if end_of_day else timedelta(0))
         instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (ValueError, OverflowError):
+    except ValueError:
         raise ValidationFailed.for_field(
             field, "must be an ISO 8601 date (2026-11-28) or date and time (2026-11-28T09:30:00Z)"
         ) from None
-    return instant.replace(tzinfo=UTC) if instant.tzinfo is None else instant.astimezone(UTC)
+    if instant.tzinfo is None:
+        return instant.replace(tzinfo=UTC)
+    return _shifted(instant.replace(tzinfo=None), -instant.utcoffset())  # type: ignore[operator]
+
+
+def _shifted(naive_or_utc: datetime, by: timedelta) -> datetime:
+    """`naive_or_utc` + `by` in UTC; past the calendar's ends (year 1, year 9999), its end: a
+    valid instant is never refused for where its offset takes it."""
+    try:
+        return (naive_or_utc + by).replace(tzinfo=UTC)
+    except OverflowError:
+        return (datetime.max if by > timedelta(0) else datetime.min).replace(tzinfo=UTC)
