@@ -92,7 +92,11 @@ class LeakGuard:
                 raise Leak(f"{where} shows again a secret that {origin} issued:\n{seen[:2000]}")
         if (found := INTERNALS.search(seen)) is not None:
             raise Leak(f"{where} contains {found.group(0)!r}:\n{seen[:2000]}")
-        if response.is_success and "json" in response.headers.get("content-type", ""):
+        content_type = response.headers.get("content-type", "")
+        if response.is_success and "ndjson" in content_type:  # an export: a document a line
+            for line in response.text.splitlines():
+                self._remember_secrets(json.loads(line), where)
+        elif response.is_success and "json" in content_type:
             self._remember_secrets(response.json(), where)
 
     def _remember_secrets(self, body: Any, where: str) -> None:

@@ -94,6 +94,8 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/projects/{id}/members/{userId}"): "admin",
     ("POST", "/api/projects/{id}/invitations"): "admin",
     ("GET", "/api/projects/{id}/invitations"): "admin",
+    ("GET", "/api/projects/{id}/audit-log"): "admin",
+    ("GET", "/api/account/audit-log"): ANY_USER,
     ("DELETE", "/api/projects/{id}/invitations/{invitationId}"): "admin",
     ("POST", "/api/invitations/accept"): ANY_USER,
     ("POST", "/api/invitations/decline"): ANY_USER,
@@ -234,6 +236,9 @@ TOKEN_SCOPE: dict[tuple[str, str], str | None] = {
     ("DELETE", "/api/projects/{id}/members/{userId}"): UNSCOPED,
     ("POST", "/api/projects/{id}/invitations"): UNSCOPED,
     ("GET", "/api/projects/{id}/invitations"): READ,
+    # Read with a read token (a log collector's); the account's, by a token free of limits.
+    ("GET", "/api/projects/{id}/audit-log"): READ,
+    ("GET", "/api/account/audit-log"): UNSCOPED,
     ("DELETE", "/api/projects/{id}/invitations/{invitationId}"): UNSCOPED,
     ("GET", "/api/projects/{id}/groups"): READ,
     ("POST", "/api/projects/{id}/groups"): UNSCOPED,
@@ -328,6 +333,7 @@ ALL_PROJECTS = {
     ("GET", "/api/account/devices"),
     ("PATCH", "/api/account/devices/{id}"),
     ("DELETE", "/api/account/devices/{id}"),
+    ("GET", "/api/account/audit-log"),
 }
 # Routes outside /api, by path prefix, and what guards them instead of a bearer token.
 OUTSIDE_API = {

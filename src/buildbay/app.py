@@ -20,6 +20,7 @@ from fastapi_offline import FastAPIOffline
 from buildbay import __version__, redis_pool
 from buildbay.api_docs import add_redoc
 from buildbay.applications.routes import router as applications_router
+from buildbay.audit.routes import router as audit_router
 from buildbay.auth.cache import AccessTokenCache
 from buildbay.auth.password_reset import PASSWORD_RESET_JOB, password_reset_handler
 from buildbay.auth.revocations import SharedRevocations
@@ -105,6 +106,7 @@ API_SECTIONS = (
     "trusted publishers",
     "channels",
     "webhooks",
+    "audit log",
     "builds",
     "devices",
     "feedback",
@@ -274,6 +276,7 @@ def create_app(
         channels_router,
         webhooks_router,
         webhook_deliveries_router,
+        audit_router,
         apple_router,
         feedback_team_router,
         storage_router,
@@ -321,8 +324,9 @@ async def _sweep_forever(ctx: AppContext) -> None:
         await asyncio.sleep(ctx.settings.sweep_interval_seconds)
         try:
             await sweep(
-                ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url
-            )
+                ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url,
+                audit_retention_days=ctx.settings.audit_retention_days,
+            )  # fmt: skip
         except Exception:
             log.exception("sweeping failed; trying again next round")
 

@@ -206,10 +206,12 @@ def set_plan(
 ) -> None:
     """Move a user to another plan (its rate limit and largest build file follow)."""
 
-    from sqlalchemy import update
+    from sqlalchemy import select
 
+    from buildbay.audit.record import OPERATOR, AuditAction, Target, record
     from buildbay.auth.logins import normalise_email
     from buildbay.auth.models import User
+    from buildbay.clock import SystemClock
     from buildbay.config import Plan
     from buildbay.db.engine import create_sessionmaker
 
@@ -222,10 +224,17 @@ def set_plan(
 
     async def run(engine: AsyncEngine) -> int:
         async with create_sessionmaker(engine)() as db, db.begin():
-            result = await db.execute(
-                update(User).where(User.email == normalise_email(email)).values(plan=plan)
+            user = await db.scalar(
+                select(User).where(User.email == normalise_email(email)).with_for_update()
             )
-            return int(result.rowcount)  # type: ignore[attr-defined]
+            if user is None:
+                return 0
+            before, user.plan = user.plan, plan
+            # Recorded with the change, by the operator (whoever runs commands on the server).
+            record(db, at=SystemClock().now(), actor=OPERATOR, action=AuditAction.PLAN_CHANGED,
+                   target=Target("user", user.id, user.email), subject_user_id=user.id,
+                   details={"from": Plan(before).value, "to": plan.value})  # fmt: skip
+            return 1
 
     if _on_database(settings, run) == 0:
         typer.echo(f"buildbay: no user with e-mail {email}", err=True)
@@ -358,16 +367,18 @@ def sweep() -> None:
 
     async def run(_: AsyncEngine) -> Swept:
         return await sweep(
-            ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url
-        )
+            ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url,
+            audit_retention_days=ctx.settings.audit_retention_days,
+        )  # fmt: skip
 
     swept = _on_database(settings, run, ctx)
     typer.echo(
         f"swept {swept.expired_uploads} expired pending builds, "
         f"{swept.retention} builds beyond their retention rule, "
         f"{swept.abandoned_uploads} partial files of interrupted uploads, "
-        f"{swept.orphan_objects} stored files no build owned "
-        f"and {swept.orphan_uploads} multipart uploads no build owned"
+        f"{swept.orphan_objects} stored files no build owned, "
+        f"{swept.orphan_uploads} multipart uploads no build owned "
+        f"and {swept.audit_entries} audit entries past their retention"
     )
 
 

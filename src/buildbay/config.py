@@ -156,6 +156,8 @@ class Settings(BaseSettings):
     verification_mails_per_address_per_day: PositiveInt = 3
 
     sweep_interval_seconds: Annotated[int, Field(ge=0)] = 300
+    # The audit log keeps an entry this many days; the sweeper deletes older ones (audit/).
+    audit_retention_days: PositiveInt = 365
     # How long a request body may take to arrive (an upload's: the longest pause between two
     # of its chunks); past it the answer is 408 and the connection is closed.
     body_read_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0

@@ -11,6 +11,7 @@ from fastapi import Depends, Request, Response
 from fastapi.routing import APIRoute
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import attach_origin
 from buildbay.context import AppContext
 from buildbay.db.engine import finish
 from buildbay.db.reads import Reads
@@ -103,6 +104,9 @@ def request_session(request: Request) -> AsyncSession:
     if session is None:
         _require_transaction_route(scope, _SESSION)
         session = scope[_SESSION] = get_context(request).sessions()
+        # Where the request's changes come from, for the audit entries it may record.
+        client = request.client
+        attach_origin(session, client.host if client else None, request.headers.get("user-agent"))
     return session
 
 

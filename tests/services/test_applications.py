@@ -11,6 +11,7 @@ from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
 from buildbay.applications.reads import application_view, applications_page
 from buildbay.applications.service import ApplicationService
+from buildbay.audit.record import OPERATOR
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
@@ -34,6 +35,7 @@ async def test_an_application_is_created_with_its_retention_rule_and_no_builds(
     view = await applications.create(
         project,
         {"name": "Acme iOS", "platform": Platform.IOS, "retention": {"keep_last": 3}},
+        by=OPERATOR,
     )
     await finish(db, ok=True)
 
@@ -51,11 +53,15 @@ async def test_an_update_changes_only_what_it_names_and_moves_updated_at(
 ) -> None:
     project = await given.project(await given.user())
     created = await ApplicationService(db, clock.now()).create(
-        project, {"name": "Acme", "bundle_id": "com.acme", "retention": {"keep_days": 30}}
+        project,
+        {"name": "Acme", "bundle_id": "com.acme", "retention": {"keep_days": 30}},
+        by=OPERATOR,
     )
     clock.advance(minutes=5)
 
-    view = await ApplicationService(db, clock.now()).update(created.application, {"name": "Acme 2"})
+    view = await ApplicationService(db, clock.now()).update(
+        created.application, {"name": "Acme 2"}, by=OPERATOR
+    )
 
     application = view.application
     assert (application.name, application.bundle_id) == ("Acme 2", "com.acme")
@@ -68,10 +74,10 @@ async def test_a_null_retention_clears_both_of_its_columns(
 ) -> None:
     project = await given.project(await given.user())
     created = await applications.create(
-        project, {"name": "Acme", "retention": {"keep_last": 5, "keep_days": 7}}
+        project, {"name": "Acme", "retention": {"keep_last": 5, "keep_days": 7}}, by=OPERATOR
     )
 
-    view = await applications.update(created.application, {"retention": None})
+    view = await applications.update(created.application, {"retention": None}, by=OPERATOR)
 
     assert view.application.retention_keep_last is None
     assert view.application.retention_keep_days is None
@@ -125,7 +131,7 @@ async def test_a_deleted_applications_files_go_only_once_the_delete_has_committe
     pending = await given.build(application, owner, stored=True)
     other = await given.build(kept, owner, status=BuildStatus.READY)
 
-    await applications.delete(application, storage)
+    await applications.delete(application, storage, by=OPERATOR)
     await db.flush()
 
     assert await storage.stat(ready.storage_key) is not None  # not before the commit
@@ -144,7 +150,7 @@ async def test_an_application_delete_that_rolls_back_keeps_its_files(
     build = await given.build(application, owner, status=BuildStatus.READY)
     key, build_id = build.storage_key, build.id
 
-    await applications.delete(application, storage)
+    await applications.delete(application, storage, by=OPERATOR)
     await db.flush()
     await finish(db, ok=False)
 

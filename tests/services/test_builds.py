@@ -16,6 +16,7 @@ from buildbay.applications.enums import Platform
 from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION
 from buildbay.applications.records import ApplicationRecord
+from buildbay.audit.record import OPERATOR
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.models import Build
@@ -166,7 +167,7 @@ async def test_verify_makes_the_build_ready_with_the_stored_bytes_hash(
 ) -> None:
     pending = await given.build(application, owner, DATA, stored=True)
 
-    build = await builds.verify(application, pending.id, "first beta")
+    build = await builds.verify(application, pending.id, "first beta", by=OPERATOR)
 
     assert build.status is BuildStatus.READY
     assert build.sha256 == hashlib.sha256(DATA).hexdigest()
@@ -184,7 +185,7 @@ async def test_verify_without_bytes_is_upload_incomplete_and_can_be_retried_once
     build_id, key, application_id = pending.id, pending.storage_key, application.id
 
     with raises(ValidationFailed, "upload_incomplete") as caught:
-        await builds.verify(application, build_id, None)
+        await builds.verify(application, build_id, None, by=OPERATOR)
     assert "No bytes have arrived" in caught.value.detail
     # The request fails: its hold on the object goes with its rollback (which also expires
     # the objects it had loaded; the next request loads its own).
@@ -192,7 +193,9 @@ async def test_verify_without_bytes_is_upload_incomplete_and_can_be_retried_once
 
     await given.bytes(key, DATA)
     application = APPLICATION.of_entity(await db.get_one(Application, application_id))
-    assert (await builds.verify(application, build_id, None)).status is BuildStatus.READY
+    assert (
+        await builds.verify(application, build_id, None, by=OPERATOR)
+    ).status is BuildStatus.READY
 
 
 async def test_verify_of_fewer_bytes_than_declared_is_upload_incomplete(
@@ -206,7 +209,7 @@ async def test_verify_of_fewer_bytes_than_declared_is_upload_incomplete(
     await given.bytes(pending.storage_key, DATA[:-1])
 
     with raises(ValidationFailed, "upload_incomplete") as caught:
-        await builds.verify(application, pending.id, None)
+        await builds.verify(application, pending.id, None, by=OPERATOR)
 
     assert f"{len(DATA) - 1} of the declared {len(DATA)} bytes" in caught.value.detail
     assert (await builds.reads.get(application.id, pending.id)).status is BuildStatus.PENDING
@@ -219,7 +222,7 @@ async def test_verify_of_bytes_other_than_the_declared_checksum_is_checksum_mism
     pending = await given.build(application, owner, DATA, expected_sha256=declared, stored=True)
 
     with raises(ValidationFailed, "checksum_mismatch"):
-        await builds.verify(application, pending.id, None)
+        await builds.verify(application, pending.id, None, by=OPERATOR)
 
     assert (await builds.reads.get(application.id, pending.id)).status is BuildStatus.PENDING
 
@@ -232,7 +235,7 @@ async def test_verify_of_another_apps_build_is_bundle_id_mismatch(
     pending = await given.build(application, owner, IPA, file_name="Example.ipa", stored=True)
 
     with raises(ValidationFailed, "bundle_id_mismatch") as caught:
-        await builds.verify(application, pending.id, None)
+        await builds.verify(application, pending.id, None, by=OPERATOR)
 
     assert INFO["CFBundleIdentifier"] in caught.value.detail
     assert (await builds.reads.get(application.id, pending.id)).status is BuildStatus.PENDING
@@ -247,7 +250,7 @@ async def test_the_first_ready_build_names_an_application_without_a_bundle_id(
 ) -> None:
     pending = await given.build(application, owner, IPA, file_name="Example.ipa", stored=True)
 
-    await builds.verify(application, pending.id, None)
+    await builds.verify(application, pending.id, None, by=OPERATOR)
 
     stored = await db.get(Application, application.id)
     assert stored is not None
@@ -265,12 +268,12 @@ async def test_verify_again_answers_the_verified_build_unchanged(
     storage: LocalStorage,
 ) -> None:
     pending = await given.build(application, owner, DATA, stored=True)
-    first = await builds.verify(application, pending.id, "first")
+    first = await builds.verify(application, pending.id, "first", by=OPERATOR)
     await finish(db, ok=True)
     clock.advance(minutes=1)
 
     again = await BuildService(db, clock.now(), settings, storage, builds.readers).verify(
-        application, pending.id, "second"
+        application, pending.id, "second", by=OPERATOR
     )
 
     assert again.id == first.id
@@ -285,7 +288,7 @@ async def test_verify_of_an_unknown_build_is_build_not_found(
     builds: BuildService, application: ApplicationRecord
 ) -> None:
     with raises(NotFound, "build_not_found"):
-        await builds.verify(application, "bld_01JZZZZZZZZZZZZZZZZZZZZZZZ", None)
+        await builds.verify(application, "bld_01JZZZZZZZZZZZZZZZZZZZZZZZ", None, by=OPERATOR)
 
 
 async def test_a_build_of_another_application_is_not_found_in_this_one(
@@ -295,7 +298,7 @@ async def test_a_build_of_another_application_is_not_found_in_this_one(
     elsewhere = await given.build(other, owner, DATA, stored=True)
 
     with raises(NotFound, "build_not_found"):
-        await builds.verify(application, elsewhere.id, None)
+        await builds.verify(application, elsewhere.id, None, by=OPERATOR)
 
 
 # -- reading and deleting -----------------------------------------------------------------------

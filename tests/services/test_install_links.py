@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import OPERATOR
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinkReads, InstallLinks, InstallTokens
@@ -73,7 +74,7 @@ async def test_sharing_after_a_revoke_makes_a_new_link(
     links: Links, ready: BuildRecord, owner: User
 ) -> None:
     first = await links.now.share(ready, owner, HOURS)
-    await links.now.revoke(first)
+    await links.now.revoke(first, ready, by=OPERATOR)
 
     second = await links.now.share(ready, owner, HOURS)
 
@@ -122,10 +123,10 @@ async def test_a_revoked_link_stays_revoked_from_its_first_revoke(
     links: Links, ready: BuildRecord, owner: User, clock: FrozenClock
 ) -> None:
     link = await links.now.share(ready, owner, HOURS)
-    await links.now.revoke(link)
+    await links.now.revoke(link, ready, by=OPERATOR)
     clock.advance(minutes=5)
 
-    await links.now.revoke(link)
+    await links.now.revoke(link, ready, by=OPERATOR)
 
     (stored,) = await links.read.of_build(ready)
     assert stored.link.revoked_at == link.created_at
@@ -185,7 +186,7 @@ async def test_a_persons_own_link_is_personal_reused_and_never_a_shared_one(
     assert listed[mine.id].owner is not None
     assert listed[mine.id].owner.user_id == tester.id
     assert listed[shared.id].owner is None
-    await links.now.revoke(mine)
+    await links.now.revoke(mine, ready, by=OPERATOR)
     assert (await links.now.own(ready, tester, HOURS)).id not in {mine.id, shared.id}
 
 

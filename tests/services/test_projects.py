@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import OPERATOR
 from buildbay.auth.models import User
 from buildbay.builds.enums import BuildStatus
 from buildbay.clock import FrozenClock
@@ -302,7 +303,7 @@ async def test_a_deleted_projects_files_go_only_once_the_delete_has_committed(
     owner = await given.user()
     project, keys = await _project_with_stored_builds(given, owner)
 
-    await projects.delete(project, storage)
+    await projects.delete(project, storage, by=OPERATOR)
     await db.flush()
 
     assert all([await storage.stat(key) for key in keys])  # not before the commit
@@ -320,7 +321,7 @@ async def test_a_project_delete_that_rolls_back_keeps_every_file(
 
     project_id = project.id  # a rollback expires the objects it leaves
 
-    await projects.delete(project, storage)
+    await projects.delete(project, storage, by=OPERATOR)
     await db.flush()
     await finish(db, ok=False)
 

@@ -9,6 +9,7 @@ from buildbay.applications.dependencies import Service
 from buildbay.applications.reads import application_view, applications_page
 from buildbay.applications.schemas import application_schema
 from buildbay.applications.service import RENAMED, rename_warning
+from buildbay.audit.record import actor_of
 from buildbay.builds.retention import preview as retention_preview
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.openapi import link, linked
@@ -79,7 +80,8 @@ async def list_applications(
 async def create_application(
     body: schemas.ApplicationCreate, access: ProjectAdmin, service: Service
 ) -> schemas.Application:
-    return application_schema(await service.create(access.project, body.model_dump()), access.role)
+    view = await service.create(access.project, body.model_dump(), by=actor_of(access))
+    return application_schema(view, access.role)
 
 
 @router.get("/{appId}", responses=BY_ID, summary="Get an application")
@@ -100,7 +102,7 @@ async def update_application(
     body: schemas.ApplicationUpdate, access: AppAdmin, service: Service
 ) -> schemas.ApplicationUpdated:
     changes = body.model_dump(exclude_unset=True)
-    view = await service.update(access.application, changes)
+    view = await service.update(access.application, changes, by=actor_of(access))
     warning = rename_warning(access.application, view.application)
     return schemas.ApplicationUpdated(
         **dict(application_schema(view, access.role)),
@@ -142,5 +144,5 @@ async def rotate_update_key(access: AppAdmin, service: Service) -> schemas.Appli
     summary="Delete an application with its builds and files (admin+)",
 )
 async def delete_application(access: AppAdmin, service: Service, ctx: Context) -> Response:
-    await service.delete(access.application, ctx.storage)
+    await service.delete(access.application, ctx.storage, by=actor_of(access))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

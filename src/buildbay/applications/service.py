@@ -14,6 +14,7 @@ from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION, application_named, application_view
 from buildbay.applications.records import ApplicationRecord, ApplicationView
 from buildbay.applications.update_keys import add_update_key, new_update_key, rotate_update_key
+from buildbay.audit.record import Actor, AuditAction, Target, record
 from buildbay.builds.models import Build
 from buildbay.builds.removal import keys_of_builds_under, remove_stored_files
 from buildbay.channels.service import ChannelService
@@ -74,7 +75,9 @@ class ApplicationService:
                 f"The project already has an application named {name}", code="name_taken"
             )
 
-    async def create(self, project: ProjectRecord, fields: dict[str, Any]) -> ApplicationView:
+    async def create(
+        self, project: ProjectRecord, fields: dict[str, Any], *, by: Actor
+    ) -> ApplicationView:
         await self._check_name(project.id, fields["name"])
         fields = {"auto_distribute_groups": [EVERYONE], "install_link_days": 14, **fields}
         await check_group_ids(self.reads, project.id, fields["auto_distribute_groups"])
@@ -94,10 +97,11 @@ class ApplicationService:
         await ChannelService(self.db, self.now).create_default(application_id)
         view = ApplicationView(APPLICATION.of_entity(application), 0)
         await webhook_events.application_created(self.db, view, self.now)
+        self._record(by, AuditAction.APPLICATION_CREATED, view.application)
         return view
 
     async def update(
-        self, application: ApplicationRecord, changes: dict[str, Any]
+        self, application: ApplicationRecord, changes: dict[str, Any], *, by: Actor
     ) -> ApplicationView:
         if "name" in changes:
             await self._check_name(application.project_id, changes["name"], application.id)
@@ -109,14 +113,18 @@ class ApplicationService:
         await self.db.execute(
             update(Application).where(Application.id == application.id).values(**columns)
         )
-        return await application_view(self.reads, replace(application, **columns))
+        after = replace(application, **columns)
+        if after.name != application.name:
+            details = {"from": application.name}
+            self._record(by, AuditAction.APPLICATION_RENAMED, after, details)
+        return await application_view(self.reads, after)
 
     async def rotate_update_key(self, application: ApplicationRecord) -> ApplicationView:
         """A new update key; the one before answers for 7 more days (update_keys.py)."""
         key = await rotate_update_key(self.db, application.id, self.now)
         return await application_view(self.reads, replace(application, update_key=key))
 
-    async def delete(self, application: ApplicationRecord, storage: Storage) -> None:
+    async def delete(self, application: ApplicationRecord, storage: Storage, *, by: Actor) -> None:
         """Rows first (builds cascade), the stored files once committed (see builds.removal)."""
         await webhook_events.application_deleted(self.db, application, self.now)
         keys = await keys_of_builds_under(
@@ -124,7 +132,19 @@ class ApplicationService:
         )
         screenshots = await screenshots_of_application(self.db, application.id)
         await self.db.execute(delete(Application).where(Application.id == application.id))
+        self._record(by, AuditAction.APPLICATION_DELETED, application)
         prefix = f"{application.project_id}/{application.id}/"
         after_commit(self.db, lambda: remove_stored_files(storage, keys, prefix))
         if screenshots:  # its builds' feedback went with them
             after_commit(self.db, lambda: remove_screenshots(storage, screenshots))
+
+    def _record(
+        self,
+        by: Actor,
+        action: AuditAction,
+        application: ApplicationRecord,
+        details: dict[str, str] | None = None,
+    ) -> None:
+        target = Target("application", application.id, application.name)
+        record(self.db, at=self.now, actor=by, action=action, target=target,
+               project_id=application.project_id, details=details)  # fmt: skip

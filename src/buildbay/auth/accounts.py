@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Actor, AuditAction, HasIdAndEmail, Target, record
 from buildbay.auth import passwords
 from buildbay.auth.authentication import Principal
 from buildbay.auth.email_change import drop_pending_change
@@ -133,6 +135,7 @@ class AccountService:
         await self.logins.revoke_sessions_of(user.id, keep=principal.session_id)
         # A change of address asked for with the old password is spent (auth/email_change.py).
         await drop_pending_change(self.db, user.id)
+        self.record_about(user, Actor.of(user), AuditAction.PASSWORD_CHANGED)
 
     async def update_profile(
         self, principal: Principal, name: str | None, notify_new_builds: bool | None
@@ -194,6 +197,7 @@ class AccountService:
         )
         self.db.add(api_token)
         await self.db.flush()
+        self._record_token(user, api_token, AuditAction.TOKEN_CREATED)
         return api_token, secret
 
     async def delete_api_token(self, user: UserRecord, token_id: str) -> None:
@@ -203,6 +207,7 @@ class AccountService:
         if api_token is None:
             raise NotFound("No API token with this id", code="api_token_not_found")
         await self.db.delete(api_token)
+        self._record_token(user, api_token, AuditAction.TOKEN_REVOKED)
 
     async def delete_api_tokens_of(self, user_id: str) -> None:
         """Every API token of the user stops working at once (each request looks its token up)."""
@@ -219,6 +224,26 @@ class AccountService:
         await drop_pending_change(self.db, user_id)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def record_about(
+        self, user: HasIdAndEmail, by: Actor, action: AuditAction, **details: Any
+    ) -> None:
+        """An audit entry about the account `user` (shown in its own log)."""
+        record(self.db, at=self.now, actor=by, action=action,
+               target=Target("user", user.id, user.email), subject_user_id=user.id,
+               details=details)  # fmt: skip
+
+    def _record_token(self, user: UserRecord, api_token: ApiToken, action: AuditAction) -> None:
+        """An entry naming the token by its name and display prefix, never its secret."""
+        details: dict[str, Any] = {"prefix": api_token.prefix}
+        if action is AuditAction.TOKEN_CREATED:
+            details |= {"scope": api_token.scope.value if api_token.scope else None,
+                        "projectIds": api_token.project_ids,
+                        "expiresAt": api_token.expires_at.isoformat()
+                        if api_token.expires_at else None}  # fmt: skip
+        record(self.db, at=self.now, actor=Actor.of(user), action=action,
+               target=Target("api_token", api_token.id, api_token.name),
+               subject_user_id=user.id, details=details)  # fmt: skip
 
     async def _check_member_of(self, user: UserRecord, project_ids: Sequence[str]) -> None:
         if not project_ids:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Actor, ActorKind, AuditAction, Target, record
 from buildbay.auth import passwords
 from buildbay.auth.authentication import Principal
 from buildbay.auth.cache import AccessTokenCache
@@ -104,7 +105,10 @@ class LoginService:
     async def login(
         self, email: str, password: str, client_ip: str, limiter: RateLimiter
     ) -> IssuedTokens:
-        email = normalise_email(email)
+        """A password sign-in, recorded in the audit log either way: a failure as typed (the
+        e-mail, never the password), in its own right since the request fails
+        (`keeps_writes`), and about the account of that e-mail if there is one."""
+        typed, email = email, normalise_email(email)
         self.passwords.check(email, "Password sign-in")
         keys = password_guess_keys(email, client_ip)
         user = await user_by_email(self.db, email)
@@ -114,9 +118,20 @@ class LoginService:
         if not await password_is_right(
             limiter, keys, "Too many failed logins", password, password_hash
         ):
-            raise NotAuthenticated("E-mail or password is wrong", code="invalid_credentials")
+            record(self.db, at=self.now, actor=Actor(ActorKind.USER, None, typed),
+                   action=AuditAction.SIGN_IN_FAILED,
+                   target=Target("user", user.id, user.email) if user else None,
+                   subject_user_id=user.id if user else None,
+                   details={"method": "password"})  # fmt: skip
+            raise NotAuthenticated(
+                "E-mail or password is wrong", code="invalid_credentials", keeps_writes=True
+            )
         assert user is not None
-        return await self.start_session(user, epoch)
+        issued = await self.start_session(user, epoch)
+        record(self.db, at=self.now, actor=Actor.of(user), action=AuditAction.SIGN_IN,
+               target=Target("user", user.id, user.email), subject_user_id=user.id,
+               details={"method": "password"})  # fmt: skip
+        return issued
 
     async def refresh(self, refresh_token: str) -> IssuedTokens:
         row = (

@@ -21,6 +21,7 @@ from limits import RateLimitItemPerHour
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Actor, AuditAction
 from buildbay.auth import passwords
 from buildbay.auth.accounts import AccountService
 from buildbay.auth.logins import normalise_email
@@ -147,6 +148,8 @@ class PasswordResets:
             .values(used_at=self.now)
         )
         await accounts.end_every_credential(user.id)
+        # By whoever holds the link: the mailbox's owner, as far as the server can tell.
+        accounts.record_about(user, Actor.of(user), AuditAction.PASSWORD_RESET)
         return user
 
 

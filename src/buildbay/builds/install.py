@@ -20,6 +20,7 @@ import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import RowMapping
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
 from buildbay.applications.records import ApplicationRecord
+from buildbay.audit.record import SYSTEM, Actor, AuditAction, Target, record
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.auth.tokens import derive_key
@@ -260,16 +262,34 @@ class InstallLinks:
         )
         self.db.add(link)
         await self.db.flush()
+        by = Actor.of(creator) if creator is not None else SYSTEM
+        details = {"expiresAt": link.expires_at.isoformat(), "personal": owner is not None}
+        self._record(by, AuditAction.INSTALL_LINK_CREATED, link.id, build, details)
         return LINK.of_entity(link)
 
-    async def revoke(self, link: InstallLinkRecord) -> None:
+    async def revoke(self, link: InstallLinkRecord, build: BuildRecord, *, by: Actor) -> None:
         """From now on its page answers 410 (who may: a developer or higher, checked by the
         callers' authorization). Revoking twice changes nothing."""
-        await self.db.execute(
+        revoked = await self.db.execute(
             update(InstallLink)
             .where(InstallLink.id == link.id, InstallLink.revoked_at.is_(None))
             .values(revoked_at=self.now)
         )
+        if revoked.rowcount:  # type: ignore[attr-defined]
+            self._record(by, AuditAction.INSTALL_LINK_REVOKED, link.id, build, {})
+
+    def _record(
+        self,
+        by: Actor,
+        action: AuditAction,
+        link_id: str,
+        build: BuildRecord,
+        details: dict[str, Any],
+    ) -> None:
+        """An entry naming the link by its id (its URL's signature never goes in)."""
+        record(self.db, at=self.now, actor=by, action=action,
+               target=Target("install_link", link_id, build.file_name),
+               project_id=build.project_id, details={"buildId": build.id, **details})  # fmt: skip
 
     async def share(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from buildbay.audit.record import actor_of
 from buildbay.builds.enums import BuildStatus
 from buildbay.builds.install import InstallLinks
 from buildbay.builds.records import BuildRecord
@@ -61,6 +62,7 @@ async def verify_and_release(
         asked.mandatory,
         asked.updater,
         asked.source,
+        by=actor_of(access),
     )
     if build.status is not BuildStatus.READY:
         return build

@@ -6,6 +6,7 @@ from typing import IO, Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse, RedirectResponse
 
+from buildbay.audit.record import actor_of
 from buildbay.builds import schemas
 from buildbay.builds.blockmap import MAX_BLOCKMAP_BYTES
 from buildbay.builds.dependencies import Builds, LinkReads, Links, Service
@@ -620,5 +621,5 @@ async def revoke_install_link(
 ) -> Response:
     build = await service.reads.get(access.application.id, build_id)
     link = await links.reads.find(build, link_id)
-    await links.revoke(link)
+    await links.revoke(link, build, by=actor_of(access))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

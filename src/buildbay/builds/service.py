@@ -27,8 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from buildbay.applications.enums import Platform, VersionPolicy
 from buildbay.applications.models import Application
 from buildbay.applications.records import ApplicationRecord
+from buildbay.audit.record import Actor, ActorKind, AuditAction
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
+from buildbay.builds.audited import record_build
 from buildbay.builds.blockmap import CONTENT_TYPE as BLOCKMAP_TYPE
 from buildbay.builds.blockmap import blockmap_key, check_blockmap
 from buildbay.builds.duplicates import (
@@ -316,8 +318,11 @@ class BuildService:
         mandatory: bool = False,
         updater: UpdaterFields | None = None,
         source: BuildSource | None = None,
+        *,
+        by: Actor,
     ) -> BuildRecord:
-        """`channels`: the release channels to publish it to (None: `default`, if the build
+        """`by`: who verifies it (the audit log's `build.uploaded`). `channels`: the release
+        channels to publish it to (None: `default`, if the build
         goes to everyone: ChannelService.publish_verified). `updater`: what the desktop
         updaters need that only CI knows (builds/updaters.py). `source`: where the build came
         from (builds/source.py), kept with it.
@@ -349,7 +354,7 @@ class BuildService:
             raise await self._refused(build, refused) from None
         try:
             return await self.mark_ready(
-                application, build, checked, notes, channels, mandatory, source
+                application, build, checked, notes, channels, mandatory, source, by=by
             )
         except Duplicate as found:
             raise await self._dropped(build, found.problem) from None
@@ -506,7 +511,10 @@ class BuildService:
             return None  # a run before this one finished it
         try:
             checked = await self._checked_file(application, build, updater)
-            return await self.mark_ready(application, build, checked, notes, channels, mandatory)
+            by = await self._uploader(build)
+            return await self.mark_ready(
+                application, build, checked, notes, channels, mandatory, by=by
+            )
         except ValidationFailed as refused:
             problem: BuildbayError = refused
         except (Duplicate, VersionTaken) as found:
@@ -584,6 +592,8 @@ class BuildService:
         channels: list[str] | None,
         mandatory: bool,
         source: BuildSource | None = None,
+        *,
+        by: Actor,
     ) -> BuildRecord:
         """Make a checked build `ready` (from `pending`, or `processing` in the background):
         the one place a build becomes ready, so what follows it (a `build.ready` webhook,
@@ -648,7 +658,15 @@ class BuildService:
         ready = await self.reads.get(application.id, build.id)
         if verified.rowcount:  # type: ignore[attr-defined]
             await webhook_events.build_ready(self.db, ready, self.public_url, self.now)
+            record_build(self.db, self.now, by, AuditAction.BUILD_UPLOADED, ready)
         return ready
+
+    async def _uploader(self, build: BuildRecord) -> Actor:
+        """Who uploaded `build`, for a verify finished by a job (no request to say who)."""
+        email = None
+        if build.uploaded_by is not None:
+            email = await self.db.scalar(select(User.email).where(User.id == build.uploaded_by))
+        return Actor(ActorKind.USER, build.uploaded_by, email)
 
     async def _check_one_per_binary(
         self,
@@ -872,6 +890,7 @@ class BuildService:
         await record_removals(
             self.db, [build], RemovalReason.MEMBER, by.id, self.now, self.public_url
         )
+        record_build(self.db, self.now, Actor.of(by), AuditAction.BUILD_DELETED, build)
         screenshots = await screenshots_of_builds(self.db, [build.id])
         # Its icon, install links and feedback go with it (ON DELETE CASCADE).
         await self.db.execute(delete(Build).where(Build.id == build.id))

@@ -21,6 +21,9 @@ from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION
 from buildbay.applications.records import ApplicationRecord
 from buildbay.auth.cli_sign_in import sweep_cli_sign_ins
+from buildbay.audit.record import SYSTEM, AuditAction
+from buildbay.audit.retention import sweep_audit_entries
+from buildbay.builds.audited import record_build
 from buildbay.builds.blockmap import blockmap_key, owner_key
 from buildbay.builds.enums import BuildStatus, RemovalReason
 from buildbay.builds.models import Build
@@ -88,13 +91,21 @@ class Swept:
     abandoned_uploads: int
     orphan_objects: int
     orphan_uploads: int = 0
+    audit_entries: int = 0
 
 
 async def sweep(
-    sessions: async_sessionmaker[AsyncSession], storage: Storage, now: datetime, public_url: str
+    sessions: async_sessionmaker[AsyncSession],
+    storage: Storage,
+    now: datetime,
+    public_url: str,
+    *,
+    audit_retention_days: int | None = None,
 ) -> Swept:
     """One round of every sweep (`buildbay sweep`, and `serve` every sweep interval);
-    `public_url` is the server's, for the events of what retention deletes."""
+    `public_url` is the server's, for the events of what retention deletes;
+    `audit_retention_days` (Settings.audit_retention_days) how long audit entries are kept
+    (None: this round leaves them)."""
     expired = await sweep_expired_uploads(sessions, storage, now)
     retention = await sweep_retention(sessions, storage, now, public_url)
     # An upload still streaming keeps its file locked and fresh; GRACE is only a margin.
@@ -113,7 +124,10 @@ async def sweep(
         await sweep_cli_sign_ins(db, now)
     async with sessions() as db, db.begin():  # exchanged ID tokens that can no longer pass
         await sweep_used_id_tokens(db, now)
-    return Swept(expired, retention, abandoned, orphans, orphan_uploads)
+    audit_entries = 0
+    if audit_retention_days is not None:
+        audit_entries = await sweep_audit_entries(sessions, now, audit_retention_days)
+    return Swept(expired, retention, abandoned, orphans, orphan_uploads, audit_entries)
 
 
 async def sweep_orphan_multipart_uploads(
@@ -239,6 +253,8 @@ async def _apply_rule(
             if not claimed:
                 continue
             await record_removals(db, claimed, RemovalReason.RETENTION, None, now, public_url)
+            for build in claimed:
+                record_build(db, now, SYSTEM, AuditAction.BUILD_DELETED, build, reason="retention")
             screenshots = await screenshots_of_builds(db, [b.id for b in claimed])
             # Their feedback goes with them (ON DELETE CASCADE).
             await db.execute(delete(Build).where(Build.id.in_([b.id for b in claimed])))

@@ -15,6 +15,7 @@ from buildbay.applications.dependencies import application_service
 from buildbay.applications.enums import Platform
 from buildbay.applications.schemas import ApplicationUpdate, RetentionRule, retention_policy
 from buildbay.applications.service import rename_warning
+from buildbay.audit.record import actor_of
 from buildbay.builds.records import ReadyBuild
 from buildbay.builds.retention import preview as retention_preview
 from buildbay.builds.schemas import version_label
@@ -169,7 +170,9 @@ async def save_settings(request: Request, project_id: str, app_id: str) -> Respo
         if doomed and fields.get("deletes") != deletion_token(doomed):
             return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                          fields, doomed=doomed)  # fmt: skip
-        view = await application_service(ctx, db).update(access.application, changes)
+        view = await application_service(ctx, db).update(
+            access.application, changes, by=actor_of(access)
+        )
     except FormError as exc:
         return await render_settings(request, visitor, db, project_id, app_id, "settings",
                                      fields, exc.by_field, 422)  # fmt: skip
@@ -203,7 +206,7 @@ async def delete_application(request: Request, project_id: str, app_id: str) -> 
         return await render_settings(request, visitor, db, project_id, app_id, "delete",
                                      fields, errors, 422)  # fmt: skip
     await application_service(get_context(request), db).delete(
-        access.application, get_context(request).storage
+        access.application, get_context(request).storage, by=actor_of(access)
     )
     visitor.tell(f"Deleted {name} and its builds.")
     return see_other(f"/projects/{project_id}")

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import actor_of
 from buildbay.builds.dependencies import (
     build_reads,
     build_service,
@@ -288,6 +289,6 @@ async def revoke_link(
     build = await build_reads(ctx, reads).get(access.application.id, build_id)
     links = install_links(ctx, db)
     link = await links.reads.find(build, link_id)
-    await links.revoke(link)
+    await links.revoke(link, build, by=actor_of(access))
     visitor.tell("Install link revoked: its page now says so.")
     return see_other(f"{build_path(project_id, app_id, build_id)}#install-links")

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request, Response
 
 from buildbay.applications.dependencies import application_service
 from buildbay.applications.schemas import ApplicationUpdate
+from buildbay.audit.record import actor_of
 from buildbay.builds.dependencies import build_reads
 from buildbay.console.application_settings import render_settings
 from buildbay.console.build_page import build_path, render_build
@@ -93,5 +94,7 @@ async def distribution_settings(request: Request, project_id: str, app_id: str) 
             settings_error="Enter a number of days from 1 to 90.",
         )  # fmt: skip
     changes = body.model_dump(exclude_unset=True)
-    await application_service(get_context(request), db).update(access.application, changes)
+    await application_service(get_context(request), db).update(
+        access.application, changes, by=actor_of(access)
+    )
     return see_other(f"{app_path}#distribution")

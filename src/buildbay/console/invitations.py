@@ -11,6 +11,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import actor_of
 from buildbay.console.pages import (
     ConsoleRoute,
     FormError,
@@ -86,7 +87,9 @@ async def resend(request: Request, project_id: str, invitation_id: str) -> Respo
 async def revoke(request: Request, project_id: str, invitation_id: str) -> Response:
     visitor, db = await visit(request)
     access = await project_of(Reads.within(db), visitor.principal, project_id, ProjectRole.ADMIN)
-    await invitation_service(get_context(request), db).revoke(access.project, invitation_id)
+    await invitation_service(get_context(request), db).revoke(
+        access.project, invitation_id, by=actor_of(access)
+    )
     return see_other(f"/projects/{project_id}#invitations")
 
 

@@ -11,6 +11,7 @@ from buildbay.applications.dependencies import application_service
 from buildbay.applications.enums import Platform
 from buildbay.applications.reads import applications_page
 from buildbay.applications.schemas import ApplicationCreate
+from buildbay.audit.record import actor_of
 from buildbay.console.pages import (
     ROLES,
     ConsoleRoute,
@@ -133,7 +134,9 @@ async def rename_project(request: Request, project_id: str) -> Response:
         return await render_project(request, visitor, db, project_id, "rename", fields, errors, 422)
     assert isinstance(body, ProjectWrite)
     try:
-        await project_service(get_context(request), db).rename(access.project, body.name)
+        await project_service(get_context(request), db).rename(
+            access.project, body.name, by=actor_of(access)
+        )
     except Conflict as exc:
         return await render_project(
             request, visitor, db, project_id, "rename", fields, {"name": said(exc)}, exc.status
@@ -150,7 +153,7 @@ async def delete_project(request: Request, project_id: str) -> Response:
         errors = {"confirm": "Type the project's name exactly to delete it"}
         return await render_project(request, visitor, db, project_id, "delete", fields, errors, 422)
     ctx = get_context(request)
-    await project_service(ctx, db).delete(access.project, ctx.storage)
+    await project_service(ctx, db).delete(access.project, ctx.storage, by=actor_of(access))
     return see_other("/projects")
 
 
@@ -171,7 +174,7 @@ async def create_application(request: Request, project_id: str) -> Response:
     assert isinstance(body, ApplicationCreate)
     try:
         view = await application_service(get_context(request), db).create(
-            access.project, body.model_dump()
+            access.project, body.model_dump(), by=actor_of(access)
         )
     except Conflict as exc:
         return await render_project(

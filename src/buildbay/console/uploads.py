@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from buildbay.audit.record import actor_of
 from buildbay.builds.dependencies import build_service
 from buildbay.builds.schemas import PartsRequest, UploadLinkRequest, VerifyRequest
 from buildbay.console.pages import ConsoleJsonRoute, json_body, read_json, visit_application
@@ -75,6 +76,7 @@ async def finish_upload(request: Request, project_id: str, app_id: str, build_id
          "channels": sent.get("channels"), "mandatory": sent.get("mandatory", False)},
     )  # fmt: skip
     build = await build_service(get_context(request), db).verify(
-        access.application, build_id, body.notes, body.channels, body.mandatory
-    )
+        access.application, build_id, body.notes, body.channels, body.mandatory,
+        by=actor_of(access),
+    )  # fmt: skip
     return JSONResponse({"buildId": build.id, "status": build.status.value})

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import actor_of
 from buildbay.builds.dependencies import build_reads
 from buildbay.console import shown_once
 from buildbay.console.pages import (
@@ -145,8 +146,9 @@ async def add_webhook(request: Request, project_id: str) -> Response:
         assert isinstance(body, WebhookCreate)
         async with db.begin_nested():
             created = await webhook_service(get_context(request), db).create(
-                access.project, body.url, body.events, body.description, body.format
-            )
+                access.project, body.url, body.events, body.description, body.format,
+                by=actor_of(access),
+            )  # fmt: skip
     except FormError as exc:
         return await _list(request, visitor, db, access, fields, _errors(exc), 422)
     except BuildbayError as exc:
@@ -242,8 +244,9 @@ async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Re
         assert isinstance(body, WebhookUpdate)
         async with db.begin_nested():
             await webhook_service(get_context(request), db).update(
-                access.project, webhook_id, body.model_dump(exclude_none=True)
-            )
+                access.project, webhook_id, body.model_dump(exclude_none=True),
+                by=actor_of(access),
+            )  # fmt: skip
     except FormError as exc:
         return await _webhook(request, visitor, db, access, webhook_id, values=fields,
                               errors=_errors(exc), status_code=422)  # fmt: skip
@@ -260,7 +263,7 @@ async def edit_webhook(request: Request, project_id: str, webhook_id: str) -> Re
 async def enable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
     await webhook_service(get_context(request), db).update(
-        access.project, webhook_id, {"enabled": True}
+        access.project, webhook_id, {"enabled": True}, by=actor_of(access)
     )
     return _back(visitor, project_id, webhook_id, "Webhook enabled.")
 
@@ -269,7 +272,7 @@ async def enable_webhook(request: Request, project_id: str, webhook_id: str) -> 
 async def disable_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
     await webhook_service(get_context(request), db).update(
-        access.project, webhook_id, {"enabled": False}
+        access.project, webhook_id, {"enabled": False}, by=actor_of(access)
     )
     return _back(visitor, project_id, webhook_id, "Webhook disabled: nothing is sent to it.")
 
@@ -278,7 +281,7 @@ async def disable_webhook(request: Request, project_id: str, webhook_id: str) ->
 async def rotate_secret(request: Request, project_id: str, webhook_id: str) -> Response:
     visitor, db, access = await _admin(request, project_id)
     secret = await webhook_service(get_context(request), db).rotate_secret(
-        access.project, webhook_id
+        access.project, webhook_id, by=actor_of(access)
     )
     await shown_once.keep(sessions(request), visitor, db, now(request), Shown.WEBHOOK,
                           webhook_id, secret)  # fmt: skip
@@ -314,7 +317,9 @@ async def delivery_outcome(
 @router.post("/projects/{project_id}/webhooks/{webhook_id}/delete")
 async def delete_webhook(request: Request, project_id: str, webhook_id: str) -> Response:
     _, db, access = await _admin(request, project_id)
-    await webhook_service(get_context(request), db).delete(access.project, webhook_id)
+    await webhook_service(get_context(request), db).delete(
+        access.project, webhook_id, by=actor_of(access)
+    )
     return see_other(f"/projects/{project_id}/webhooks")
 
 

@@ -51,6 +51,7 @@ from limits import RateLimitItemPerHour
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Actor, AuditAction, Target, record
 from buildbay.auth import passwords
 from buildbay.auth.logins import user_by_email
 from buildbay.auth.models import User
@@ -397,6 +398,11 @@ class JoinLinks:
                     user.email_verified,
                 )  # fmt: skip
                 await webhook_events.member_added(self.db, joined, self.now)
+                # By the person themself, through the group's join link (the mail proved it).
+                details = {"role": ProjectRole.TESTER.value, "joinLinkId": link.id}
+                record(self.db, at=self.now, actor=Actor.of(user),
+                       action=AuditAction.MEMBER_ADDED, target=Target("user", user.id, user.email),
+                       project_id=project.id, subject_user_id=user.id, details=details)  # fmt: skip
         fields = {"group_id": group.id, "user_id": user.id, "added_at": self.now,
                   "join_link_id": link.id}  # fmt: skip
         await insert_unless_present(self.db, GroupTester, fields)

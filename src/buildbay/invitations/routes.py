@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
+from buildbay.audit.record import actor_of
 from buildbay.auth.dependencies import InteractiveUser
 from buildbay.deps import Context, ReadsDep, TransactionRoute
 from buildbay.invitations import schemas
@@ -69,7 +70,7 @@ async def list_invitations(
 async def revoke_invitation(
     invitation_id: InvitationId, access: ProjectAdmin, service: Service
 ) -> Response:
-    await service.revoke(access.project, invitation_id)
+    await service.revoke(access.project, invitation_id, by=actor_of(access))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Actor, AuditAction, Target, record
 from buildbay.auth.authentication import Principal
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
@@ -197,6 +198,7 @@ class InvitationService:
         invitation.expires_at = self.now + INVITATION_LIFETIME
         await self.db.flush()
         self._mail(invitation, project, access.caller.user, token)
+        self._record(Actor.of(access.caller.user), AuditAction.INVITATION_SENT, invitation)
         return invitation
 
     async def resend(self, access: ProjectAccess, invitation_id: str) -> Invitation:
@@ -207,7 +209,7 @@ class InvitationService:
             raise Conflict("This invitation was accepted already", code="invitation_accepted")
         return await self.invite(access, invitation.email, invitation.role)
 
-    async def revoke(self, project: ProjectRecord, invitation_id: str) -> None:
+    async def revoke(self, project: ProjectRecord, invitation_id: str, *, by: Actor) -> None:
         """The link stops working; a revoked or expired invitation may be revoked again."""
         invitation = await self._of_project(project, invitation_id)
         revoked = await self.db.execute(
@@ -221,7 +223,9 @@ class InvitationService:
             .values(revoked_at=self.now)
             .execution_options(synchronize_session=False)
         )
-        if not revoked.rowcount:  # type: ignore[attr-defined]
+        if revoked.rowcount:  # type: ignore[attr-defined]
+            self._record(by, AuditAction.INVITATION_REVOKED, invitation)
+        else:
             await self.db.refresh(invitation)
             if invitation.accepted_at is not None:
                 raise Conflict(
@@ -368,7 +372,21 @@ class InvitationService:
             user.email_verified,
         )  # fmt: skip
         await webhook_events.member_added(self.db, joined, self.now)
+        self._record(Actor.of(user), AuditAction.INVITATION_ACCEPTED, invitation, user.id)
         return joined
+
+    def _record(
+        self,
+        by: Actor,
+        action: AuditAction,
+        invitation: Invitation,
+        subject_user_id: str | None = None,
+    ) -> None:
+        """An entry about an invitation: its address and role, never its token."""
+        record(self.db, at=self.now, actor=by, action=action,
+               target=Target("invitation", invitation.id, invitation.email),
+               project_id=invitation.project_id, subject_user_id=subject_user_id,
+               details={"role": ProjectRole(invitation.role).value})  # fmt: skip
 
     # -- helpers --------------------------------------------------------------------------------
 

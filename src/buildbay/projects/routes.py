@@ -4,6 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response, status
 
+from buildbay.audit.record import actor_of
 from buildbay.auth.dependencies import Authenticated, CurrentUser
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.openapi import link, linked
@@ -118,7 +119,7 @@ async def get_project(access: ProjectReader, reads: ReadsDep) -> schemas.Project
 async def update_project(
     body: schemas.ProjectWrite, access: ProjectAdmin, service: Service
 ) -> schemas.Project:
-    return _project(await service.rename(access.project, body.name))
+    return _project(await service.rename(access.project, body.name, by=actor_of(access)))
 
 
 @router.delete(
@@ -128,7 +129,7 @@ async def update_project(
     summary="Delete a project with its applications, builds and files (owner)",
 )
 async def delete_project(access: ProjectOwner, service: Service, ctx: Context) -> Response:
-    await service.delete(access.project, ctx.storage)
+    await service.delete(access.project, ctx.storage, by=actor_of(access))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

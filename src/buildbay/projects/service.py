@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Actor, AuditAction, Target, record
 from buildbay.auth.models import User
 from buildbay.auth.reads import UserRecord
 from buildbay.builds.models import Build
@@ -69,9 +70,10 @@ class ProjectService:
             )
         )
         await self.db.flush()
+        self._record(Actor.of(owner), AuditAction.PROJECT_CREATED, project.id, name)
         return ProjectView(PROJECT.of_entity(project), 0)
 
-    async def rename(self, project: ProjectRecord, name: str) -> ProjectView:
+    async def rename(self, project: ProjectRecord, name: str, *, by: Actor) -> ProjectView:
         owners = await owner_ids(self.reads, project.id)
         for user_id in sorted(owners):  # in one order: two renames never wait on each other
             await lock_row(self.db, User.id, user_id)
@@ -83,15 +85,18 @@ class ProjectService:
         await self.db.execute(
             update(Project).where(Project.id == project.id).values(name=name, updated_at=self.now)
         )
+        if name != project.name:
+            self._record(by, AuditAction.PROJECT_RENAMED, project.id, name, {"from": project.name})
         return await project_view(self.reads, replace(project, name=name, updated_at=self.now))
 
-    async def delete(self, project: ProjectRecord, storage: Storage) -> None:
+    async def delete(self, project: ProjectRecord, storage: Storage, *, by: Actor) -> None:
         """Rows go in the unit of work (cascading to applications and builds), the files once
         it has committed: a failure can only leave orphan files (the sweeper's), never a build
         whose bytes are gone; an upload finishing meanwhile cannot leave its file behind (see
         builds.removal)."""
         keys = await keys_of_builds_under(self.db, Project.id, Build.project_id, project.id)
         await self.db.execute(delete(Project).where(Project.id == project.id))
+        self._record(by, AuditAction.PROJECT_DELETED, project.id, project.name)
         prefix = f"{project.id}/"
         after_commit(self.db, lambda: remove_stored_files(storage, keys, prefix))
         # Its feedback went with its builds: the screenshots are all under one prefix.
@@ -134,6 +139,7 @@ class ProjectService:
         added = MemberRecord(access.project.id, user.id, user.email, user.name, role, self.now,
                              user.email_verified)  # fmt: skip
         await webhook_events.member_added(self.db, added, self.now)
+        self._record_member(access, AuditAction.MEMBER_ADDED, added, {"role": role.value})
         return added
 
     async def _admit_unverified(self, access: ProjectAccess, user: User) -> None:
@@ -171,6 +177,8 @@ class ProjectService:
         changed = replace(found, role=role)
         if role is not found.role:
             await webhook_events.member_role_changed(self.db, changed, found.role, self.now)
+            details = {"from": found.role.value, "to": role.value}
+            self._record_member(access, AuditAction.MEMBER_ROLE_CHANGED, changed, details)
         return changed
 
     async def remove_member(self, access: ProjectAccess, user_id: str) -> None:
@@ -194,6 +202,29 @@ class ProjectService:
             )
         )
         await leave_groups(self.db, access.project.id, user_id)
+        self._record_member(access, AuditAction.MEMBER_REMOVED, found, {"role": found.role.value})
+
+    def _record(
+        self,
+        by: Actor,
+        action: AuditAction,
+        project_id: str,
+        name: str,
+        details: dict[str, str] | None = None,
+    ) -> None:
+        target = Target("project", project_id, name)
+        record(self.db, at=self.now, actor=by, action=action, target=target,
+               project_id=project_id, details=details)  # fmt: skip
+
+    def _record_member(
+        self, access: ProjectAccess, action: AuditAction, member: MemberRecord,
+        details: dict[str, str],
+    ) -> None:  # fmt: skip
+        """An entry about `member`, which their own account's log shows too."""
+        record(self.db, at=self.now, actor=Actor.of(access.caller.user), action=action,
+               target=Target("user", member.user_id, member.email),
+               project_id=access.project.id, subject_user_id=member.user_id,
+               details=details)  # fmt: skip
 
     async def _lock_members(self, project: ProjectRecord) -> None:
         """Hold the project's member list still until the transaction ends.

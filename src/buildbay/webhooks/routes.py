@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
+from buildbay.audit.record import actor_of
 from buildbay.deps import Page, ReadsDep, TransactionRoute
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
@@ -112,8 +113,9 @@ async def create_webhook(
     body: schemas.WebhookCreate, access: ProjectAdmin, service: Service
 ) -> schemas.WebhookCreated:
     webhook = await service.create(
-        access.project, body.url, body.events, body.description, body.format
-    )
+        access.project, body.url, body.events, body.description, body.format,
+        by=actor_of(access),
+    )  # fmt: skip
     return schemas.WebhookCreated(**webhook_schema(webhook).model_dump(), secret=webhook.secret)
 
 
@@ -140,7 +142,9 @@ async def update_webhook(
     for field in ("url", "events", "enabled", "description", "format"):
         if field in changes and changes[field] is None:
             del changes[field]
-    return webhook_schema(await service.update(access.project, webhook_id, changes))
+    return webhook_schema(
+        await service.update(access.project, webhook_id, changes, by=actor_of(access))
+    )
 
 
 @router.delete(
@@ -150,7 +154,7 @@ async def update_webhook(
     summary="Delete a webhook and its delivery log (admin+)",
 )
 async def delete_webhook(webhook_id: WebhookId, access: ProjectAdmin, service: Service) -> Response:
-    await service.delete(access.project, webhook_id)
+    await service.delete(access.project, webhook_id, by=actor_of(access))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -162,7 +166,9 @@ async def delete_webhook(webhook_id: WebhookId, access: ProjectAdmin, service: S
 async def rotate_secret(
     webhook_id: WebhookId, access: ProjectAdmin, service: Service
 ) -> schemas.WebhookSecret:
-    return schemas.WebhookSecret(secret=await service.rotate_secret(access.project, webhook_id))
+    return schemas.WebhookSecret(
+        secret=await service.rotate_secret(access.project, webhook_id, by=actor_of(access))
+    )
 
 
 @router.post(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from buildbay.audit.record import Actor, AuditAction, Target, record
 from buildbay.config import Settings
 from buildbay.console_urls import webhook_url
 from buildbay.db.reads import Reads
@@ -61,6 +63,8 @@ class WebhookService:
         events: list[SubscribableEvent],
         description: str,
         format_: WebhookFormat = WebhookFormat.STANDARD,
+        *,
+        by: Actor,
     ) -> WebhookRecord:
         """The new endpoint, its secret in the record (shown this once)."""
         self.check_url(url)
@@ -92,10 +96,12 @@ class WebhookService:
         )
         self.db.add(webhook)
         await self.db.flush()
+        details = {"events": webhook.events, "format": format_.value}
+        self._record(by, AuditAction.WEBHOOK_CREATED, webhook, details)
         return WEBHOOK.of_entity(webhook)
 
     async def update(
-        self, project: ProjectRecord, webhook_id: str, changes: dict[str, Any]
+        self, project: ProjectRecord, webhook_id: str, changes: dict[str, Any], *, by: Actor
     ) -> WebhookRecord:
         """`changes` may hold url, events, description, format and enabled. Enabling an
         endpoint starts its failure count afresh. A new format applies to the events that
@@ -116,21 +122,36 @@ class WebhookService:
             if webhook.enabled:
                 webhook.failing_since = None
         await self.db.flush()
+        details: dict[str, Any] = {"changed": sorted(changes)}
+        if "enabled" in changes:
+            details["enabled"] = webhook.enabled
+        self._record(by, AuditAction.WEBHOOK_CHANGED, webhook, details)
         return WEBHOOK.of_entity(webhook)
 
-    async def delete(self, project: ProjectRecord, webhook_id: str) -> None:
+    async def delete(self, project: ProjectRecord, webhook_id: str, *, by: Actor) -> None:
         """The endpoint goes, with its delivery log; its pending deliveries are not sent."""
-        await self._webhook(project, webhook_id)
+        webhook = await self._webhook(project, webhook_id)
+        self._record(by, AuditAction.WEBHOOK_DELETED, webhook, {})
         await self.db.execute(delete(Webhook).where(Webhook.id == webhook_id))
 
-    async def rotate_secret(self, project: ProjectRecord, webhook_id: str) -> str:
+    async def rotate_secret(self, project: ProjectRecord, webhook_id: str, *, by: Actor) -> str:
         """A new secret; the current one keeps signing beside it for ROTATION_OVERLAP."""
         webhook = await self._webhook(project, webhook_id)
         webhook.previous_secret = webhook.secret
         webhook.previous_secret_expires_at = self.now + ROTATION_OVERLAP
         webhook.secret = new_secret()
         await self.db.flush()
+        self._record(by, AuditAction.WEBHOOK_CHANGED, webhook, {"changed": ["secret"]})
         return webhook.secret
+
+    def _record(
+        self, by: Actor, action: AuditAction, webhook: Webhook, details: dict[str, Any]
+    ) -> None:
+        """An entry naming the endpoint by its host only: a chat's webhook URL holds its
+        credential in the path (Slack's, Discord's), and the secret never goes in."""
+        target = Target("webhook", webhook.id, urlsplit(webhook.url).hostname or "")
+        record(self.db, at=self.now, actor=by, action=action, target=target,
+               project_id=webhook.project_id, details=details)  # fmt: skip
 
     async def send_test(self, project: ProjectRecord, webhook_id: str) -> WebhookDelivery:
         """A `webhook.test` event to this endpoint alone."""

@@ -1,5 +1,7 @@
 """The audit log (issue 41): `audit_entries`, one row per security-relevant change, with no
-foreign keys (an entry outlives what it names) and one index per way it is listed.
+foreign keys (an entry outlives what it names) and one index per way it is listed. On
+PostgreSQL a trigger refuses to change or delete an entry, but for the sweeper's retention
+delete, which says so in its transaction (audit/retention.py).
 
 Revision ID: 0044
 Revises: 0043
@@ -25,6 +27,31 @@ _INDEXES = (
 )
 
 
+# The setting's name is audit/retention.py's RETENTION_SETTING (a migration keeps its own copy).
+_APPEND_ONLY = (
+    """
+    CREATE FUNCTION audit_entries_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP IN ('DELETE', 'TRUNCATE')
+           AND current_setting('buildbay.audit_retention', true) = 'on' THEN
+            RETURN OLD;
+        END IF;
+        RAISE EXCEPTION 'audit entries are never changed or deleted'
+            USING ERRCODE = 'insufficient_privilege', DETAIL = TG_OP || ' refused';
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER audit_entries_append_only BEFORE UPDATE OR DELETE ON audit_entries
+        FOR EACH ROW EXECUTE FUNCTION audit_entries_append_only()
+    """,
+    """
+    CREATE TRIGGER audit_entries_no_truncate BEFORE TRUNCATE ON audit_entries
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_entries_append_only()
+    """,
+)
+
+
 def upgrade() -> None:
     op.create_table(
         "audit_entries",
@@ -46,9 +73,16 @@ def upgrade() -> None:
     )
     for name, columns in _INDEXES:
         op.create_index(name, "audit_entries", columns)
+    if op.get_bind().dialect.name == "postgresql":
+        for statement in _APPEND_ONLY:
+            op.execute(statement)
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP TABLE audit_entries")  # its triggers with it
+        op.execute("DROP FUNCTION audit_entries_append_only()")
+        return
     for name, _ in reversed(_INDEXES):
         op.drop_index(name, table_name="audit_entries")
     op.drop_table("audit_entries")
