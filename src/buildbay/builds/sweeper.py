@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from buildbay.applications.models import Application
 from buildbay.applications.reads import APPLICATION
 from buildbay.applications.records import ApplicationRecord
-from buildbay.auth.cli_sign_in import sweep_cli_sign_ins
 from buildbay.audit.record import SYSTEM, AuditAction
 from buildbay.audit.retention import sweep_audit_entries
+from buildbay.auth.cli_sign_in import sweep_cli_sign_ins
 from buildbay.builds.audited import record_build
 from buildbay.builds.blockmap import blockmap_key, owner_key
 from buildbay.builds.enums import BuildStatus, RemovalReason
