@@ -68,6 +68,11 @@ class _HasUser(Protocol):
     @property
     def user(self) -> HasIdAndEmail: ...
 
+    # A trusted publisher's exchanged token: the CI identity ("<issuer> <subject>") acting
+    # for the publisher's creator (auth/authentication.py Principal); None for the rest.
+    @property
+    def ci_identity(self) -> str | None: ...
+
 
 class _HasCaller(Protocol):
     @property
@@ -75,8 +80,16 @@ class _HasCaller(Protocol):
 
 
 def actor_of(access: _HasCaller) -> Actor:
-    """The caller of a project's or an application's access (projects/authorization.py)."""
-    return Actor.of(access.caller.user)
+    """The caller of a project's or an application's access (projects/authorization.py): the
+    user, or for a trusted publisher's token `Actor(CI, the creator's id, "<issuer> <subject>")`."""
+    return actor_of_caller(access.caller)
+
+
+def actor_of_caller(caller: _HasUser) -> Actor:
+    """As `actor_of`, for a caller (an authenticated Principal) without a project's access."""
+    if caller.ci_identity is not None:
+        return Actor(ActorKind.CI, caller.user.id, caller.ci_identity[:_EMAIL_KEPT])
+    return Actor.of(caller.user)
 
 
 OPERATOR = Actor(ActorKind.OPERATOR)

@@ -173,9 +173,11 @@ class AccountService:
         expires_in_days: int | None,
         scope: TokenScope | None = None,
         project_ids: Sequence[str] | None = None,
+        via: dict[str, str] | None = None,
     ) -> tuple[ApiToken, str]:
         """A new token and its secret. `scope` and `project_ids` limit it (None: no limit);
-        the projects must be the user's own."""
+        the projects must be the user's own. `via`: how it was asked for, when not by the
+        account's token form (the audit entry's details; auth/cli_sign_in.py)."""
         if project_ids is not None:
             project_ids = list(dict.fromkeys(project_ids))  # once each, in the order given
             await self._check_member_of(user, project_ids)
@@ -197,7 +199,7 @@ class AccountService:
         )
         self.db.add(api_token)
         await self.db.flush()
-        self._record_token(user, api_token, AuditAction.TOKEN_CREATED)
+        self._record_token(user, api_token, AuditAction.TOKEN_CREATED, via or {})
         return api_token, secret
 
     async def delete_api_token(self, user: UserRecord, token_id: str) -> None:
@@ -233,9 +235,15 @@ class AccountService:
                target=Target("user", user.id, user.email), subject_user_id=user.id,
                details=details)  # fmt: skip
 
-    def _record_token(self, user: UserRecord, api_token: ApiToken, action: AuditAction) -> None:
+    def _record_token(
+        self,
+        user: UserRecord,
+        api_token: ApiToken,
+        action: AuditAction,
+        via: dict[str, str] | None = None,
+    ) -> None:
         """An entry naming the token by its name and display prefix, never its secret."""
-        details: dict[str, Any] = {"prefix": api_token.prefix}
+        details: dict[str, Any] = {"prefix": api_token.prefix, **(via or {})}
         if action is AuditAction.TOKEN_CREATED:
             details |= {"scope": api_token.scope.value if api_token.scope else None,
                         "projectIds": api_token.project_ids,

@@ -151,7 +151,7 @@ class Principal:
     project_ids: frozenset[str] | None = None
     # A trusted publisher's exchanged token (publishers/): the one application it may reach,
     # and the CI identity ("<issuer> <subject>") acting through it, whom the audit log names
-    # (publishers/actors.py `actor_of`). None for the rest.
+    # (audit/record.py `actor_of`). None for the rest.
     application_id: str | None = None
     ci_identity: str | None = None
 

@@ -37,7 +37,7 @@ from limits import RateLimitItemPerHour
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.audit.record import Actor, AuditAction, Origin, Target, record
+from buildbay.audit.record import Origin
 from buildbay.auth.accounts import AccountService
 from buildbay.auth.models import ApiToken, CliSignIn
 from buildbay.auth.reads import UserRecord, user_by_id
@@ -416,17 +416,10 @@ class CliSignIns:
         # leaves this token dead (auth/models.py User).
         user = dataclasses.replace(user, credentials_epoch=sign_in.credentials_epoch)
         api_token, secret = await self.accounts.create_api_token(
-            user, f"CLI on {sign_in.client_name}", CLI_TOKEN_DAYS
-        )
-        record(
-            self.db,
-            at=self.now,
-            actor=Actor.user(user.id, user.email),
-            action=AuditAction.TOKEN_CREATED,
-            target=Target("token", api_token.id, api_token.name),
-            origin=self.origin,
-            subject_user_id=user.id,
-            details={"via": "cli_sso", "grant": sign_in.kind},
+            user,
+            f"CLI on {sign_in.client_name}",
+            CLI_TOKEN_DAYS,
+            via={"via": "cli_sso", "grant": sign_in.kind},
         )
         return IssuedCliToken(api_token, secret, user)
 

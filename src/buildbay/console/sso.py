@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 
-from buildbay.auth.dependencies import limit_by_ip, login_service
+from buildbay.auth.dependencies import limit_by_ip, login_service, origin_of
 from buildbay.auth.tokens import derive_key
 from buildbay.console.pages import (
     ConsoleRoute,
@@ -42,7 +42,6 @@ from buildbay.deps import get_context
 from buildbay.errors import NotFound
 from buildbay.projects.authorization import ProjectAccess, project_of
 from buildbay.projects.enums import ProjectRole
-from buildbay.sso.dependencies import request_origin
 from buildbay.sso.groups import GroupMapping, read_mappings, replace_mappings
 from buildbay.sso.limits import MAX_GROUP_NAME, MAX_MAPPINGS
 from buildbay.sso.provider import FlowSecrets, SignInFailed, SsoProvider
@@ -142,7 +141,7 @@ async def callback(request: Request) -> Response:
     visitor.cookies[cookie.name] = ("", 0)  # spent, whatever happens next
     service = SsoSignIns(
         db, now(request), provider.config, login_service(ctx, db), ctx.settings.signup,
-        request_origin(request),
+        origin_of(request),
     )  # fmt: skip
     name = provider.config.name
     claims = None
@@ -240,7 +239,7 @@ async def save_groups(request: Request, project_id: str) -> Response:
     except FormError as exc:
         current = await read_mappings(Reads.within(db), project_id)
         return _groups_page(request, visitor, access, current, text, exc.by_field, 422)
-    saved = await replace_mappings(db, now(request), access, mappings, request_origin(request))
+    saved = await replace_mappings(db, now(request), access, mappings, origin_of(request))
     visitor.tell(
         f"Group mapping saved ({len(saved)} group{'s' if len(saved) != 1 else ''}). Members "
         "follow it at their next sign-in."

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from buildbay.auth.dependencies import origin_of
 from buildbay.console.application_settings import render_settings, settings_path
 from buildbay.console.pages import (
     ConsoleRoute,
@@ -18,7 +19,7 @@ from buildbay.console.pages import (
 from buildbay.deps import get_context
 from buildbay.errors import Conflict, NotFound, ValidationFailed
 from buildbay.projects.enums import ProjectRole
-from buildbay.publishers.dependencies import origin_of, publisher_service
+from buildbay.publishers.dependencies import publisher_service
 from buildbay.publishers.schemas import KNOWN_ISSUERS, TrustedPublisherCreate
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.audit.record import Origin
-from buildbay.auth.dependencies import client_ip
 from buildbay.config import Environment
 from buildbay.context import AppContext
 from buildbay.deps import in_unit_of_work
@@ -20,10 +17,6 @@ def publisher_service(ctx: AppContext, db: AsyncSession) -> TrustedPublishers:
     assert ctx.publisher_keys is not None  # create_app makes them
     development = ctx.settings.env is Environment.DEVELOPMENT
     return TrustedPublishers(db, ctx.clock.now(), ctx.publisher_keys, development=development)
-
-
-def origin_of(request: Request) -> Origin:
-    return Origin(client_ip(request), request.headers.get("user-agent"))
 
 
 Service = Annotated[TrustedPublishers, in_unit_of_work(publisher_service)]

@@ -7,12 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response, status
 
-from buildbay.auth.dependencies import client_ip, count_budget, limit_by_ip
+from buildbay.auth.dependencies import client_ip, count_budget, limit_by_ip, origin_of
 from buildbay.deps import Context, Page, ReadsDep, TransactionRoute
 from buildbay.problems import problem_responses
 from buildbay.projects.access import AppAdmin, AppAdminReader
 from buildbay.publishers import schemas
-from buildbay.publishers.dependencies import Service, origin_of
+from buildbay.publishers.dependencies import Service
 from buildbay.publishers.reads import publishers_page
 from buildbay.schemas import PAGE_QUERY
 

@@ -5,7 +5,7 @@ The exchanged token is an API token (auth/) with the `upload` scope, the applica
 as its only project and the application as its only application, living 15 minutes. It acts for
 the account that added the publisher (an admin), within those limits: builds it uploads are
 that account's (their quota, their `uploadedBy`), while the audit log names the CI identity
-(`Principal.ci_identity`, publishers/actors.py). So a publisher works while that account is a
+(`Principal.ci_identity`, audit/record.py `actor_of`). So a publisher works while that account is a
 developer or more in the project; once it is not, the exchange is refused and an admin adds the
 publisher again.
 """
@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.applications.models import Application
-from buildbay.audit.record import Actor, ActorKind, AuditAction, Origin, Target, record
+from buildbay.audit.record import Actor, ActorKind, AuditAction, Origin, Target, actor_of, record
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.models import ApiToken, User
 from buildbay.auth.tokens import API_TOKEN_DISPLAY_LENGTH, hash_token, new_api_token
@@ -29,7 +29,7 @@ from buildbay.ids import new_id
 from buildbay.projects.authorization import ApplicationAccess
 from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import ProjectMember
-from buildbay.publishers.actors import actor_of, ci_identity
+from buildbay.publishers.actors import ci_identity
 from buildbay.publishers.exchange import unverified_issuer, verified
 from buildbay.publishers.keys import IssuerKeys, IssuerRefused, check_issuer
 from buildbay.publishers.models import TrustedPublisher, UsedIdToken
@@ -103,7 +103,7 @@ class TrustedPublishers:
         )
         self.db.add(publisher)
         record(
-            self.db, at=self.now, actor=actor_of(access.caller),
+            self.db, at=self.now, actor=actor_of(access),
             action=AuditAction.TRUSTED_PUBLISHER_ADDED, origin=origin,
             target=Target("application", app_id, access.application.name),
             project_id=access.project.id,
@@ -126,7 +126,7 @@ class TrustedPublishers:
         await self.db.execute(delete(ApiToken).where(ApiToken.publisher_id == publisher.id))
         await self.db.delete(publisher)
         record(
-            self.db, at=self.now, actor=actor_of(access.caller),
+            self.db, at=self.now, actor=actor_of(access),
             action=AuditAction.TRUSTED_PUBLISHER_REMOVED, origin=origin,
             target=Target("application", access.application.id, access.application.name),
             project_id=access.project.id,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from buildbay.auth.dependencies import origin_of
 from buildbay.deps import Context, ReadsDep, SessionDep, TransactionRoute
 from buildbay.problems import problem_responses
 from buildbay.projects.access import ProjectAdmin, ProjectAdminReader
 from buildbay.projects.enums import ProjectRole
 from buildbay.sso import schemas
-from buildbay.sso.dependencies import request_origin
 from buildbay.sso.groups import GroupMapping, read_mappings, replace_mappings
 
 router = APIRouter(
@@ -50,5 +50,5 @@ async def put_sso_groups(
     request: Request,
 ) -> schemas.SsoGroups:
     wanted = [GroupMapping(m.group, ProjectRole(m.role)) for m in body.mappings]
-    saved = await replace_mappings(db, ctx.clock.now(), access, wanted, request_origin(request))
+    saved = await replace_mappings(db, ctx.clock.now(), access, wanted, origin_of(request))
     return _answer(ctx.settings.oidc_groups_claim, saved)
