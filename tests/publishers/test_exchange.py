@@ -80,8 +80,11 @@ async def test_an_id_token_is_exchanged_for_a_token_that_uploads_to_its_applicat
                                                AuditEntry.actor_email))).all()  # fmt: skip
     finally:
         await engine.dispose()
-    assert ("trusted_publisher.exchanged", "ci", f"{provider.issuer} {GITHUB_SUBJECT}") in entries
+    identity = f"{provider.issuer} {GITHUB_SUBJECT}"
+    assert ("trusted_publisher.exchanged", "ci", identity) in entries
     assert ("trusted_publisher.added", "user", "owner@example.com") in entries
+    # The build the CI uploaded names the CI identity, not the publisher's creator.
+    assert ("build.uploaded", "ci", identity) in entries
 
 
 async def test_the_exchanged_token_is_refused_everywhere_but_its_applications_uploads(
