@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
+from tests.oidc_provider import OidcProvider, oidc_provider_process
 
 pytestmark = pytest.mark.slow
 
@@ -251,3 +252,78 @@ def test_without_a_display_over_ssh_it_signs_in_with_a_code(
     process.communicate(timeout=30)
     assert "/cli/device" in said
     assert "/cli/authorize" not in said
+
+
+# -- on a server that signs people in through its identity provider only (issue 41) ----------
+
+
+@pytest.fixture(scope="module")
+def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
+    with oidc_provider_process(tmp_path_factory.mktemp("oidc")) as running_provider:
+        yield running_provider
+
+
+@pytest.fixture(scope="module")
+def sso_only_server(
+    migrated_database: str, tmp_path_factory: pytest.TempPathFactory, provider: OidcProvider
+) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("sso-only-server")
+    if PG_URL:
+        database_url = PG_URL
+    else:
+        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
+        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
+    env = {
+        "BUILDBAY_DATA_DIR": str(work / "data"),
+        "BUILDBAY_DATABASE_URL": database_url,
+        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+        "BUILDBAY_OIDC_ISSUER": provider.issuer,
+        "BUILDBAY_OIDC_CLIENT_ID": "buildbay-console",
+        "BUILDBAY_OIDC_CLIENT_SECRET": "a-client-secret",
+        "BUILDBAY_OIDC_ONLY": "true",
+    }
+    with serving_in_thread(env) as base:
+        yield base
+
+
+def test_on_an_sso_only_server_the_password_login_points_to_sso_and_sso_signs_in(
+    sso_only_server: str, provider: OidcProvider, env: dict[str, str], tmp_path: Path
+) -> None:
+    email = f"ada-{os.urandom(4).hex()}@acme.example"
+    provider.set_user(email, email=email, email_verified=True)
+    refused = subprocess.run(
+        [sys.executable, "-m", "buildbay_client", "login", "--url", sso_only_server,
+         "--email", email],
+        env=env, input=PASSWORD + "\n", capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "buildbay login --sso" in refused.stderr
+    assert saved_token(env) is None
+
+    # `login --sso`: the console sends the person to sign in, which here is the company's
+    # provider (its real form), and back to the command line's question.
+    process = start(env, "--url", sso_only_server)
+    path = opened(tmp_path, process).removeprefix(sso_only_server)
+    with httpx.Client(base_url=sso_only_server, timeout=30) as http:
+        r = http.get(path)
+        assert r.status_code == 303
+        login = r.headers["location"]
+        assert login.startswith("/login?next=")
+        assert 'id="sso-sign-in"' in http.get(login).text
+        r = http.get(f"/auth/sso/start?{urlsplit(login).query}")
+        assert r.status_code in (302, 303), r.text
+        callback = provider.authorize(r.headers["location"], email)
+        r = http.get(callback.removeprefix(sso_only_server))
+        assert r.status_code == 303, r.text
+        assert r.headers["location"] == path
+        person = Person(sso_only_server, email, http)
+        fields = dict(
+            re.findall(r'type="hidden" name="([a-z_]+)" value="([^"]*)"', http.get(path).text)
+        )
+        r = person.answer(path, {**fields, "decision": "allow"})
+        assert r.status_code == 303, r.text
+        assert httpx.get(r.headers["location"]).status_code == 200
+    _, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 0, stderr
+    assert whoami(env)["email"] == email

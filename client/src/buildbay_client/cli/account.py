@@ -13,6 +13,7 @@ from buildbay_client.cli.common import (
     emit,
     err,
     every_page,
+    fail,
     failures,
     out,
     project_id,
@@ -26,7 +27,7 @@ from buildbay_client.config import Profile, load_profiles, save_profiles
 
 if TYPE_CHECKING:
     from buildbay_client.api import Buildbay
-    from buildbay_client.models import CliToken
+    from buildbay_client.models import CliToken, TokenResponse
 
 
 def login(
@@ -86,12 +87,25 @@ def login(
         else:
             email = email or typer.prompt("E-mail")
             password = typer.prompt("Password", hide_input=True)
-            tokens = client.login(email, password)
+            tokens = _password_login(client, email, password)
             profile.token, profile.refresh_token = tokens.access_token, tokens.refresh_token
             profile.email = tokens.user.email
     profiles[chosen.profile] = profile
     path = save_profiles(profiles)
     err.print(f"Logged in to {profile.url} as {profile.email} (profile {chosen.profile}, {path})")
+
+
+def _password_login(client: Buildbay, email: str, password: str) -> TokenResponse:
+    """The password sign-in, or where the server signs people in through its identity
+    provider only (BUILDBAY_OIDC_ONLY: 403 `sso_only`), the command that does."""
+    from buildbay_client.errors import ApiError
+
+    try:
+        return client.login(email, password)
+    except ApiError as exc:
+        if exc.code != "sso_only":
+            raise
+        fail(f"{exc.detail}. Sign in with `buildbay login --sso` instead", 2)
 
 
 def _sign_in_through_the_browser(
