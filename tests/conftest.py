@@ -620,6 +620,27 @@ def threaded_server(server_env: dict[str, str]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def serving_a_copy(
+    migrated_database: str, work: Path, more_env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A module's own server in a thread (`serving_in_thread`): its data under `work`, its
+    database a copy of the migrated one (on PostgreSQL, the worker's own), with `more_env`."""
+    if PG_URL:
+        database_url = PG_URL
+    else:
+        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
+        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
+    env = {
+        "BUILDBAY_DATA_DIR": str(work / "data"),
+        "BUILDBAY_DATABASE_URL": database_url,
+        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+        **(more_env or {}),
+    }
+    with serving_in_thread(env) as base:
+        yield base
+
+
+@contextlib.contextmanager
 def serving_in_thread(env: dict[str, str]) -> Iterator[str]:
     """The service as `buildbay serve` runs it (the app, uvicorn, the lifespan with its job
     worker), from the same environment, but in a thread of this process: for tests that reach

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.ci.runner import ROOT
-from tests.conftest import PG_URL, TEST_SECRET, WORKER, serving_in_thread
+from tests.conftest import WORKER, serving_a_copy
 
 PASSWORD = "a long password"
 
@@ -29,17 +29,7 @@ PASSWORD = "a long password"
 @pytest.fixture(scope="module")
 def ci_server(migrated_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("ci-server")
-    if PG_URL:
-        database_url = PG_URL
-    else:
-        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
-        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
-    env = {
-        "BUILDBAY_DATA_DIR": str(work / "data"),
-        "BUILDBAY_DATABASE_URL": database_url,
-        "BUILDBAY_SECRET_KEY": TEST_SECRET,
-    }
-    with serving_in_thread(env) as base:
+    with serving_a_copy(migrated_database, work) as base:
         yield base
 
 

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import pty
-import shutil
 import signal
 import stat
 import subprocess
@@ -38,7 +37,7 @@ from typer.testing import CliRunner
 from buildbay.updates.check import rollout_bucket
 from buildbay_client.cli import command
 from tests.builds.android_files import APK, APK_V1, apk
-from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
+from tests.conftest import serving_a_copy
 from tests.desktop import files as desktop_files
 from tests.processes import free_port, running
 
@@ -99,17 +98,7 @@ def shared_server(
     """One server for the in-process tests of this module, in a thread (as conftest's
     `threaded_server`): the commands reach it over HTTP only."""
     work = tmp_path_factory.mktemp("cli-server")
-    if PG_URL:
-        database_url = PG_URL
-    else:
-        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
-        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
-    env = {
-        "BUILDBAY_DATA_DIR": str(work / "data"),
-        "BUILDBAY_DATABASE_URL": database_url,
-        "BUILDBAY_SECRET_KEY": TEST_SECRET,
-    }
-    with serving_in_thread(env) as base:
+    with serving_a_copy(migrated_database, work) as base:
         yield base
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
@@ -22,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
+from tests.conftest import serving_a_copy
 from tests.oidc_provider import OidcProvider, oidc_provider_process
 
 pytestmark = pytest.mark.slow
@@ -35,18 +34,10 @@ USER_CODE = re.compile(r"\b([B-Z]{4}-[B-Z]{4})\b")
 @pytest.fixture(scope="module")
 def sso_server(migrated_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("sso-server")
-    if PG_URL:
-        database_url = PG_URL
-    else:
-        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
-        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
-    env = {
-        "BUILDBAY_DATA_DIR": str(work / "data"),
-        "BUILDBAY_DATABASE_URL": database_url,
-        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+    more = {
         "BUILDBAY_CLI_DEVICE_POLL_INTERVAL_SECONDS": "1",
     }
-    with serving_in_thread(env) as base:
+    with serving_a_copy(migrated_database, work, more) as base:
         yield base
 
 
@@ -268,21 +259,13 @@ def sso_only_server(
     migrated_database: str, tmp_path_factory: pytest.TempPathFactory, provider: OidcProvider
 ) -> Iterator[str]:
     work = tmp_path_factory.mktemp("sso-only-server")
-    if PG_URL:
-        database_url = PG_URL
-    else:
-        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
-        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
-    env = {
-        "BUILDBAY_DATA_DIR": str(work / "data"),
-        "BUILDBAY_DATABASE_URL": database_url,
-        "BUILDBAY_SECRET_KEY": TEST_SECRET,
+    more = {
         "BUILDBAY_OIDC_ISSUER": provider.issuer,
         "BUILDBAY_OIDC_CLIENT_ID": "buildbay-console",
         "BUILDBAY_OIDC_CLIENT_SECRET": "a-client-secret",
         "BUILDBAY_OIDC_ONLY": "true",
     }
-    with serving_in_thread(env) as base:
+    with serving_a_copy(migrated_database, work, more) as base:
         yield base
 
 
