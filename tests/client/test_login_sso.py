@@ -120,6 +120,17 @@ def whoami(env: dict[str, str]) -> dict[str, str]:
     return found
 
 
+def shown_code(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """The user code the command shows (and all it said up to it)."""
+    assert process.stderr is not None
+    said = ""
+    while not (found := USER_CODE.search(said)):
+        line = process.stderr.readline()
+        assert line, process.communicate()
+        said += line
+    return found[1], said
+
+
 def saved_token(env: dict[str, str]) -> str | None:
     path = Path(env["BUILDBAY_CONFIG_DIR"]) / "credentials.json"
     if not path.exists():
@@ -168,13 +179,7 @@ def test_login_sso_device_shows_a_code_the_person_allows_in_the_console(
     sso_server: str, person: Person, env: dict[str, str]
 ) -> None:
     process = start(env, "--url", sso_server, "--device")
-    assert process.stderr is not None
-    said = ""
-    while not (found := USER_CODE.search(said)):
-        line = process.stderr.readline()
-        assert line, process.communicate()
-        said += line
-    user_code = found[1]
+    user_code, said = shown_code(process)
     assert f"{sso_server}/cli/device" in said
 
     person.sign_in("/cli/device")
@@ -193,15 +198,10 @@ def test_login_sso_device_refused_in_the_console_exits_3_and_saves_nothing(
     sso_server: str, person: Person, env: dict[str, str]
 ) -> None:
     process = start(env, "--url", sso_server, "--device")
-    assert process.stderr is not None
-    said = ""
-    while not (found := USER_CODE.search(said)):
-        line = process.stderr.readline()
-        assert line, process.communicate()
-        said += line
+    user_code, _ = shown_code(process)
 
     person.sign_in("/cli/device")
-    person.answer(f"/cli/device?code={found[1]}", {"code": found[1], "decision": "deny"})
+    person.answer(f"/cli/device?code={user_code}", {"code": user_code, "decision": "deny"})
     _, stderr = process.communicate(timeout=60)
 
     assert process.returncode == 3, stderr
