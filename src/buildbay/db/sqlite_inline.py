@@ -16,11 +16,13 @@ URL: ``sqlite+inline:///path/to/file.sqlite3`` (the default); ``sqlite+aiosqlite
 
 This is the one module of Buildbay that builds on a library's internals
 (tests/test_public_apis.py refuses them anywhere else): SQLAlchemy's asyncio connector adapters
-(`sqlalchemy.connectors.asyncio`), `sqlalchemy.util.await_` and the pysqlite dialect's
-`_connection`. pyproject.toml bounds SQLAlchemy to `>=2.1.7,<2.2`, and CI runs the suite on
-both ends of that range: the version uv.lock holds, and the floor in the lowest-versions phase
-of .ci/run. Why it is worth it: the embedded default's throughput (every DB-API call
-was a thread hand-off under aiosqlite; commits 07334a9 and 54b993c).
+(`sqlalchemy.connectors.asyncio`), `sqlalchemy.util.await_` (also lent out, as `await_in_event`,
+to the one synchronous event that must await: feeds/cache.py telling other processes of a
+commit) and the pysqlite dialect's `_connection`. pyproject.toml bounds SQLAlchemy to
+`>=2.1.7,<2.2`, and CI runs the suite on both ends of that range: the version uv.lock holds, and
+the floor in the lowest-versions phase of .ci/run. Why it is worth it: the embedded default's
+throughput (every DB-API call was a thread hand-off under aiosqlite; commits 07334a9 and
+54b993c).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import asyncio
 import collections
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import pool
@@ -48,6 +50,12 @@ T = TypeVar("T")
 LOCK_WAIT_SECONDS = 30.0
 _FIRST_RETRY_DELAY = 0.001
 _MAX_RETRY_DELAY = 0.05
+
+
+def await_in_event(awaitable: Awaitable[T]) -> T:
+    """Await `awaitable` from a synchronous SQLAlchemy event that its async layer runs (in its
+    greenlet): db/engine.py's commit watchers. MissingGreenlet (sqlalchemy.exc) outside one."""
+    return await_(awaitable)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

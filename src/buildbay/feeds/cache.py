@@ -42,10 +42,10 @@ from typing import Any
 
 import redis.asyncio as redis
 from sqlalchemy.exc import MissingGreenlet
-from sqlalchemy.util import await_only
 
 from buildbay import redis_pool
 from buildbay.clock import Clock
+from buildbay.db.sqlite_inline import await_in_event
 
 log = logging.getLogger("buildbay.feeds")
 
@@ -155,7 +155,7 @@ class FeedCache:
         if self._redis is None:
             return
         try:
-            await_only(self._announce())
+            await_in_event(self._announce())
         except MissingGreenlet:  # a commit outside SQLAlchemy's async layer: no await here
             log.warning("a write to the feeds' tables was not announced to other processes")
 
