@@ -748,6 +748,13 @@ async def _trusted_publisher(w: World, subject: Account) -> dict[str, Any]:
     }
 
 
+# Public routes whose success needs what the matrix's world cannot have: the answer every
+# caller gets instead, whatever bearer token it sends. The ID-token exchange's success needs an
+# ID token of the real provider, younger than 5 minutes, where the world's clock is a day ahead
+# (tests/publishers/ exchange them); here: a token of an issuer no application trusts.
+PUBLIC_ANSWER = {("POST", "/api/auth/oidc-exchange"): (403, "no_matching_publisher")}
+
+
 @body("POST", "/api/auth/oidc-exchange")
 async def _oidc_exchange(w: World, subject: Account) -> dict[str, Any]:
     # Signed with a key of our own, by an issuer no application trusts (test_authorization_

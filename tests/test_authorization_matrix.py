@@ -34,6 +34,7 @@ from tests.route_table import (
     BODIES,
     ENDS_SESSIONS,
     LADDER,
+    PUBLIC_ANSWER,
     SPOILT,
     TARGETS,
     TOKENS,
@@ -423,13 +424,6 @@ UNKNOWN_API_TOKEN = "tok_00000000000000000000000000"
 # What an unknown (or another's) id of a per-user route answers, by what it names.
 OWN_CODE = {"api_token": "api_token_not_found", "device": "device_not_found"}
 UNKNOWN_OWN = {"api_token": UNKNOWN_API_TOKEN, "device": "dev_00000000000000000000000000"}
-
-
-# Public routes whose success needs what the matrix's world cannot have: the answer every
-# caller gets instead, whatever bearer token it sends. The ID-token exchange's success needs an
-# ID token of the real provider, younger than 5 minutes, where the world's clock is a day ahead
-# (tests/publishers/ exchange them); here: a token of an issuer no application trusts.
-PUBLIC_ANSWER = {("POST", "/api/auth/oidc-exchange"): (403, "no_matching_publisher")}
 
 
 def expected(case: RouteCase, principal: str) -> tuple[int, str | None]:

@@ -638,7 +638,7 @@ def test_a_token_limited_to_a_scope_and_projects(cli: Cli) -> None:
 
     wrong = cli("tokens", "create", "x", "--scope", "write")
     assert wrong.returncode == 2
-    assert "is not one of read, builds:write" in wrong.stderr
+    assert "is not one of read, upload, builds:write" in wrong.stderr
     assert cli("tokens", "create", "x", "--project", "Nope").returncode == 4
 
 

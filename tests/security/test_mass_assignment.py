@@ -19,7 +19,15 @@ from buildbay.clock import FrozenClock
 from buildbay.config import Settings
 from buildbay.db.models import Base
 from tests.conftest import Account, Api, assert_problem
-from tests.route_table import RouteCase, World, api_routes, build_world, prepare, send
+from tests.route_table import (
+    PUBLIC_ANSWER,
+    RouteCase,
+    World,
+    api_routes,
+    build_world,
+    prepare,
+    send,
+)
 
 # Fields of the server's own, and what a client would like to set them to.
 SERVER_OWNED: dict[str, Any] = {
@@ -189,7 +197,10 @@ async def test_the_same_bodies_without_the_injected_fields_are_accepted(
     failures = []
     for case in write_routes:
         r = await send(world, await prepare(world, case, "owner"))
-        if not r.is_success:
+        if r.is_success:
+            continue
+        # A public route whose success the world cannot reach answers as the matrix says.
+        if (r.status_code, r.json().get("code")) != PUBLIC_ANSWER.get(case.key):
             failures.append(f"{case}: {r.status_code} {r.text[:300]}")
 
     assert failures == []
