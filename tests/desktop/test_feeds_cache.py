@@ -5,6 +5,7 @@ that the answer it changes is the one remembered."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from sqlalchemy import update
 from buildbay.builds.models import Build
 from buildbay.clock import FrozenClock
 from buildbay.config import Settings
-from buildbay.feeds.cache import TTL
+from buildbay.feeds.cache import TTL, FeedCache
 from buildbay.feeds.sparkle import INTERVAL_GRANULARITY
 from tests.builds.conftest import Builds
 from tests.conftest import assert_problem
@@ -207,3 +208,43 @@ async def test_what_changes_no_feed_leaves_the_feeds_remembered(
     assert r.json()["updateAvailable"] is True
     assert r.json()["build"]["installUrl"]  # a link made in the check's unit of work
     assert await _yaml(builds.client, key, "latest-mac.yml") == before
+
+
+async def test_askers_at_once_wait_for_one_reading_and_a_failed_one_leaves_each_to_read(
+    clock: FrozenClock,
+) -> None:
+    cache = FeedCache(clock)
+    mark = await cache.mark()
+    readings = 0
+    release = asyncio.Event()
+
+    async def read() -> tuple[str, None]:
+        nonlocal readings
+        readings += 1
+        await release.wait()
+        return "the feed", None
+
+    askers = [asyncio.create_task(cache.remembered("feed", mark, read)) for _ in range(50)]
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*askers) == ["the feed"] * 50
+    assert readings == 1
+    assert await cache.remembered("feed", mark, read) == "the feed"  # stored
+    assert readings == 1
+
+    async def fail() -> tuple[str, None]:
+        nonlocal readings
+        readings += 1
+        await asyncio.sleep(0)
+        raise RuntimeError("the database went away")
+
+    async def ask_after_the_first() -> str:
+        await asyncio.sleep(0)  # the first asker is reading by now
+        return await cache.remembered("other", mark, read)
+
+    first = asyncio.create_task(cache.remembered("other", mark, fail))
+    second = asyncio.create_task(ask_after_the_first())
+    with pytest.raises(RuntimeError):
+        await first
+    assert await second == "the feed"  # read by itself, not told of the first's failure
+    assert readings == 3

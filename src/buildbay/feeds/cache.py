@@ -33,12 +33,13 @@ step (feeds/sparkle.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis
 from sqlalchemy.exc import MissingGreenlet
@@ -48,6 +49,7 @@ from buildbay.clock import Clock
 from buildbay.db.sqlite_inline import await_in_event
 
 log = logging.getLogger("buildbay.feeds")
+T = TypeVar("T")
 
 MARK_KEY = "buildbay:feeds-mark"
 TTL = timedelta(seconds=60)
@@ -96,6 +98,8 @@ class FeedCache:
         self._ttl = ttl
         self._max_entries = max_entries
         self._entries: dict[Hashable, _Entry] = {}
+        # What is being read for a key at a mark now: askers of it meanwhile wait for it.
+        self._reading: dict[tuple[Hashable, Mark], asyncio.Future[Any]] = {}
         self._generation = 0  # this process's writes
         self._setbacks = redis_pool.Setbacks(log, clock)
 
@@ -130,6 +134,41 @@ class FeedCache:
             del self._entries[key]
             return None
         return entry.value
+
+    async def remembered(
+        self,
+        key: Hashable,
+        mark: Mark | None,
+        read: Callable[[], Awaitable[tuple[T, datetime | None]]],
+    ) -> T:
+        """What is stored under `key` at `mark`, else what `read()` gives (the value, and until
+        when it holds at the latest), stored. Read once for all who ask at once: when an entry
+        ends (a write, its TTL) while 50 updaters ask, one reads the database and the others
+        wait for its answer instead of each reading it too (measured: the electron feed's p99
+        at 50 clients on PostgreSQL, 225 ms with each reading, bench/feeds.py)."""
+        found = self.get(key, mark)
+        if found is not None:
+            return cast("T", found)
+        if mark is None:
+            return (await read())[0]
+        flight = (key, mark)
+        if (reading := self._reading.get(flight)) is not None:
+            value = await asyncio.shield(reading)  # an asker that goes away leaves it reading
+            if value is not None:
+                return cast("T", value)
+            return (await read())[0]  # its reading failed: this asker reads, and answers, itself
+        reading = asyncio.get_running_loop().create_future()
+        self._reading[flight] = reading
+        try:
+            value, until = await read()
+        except BaseException:
+            reading.set_result(None)
+            raise
+        finally:
+            del self._reading[flight]
+        reading.set_result(value)
+        self.put(key, value, mark, until)
+        return value
 
     def put(
         self, key: Hashable, value: Any, mark: Mark | None, until: datetime | None = None

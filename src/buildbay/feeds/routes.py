@@ -6,6 +6,7 @@ remembered until a write changes it (feeds/cache.py): the answer does not depend
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
@@ -73,8 +74,8 @@ async def electron_feed(
     mark = await cache.mark()  # before anything is read (feeds/cache.py)
     owner = await owner_of_key(ctx, request, reads, update_key, mark)
     require_desktop(owner)
-    rendered: Rendered | None = cache.get(("electron", update_key, name), mark)
-    if rendered is None:
+
+    async def read() -> tuple[Rendered, None]:
         wanted = electron.channel_file(owner.platform, name)
         try:
             builds = await offered_builds(reads, owner, wanted.channel, full=False)
@@ -86,8 +87,9 @@ async def electron_feed(
         best = await release_of(reads, best)
         public_url = ctx.settings.resolved_public_url
         body = electron.render(electron.update_info(best, files, public_url, update_key))
-        rendered = Rendered(body, etag_of(body))
-        cache.put(("electron", update_key, name), rendered, mark)
+        return Rendered(body, etag_of(body)), None
+
+    rendered = await cache.remembered(("electron", update_key, name), mark, read)
     return cacheable(request, rendered.body, ELECTRON_TYPE, rendered.etag)
 
 
@@ -108,8 +110,8 @@ async def sparkle_feed(
     mark = await cache.mark()
     owner = await owner_of_key(ctx, request, reads, update_key, mark)
     require_platform(owner, "macos", "Sparkle")
-    rendered: Rendered | None = cache.get(("sparkle", update_key, channel), mark)
-    if rendered is None:
+
+    async def read() -> tuple[Rendered, datetime | None]:
         builds = await offered_builds(reads, owner, channel, sparkle.MAX_ITEMS)
         title = await application_name(reads, owner)
         now = ctx.clock.now()
@@ -117,9 +119,10 @@ async def sparkle_feed(
             builds, title=title, channel=channel, public_url=ctx.settings.resolved_public_url,
             update_key=update_key, now=now,
         )  # fmt: skip
-        rendered = Rendered(body, etag_of(body))
         # A phased rollout's interval grows with time (sparkle.py): good until its next step.
-        cache.put(("sparkle", update_key, channel), rendered, mark, sparkle.changes_at(builds, now))
+        return Rendered(body, etag_of(body)), sparkle.changes_at(builds, now)
+
+    rendered = await cache.remembered(("sparkle", update_key, channel), mark, read)
     return cacheable(request, rendered.body, SPARKLE_TYPE, rendered.etag)
 
 
@@ -140,13 +143,14 @@ async def appinstaller_feed(
     mark = await cache.mark()
     owner = await owner_of_key(ctx, request, reads, update_key, mark)
     require_platform(owner, "windows", "App Installer")
-    rendered: Rendered | None = cache.get(("appinstaller", update_key, channel), mark)
-    if rendered is None:
+
+    async def read() -> tuple[Rendered, None]:
         builds = await offered_builds(reads, owner, channel)
         body = appinstaller.appinstaller(
             builds, channel=channel, public_url=ctx.settings.resolved_public_url,
             update_key=update_key,
         )  # fmt: skip
-        rendered = Rendered(body, etag_of(body))
-        cache.put(("appinstaller", update_key, channel), rendered, mark)
+        return Rendered(body, etag_of(body)), None
+
+    rendered = await cache.remembered(("appinstaller", update_key, channel), mark, read)
     return cacheable(request, rendered.body, APPINSTALLER_TYPE, rendered.etag)
