@@ -131,6 +131,12 @@ class Server:
 # The benches add the same new accounts as members again and again (webhooks.py's member
 # changes) and thousands at once (mail.py): the daily invitation caps (docs/operations.md),
 # which tests/invitations proves, would refuse them. Off in every bench server.
+# A server for the upload benches: builds up to 8 GiB, no storage quota, no rate limit.
+LARGE_UPLOADS = {
+    "BUILDBAY_RATE_LIMIT_ENABLED": "false",
+    "BUILDBAY_MAX_UPLOAD_BYTES_FREE": str(8 * 1024**3),
+    "BUILDBAY_QUOTA_BYTES_FREE": "0",
+}
 NO_INVITATION_CAPS = {
     f"BUILDBAY_INVITATIONS_PER_{kind}": "0"
     for kind in (

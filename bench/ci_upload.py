@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 
 from _common import (
+    LARGE_UPLOADS,
     ROOT,
     VENV_BIN,
     create_application,
@@ -71,11 +72,7 @@ def main() -> int:
         work = Path(tmp)
         port = free_port()
         argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port)]
-        env = {
-            "BUILDBAY_RATE_LIMIT_ENABLED": "false",
-            "BUILDBAY_MAX_UPLOAD_BYTES_FREE": str(8 * 1024**3),
-            "BUILDBAY_QUOTA_BYTES_FREE": "0",
-        }
+        env = LARGE_UPLOADS
         # A new database is migrated before the server answers: slow on a busy machine.
         with running_server(argv, work / "data", port, env) as server:
             with httpx.Client(base_url=server.base_url, timeout=60) as client:

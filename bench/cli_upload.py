@@ -48,6 +48,7 @@ from typing import Any
 import httpx
 
 from _common import (
+    LARGE_UPLOADS,
     VENV_BIN,
     create_application,
     create_project,
@@ -180,9 +181,7 @@ def resumed_upload(work: Path, size_mib: int) -> bool:
     proxy = CountingProxy(port)
     address = f"http://127.0.0.1:{proxy.port}"
     env = {
-        "BUILDBAY_RATE_LIMIT_ENABLED": "false",
-        "BUILDBAY_MAX_UPLOAD_BYTES_FREE": str(8 * 1024**3),
-        "BUILDBAY_QUOTA_BYTES_FREE": "0",
+        **LARGE_UPLOADS,
         "BUILDBAY_PUBLIC_URL": address,  # the part addresses go through the proxy too
     }
     argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port)]
@@ -258,11 +257,7 @@ def main() -> int:
         work = Path(tmp)
         port = free_port()
         argv = [str(VENV_BIN / "buildbay"), "serve", "--port", str(port)]
-        env = {
-            "BUILDBAY_RATE_LIMIT_ENABLED": "false",
-            "BUILDBAY_MAX_UPLOAD_BYTES_FREE": str(8 * 1024**3),
-            "BUILDBAY_QUOTA_BYTES_FREE": "0",
-        }
+        env = LARGE_UPLOADS
         with running_server(argv, work / "data", port, env) as server:
             with httpx.Client(base_url=server.base_url, timeout=60) as client:
                 token = register(client)
