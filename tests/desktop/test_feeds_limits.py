@@ -23,17 +23,22 @@ def settings(settings: Settings) -> Settings:
     return settings
 
 
-async def test_feeds_and_update_checks_share_the_application_s_budget(builds: Builds) -> None:
+async def _macos_app_with_a_build(builds: Builds) -> tuple[str, str]:
+    """The application made macOS, with one ready build A.dmg: its update key and the build."""
     r = await builds.client.put(
         f"/api/projects/{builds.project_id}/applications/{builds.app_id}",
         json={"platform": "macos"},
         headers=builds.owner.headers,
     )
-    key = r.json()["updateKey"]
     link = await builds.link(files.dmg(), fileName="A.dmg")
     await builds.put(link, files.dmg())
-    r = await builds.verify(link["buildId"], version="1.0", buildNumber="1")
-    assert r.status_code == 200, r.text
+    verified = await builds.verify(link["buildId"], version="1.0", buildNumber="1")
+    assert verified.status_code == 200, verified.text
+    return r.json()["updateKey"], link["buildId"]
+
+
+async def test_feeds_and_update_checks_share_the_application_s_budget(builds: Builds) -> None:
+    key, _ = await _macos_app_with_a_build(builds)
     paths = [
         f"/feeds/{key}/electron/latest-mac.yml",
         f"/feeds/{key}/sparkle/default.xml",
@@ -52,17 +57,8 @@ async def test_feeds_and_update_checks_share_the_application_s_budget(builds: Bu
 async def test_feed_downloads_count_per_client_ip_in_a_budget_of_their_own(
     builds: Builds,
 ) -> None:
-    r = await builds.client.put(
-        f"/api/projects/{builds.project_id}/applications/{builds.app_id}",
-        json={"platform": "macos"},
-        headers=builds.owner.headers,
-    )
-    key = r.json()["updateKey"]
-    link = await builds.link(files.dmg(), fileName="A.dmg")
-    await builds.put(link, files.dmg())
-    r = await builds.verify(link["buildId"], version="1.0", buildNumber="1")
-    assert r.status_code == 200, r.text
-    address = f"/feeds/{key}/download/{link['buildId']}/A.dmg"
+    key, build_id = await _macos_app_with_a_build(builds)
+    address = f"/feeds/{key}/download/{build_id}/A.dmg"
     for _ in range(DOWNLOADS_PER_IP):
         r = await builds.client.get(address, headers={"Range": "bytes=0-9"})
         assert r.status_code == 206
