@@ -191,6 +191,10 @@ async def test_the_mail_to_an_unproven_address_carries_no_text_the_sign_up_typed
 async def test_at_most_three_more_verification_mails_a_day_reach_an_address(
     client: httpx.AsyncClient, app: FastAPI, smtp: SmtpSink, api: Api, clock: FrozenClock
 ) -> None:
+    # The day's limit is a UTC day's: a run late in the evening starts at the next day's
+    # first hour, so that the two hours below stay in one day.
+    if clock.now().hour >= 21:
+        clock.advance(hours=24 - clock.now().hour)
     victim = await api.register("victim@example.com")
     for _ in range(3):
         r = await client.post(RESEND, headers=victim.headers)
