@@ -28,6 +28,7 @@ from buildbay.builds.macos import (
 from buildbay.builds.metadata import DESKTOP_FILES, Reading, read_metadata, wrong_platform_problem
 from buildbay.builds.updaters import UpdaterFields, ed_signature_problem, with_fields
 from buildbay.builds.windows import RESOURCES_LIMIT, parse_exe, parse_msix
+from buildbay.config import Settings
 from buildbay.errors import ValidationFailed
 from tests.desktop import files
 
@@ -256,6 +257,9 @@ def _formats(tmp_path: Path) -> dict[str, bytes]:
     }
 
 
+READER_CPU_SECONDS = Settings.model_fields["parse_cpu_seconds"].default
+
+
 def test_random_damage_anywhere_never_makes_reading_raise(tmp_path: Path) -> None:
     """Flipped bytes, cut files: read_metadata answers a Reading (metadata, an error or a
     refusal), whatever the parser met, and quickly."""
@@ -269,9 +273,12 @@ def test_random_damage_anywhere_never_makes_reading_raise(tmp_path: Path) -> Non
                 damaged[at] = rng.randrange(256)
             if rng.random() < 0.3:
                 del damaged[rng.randrange(len(damaged)) :]
-            started = time.monotonic()
+            started = time.process_time()
             reading = _read(bytes(damaged), name)
-            assert time.monotonic() - started < 5, name
+            # Within the processor time a build file's reader grants a file (builds/readers.py):
+            # processor time, which a machine busy with other work does not inflate (the wall
+            # clock did, 5 s for an .exe whose pefile collects this process's garbage on error).
+            assert time.process_time() - started < READER_CPU_SECONDS, name
             assert isinstance(reading, Reading)
             if reading.metadata is None:
                 assert reading.error or reading.refused or name == "x.zip", name
