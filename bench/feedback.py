@@ -36,6 +36,13 @@ just before the first one, the server having served one phase of the load alread
 150 MiB). Exit
 status 1 if either is missed, or on a 5xx, a failed read or a feedback without an answer.
 
+`--control` is the experiment beside it: the phases "with feedback" send none, and a process of
+the bench's own, at nice +10 as the workers are, compresses noise with zlib at level 3 (what
+the worker spends a PNG's time on) without pause instead: what one core's worth of work at that
+priority beside the server costs the reads' p99 on this machine, whoever does it. A ratio that
+this control shows too is the machine's (the server, one event loop, near a core's worth of work
+at this load), not the feedback's path through the server.
+
 `--idle-workers` is an experiment: this bench puts each process the server starts (its
 screenshots' workers and their fork server) at SCHED_IDLE, from outside, as it appears, instead
 of the nice +10 they give themselves: the two compared on one machine, run after run.
@@ -47,7 +54,7 @@ minute) stays: a 429 is counted, not retried.
 
 Usage: .venv/bin/python bench/feedback.py [--database sqlite|postgres|both] [--rounds 3]
        [--seconds 20] [--warm-up 5] [--testers 20] [--clients 50] [--think-ms 200]
-       [--uploaders 2] [--idle-workers] [--postgres postgresql://postgres@127.0.0.1:5432]
+       [--uploaders 2] [--idle-workers] [--control] [--postgres postgresql://postgres@127.0.0.1:5432]
        [--redis redis://127.0.0.1:6379/5] [--postgres-database bench_feedback]
 """
 
@@ -61,6 +68,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -320,7 +328,7 @@ def run_configuration(
                         args=(server.base_url, feedback_url, token, body[n], senders),
                         daemon=True,
                     )
-                    for n, token in enumerate(testers if with_feedback else [])
+                    for n, token in enumerate(testers if with_feedback and not args.control else [])
                 ]
                 sampler = RssSampler(server.pid, tree=True)
                 sampler.start()
@@ -329,7 +337,11 @@ def run_configuration(
                 waited_before, generators_before = _waits(server.pid), _generators_cpu()
                 for thread in threads:
                     thread.start()
+                hog = _hog() if with_feedback and args.control else None
                 result, statuses = reads(args.seconds)
+                if hog is not None:
+                    hog.kill()
+                    hog.wait()
                 cpu_after, ended = cpu_seconds(server.pid), time.monotonic()
                 tree_share = (tree_cpu_seconds(server.pid) - tree_before) / (ended - began)
                 waited_after, wake_ups_after = _waits(server.pid)
@@ -353,6 +365,20 @@ def run_configuration(
         memory_end = tree_pss_kib(server.pid) / 1024
     errors = [u.error for u in uploads.done if u.error]
     return Outcome(name, phases, memory_start, memory_end, errors)
+
+
+_HOG = """
+import os, zlib
+os.nice(10)
+noise = os.urandom(2 * 1024 * 1024)
+while True:
+    zlib.compress(noise, 3)
+"""
+
+
+def _hog() -> subprocess.Popen[bytes]:
+    """A process at nice +10 that compresses noise without pause until killed (--control)."""
+    return subprocess.Popen([sys.executable, "-c", _HOG])
 
 
 def _idle(pid: int, uploads: Uploads) -> None:
@@ -499,6 +525,11 @@ def main() -> int:
         action="store_true",
         help="an experiment: the server's worker processes at SCHED_IDLE, not nice +10",
     )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="an experiment: no feedback; a nice +10 process compressing noise in its phases",
+    )
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
     parser.add_argument(
         "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
@@ -537,6 +568,11 @@ def main() -> int:
         f"each sending one after another ({mib:.1f} MiB a body: two PNG and a JPEG of "
         f"{SCREEN[0]} x {SCREEN[1]}); {os.cpu_count()} CPUs shared with the load generators; "
         + ("the workers at SCHED_IDLE (--idle-workers); " if args.idle_workers else "")
+        + (
+            "CONTROL: no feedback sent, a nice +10 zlib loop instead (--control); "
+            if args.control
+            else ""
+        )
         + f"load average {' '.join(f'{n:.1f}' for n in os.getloadavg())}"
     )
     results = [report(outcome) for outcome in outcomes]
