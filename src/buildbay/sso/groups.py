@@ -30,12 +30,12 @@ from buildbay.audit.record import (
     record,
 )
 from buildbay.auth.models import User
-from buildbay.db.concurrency import insert_unless_present
+from buildbay.db.concurrency import insert_unless_present, lock_row
 from buildbay.db.reads import Reads
 from buildbay.distribution.membership import leave_groups, reach_new_member
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
-from buildbay.projects.models import ProjectMember
+from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.records import MemberRecord
 from buildbay.sso.models import SsoGroupMapping, SsoMembership
 from buildbay.webhooks import events as webhook_events
@@ -132,6 +132,12 @@ async def apply_group_mappings(
         await db.scalars(select(SsoMembership.project_id).where(SsoMembership.user_id == user.id))
     )
     concerned = set(wanted) | made_by_mapping
+    # As every change of a membership does (projects/service.py `_lock_members`): the
+    # projects' rows first, in one order, then the memberships as committed by whoever held
+    # them before. Read earlier, a role made owner by hand a moment ago would be undone.
+    for project_id in sorted(concerned):
+        if not await lock_row(db, Project.id, project_id):
+            concerned.discard(project_id)  # deleted a moment ago
     current = {
         m.project_id: m
         for m in await db.scalars(
