@@ -108,6 +108,27 @@ async def test_the_mapping_adds_changes_and_removes_what_it_made_and_nothing_els
     assert changed.details == {"before": [], "after": mapping["mappings"]}
 
 
+async def test_the_same_mapping_put_again_reads_the_same_and_is_not_a_change(
+    app: FastAPI, api: Api, owner: Account
+) -> None:
+    # Mixed case: a database collation (PostgreSQL's en_US, ICU's) orders `mobile` before `QA`,
+    # Python the other way; the order is Python's wherever the mapping is read.
+    project = await api.project(owner)
+    url = f"/api/projects/{project['id']}/sso-groups"
+    mapping = {
+        "mappings": [{"group": "mobile", "role": "developer"}, {"group": "QA", "role": "tester"}]
+    }
+
+    first = await api.client.put(url, json=mapping, headers=owner.headers)
+    again = await api.client.put(url, json=mapping, headers=owner.headers)
+
+    assert first.status_code == again.status_code == 200
+    expected = [{"group": "QA", "role": "tester"}, {"group": "mobile", "role": "developer"}]
+    assert first.json()["mappings"] == again.json()["mappings"] == expected
+    assert (await api.client.get(url, headers=owner.headers)).json() == first.json()
+    assert len(await audit_entries(app, "sso_groups.changed")) == 1
+
+
 async def test_a_mapping_is_checked_and_owner_is_never_mapped(api: Api, owner: Account) -> None:
     project = await api.project(owner)
     url = f"/api/projects/{project['id']}/sso-groups"

@@ -63,13 +63,14 @@ def groups_of(claims: dict[str, Any], claim: str) -> set[str] | None:
 
 
 async def read_mappings(reads: Reads, project_id: str) -> list[GroupMapping]:
-    """A project's mapping, by group name."""
+    """A project's mapping, by group name as Python orders it (as `replace_mappings` answers):
+    not the database's ORDER BY, whose collation may put `mobile` before `QA`."""
     rows = await reads.all(
-        select(SsoGroupMapping.group.label("group"), SsoGroupMapping.role.label("role"))
-        .where(SsoGroupMapping.project_id == project_id)
-        .order_by(SsoGroupMapping.group)
+        select(SsoGroupMapping.group.label("group"), SsoGroupMapping.role.label("role")).where(
+            SsoGroupMapping.project_id == project_id
+        )
     )
-    return [GroupMapping(row["group"], row["role"]) for row in rows]
+    return sorted((GroupMapping(row["group"], row["role"]) for row in rows), key=_by_group)
 
 
 async def replace_mappings(
@@ -91,7 +92,7 @@ async def replace_mappings(
             )
         )
     await db.flush()
-    after = sorted(mappings, key=lambda m: m.group)
+    after = sorted(mappings, key=_by_group)
     if before != after:
         user = access.caller.user
         record(
@@ -233,6 +234,10 @@ def _member_record(user: User, membership: ProjectMember) -> MemberRecord:
         membership.project_id, user.id, user.email, user.name, membership.role,
         membership.created_at, user.email_verified,
     )  # fmt: skip
+
+
+def _by_group(mapping: GroupMapping) -> str:
+    return mapping.group
 
 
 def _described(mappings: Sequence[GroupMapping]) -> list[dict[str, str]]:
