@@ -635,6 +635,27 @@ async def test_a_server_that_takes_no_new_accounts_joins_only_existing_ones(
     assert r.json()["joinedCount"] == 0
 
 
+async def test_an_sso_only_server_makes_no_account_through_a_join_link(
+    team: Team, browser: httpx.AsyncClient, app: FastAPI
+) -> None:
+    # BUILDBAY_OIDC_ONLY: accounts come from the identity provider only (its allowed domains
+    # included); a join link may still add an existing account, never make one.
+    member = await team.api.login(team.owner)  # a session opened before: it keeps working
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+    settings = app.state.ctx.settings
+    settings.oidc_only, settings.oidc_provider_name = True, "Acme SSO"
+    await ask_to_join(browser, page_path(made), "outsider@example.com")
+    path = await confirmation_of(team, "outsider@example.com")
+
+    r = await confirm(browser, path)
+
+    assert r.status_code == 403
+    assert "sign in with Acme SSO" in alert(r)
+    r = await team.client.get(link_path(team, qa), headers=member.headers)
+    assert r.json()["joinedCount"] == 0
+
+
 async def test_a_confirmation_gives_no_unverified_account_to_whoever_signed_up_with_the_address(
     team: Team, browser: httpx.AsyncClient
 ) -> None:

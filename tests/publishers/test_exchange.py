@@ -19,6 +19,8 @@ from buildbay.audit.models import AuditEntry
 from buildbay.auth.models import ApiToken
 from buildbay.clock import FrozenClock
 from buildbay.db.engine import create_engines
+from buildbay.errors import NotAuthenticated
+from buildbay.publishers.exchange import verified
 from buildbay.publishers.models import UsedIdToken
 from buildbay.publishers.service import sweep_used_id_tokens
 from tests.conftest import Account, Api, assert_problem
@@ -316,3 +318,38 @@ async def test_the_sweeper_forgets_exchanged_id_tokens_once_they_expire(
         assert (await db.scalar(select(func.count(UsedIdToken.id)))) == 0
         assert (await db.scalar(select(func.count(ApiToken.id)).where(
             ApiToken.publisher_id.is_not(None)))) == 0  # fmt: skip
+
+
+class _OneKey:
+    """The keys of an issuer that signs with one key (`verified` asks only for it)."""
+
+    def __init__(self, key: jwt.PyJWK) -> None:
+        self.key = key
+
+    async def key_for(self, *_: object) -> jwt.PyJWK:
+        return self.key
+
+    async def refreshed_key(self, *_: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize("audience", [5, 1.5, {"buildbay": 1}, None, [], ["buildbay", 5]])
+async def test_an_audience_that_is_not_a_string_or_a_list_of_strings_is_a_401(
+    audience: object,
+) -> None:
+    # An admin may trust any issuer (one of their own too): whatever a genuinely signed token
+    # holds in `aud` is refused as a token, never a 500 nor a dict's keys taken as audiences.
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = jwt.algorithms.RSAAlgorithm.to_jwk(private.public_key(), as_dict=True)
+    key = jwt.PyJWK.from_dict(public)
+    now = FrozenClock().now()
+    issuer = "https://ci.example.com"
+    expires = int((now + timedelta(minutes=5)).timestamp())
+    claims = {"iss": issuer, "sub": GITHUB_SUBJECT, "aud": audience, "exp": expires,
+              "iat": int(now.timestamp())}  # fmt: skip
+    token = jwt.encode(claims, private, algorithm="RS256")
+
+    with pytest.raises(NotAuthenticated) as refused:
+        await verified(token, issuer, None, "RS256", _OneKey(key), now)  # type: ignore[arg-type]
+
+    assert refused.value.code == "invalid_id_token"

@@ -4,15 +4,18 @@ the application whose trusted publisher takes it; a real server, the CLI as a pr
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from buildbay_client.cli.common import EXIT_AUTH
 from tests.oidc_provider import OidcProvider
 from tests.publishers.github_tokens import REQUEST_TOKEN, github_token_service
 from tests.publishers.id_tokens import id_token
@@ -101,3 +104,50 @@ def test_upload_asks_github_actions_for_an_id_token_with_the_audience_given(
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["applicationId"] == app_id
+
+
+class _BrokenProxy(http.server.BaseHTTPRequestHandler):
+    """A proxy in front of the server (or GitHub's token service) that answers its own error
+    page while saying it is JSON, as misconfigured ones do."""
+
+    def _answer(self) -> None:
+        body = b"<html><body>502 Bad Gateway</body></html>"
+        self.send_response(502)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_answer_that_is_not_the_json_it_claims_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BrokenProxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{proxy.server_address[1]}"
+    build = tmp_path / "shop.zip"
+    build.write_bytes(b"PK\x03\x04 the shop, built by CI")
+    try:
+        for env in (
+            {"BUILDBAY_ID_TOKEN": "eyJ.the.token"},  # the exchange's answer is broken
+            {"ACTIONS_ID_TOKEN_REQUEST_URL": f"{url}/token?api-version=2.0",  # GitHub's is
+             "ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN},
+        ):  # fmt: skip
+            done = _upload(url, build, tmp_path, env)
+
+            assert done.returncode == EXIT_AUTH, done.stderr
+            assert "Traceback" not in done.stderr
+            assert "trusted publishing:" in done.stderr, done.stderr
+            assert "502" in done.stderr, done.stderr
+    finally:
+        proxy.shutdown()
+        proxy.server_close()

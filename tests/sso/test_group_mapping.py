@@ -3,18 +3,37 @@ added, their role changed, removed; only the memberships the mapping made; audit
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import event, update
 
+from buildbay.audit.record import NO_ORIGIN
 from buildbay.auth.models import User
+from buildbay.projects.service import ProjectService
+from buildbay.sso.groups import apply_group_mappings
+from buildbay.sso.models import SsoMembership
 from tests.conftest import Account, Api, assert_problem
 from tests.oidc_provider import OidcProvider
 from tests.sso.conftest import audit_entries, open_browser
 
 pytestmark = pytest.mark.slow
+GUARD = 30  # seconds: only so that a broken test fails instead of hanging, never for timing
+
+
+def when_written(app: FastAPI, *statements: str) -> asyncio.Event:
+    """Set as soon as the app starts a statement beginning with one of `statements` (before it
+    waits for any lock)."""
+    seen = asyncio.Event()
+
+    def note(_c: object, _cursor: object, sql: str, *_rest: object) -> None:
+        if sql.lstrip().upper().startswith(statements):
+            seen.set()
+
+    event.listen(app.state.ctx.engine.sync_engine, "before_cursor_execute", note)
+    return seen
 
 
 async def _members(api: Api, owner: Account, project_id: str) -> dict[str, str]:
@@ -89,6 +108,27 @@ async def test_the_mapping_adds_changes_and_removes_what_it_made_and_nothing_els
     assert changed.details == {"before": [], "after": mapping["mappings"]}
 
 
+async def test_the_same_mapping_put_again_reads_the_same_and_is_not_a_change(
+    app: FastAPI, api: Api, owner: Account
+) -> None:
+    # Mixed case: a database collation (PostgreSQL's en_US, ICU's) orders `mobile` before `QA`,
+    # Python the other way; the order is Python's wherever the mapping is read.
+    project = await api.project(owner)
+    url = f"/api/projects/{project['id']}/sso-groups"
+    mapping = {
+        "mappings": [{"group": "mobile", "role": "developer"}, {"group": "QA", "role": "tester"}]
+    }
+
+    first = await api.client.put(url, json=mapping, headers=owner.headers)
+    again = await api.client.put(url, json=mapping, headers=owner.headers)
+
+    assert first.status_code == again.status_code == 200
+    expected = [{"group": "QA", "role": "tester"}, {"group": "mobile", "role": "developer"}]
+    assert first.json()["mappings"] == again.json()["mappings"] == expected
+    assert (await api.client.get(url, headers=owner.headers)).json() == first.json()
+    assert len(await audit_entries(app, "sso_groups.changed")) == 1
+
+
 async def test_a_mapping_is_checked_and_owner_is_never_mapped(api: Api, owner: Account) -> None:
     project = await api.project(owner)
     url = f"/api/projects/{project['id']}/sso-groups"
@@ -136,3 +176,60 @@ async def test_the_console_page_saves_the_mapping_from_lines(
         {"group": "mobile team", "role": "developer"},
         {"group": "qa", "role": "tester"},
     ]
+
+
+async def test_a_sign_in_waits_for_a_role_change_by_hand_and_never_undoes_it(
+    app: FastAPI, api: Api, owner: Account, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every change of a membership takes the project's row first (projects/service.py
+    # `_lock_members`), so that the last-owner rule counts what the one before committed. A
+    # sign-in's mapping must too: here an owner makes a mapped developer an owner while that
+    # person signs in without the group; the sign-in must see the new owner and leave them be,
+    # not remove them from the project on a role it read before the promotion committed.
+    project = await api.project(owner, "Rocket")
+    nia = await api.register("nia@example.com")
+    r = await api.client.post(
+        f"/api/projects/{project['id']}/members",
+        json={"email": nia.email, "role": "developer"},
+        headers=owner.headers,
+    )
+    assert r.status_code == 201, r.text
+    ctx = app.state.ctx
+    async with ctx.sessions() as db, db.begin():  # the mapping made the membership
+        now = ctx.clock.now()
+        db.add(SsoMembership(project_id=project["id"], user_id=nia.user["id"], created_at=now))
+
+    reached, released = asyncio.Event(), asyncio.Event()
+    change_role = ProjectService.change_role
+
+    async def held(service: ProjectService, *args: Any) -> Any:
+        changed = await change_role(service, *args)
+        reached.set()  # the promotion's statements ran; its commit waits
+        await released.wait()
+        return changed
+
+    monkeypatch.setattr(ProjectService, "change_role", held)
+    promotion = asyncio.create_task(
+        api.client.put(
+            f"/api/projects/{project['id']}/members/{nia.user['id']}",
+            json={"role": "owner"},
+            headers=owner.headers,
+        )
+    )
+    await asyncio.wait_for(reached.wait(), GUARD)
+
+    async def sign_in_without_groups() -> None:
+        async with ctx.sessions() as db, db.begin():
+            user = await db.get_one(User, nia.user["id"])
+            await apply_group_mappings(db, ctx.clock.now(), user, set(), NO_ORIGIN)
+
+    # Its first write (or the project's lock), which waits for the promotion's commit on
+    # SQLite; on PostgreSQL only a lock the promotion holds makes it wait.
+    waiting = when_written(app, "INSERT", "UPDATE", "DELETE", "SELECT PROJECTS.ID")
+    sign_in = asyncio.create_task(sign_in_without_groups())
+    await asyncio.wait_for(waiting.wait(), GUARD)
+    released.set()
+    assert (await asyncio.wait_for(promotion, GUARD)).status_code == 200
+    await asyncio.wait_for(sign_in, GUARD)
+
+    assert (await _members(api, owner, project["id"]))[nia.email] == "owner"

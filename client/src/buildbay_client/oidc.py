@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -67,7 +68,7 @@ def ci_id_token(audience: str) -> str:
         raise TrustedPublishingError(
             f"GitHub's ID token service could not be reached: {exc}"
         ) from None
-    value = r.json().get("value") if r.status_code == 200 and _is_json(r) else None
+    value = _json_object(r).get("value") if r.status_code == 200 else None
     if not isinstance(value, str) or not value:
         raise TrustedPublishingError(
             f"GitHub's ID token service answered {r.status_code} without a token"
@@ -85,17 +86,26 @@ def exchange(server_url: str, id_token: str, application_id: str | None) -> Uplo
         )
     except httpx.HTTPError as exc:
         raise TrustedPublishingError(f"{server_url} could not be reached: {exc}") from None
-    answer = r.json() if _is_json(r) else {}
+    answer = _json_object(r)
     if r.status_code != 200:
         detail = answer.get("detail") or r.text[:200]
         code = answer.get("code", "")
         raise TrustedPublishingError(
             f"the server refused the CI's ID token: {detail} ({r.status_code} {code})"
         )
-    return UploadToken(
-        answer["token"], answer["expiresAt"], answer["applicationId"], answer["projectId"]
-    )
+    fields = [answer.get(k) for k in ("token", "expiresAt", "applicationId", "projectId")]
+    if not all(isinstance(f, str) for f in fields):
+        raise TrustedPublishingError(f"{server_url} answered 200 without an upload token")
+    return UploadToken(*(str(f) for f in fields))
 
 
-def _is_json(r: httpx.Response) -> bool:
-    return "json" in r.headers.get("content-type", "")
+def _json_object(r: httpx.Response) -> dict[str, Any]:
+    """The answer's JSON object, or {} for anything else: a proxy's error page may say it is
+    JSON and not be, and the CI's log gets a sentence, not a traceback."""
+    if "json" not in r.headers.get("content-type", ""):
+        return {}
+    try:
+        found = r.json()
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

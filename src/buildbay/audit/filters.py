@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from buildbay.audit.enums import AuditAction
-from buildbay.audit.reads import ACTOR_KINDS, AuditFilter
+from buildbay.audit.reads import AuditFilter
 from buildbay.errors import ValidationFailed
 from buildbay.schemas import NO_NUL_PATTERN
 from buildbay.text import normal_email_text
@@ -48,8 +48,6 @@ def audit_filter_of(query: Mapping[str, str]) -> AuditFilter:
             )
         if "@" in actor:
             actor = normal_email_text(actor)
-        elif actor not in ACTOR_KINDS:
-            actor = actor.strip()
     since = _instant(query, "since", end_of_day=False)
     until = _instant(query, "until", end_of_day=True)  # before since: no entry, not an error
     return AuditFilter(action, actor, since, until)

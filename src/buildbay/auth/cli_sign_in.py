@@ -37,7 +37,6 @@ from limits import RateLimitItemPerHour
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.audit.record import Origin
 from buildbay.auth.accounts import AccountService
 from buildbay.auth.models import ApiToken, CliSignIn
 from buildbay.auth.reads import UserRecord, user_by_id
@@ -201,14 +200,12 @@ class IssuedCliToken:
 class CliSignIns:
     """The command line's sign-ins, in the request's unit of work."""
 
-    def __init__(
-        self, db: AsyncSession, now: datetime, accounts: AccountService, origin: Origin
-    ) -> None:
-        """`accounts`: makes the API token; `origin`: where the request came from (audit)."""
+    def __init__(self, db: AsyncSession, now: datetime, accounts: AccountService) -> None:
+        """`accounts`: makes the API token, and records it in the audit log (with the unit of
+        work's origin, audit/record.py `attach_origin`)."""
         self.db = db
         self.now = now
         self.accounts = accounts
-        self.origin = origin
 
     # -- loopback redirect ------------------------------------------------------------------
 

@@ -81,8 +81,8 @@ def password_resets(ctx: AppContext, db: AsyncSession) -> PasswordResets:
     return PasswordResets(db, ctx.clock.now(), password_policy(ctx.settings))
 
 
-def cli_sign_ins(ctx: AppContext, db: AsyncSession, origin: Origin) -> CliSignIns:
-    return CliSignIns(db, ctx.clock.now(), account_service(ctx, db), origin)
+def cli_sign_ins(ctx: AppContext, db: AsyncSession) -> CliSignIns:
+    return CliSignIns(db, ctx.clock.now(), account_service(ctx, db))
 
 
 LoginServiceDep = Annotated[LoginService, in_unit_of_work(login_service)]

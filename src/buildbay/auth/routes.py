@@ -18,7 +18,6 @@ from buildbay.auth.dependencies import (
     client_ip,
     email_changes,
     email_verifications,
-    origin_of,
     password_resets,
 )
 from buildbay.auth.logins import IssuedTokens
@@ -316,7 +315,7 @@ def _cli_token(issued: IssuedCliToken) -> schemas.CliToken:
 async def cli_token(
     body: schemas.CliTokenRequest, ctx: Context, db: SessionDep, request: Request
 ) -> schemas.CliToken:
-    service = cli_sign_ins(ctx, db, origin_of(request))
+    service = cli_sign_ins(ctx, db)
     return _cli_token(await service.exchange_code(body.code, body.code_verifier, body.redirect_uri))
 
 
@@ -334,9 +333,7 @@ async def device_code(
     body: Annotated[schemas.DeviceCodeRequest | None, Body()] = None,
 ) -> schemas.DeviceCode:
     interval = ctx.settings.cli_device_poll_interval_seconds
-    grant = await cli_sign_ins(ctx, db, origin_of(request)).start_device(
-        body.client_name if body else None, interval
-    )
+    grant = await cli_sign_ins(ctx, db).start_device(body.client_name if body else None, interval)
     page = f"{ctx.settings.resolved_public_url}{DEVICE_PAGE}"
     return schemas.DeviceCode(
         device_code=grant.device_code,
@@ -360,7 +357,7 @@ async def device_code(
 async def device_token(
     body: schemas.DeviceTokenRequest, ctx: Context, db: SessionDep, request: Request
 ) -> schemas.CliToken:
-    service = cli_sign_ins(ctx, db, origin_of(request))
+    service = cli_sign_ins(ctx, db)
     return _cli_token(await service.poll_device(body.device_code))
 
 

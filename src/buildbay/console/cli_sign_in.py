@@ -16,7 +16,7 @@ from buildbay.auth.cli_sign_in import (
     CliSignIns,
     LoopbackRequest,
 )
-from buildbay.auth.dependencies import cli_sign_ins, client_ip, origin_of
+from buildbay.auth.dependencies import cli_sign_ins, client_ip
 from buildbay.console.pages import ConsoleRoute, form_fields, page, see_other, sentence, visit
 from buildbay.deps import get_context, request_session
 from buildbay.errors import NotFound
@@ -34,7 +34,7 @@ def _back_after_sign_in(request: Request) -> Response:
 
 
 def _service(request: Request) -> CliSignIns:
-    return cli_sign_ins(get_context(request), request_session(request), origin_of(request))
+    return cli_sign_ins(get_context(request), request_session(request))
 
 
 @router.get(AUTHORIZE_PAGE)

@@ -159,9 +159,14 @@ async def confirm(request: Request, token: str) -> Response:
         issued = await login_service(ctx, db).start_session(user, user.credentials_epoch)
         await sessions(request).sign_in(visitor, db, issued.session_id, now(request))
         return see_other(project_page)
-    # An account of its own (with a password): its owner signs in.
-    visitor.tell(f"{visitor.told} Sign in to install them (no password yet? Use Forgot your "
-                 "password to choose one).")  # fmt: skip
+    # An account of its own: its owner signs in (BUILDBAY_OIDC_ONLY: through the provider,
+    # since Forgot password is off there).
+    if ctx.settings.oidc_only:
+        visitor.tell(f"{visitor.told} Sign in with {ctx.settings.oidc_button_name} to install "
+                     "them.")  # fmt: skip
+    else:
+        visitor.tell(f"{visitor.told} Sign in to install them (no password yet? Use Forgot "
+                     "your password to choose one).")  # fmt: skip
     return see_other(f"/login?next={project_page}")
 
 

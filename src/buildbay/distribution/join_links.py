@@ -75,6 +75,7 @@ from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.records import MemberRecord, ProjectRecord
 from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.sso.policy import PASSWORDS_ALLOWED, PasswordPolicy, SsoOnly
 from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events
 
@@ -209,7 +210,10 @@ class JoinLinks:
     def __init__(
         self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str,
         budget: MailBudget, unsubscribe: UnsubscribeLinks, signup: SignupMode,
+        passwords: PasswordPolicy = PASSWORDS_ALLOWED,
     ) -> None:  # fmt: skip
+        """`passwords`: with BUILDBAY_OIDC_ONLY, accounts are made by the identity provider
+        only (sso/policy.py), so a confirmation joins an existing account and makes none."""
         self.db = db
         self.now = now
         self.mail = mail
@@ -217,6 +221,7 @@ class JoinLinks:
         self.budget = budget
         self.unsubscribe = unsubscribe
         self.signup = signup
+        self.passwords = passwords
 
     # -- the team's side ------------------------------------------------------------------------
 
@@ -425,6 +430,13 @@ class JoinLinks:
                 "This server takes no new accounts: ask its operator for one, then open the "
                 "join link again",
                 code="signup_closed",
+            )
+        if not self.passwords.may_use_password(email):
+            # The provider's sign-in makes the account (within BUILDBAY_OIDC_ALLOWED_DOMAINS);
+            # one made here could never sign in again, and would slip past those domains.
+            raise SsoOnly(
+                f"This server makes accounts only through {self.passwords.provider_name}: sign "
+                f"in with {self.passwords.provider_name}, then open this confirmation link again"
             )
         user = User(
             id=new_id("usr"), email=email, name=email.split("@", 1)[0],

@@ -81,7 +81,12 @@ async def verified(
     subject, audience = claims["sub"], claims["aud"]
     if claims["iss"] != issuer or not isinstance(subject, str) or not subject:
         raise _invalid("The token's `iss` or `sub` is not a string")
-    audiences = (audience,) if isinstance(audience, str) else tuple(audience or ())
+    # RFC 7519 4.1.3: a string or an array of strings; anything else holds no audience.
+    audiences = (
+        (audience,) if isinstance(audience, str)
+        else tuple(audience) if isinstance(audience, list)
+        else ()
+    )  # fmt: skip
     if not audiences or not all(isinstance(a, str) for a in audiences):
         raise _invalid("The token's `aud` is neither a string nor a list of strings")
     expires_at, issued_at = _instant(claims["exp"], "exp"), _instant(claims["iat"], "iat")

@@ -1,8 +1,9 @@
 """An OpenID provider's published facts, fetched and cached: its discovery document
 (`{issuer}/.well-known/openid-configuration`) and its signing keys (the document's `jwks_uri`).
 
-Generic, for any code that validates a provider's tokens (console sign-in here; a CI issuer's
-ID tokens elsewhere), one `ProviderDirectory` per issuer:
+Used by the console's sign-in (sso/provider.py), one `ProviderDirectory` for the configured
+issuer. The CI issuers of trusted publishing are read by publishers/keys.py instead (PyJWT,
+through the webhooks' address guard, since anyone's issuer may be named there):
 
     directory = ProviderDirectory(issuer, http, clock)
     metadata = await directory.metadata()          # cached for METADATA_TTL, then refreshed

@@ -30,12 +30,12 @@ from buildbay.audit.record import (
     record,
 )
 from buildbay.auth.models import User
-from buildbay.db.concurrency import insert_unless_present
+from buildbay.db.concurrency import insert_unless_present, lock_row
 from buildbay.db.reads import Reads
 from buildbay.distribution.membership import leave_groups, reach_new_member
 from buildbay.projects.authorization import ProjectAccess
 from buildbay.projects.enums import ProjectRole
-from buildbay.projects.models import ProjectMember
+from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.records import MemberRecord
 from buildbay.sso.models import SsoGroupMapping, SsoMembership
 from buildbay.webhooks import events as webhook_events
@@ -63,13 +63,14 @@ def groups_of(claims: dict[str, Any], claim: str) -> set[str] | None:
 
 
 async def read_mappings(reads: Reads, project_id: str) -> list[GroupMapping]:
-    """A project's mapping, by group name."""
+    """A project's mapping, by group name as Python orders it (as `replace_mappings` answers):
+    not the database's ORDER BY, whose collation may put `mobile` before `QA`."""
     rows = await reads.all(
-        select(SsoGroupMapping.group.label("group"), SsoGroupMapping.role.label("role"))
-        .where(SsoGroupMapping.project_id == project_id)
-        .order_by(SsoGroupMapping.group)
+        select(SsoGroupMapping.group.label("group"), SsoGroupMapping.role.label("role")).where(
+            SsoGroupMapping.project_id == project_id
+        )
     )
-    return [GroupMapping(row["group"], row["role"]) for row in rows]
+    return sorted((GroupMapping(row["group"], row["role"]) for row in rows), key=_by_group)
 
 
 async def replace_mappings(
@@ -91,7 +92,7 @@ async def replace_mappings(
             )
         )
     await db.flush()
-    after = sorted(mappings, key=lambda m: m.group)
+    after = sorted(mappings, key=_by_group)
     if before != after:
         user = access.caller.user
         record(
@@ -132,6 +133,12 @@ async def apply_group_mappings(
         await db.scalars(select(SsoMembership.project_id).where(SsoMembership.user_id == user.id))
     )
     concerned = set(wanted) | made_by_mapping
+    # As every change of a membership does (projects/service.py `_lock_members`): the
+    # projects' rows first, in one order, then the memberships as committed by whoever held
+    # them before. Read earlier, a role made owner by hand a moment ago would be undone.
+    for project_id in sorted(concerned):
+        if not await lock_row(db, Project.id, project_id):
+            concerned.discard(project_id)  # deleted a moment ago
     current = {
         m.project_id: m
         for m in await db.scalars(
@@ -227,6 +234,10 @@ def _member_record(user: User, membership: ProjectMember) -> MemberRecord:
         membership.project_id, user.id, user.email, user.name, membership.role,
         membership.created_at, user.email_verified,
     )  # fmt: skip
+
+
+def _by_group(mapping: GroupMapping) -> str:
+    return mapping.group
 
 
 def _described(mappings: Sequence[GroupMapping]) -> list[dict[str, str]]:

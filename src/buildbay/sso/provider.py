@@ -16,9 +16,6 @@ from typing import Any
 
 import httpx
 from authlib.deprecate import AuthlibDeprecationWarning  # type: ignore[import-untyped]
-from authlib.integrations.base_client.errors import (  # type: ignore[import-untyped]
-    OAuthError,
-)
 from joserfc.errors import JoseError
 from joserfc.jwt import JWTClaimsRegistry
 
@@ -41,6 +38,7 @@ with warnings.catch_warnings():
     )
     from authlib.integrations.httpx_client import (  # type: ignore[import-untyped]
         AsyncOAuth2Client,
+        OAuthError,  # as the integration exports it (its __all__)
     )
 
 HTTP_TIMEOUT = httpx.Timeout(10.0)
