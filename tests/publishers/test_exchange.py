@@ -316,3 +316,32 @@ async def test_the_sweeper_forgets_exchanged_id_tokens_once_they_expire(
         assert (await db.scalar(select(func.count(UsedIdToken.id)))) == 0
         assert (await db.scalar(select(func.count(ApiToken.id)).where(
             ApiToken.publisher_id.is_not(None)))) == 0  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "subject",
+    ["repo:acme/shop:ref:refs/heads/ma\x00in", "repo:acme/shop:ref:refs/heads/main\nx",
+     "repo:acme/shop:ref:refs/heads/ma\x1b[31min"],
+)  # fmt: skip
+async def test_a_subject_with_control_characters_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any], subject: str
+) -> None:
+    # No CI issuer names a repository or branch with a control character; `*` must not stand
+    # for one, and a NUL must not reach the database (PostgreSQL refuses it in text: a 500).
+    r = await client.post(EXCHANGE, json={"token": id_token(provider, subject)})
+
+    assert_problem(r, 401, "invalid_id_token")
+
+
+async def test_a_jti_with_a_control_character_still_makes_the_token_single_use(
+    client: httpx.AsyncClient, api: Api, owner: Account, provider: OidcProvider
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    await trust(client, owner, project["id"], app["id"], issuer=provider.issuer,
+                subjectPattern="ci-runner", audience="buildbay")  # fmt: skip
+    provider.set_user("ci-runner", jti="run\x00-1")  # PostgreSQL refuses NUL in text: a 500
+    token = id_token(provider, "ci-runner")
+
+    assert (await client.post(EXCHANGE, json={"token": token})).status_code == 200
+    assert_problem(await client.post(EXCHANGE, json={"token": token}), 401, "id_token_replayed")

@@ -12,6 +12,7 @@ no more than "no publisher here takes this token".
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,10 +21,15 @@ import jwt
 
 from buildbay.errors import NotAuthenticated
 from buildbay.publishers.keys import ALGORITHMS, IssuerKeys
+from buildbay.text import BIDI_CLASS, CONTROL_CLASS
 
 MAX_AGE = timedelta(minutes=5)  # of `iat`: an ID token is exchanged as soon as it is made
 LEEWAY = timedelta(seconds=60)  # clocks differ: `iat`/`nbf` this far ahead still pass
 MAX_JTI = 200
+# No CI names a repository, branch or environment with a control or bidirectional character:
+# a `sub` or `jti` holding one is refused (`sub`) or not taken as the key (`jti`), so that a
+# pattern's `*` never stands for one and none reaches a column (PostgreSQL refuses NUL).
+_UNSHOWABLE = re.compile(f"[{CONTROL_CLASS}{BIDI_CLASS}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,8 @@ async def verified(
     subject, audience = claims["sub"], claims["aud"]
     if claims["iss"] != issuer or not isinstance(subject, str) or not subject:
         raise _invalid("The token's `iss` or `sub` is not a string")
+    if _UNSHOWABLE.search(subject):
+        raise _invalid("The token's `sub` holds a control character")
     audiences = (audience,) if isinstance(audience, str) else tuple(audience or ())
     if not audiences or not all(isinstance(a, str) for a in audiences):
         raise _invalid("The token's `aud` is neither a string nor a list of strings")
@@ -107,7 +115,7 @@ async def verified(
     jti = claims.get("jti")
     replay_key = (
         jti
-        if isinstance(jti, str) and 0 < len(jti) <= MAX_JTI
+        if isinstance(jti, str) and 0 < len(jti) <= MAX_JTI and not _UNSHOWABLE.search(jti)
         else "sha256:" + hashlib.sha256(token.encode()).hexdigest()
     )
     return IdToken(issuer, subject, audiences, expires_at, replay_key)
