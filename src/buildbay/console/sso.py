@@ -146,15 +146,20 @@ async def callback(request: Request) -> Response:
     name = provider.config.name
     claims = None
     try:
-        if "error" in query:
-            raise _provider_error(name, query.get("error", "")[:100])
         state = query.get("state", "")
-        if flow is None or not state or not same_secret(state, flow.secrets.state):
+        ours = flow is not None and bool(state) and same_secret(state, flow.secrets.state)
+        # An error answer with this flow's state is the provider's (RFC 6749 4.1.2.1 sends the
+        # state back; some providers leave it out): without it, only the RFC's codes, each a
+        # sentence of ours, are told, never wording that whoever wrote the link chose.
+        if "error" in query and (ours or query.get("error") in _KNOWN_ERRORS):
+            raise _provider_error(name, query.get("error", "")[:100])
+        if not ours:
             raise SignInFailed(
                 "This sign-in was not started in this browser, or took more than ten minutes. "
                 f"Start again with “Sign in with {name}”.",
                 "state_mismatch",
             )
+        assert flow is not None  # `ours` says so
         code = query.get("code", "")
         if not code or len(code) > 2048:
             raise SignInFailed(f"{name} sent no authorization code. Start again.", "no_code")
@@ -175,6 +180,12 @@ async def callback(request: Request) -> Response:
         )
         return see_other("/projects#received-invitations")
     return see_other(flow.next if flow else "/projects")
+
+
+_KNOWN_ERRORS = frozenset({
+    "access_denied", "login_required", "interaction_required", "consent_required",
+    "temporarily_unavailable",
+})  # fmt: skip
 
 
 def _provider_error(name: str, error: str) -> SignInFailed:
