@@ -104,6 +104,12 @@ async def test_the_exchanged_token_is_refused_everywhere_but_its_applications_up
         ("POST", f"{builds}/{build['buildId']}/install-link"),
         ("DELETE", f"/api/projects/{pid}/applications/{aid}"),
         ("GET", f"/api/projects/{pid}/applications/{aid}/trusted-publishers"),
+        # Beyond uploading: its builds' bytes, who installed them on which device, and the
+        # install links (shared ones open to whoever holds them).
+        ("GET", f"{builds}/{build['buildId']}/download"),
+        ("GET", f"{builds}/{build['buildId']}/installs"),
+        ("GET", f"{builds}/{build['buildId']}/devices"),
+        ("GET", f"{builds}/{build['buildId']}/install-links"),
     ]  # fmt: skip
     for method, path in refused:
         r = await client.request(method, path, headers=bearer(token))
