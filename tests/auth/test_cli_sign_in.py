@@ -142,6 +142,7 @@ async def test_a_loopback_sign_in_signs_in_first_then_asks_and_gives_a_token_onc
         "http://user@127.0.0.1:53682/callback",
         "javascript:alert(1)",
         "http://127.0.0.1:port/callback",
+        "http://localhost:53682/callback",  # RFC 8252 §8.3: the IP literals only
     ],
 )
 async def test_a_redirect_uri_that_is_not_a_loopback_is_refused_with_a_page_never_followed(

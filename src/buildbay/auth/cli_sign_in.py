@@ -73,7 +73,10 @@ USER_CODE_LENGTH = 8  # 20^8 = 2.56e10 codes, of which a few are live at a time
 CODE_ENTRIES_PER_USER = RateLimitItemPerHour(30)
 CODE_ENTRIES_PER_IP = RateLimitItemPerHour(60)
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+# The loopback IP literals only (RFC 8252 §8.3: `localhost` is NOT RECOMMENDED): a name is
+# resolved by the browser, perhaps to the other address family's loopback, where another
+# program of the computer may listen on the same port.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1"})
 REDIRECT_URI_MAX = 300
 _CHALLENGE_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # base64url of a SHA-256, unpadded
 _STATE_RE = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no space
@@ -96,7 +99,7 @@ def client_name_of(raw: str | None) -> str:
 
 
 def is_loopback_redirect(uri: str) -> bool:
-    """RFC 8252 §7.3: `http` to a loopback address, any port; no user, no fragment."""
+    """RFC 8252 §7.3: `http` to a loopback IP literal, any port; no user, no fragment."""
     if len(uri) > REDIRECT_URI_MAX:
         return False
     try:
@@ -147,8 +150,8 @@ class LoopbackRequest:
         if not is_loopback_redirect(redirect_uri):
             raise BadRequest(
                 "This sign-in link does not come from the Buildbay command line: it may only "
-                "send you back to this computer (http://127.0.0.1, http://[::1] or "
-                "http://localhost). Run `buildbay login --sso` again",
+                "send you back to this computer (http://127.0.0.1 or http://[::1]). Run "
+                "`buildbay login --sso` again",
                 code="invalid_redirect_uri",
             )
         if params.get("code_challenge_method") != "S256" or not _CHALLENGE_RE.match(
