@@ -351,3 +351,17 @@ async def test_a_jti_with_a_control_character_still_makes_the_token_single_use(
 
     assert (await client.post(EXCHANGE, json={"token": token})).status_code == 200
     assert_problem(await client.post(EXCHANGE, json={"token": token}), 401, "id_token_replayed")
+
+
+async def test_an_issuer_with_a_nul_is_refused_before_the_database(
+    client: httpx.AsyncClient,
+) -> None:
+    # Anyone may send this (nothing is verified before the issuer is looked up), and
+    # PostgreSQL refuses a NUL in text: it must be a 401, not a 500.
+    header = base64.urlsafe_b64encode(b'{"alg":"RS256","typ":"JWT"}').rstrip(b"=").decode()
+    body = base64.urlsafe_b64encode(b'{"iss":"https://a\\u0000b","sub":"x"}').rstrip(b"=")
+    token = f"{header}.{body.decode()}.c2ln"
+
+    r = await client.post(EXCHANGE, json={"token": token})
+
+    assert_problem(r, 401, "invalid_id_token")

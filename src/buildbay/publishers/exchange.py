@@ -26,9 +26,10 @@ from buildbay.text import BIDI_CLASS, CONTROL_CLASS
 MAX_AGE = timedelta(minutes=5)  # of `iat`: an ID token is exchanged as soon as it is made
 LEEWAY = timedelta(seconds=60)  # clocks differ: `iat`/`nbf` this far ahead still pass
 MAX_JTI = 200
-# No CI names a repository, branch or environment with a control or bidirectional character:
-# a `sub` or `jti` holding one is refused (`sub`) or not taken as the key (`jti`), so that a
-# pattern's `*` never stands for one and none reaches a column (PostgreSQL refuses NUL).
+# No CI names a repository, branch or environment (nor an issuer its URL) with a control or
+# bidirectional character: an `iss` or `sub` holding one is refused, a `jti` is not taken as
+# the key, so that a pattern's `*` never stands for one and none reaches the database
+# (PostgreSQL refuses NUL in text: a 500).
 _UNSHOWABLE = re.compile(f"[{CONTROL_CLASS}{BIDI_CLASS}]")
 
 
@@ -59,6 +60,8 @@ def unverified_issuer(token: str) -> tuple[str, str | None, str]:
         )
     if not isinstance(issuer, str) or not issuer:
         raise _invalid("The token has no issuer (`iss`)")
+    if _UNSHOWABLE.search(issuer):  # no issuer's URL has one; nor may it reach a query
+        raise _invalid("The token's issuer (`iss`) holds a control character")
     if kid is not None and not isinstance(kid, str):
         raise _invalid("The token's `kid` is not a string")
     return issuer, kid, alg
