@@ -46,6 +46,7 @@ from buildbay.sso.groups import GroupMapping, read_mappings, replace_mappings
 from buildbay.sso.limits import MAX_GROUP_NAME, MAX_MAPPINGS
 from buildbay.sso.provider import FlowSecrets, SignInFailed, SsoProvider
 from buildbay.sso.signin import SsoSignIns
+from buildbay.text import encoded_word_problem, shown_text_problem
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -274,10 +275,9 @@ def parse_mappings(text: str) -> list[GroupMapping]:
                 f"Line {number}: the role is tester, developer or admin (owner is given by "
                 "hand only)."
             )
-        if len(group) > MAX_GROUP_NAME or any(ord(c) < 32 or c == "\x7f" for c in group):
-            raise _bad(
-                f"Line {number}: a group name is at most {MAX_GROUP_NAME} characters, on one line."
-            )
+        # The API's rule (sso/schemas.py GroupName: a shown name), written once in text.py.
+        if problem := shown_text_problem(group, MAX_GROUP_NAME) or encoded_word_problem(group):
+            raise _bad(f"Line {number}: the group name {problem}.")
         if group in seen:
             raise _bad(f"Line {number}: the group {group} is named twice.")
         seen.add(group)
