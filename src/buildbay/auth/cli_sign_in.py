@@ -80,6 +80,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1"})
 REDIRECT_URI_MAX = 300
 _CHALLENGE_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # base64url of a SHA-256, unpadded
 _STATE_RE = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no space
+_PRINTABLE_RE = re.compile(r"^[\x21-\x7e]*$")
 _CLIENT_NAME_DROP = re.compile(r"[^A-Za-z0-9._-]+")
 CLIENT_NAME_MAX = 63  # a host name's label
 UNNAMED_CLIENT = "a computer"
@@ -99,8 +100,10 @@ def client_name_of(raw: str | None) -> str:
 
 
 def is_loopback_redirect(uri: str) -> bool:
-    """RFC 8252 §7.3: `http` to a loopback IP literal, any port; no user, no fragment."""
-    if len(uri) > REDIRECT_URI_MAX:
+    """RFC 8252 §7.3: `http` to a loopback IP literal, any port; no user, no fragment; only
+    printable ASCII (urlsplit drops tabs and line breaks before it parses, so the address
+    checked would not be the one kept and redirected to; a NUL cannot be stored)."""
+    if len(uri) > REDIRECT_URI_MAX or not _PRINTABLE_RE.match(uri):
         return False
     try:
         parts = urlsplit(uri)
