@@ -353,13 +353,16 @@ async def test_a_jti_with_a_control_character_still_makes_the_token_single_use(
     assert_problem(await client.post(EXCHANGE, json={"token": token}), 401, "id_token_replayed")
 
 
-async def test_an_issuer_with_a_nul_is_refused_before_the_database(
-    client: httpx.AsyncClient,
+@pytest.mark.parametrize("escape", ["\\u0000", "\\ud800"])
+async def test_an_issuer_no_database_can_store_is_refused_before_the_lookup(
+    client: httpx.AsyncClient, escape: str
 ) -> None:
-    # Anyone may send this (nothing is verified before the issuer is looked up), and
-    # PostgreSQL refuses a NUL in text: it must be a 401, not a 500.
+    # Anyone may send this (nothing is verified before the issuer is looked up): PostgreSQL
+    # refuses a NUL in text, and no database driver encodes a lone surrogate (not UTF-8). It
+    # must be a 401, not a 500.
     header = base64.urlsafe_b64encode(b'{"alg":"RS256","typ":"JWT"}').rstrip(b"=").decode()
-    body = base64.urlsafe_b64encode(b'{"iss":"https://a\\u0000b","sub":"x"}').rstrip(b"=")
+    claims = f'{{"iss":"https://a{escape}b","sub":"x"}}'.encode()
+    body = base64.urlsafe_b64encode(claims).rstrip(b"=")
     token = f"{header}.{body.decode()}.c2ln"
 
     r = await client.post(EXCHANGE, json={"token": token})

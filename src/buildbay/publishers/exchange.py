@@ -27,10 +27,11 @@ MAX_AGE = timedelta(minutes=5)  # of `iat`: an ID token is exchanged as soon as 
 LEEWAY = timedelta(seconds=60)  # clocks differ: `iat`/`nbf` this far ahead still pass
 MAX_JTI = 200
 # No CI names a repository, branch or environment (nor an issuer its URL) with a control or
-# bidirectional character: an `iss` or `sub` holding one is refused, a `jti` is not taken as
-# the key, so that a pattern's `*` never stands for one and none reaches the database
-# (PostgreSQL refuses NUL in text: a 500).
-_UNSHOWABLE = re.compile(f"[{CONTROL_CLASS}{BIDI_CLASS}]")
+# bidirectional character, or half of a UTF-16 surrogate pair: an `iss` or `sub` holding one is
+# refused, a `jti` is not taken as the key, so that a pattern's `*` never stands for one and
+# none reaches the database (PostgreSQL refuses NUL in text, and no driver encodes a lone
+# surrogate: a 500).
+_UNSHOWABLE = re.compile(f"[{CONTROL_CLASS}{BIDI_CLASS}\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ def unverified_issuer(token: str) -> tuple[str, str | None, str]:
     if not isinstance(issuer, str) or not issuer:
         raise _invalid("The token has no issuer (`iss`)")
     if _UNSHOWABLE.search(issuer):  # no issuer's URL has one; nor may it reach a query
-        raise _invalid("The token's issuer (`iss`) holds a control character")
+        raise _invalid("The token's issuer (`iss`) holds a control character or is not UTF-8")
     if kid is not None and not isinstance(kid, str):
         raise _invalid("The token's `kid` is not a string")
     return issuer, kid, alg
@@ -91,7 +92,7 @@ async def verified(
     if claims["iss"] != issuer or not isinstance(subject, str) or not subject:
         raise _invalid("The token's `iss` or `sub` is not a string")
     if _UNSHOWABLE.search(subject):
-        raise _invalid("The token's `sub` holds a control character")
+        raise _invalid("The token's `sub` holds a control character or is not UTF-8")
     audiences = (audience,) if isinstance(audience, str) else tuple(audience or ())
     if not audiences or not all(isinstance(a, str) for a in audiences):
         raise _invalid("The token's `aud` is neither a string nor a list of strings")
