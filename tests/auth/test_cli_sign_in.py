@@ -319,6 +319,28 @@ async def test_a_device_sign_in_denied_answers_access_denied(
     assert listed.json()["apiTokens"] == []
 
 
+async def test_a_user_code_drawn_twice_is_drawn_again_so_one_allow_reaches_one_command_line(
+    client: httpx.AsyncClient, person: httpx.AsyncClient, owner: Account, clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # A user code drawn again (the grants of a day are kept, each user code unique): the
+    # second start was a 500. It draws another, and one Allow reaches one command line.
+    drawn = iter("BCDFGHJK" * 2)
+    choice = secrets.choice
+    monkeypatch.setattr(secrets, "choice", lambda seq: next(drawn, None) or choice(seq))
+    mine, other = await start_device(client), await start_device(client)
+
+    assert mine["userCode"] == "BCDF-GHJK"
+    assert other["userCode"] != mine["userCode"]
+    await sign_in(person, owner)
+    await decide(person, mine["userCode"], "allow")
+    clock.advance(seconds=15)
+    r = await client.post("/api/auth/device/token", json={"deviceCode": mine["deviceCode"]})
+    assert r.status_code == 200, r.text
+    r = await client.post("/api/auth/device/token", json={"deviceCode": other["deviceCode"]})
+    grant_refusal(r, "authorization_pending")
+
+
 async def test_a_device_code_expires_after_ten_minutes(
     client: httpx.AsyncClient, person: httpx.AsyncClient, owner: Account, clock: FrozenClock
 ) -> None:

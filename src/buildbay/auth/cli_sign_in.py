@@ -43,6 +43,7 @@ from buildbay.auth.models import ApiToken, CliSignIn
 from buildbay.auth.reads import UserRecord, user_by_id
 from buildbay.auth.tokens import hash_token
 from buildbay.constant_time import same_secret
+from buildbay.db.concurrency import insert_unless_present
 from buildbay.db.reads import Reads
 from buildbay.errors import BadRequest, NotFound, RateLimited
 from buildbay.ids import new_id
@@ -278,27 +279,24 @@ class CliSignIns:
     # -- device authorization grant ---------------------------------------------------------
 
     async def start_device(self, client_name: str | None, interval: int) -> DeviceGrant:
-        device_code = DEVICE_CODE_PREFIX + secrets.token_urlsafe(32)
-        user_code = "".join(secrets.choice(USER_CODE_ALPHABET) for _ in range(USER_CODE_LENGTH))
-        self.db.add(
-            CliSignIn(
-                id=new_id("cli"),
-                kind=DEVICE,
-                secret_hash=hash_token(device_code),
-                user_code_hash=hash_token(user_code),
-                client_name=client_name_of(client_name),
-                redirect_uri=None,
-                code_challenge=None,
-                status=PENDING,
-                user_id=None,
-                credentials_epoch=None,
-                created_at=self.now,
-                expires_at=self.now + DEVICE_CODE_LIFETIME,
-                polled_at=None,
-                interval_seconds=interval,
-            )
-        )
-        await self.db.flush()
+        fields = {
+            "kind": DEVICE, "client_name": client_name_of(client_name), "redirect_uri": None,
+            "code_challenge": None, "status": PENDING, "user_id": None,
+            "credentials_epoch": None, "created_at": self.now,
+            "expires_at": self.now + DEVICE_CODE_LIFETIME, "polled_at": None,
+            "interval_seconds": interval,
+        }  # fmt: skip
+        # A user code is unique among the kept grants (one Allow reaches one command line):
+        # one already drawn (a day's grants are kept) is drawn again, not a 500.
+        while True:
+            device_code = DEVICE_CODE_PREFIX + secrets.token_urlsafe(32)
+            user_code = "".join(secrets.choice(USER_CODE_ALPHABET) for _ in range(USER_CODE_LENGTH))
+            values = fields | {
+                "id": new_id("cli"), "secret_hash": hash_token(device_code),
+                "user_code_hash": hash_token(user_code),
+            }  # fmt: skip
+            if await insert_unless_present(self.db, CliSignIn, values):
+                break
         return DeviceGrant(
             device_code,
             shown_user_code(user_code),
