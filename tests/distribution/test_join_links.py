@@ -635,6 +635,27 @@ async def test_a_server_that_takes_no_new_accounts_joins_only_existing_ones(
     assert r.json()["joinedCount"] == 0
 
 
+async def test_a_server_that_signs_in_through_its_provider_only_makes_no_account_from_a_link(
+    team: Team, browser: httpx.AsyncClient, app: FastAPI
+) -> None:
+    # BUILDBAY_OIDC_ONLY: sign-up is off; a public link made an account and a console session
+    # for any address, past the provider and its allowed domains.
+    app.state.ctx.settings.oidc_only = True
+    app.state.ctx.settings.oidc_provider_name = "Acme ID"
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+    await ask_to_join(browser, page_path(made), "outsider@example.net")
+    path = await confirmation_of(team, "outsider@example.net")
+
+    r = await confirm(browser, path)
+
+    assert r.status_code == 403
+    assert "signing in with Acme ID" in alert(r)
+    assert "bb_session" not in "".join(r.headers.get_list("set-cookie"))
+    r = await team.client.get(link_path(team, qa), headers=team.owner.headers)
+    assert r.json()["joinedCount"] == 0
+
+
 async def test_a_confirmation_gives_no_unverified_account_to_whoever_signed_up_with_the_address(
     team: Team, browser: httpx.AsyncClient
 ) -> None:

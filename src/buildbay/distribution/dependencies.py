@@ -14,6 +14,7 @@ from buildbay.distribution.groups import GroupService
 from buildbay.distribution.join_links import JoinLinks, MailBudget
 from buildbay.distribution.service import Distributor
 from buildbay.invitations.dependencies import invitation_service
+from buildbay.sso.policy import password_policy
 
 
 def group_service(ctx: AppContext, db: AsyncSession) -> GroupService:
@@ -35,7 +36,7 @@ def join_links(ctx: AppContext, db: AsyncSession) -> JoinLinks:
         per_address=settings.join_link_mails_per_address_per_day,
     )
     return JoinLinks(db, ctx.clock.now(), ctx.mail, settings.resolved_public_url, budget,
-                     ctx.unsubscribe, settings.signup)  # fmt: skip
+                     ctx.unsubscribe, settings.signup, password_policy(settings))  # fmt: skip
 
 
 JoinLinksDep = Annotated[JoinLinks, in_unit_of_work(join_links)]

@@ -75,6 +75,7 @@ from buildbay.projects.enums import ProjectRole
 from buildbay.projects.models import Project, ProjectMember
 from buildbay.projects.records import MemberRecord, ProjectRecord
 from buildbay.ratelimit.limiter import RateLimiter
+from buildbay.sso.policy import PASSWORDS_ALLOWED, PasswordPolicy, SsoOnly
 from buildbay.text import normal_email_text
 from buildbay.webhooks import events as webhook_events
 
@@ -209,7 +210,10 @@ class JoinLinks:
     def __init__(
         self, db: AsyncSession, now: datetime, mail: MailOutbox, public_url: str,
         budget: MailBudget, unsubscribe: UnsubscribeLinks, signup: SignupMode,
+        passwords: PasswordPolicy = PASSWORDS_ALLOWED,
     ) -> None:  # fmt: skip
+        """`passwords`: whether accounts are made only through the identity provider
+        (BUILDBAY_OIDC_ONLY, sso/policy.py): then a link joins existing accounts only."""
         self.db = db
         self.now = now
         self.mail = mail
@@ -217,6 +221,7 @@ class JoinLinks:
         self.budget = budget
         self.unsubscribe = unsubscribe
         self.signup = signup
+        self.passwords = passwords
 
     # -- the team's side ------------------------------------------------------------------------
 
@@ -425,6 +430,13 @@ class JoinLinks:
                 "This server takes no new accounts: ask its operator for one, then open the "
                 "join link again",
                 code="signup_closed",
+            )
+        if self.passwords.sso_only:
+            # Sign-up is off (BUILDBAY_OIDC_ONLY): an account is made by a sign-in through
+            # the provider, which holds its allowed domains, not by a mail's link.
+            raise SsoOnly(
+                f"Accounts here are made by signing in with {self.passwords.provider_name}: "
+                "sign in with it, then open the join link again"
             )
         user = User(
             id=new_id("usr"), email=email, name=email.split("@", 1)[0],
