@@ -112,11 +112,11 @@ AppReader = Annotated[ApplicationAccess, _app(_TESTER, read_only=True, scope=_RE
 AppAdminReader = Annotated[ApplicationAccess, _app(_ADMIN, read_only=True, scope=_UNSCOPED)]
 # The builds endpoints name the project `{projectId}` (seed: /api/app-distribution/...).
 BuildsReader = Annotated[ApplicationAccess, _app(_TESTER, "projectId", read_only=True, scope=_READ)]
-# A trusted publisher's exchanged token is upload-only: it reads what uploading needs (its
-# application, its builds) but not the builds' bytes, who installed them, nor their install
-# links, which its CI job has no need of (whoever can run a job of the trusted repository would
-# otherwise read the testers' addresses and devices and download every build).
-# Who installed a build: for developers and above.
+# Who installed a build, on which device: for developers and above. Like a build's install links
+# and its download (below), not for a trusted publisher's exchanged token (`publisher_ok`): it
+# is upload-only, reading what uploading needs (its application, its builds) and no more, or
+# whoever can run a job of the trusted repository would read the testers' addresses and
+# devices and download every build.
 BuildsDeveloperReader = Annotated[
     ApplicationAccess,
     _app(_DEVELOPER, "projectId", read_only=True, scope=_READ, publisher_ok=False),
