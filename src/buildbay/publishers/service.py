@@ -73,8 +73,6 @@ class TrustedPublishers:
             raise ValidationFailed.for_field(
                 "subjectPattern", str(refused), code="subject_pattern_refused"
             ) from None
-        if not audience.isprintable():  # as a pattern: shown in lists and the audit log
-            raise ValidationFailed.for_field("audience", "audience cannot hold control characters")
         app_id = access.application.id
         existing = list(
             await self.db.scalars(
