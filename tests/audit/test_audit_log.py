@@ -593,6 +593,21 @@ async def test_the_account_log_holds_what_one_did_and_what_was_done_about_one_an
 
     assert mine == {"project.created", "member.added"}
     assert bobs == ["project.created", "member.added"]
+    # Where another person acted from (the admin who added bob) is the project admins' to
+    # read, not bob's; his own doings, and a failed sign-in with his address, show theirs.
+    [added] = await entries(client, ACCOUNT_LOG, bob, action="member.added")
+    assert (added["actor"]["id"], added["ip"], added["userAgent"]) == (owner.user["id"], None, None)
+    [own] = await entries(client, ACCOUNT_LOG, bob, action="project.created")
+    assert own["ip"] == "127.0.0.1"
+    r = await client.post("/api/auth/login", json={"email": bob.email, "password": "wrong one"})
+    assert_problem(r, 401, "invalid_credentials")
+    [failed] = await entries(client, ACCOUNT_LOG, bob, action="auth.sign_in_failed")
+    assert failed["ip"] == "127.0.0.1"
+    exported = await client.get(ACCOUNT_LOG, params={"format": "ndjson"}, headers=bob.headers)
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+    assert [e["ip"] for e in lines if e["action"] == "member.added"] == [None]
+    [in_project] = await entries(client, project_log(project["id"]), owner, action="member.added")
+    assert in_project["ip"] == "127.0.0.1"
 
 
 # -- retention and the database's own guard ------------------------------------------------------

@@ -142,6 +142,12 @@ async def test_a_loopback_sign_in_signs_in_first_then_asks_and_gives_a_token_onc
         "http://user@127.0.0.1:53682/callback",
         "javascript:alert(1)",
         "http://127.0.0.1:port/callback",
+        "http://localhost:53682/callback",  # RFC 8252 §8.3: the IP literals only
+        # urlsplit drops tabs and line breaks before it parses; a NUL reached the database
+        # (PostgreSQL refuses it: a 500 at Allow).
+        "http://127.0.0.1:53682/call\x00back",
+        "http://127.0.0.1:53682/call\nback",
+        "http://127.0.0.1\t:53682/callback",
     ],
 )
 async def test_a_redirect_uri_that_is_not_a_loopback_is_refused_with_a_page_never_followed(
@@ -311,6 +317,28 @@ async def test_a_device_sign_in_denied_answers_access_denied(
     grant_refusal(await client.post("/api/auth/device/token", json=poll), "access_denied")
     listed = await client.get("/api/account/api-tokens", headers=owner.headers)
     assert listed.json()["apiTokens"] == []
+
+
+async def test_a_user_code_drawn_twice_is_drawn_again_so_one_allow_reaches_one_command_line(
+    client: httpx.AsyncClient, person: httpx.AsyncClient, owner: Account, clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # A user code drawn again (the grants of a day are kept, each user code unique): the
+    # second start was a 500. It draws another, and one Allow reaches one command line.
+    drawn = iter("BCDFGHJK" * 2)
+    choice = secrets.choice
+    monkeypatch.setattr(secrets, "choice", lambda seq: next(drawn, None) or choice(seq))
+    mine, other = await start_device(client), await start_device(client)
+
+    assert mine["userCode"] == "BCDF-GHJK"
+    assert other["userCode"] != mine["userCode"]
+    await sign_in(person, owner)
+    await decide(person, mine["userCode"], "allow")
+    clock.advance(seconds=15)
+    r = await client.post("/api/auth/device/token", json={"deviceCode": mine["deviceCode"]})
+    assert r.status_code == 200, r.text
+    r = await client.post("/api/auth/device/token", json={"deviceCode": other["deviceCode"]})
+    grant_refusal(r, "authorization_pending")
 
 
 async def test_a_device_code_expires_after_ten_minutes(

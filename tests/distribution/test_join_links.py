@@ -652,6 +652,7 @@ async def test_an_sso_only_server_makes_no_account_through_a_join_link(
 
     assert r.status_code == 403
     assert "sign in with Acme SSO" in alert(r)
+    assert "bb_session" not in "".join(r.headers.get_list("set-cookie"))
     r = await team.client.get(link_path(team, qa), headers=member.headers)
     assert r.json()["joinedCount"] == 0
 

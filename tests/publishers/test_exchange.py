@@ -106,6 +106,12 @@ async def test_the_exchanged_token_is_refused_everywhere_but_its_applications_up
         ("POST", f"{builds}/{build['buildId']}/install-link"),
         ("DELETE", f"/api/projects/{pid}/applications/{aid}"),
         ("GET", f"/api/projects/{pid}/applications/{aid}/trusted-publishers"),
+        # Beyond uploading: its builds' bytes, who installed them on which device, and the
+        # install links (shared ones open to whoever holds them).
+        ("GET", f"{builds}/{build['buildId']}/download"),
+        ("GET", f"{builds}/{build['buildId']}/installs"),
+        ("GET", f"{builds}/{build['buildId']}/devices"),
+        ("GET", f"{builds}/{build['buildId']}/install-links"),
     ]  # fmt: skip
     for method, path in refused:
         r = await client.request(method, path, headers=bearer(token))
@@ -353,3 +359,49 @@ async def test_an_audience_that_is_not_a_string_or_a_list_of_strings_is_a_401(
         await verified(token, issuer, None, "RS256", _OneKey(key), now)  # type: ignore[arg-type]
 
     assert refused.value.code == "invalid_id_token"
+
+
+@pytest.mark.parametrize(
+    "subject",
+    ["repo:acme/shop:ref:refs/heads/ma\x00in", "repo:acme/shop:ref:refs/heads/main\nx",
+     "repo:acme/shop:ref:refs/heads/ma\x1b[31min"],
+)  # fmt: skip
+async def test_a_subject_with_control_characters_is_refused(
+    client: httpx.AsyncClient, provider: OidcProvider, shop: dict[str, Any], subject: str
+) -> None:
+    # No CI issuer names a repository or branch with a control character; `*` must not stand
+    # for one, and a NUL must not reach the database (PostgreSQL refuses it in text: a 500).
+    r = await client.post(EXCHANGE, json={"token": id_token(provider, subject)})
+
+    assert_problem(r, 401, "invalid_id_token")
+
+
+async def test_a_jti_with_a_control_character_still_makes_the_token_single_use(
+    client: httpx.AsyncClient, api: Api, owner: Account, provider: OidcProvider
+) -> None:
+    project = await api.project(owner)
+    app = await api.application(owner, project["id"])
+    await trust(client, owner, project["id"], app["id"], issuer=provider.issuer,
+                subjectPattern="ci-runner", audience="buildbay")  # fmt: skip
+    provider.set_user("ci-runner", jti="run\x00-1")  # PostgreSQL refuses NUL in text: a 500
+    token = id_token(provider, "ci-runner")
+
+    assert (await client.post(EXCHANGE, json={"token": token})).status_code == 200
+    assert_problem(await client.post(EXCHANGE, json={"token": token}), 401, "id_token_replayed")
+
+
+@pytest.mark.parametrize("escape", ["\\u0000", "\\ud800"])
+async def test_an_issuer_no_database_can_store_is_refused_before_the_lookup(
+    client: httpx.AsyncClient, escape: str
+) -> None:
+    # Anyone may send this (nothing is verified before the issuer is looked up): PostgreSQL
+    # refuses a NUL in text, and no database driver encodes a lone surrogate (not UTF-8). It
+    # must be a 401, not a 500.
+    header = base64.urlsafe_b64encode(b'{"alg":"RS256","typ":"JWT"}').rstrip(b"=").decode()
+    claims = f'{{"iss":"https://a{escape}b","sub":"x"}}'.encode()
+    body = base64.urlsafe_b64encode(claims).rstrip(b"=")
+    token = f"{header}.{body.decode()}.c2ln"
+
+    r = await client.post(EXCHANGE, json={"token": token})
+
+    assert_problem(r, 401, "invalid_id_token")

@@ -81,6 +81,8 @@ async def test_an_admin_adds_lists_and_removes_publishers(
         ("subjectPattern", ""),
         ("audience", ""),
         ("audience", "a b"),
+        ("audience", "build\x1b[2Jbay"),  # a terminal's escape, shown in lists and the audit log
+        ("audience", "build\u202ebay"),
     ],
 )
 async def test_a_publisher_that_cannot_be_trusted_is_refused(

@@ -165,6 +165,12 @@ async def test_the_console_page_saves_the_mapping_from_lines(
         bad = await browser.client.post(path, data={"csrf": csrf, "mappings": "qa, owner"})
         assert bad.status_code == 422
         assert "the role is tester, developer or admin" in bad.text
+        # The API's rule for a group's name (no bidirectional or C1 control), not a looser one.
+        for name in ("qa\u202eevil", "qa\x85", "=?utf-8?q?qa?="):
+            bad = await browser.client.post(
+                path, data={"csrf": csrf, "mappings": f"{name}, tester"}
+            )
+            assert bad.status_code == 422, name
         saved = await browser.client.post(
             path, data={"csrf": csrf, "mappings": "mobile team, developer\n\nqa,TESTER\n"}
         )

@@ -180,6 +180,24 @@ async def test_the_provider_saying_no_is_a_sentence_on_the_sign_in_page(
     assert "The sign-in was cancelled at Acme ID" in await browser.notice()
 
 
+async def test_an_error_answer_without_the_flows_state_is_not_shown_as_the_providers(
+    app: FastAPI, browser: Browser
+) -> None:
+    # Anyone can send a person to the callback with an `error` of their wording: only an
+    # answer carrying the state of this browser's flow is the provider's.
+    await browser.start()
+    forged = "account locked: call 555 0100 now"
+    r = await browser.callback(f"/auth/sso/callback?error={forged.replace(' ', '+')}")
+
+    assert r.headers["location"].startswith("/login")
+    notice = await browser.notice()
+    assert "call 555 0100" not in notice
+    assert "not started in this browser" in notice
+    [failed] = await audit_entries(app, "auth.sign_in_failed")
+    assert failed.details["reason"] == "state_mismatch"
+    assert forged not in str(failed.details)
+
+
 async def test_a_callback_replayed_in_another_browser_is_refused(
     app: FastAPI, browser: Browser, provider: OidcProvider
 ) -> None:

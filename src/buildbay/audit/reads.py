@@ -67,6 +67,14 @@ class AuditScope:
             base.where(AuditEntry.subject_user_id == self.user_id),
         ]
 
+    def shown(self, row: dict[str, Any]) -> dict[str, Any]:
+        """`row` as this log shows it. An account's log tells where its own changes came from,
+        and a failed sign-in with its address (no actor id), but not where another member
+        acted from (the admin who changed one's role): that is the project admins' to read."""
+        if self.user_id is None or row["actor_id"] in (None, self.user_id):
+            return row
+        return row | {"ip": None, "user_agent": None}
+
 
 async def entries_page(
     reads: Reads, scope: AuditScope, only: AuditFilter, limit: int, after_id: str | None
@@ -87,7 +95,7 @@ async def _newest(
             query = query.where(AuditEntry.id < after_id)
         query = query.order_by(AuditEntry.id.desc()).limit(count)
         for row in await reads.all(query):
-            found[row["id"]] = dict(row)
+            found[row["id"]] = scope.shown(dict(row))
     # An account's two lists, merged (an entry by and about oneself is in both, once here).
     return [found[key] for key in sorted(found, reverse=True)[:count]]
 

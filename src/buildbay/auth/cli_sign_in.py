@@ -42,6 +42,7 @@ from buildbay.auth.models import ApiToken, CliSignIn
 from buildbay.auth.reads import UserRecord, user_by_id
 from buildbay.auth.tokens import hash_token
 from buildbay.constant_time import same_secret
+from buildbay.db.concurrency import insert_unless_present
 from buildbay.db.reads import Reads
 from buildbay.errors import BadRequest, NotFound, RateLimited
 from buildbay.ids import new_id
@@ -72,10 +73,14 @@ USER_CODE_LENGTH = 8  # 20^8 = 2.56e10 codes, of which a few are live at a time
 CODE_ENTRIES_PER_USER = RateLimitItemPerHour(30)
 CODE_ENTRIES_PER_IP = RateLimitItemPerHour(60)
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+# The loopback IP literals only (RFC 8252 §8.3: `localhost` is NOT RECOMMENDED): a name is
+# resolved by the browser, perhaps to the other address family's loopback, where another
+# program of the computer may listen on the same port.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1"})
 REDIRECT_URI_MAX = 300
 _CHALLENGE_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # base64url of a SHA-256, unpadded
 _STATE_RE = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no space
+_PRINTABLE_RE = re.compile(r"^[\x21-\x7e]*$")
 _CLIENT_NAME_DROP = re.compile(r"[^A-Za-z0-9._-]+")
 CLIENT_NAME_MAX = 63  # a host name's label
 UNNAMED_CLIENT = "a computer"
@@ -95,8 +100,10 @@ def client_name_of(raw: str | None) -> str:
 
 
 def is_loopback_redirect(uri: str) -> bool:
-    """RFC 8252 §7.3: `http` to a loopback address, any port; no user, no fragment."""
-    if len(uri) > REDIRECT_URI_MAX:
+    """RFC 8252 §7.3: `http` to a loopback IP literal, any port; no user, no fragment; only
+    printable ASCII (urlsplit drops tabs and line breaks before it parses, so the address
+    checked would not be the one kept and redirected to; a NUL cannot be stored)."""
+    if len(uri) > REDIRECT_URI_MAX or not _PRINTABLE_RE.match(uri):
         return False
     try:
         parts = urlsplit(uri)
@@ -146,8 +153,8 @@ class LoopbackRequest:
         if not is_loopback_redirect(redirect_uri):
             raise BadRequest(
                 "This sign-in link does not come from the Buildbay command line: it may only "
-                "send you back to this computer (http://127.0.0.1, http://[::1] or "
-                "http://localhost). Run `buildbay login --sso` again",
+                "send you back to this computer (http://127.0.0.1 or http://[::1]). Run "
+                "`buildbay login --sso` again",
                 code="invalid_redirect_uri",
             )
         if params.get("code_challenge_method") != "S256" or not _CHALLENGE_RE.match(
@@ -269,27 +276,24 @@ class CliSignIns:
     # -- device authorization grant ---------------------------------------------------------
 
     async def start_device(self, client_name: str | None, interval: int) -> DeviceGrant:
-        device_code = DEVICE_CODE_PREFIX + secrets.token_urlsafe(32)
-        user_code = "".join(secrets.choice(USER_CODE_ALPHABET) for _ in range(USER_CODE_LENGTH))
-        self.db.add(
-            CliSignIn(
-                id=new_id("cli"),
-                kind=DEVICE,
-                secret_hash=hash_token(device_code),
-                user_code_hash=hash_token(user_code),
-                client_name=client_name_of(client_name),
-                redirect_uri=None,
-                code_challenge=None,
-                status=PENDING,
-                user_id=None,
-                credentials_epoch=None,
-                created_at=self.now,
-                expires_at=self.now + DEVICE_CODE_LIFETIME,
-                polled_at=None,
-                interval_seconds=interval,
-            )
-        )
-        await self.db.flush()
+        fields = {
+            "kind": DEVICE, "client_name": client_name_of(client_name), "redirect_uri": None,
+            "code_challenge": None, "status": PENDING, "user_id": None,
+            "credentials_epoch": None, "created_at": self.now,
+            "expires_at": self.now + DEVICE_CODE_LIFETIME, "polled_at": None,
+            "interval_seconds": interval,
+        }  # fmt: skip
+        # A user code is unique among the kept grants (one Allow reaches one command line):
+        # one already drawn (a day's grants are kept) is drawn again, not a 500.
+        while True:
+            device_code = DEVICE_CODE_PREFIX + secrets.token_urlsafe(32)
+            user_code = "".join(secrets.choice(USER_CODE_ALPHABET) for _ in range(USER_CODE_LENGTH))
+            values = fields | {
+                "id": new_id("cli"), "secret_hash": hash_token(device_code),
+                "user_code_hash": hash_token(user_code),
+            }  # fmt: skip
+            if await insert_unless_present(self.db, CliSignIn, values):
+                break
         return DeviceGrant(
             device_code,
             shown_user_code(user_code),

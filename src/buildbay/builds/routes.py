@@ -39,6 +39,7 @@ from buildbay.projects.access import (
     BuildsDownloader,
     BuildsReader,
     BuildsUploader,
+    InstallLinksReader,
 )
 from buildbay.projects.authorization import tester_of as tester
 from buildbay.schemas import NO_NUL_PATTERN, PAGE_QUERY
@@ -596,7 +597,7 @@ async def create_install_link(
     "(a tester: only their own)",
 )
 async def list_install_links(
-    build_id: BuildId, access: BuildsReader, builds: Builds, links: LinkReads
+    build_id: BuildId, access: InstallLinksReader, builds: Builds, links: LinkReads
 ) -> schemas.InstallLinkList:
     viewer = tester(access)
     build = await builds.get(access.application.id, build_id, viewer)

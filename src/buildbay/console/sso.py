@@ -46,6 +46,7 @@ from buildbay.sso.groups import GroupMapping, read_mappings, replace_mappings
 from buildbay.sso.limits import MAX_GROUP_NAME, MAX_MAPPINGS
 from buildbay.sso.provider import FlowSecrets, SignInFailed, SsoProvider
 from buildbay.sso.signin import SsoSignIns
+from buildbay.text import encoded_word_problem, shown_text_problem
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -146,15 +147,20 @@ async def callback(request: Request) -> Response:
     name = provider.config.name
     claims = None
     try:
-        if "error" in query:
-            raise _provider_error(name, query.get("error", "")[:100])
         state = query.get("state", "")
-        if flow is None or not state or not same_secret(state, flow.secrets.state):
+        ours = flow is not None and bool(state) and same_secret(state, flow.secrets.state)
+        # An error answer with this flow's state is the provider's (RFC 6749 4.1.2.1 sends the
+        # state back; some providers leave it out): without it, only the RFC's codes, each a
+        # sentence of ours, are told, never wording that whoever wrote the link chose.
+        if "error" in query and (ours or query.get("error") in _KNOWN_ERRORS):
+            raise _provider_error(name, query.get("error", "")[:100])
+        if not ours:
             raise SignInFailed(
                 "This sign-in was not started in this browser, or took more than ten minutes. "
                 f"Start again with “Sign in with {name}”.",
                 "state_mismatch",
             )
+        assert flow is not None  # `ours` says so
         code = query.get("code", "")
         if not code or len(code) > 2048:
             raise SignInFailed(f"{name} sent no authorization code. Start again.", "no_code")
@@ -175,6 +181,12 @@ async def callback(request: Request) -> Response:
         )
         return see_other("/projects#received-invitations")
     return see_other(flow.next if flow else "/projects")
+
+
+_KNOWN_ERRORS = frozenset({
+    "access_denied", "login_required", "interaction_required", "consent_required",
+    "temporarily_unavailable",
+})  # fmt: skip
 
 
 def _provider_error(name: str, error: str) -> SignInFailed:
@@ -263,10 +275,9 @@ def parse_mappings(text: str) -> list[GroupMapping]:
                 f"Line {number}: the role is tester, developer or admin (owner is given by "
                 "hand only)."
             )
-        if len(group) > MAX_GROUP_NAME or any(ord(c) < 32 or c == "\x7f" for c in group):
-            raise _bad(
-                f"Line {number}: a group name is at most {MAX_GROUP_NAME} characters, on one line."
-            )
+        # The API's rule (sso/schemas.py GroupName: a shown name), written once in text.py.
+        if problem := shown_text_problem(group, MAX_GROUP_NAME) or encoded_word_problem(group):
+            raise _bad(f"Line {number}: the group name {problem}.")
         if group in seen:
             raise _bad(f"Line {number}: the group {group} is named twice.")
         seen.add(group)

@@ -45,9 +45,15 @@ def project_access(
 
 
 def application_access(
-    needed: ProjectRole, project_param: str = "id", *, read_only: bool, scope: TokenScope | None
+    needed: ProjectRole,
+    project_param: str = "id",
+    *,
+    read_only: bool,
+    scope: TokenScope | None,
+    publisher_ok: bool = True,
 ) -> Callable[..., Awaitable[ApplicationAccess]]:
-    """As `project_access`, for an application of the project."""
+    """As `project_access`, for an application of the project (`publisher_ok`: a trusted
+    publisher's token of that application may use the route)."""
 
     async def dependency(
         request: Request,
@@ -56,7 +62,9 @@ def application_access(
         app_id: Annotated[str, Path(alias="appId")],
     ) -> ApplicationAccess:
         reads = _reads_of(request, read_only=read_only)
-        return await application_of(reads, caller, project_id, app_id, needed, scope)
+        return await application_of(
+            reads, caller, project_id, app_id, needed, scope, publisher_ok=publisher_ok
+        )
 
     return dependency
 
@@ -78,9 +86,18 @@ def _project(needed: ProjectRole, *, read_only: bool, scope: TokenScope | None) 
 
 
 def _app(
-    needed: ProjectRole, param: str = "id", *, read_only: bool, scope: TokenScope | None
+    needed: ProjectRole,
+    param: str = "id",
+    *,
+    read_only: bool,
+    scope: TokenScope | None,
+    publisher_ok: bool = True,
 ) -> Any:
-    return Depends(application_access(needed, param, read_only=read_only, scope=scope))
+    return Depends(
+        application_access(
+            needed, param, read_only=read_only, scope=scope, publisher_ok=publisher_ok
+        )
+    )
 
 
 # Routes that only read: the records come from the request's read-only reads.
@@ -95,9 +112,18 @@ AppReader = Annotated[ApplicationAccess, _app(_TESTER, read_only=True, scope=_RE
 AppAdminReader = Annotated[ApplicationAccess, _app(_ADMIN, read_only=True, scope=_UNSCOPED)]
 # The builds endpoints name the project `{projectId}` (seed: /api/app-distribution/...).
 BuildsReader = Annotated[ApplicationAccess, _app(_TESTER, "projectId", read_only=True, scope=_READ)]
-# Who installed a build: for developers and above.
+# Who installed a build, on which device: for developers and above. Like a build's install links
+# and its download (below), not for a trusted publisher's exchanged token (`publisher_ok`): it
+# is upload-only, reading what uploading needs (its application, its builds) and no more, or
+# whoever can run a job of the trusted repository would read the testers' addresses and
+# devices and download every build.
 BuildsDeveloperReader = Annotated[
-    ApplicationAccess, _app(_DEVELOPER, "projectId", read_only=True, scope=_READ)
+    ApplicationAccess,
+    _app(_DEVELOPER, "projectId", read_only=True, scope=_READ, publisher_ok=False),
+]
+# A build's install links (a shared one opens the build to whoever holds it).
+InstallLinksReader = Annotated[
+    ApplicationAccess, _app(_TESTER, "projectId", read_only=True, scope=_READ, publisher_ok=False)
 ]
 
 # Routes that change something: the objects belong to the request's unit of work.
@@ -111,7 +137,7 @@ AppAdmin = Annotated[ApplicationAccess, _app(_ADMIN, read_only=False, scope=_UNS
 AppDeveloper = Annotated[ApplicationAccess, _app(_DEVELOPER, read_only=False, scope=_BUILDS_WRITE)]
 # A download (tester+, as reading): it writes who downloaded, so it is a unit of work.
 BuildsDownloader = Annotated[
-    ApplicationAccess, _app(_TESTER, "projectId", read_only=False, scope=_READ)
+    ApplicationAccess, _app(_TESTER, "projectId", read_only=False, scope=_READ, publisher_ok=False)
 ]
 # Uploading a build (its link, parts, verify, blockmap): what a trusted publisher's exchanged
 # token (the `upload` scope) may do, and a builds:write token too.

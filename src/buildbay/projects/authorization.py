@@ -168,8 +168,12 @@ async def application_of(
     app_id: str,
     needed: ProjectRole,
     scope: TokenScope | None = None,
+    *,
+    publisher_ok: bool = True,
 ) -> ApplicationAccess:
-    """The rules of `application_access`, for callers that are not routes (the web console)."""
+    """The rules of `application_access`, for callers that are not routes (the web console).
+    `publisher_ok`: a trusted publisher's token may use the route on its own application (what
+    uploading reads and writes), else it is refused like everywhere else."""
     # Members learn whether an application exists (404) before whether their role suffices
     # (403); strangers learn neither.
     params = {"user_id": caller.user.id, "project_id": project_id, "app_id": app_id}
@@ -177,7 +181,7 @@ async def application_of(
     if row["app_id"] is None:
         raise NotFound("No application with this id in the project", code="application_not_found")
     role = row["role"]
-    caller.require_application(app_id)
+    caller.require_application(app_id if publisher_ok else None)
     caller.require_scope(scope)
     require_role(role, needed)
     return ApplicationAccess(

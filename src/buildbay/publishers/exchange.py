@@ -12,6 +12,7 @@ no more than "no publisher here takes this token".
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,10 +21,17 @@ import jwt
 
 from buildbay.errors import NotAuthenticated
 from buildbay.publishers.keys import ALGORITHMS, IssuerKeys
+from buildbay.text import BIDI_CLASS, CONTROL_CLASS
 
 MAX_AGE = timedelta(minutes=5)  # of `iat`: an ID token is exchanged as soon as it is made
 LEEWAY = timedelta(seconds=60)  # clocks differ: `iat`/`nbf` this far ahead still pass
 MAX_JTI = 200
+# No CI names a repository, branch or environment (nor an issuer its URL) with a control or
+# bidirectional character, or half of a UTF-16 surrogate pair: an `iss` or `sub` holding one is
+# refused, a `jti` is not taken as the key, so that a pattern's `*` never stands for one and
+# none reaches the database (PostgreSQL refuses NUL in text, and no driver encodes a lone
+# surrogate: a 500).
+_UNSHOWABLE = re.compile(f"[{CONTROL_CLASS}{BIDI_CLASS}\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +61,8 @@ def unverified_issuer(token: str) -> tuple[str, str | None, str]:
         )
     if not isinstance(issuer, str) or not issuer:
         raise _invalid("The token has no issuer (`iss`)")
+    if _UNSHOWABLE.search(issuer):  # no issuer's URL has one; nor may it reach a query
+        raise _invalid("The token's issuer (`iss`) holds a control character or is not UTF-8")
     if kid is not None and not isinstance(kid, str):
         raise _invalid("The token's `kid` is not a string")
     return issuer, kid, alg
@@ -81,6 +91,8 @@ async def verified(
     subject, audience = claims["sub"], claims["aud"]
     if claims["iss"] != issuer or not isinstance(subject, str) or not subject:
         raise _invalid("The token's `iss` or `sub` is not a string")
+    if _UNSHOWABLE.search(subject):
+        raise _invalid("The token's `sub` holds a control character or is not UTF-8")
     # RFC 7519 4.1.3: a string or an array of strings; anything else holds no audience.
     audiences = (
         (audience,) if isinstance(audience, str)
@@ -112,7 +124,7 @@ async def verified(
     jti = claims.get("jti")
     replay_key = (
         jti
-        if isinstance(jti, str) and 0 < len(jti) <= MAX_JTI
+        if isinstance(jti, str) and 0 < len(jti) <= MAX_JTI and not _UNSHOWABLE.search(jti)
         else "sha256:" + hashlib.sha256(token.encode()).hexdigest()
     )
     return IdToken(issuer, subject, audiences, expires_at, replay_key)

@@ -9,11 +9,14 @@ from pydantic import Field
 from buildbay.publishers.records import PublisherRecord
 from buildbay.publishers.subjects import MAX_PATTERN
 from buildbay.schemas import ApiModel, RequestModel, Timestamp
+from buildbay.text import BIDI_CLASS, CONTROL_CLASS
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 GITLAB_ISSUER = "https://gitlab.com"
 KNOWN_ISSUERS = {"GitHub Actions": GITHUB_ISSUER, "GitLab.com": GITLAB_ISSUER}
 _NO_SPACE = r"^\S+$"
+# No space, and no control or bidirectional character (shown in lists and the audit log).
+_AUDIENCE = f"^[^\\s{CONTROL_CLASS}{BIDI_CLASS}]+$"
 
 Issuer = Annotated[
     str,
@@ -39,7 +42,7 @@ SubjectPattern = Annotated[
 Audience = Annotated[
     str,
     Field(
-        min_length=1, max_length=255, pattern=_NO_SPACE, examples=["buildbay.example.com"],
+        min_length=1, max_length=255, pattern=_AUDIENCE, examples=["buildbay.example.com"],
         description="The `aud` the tokens must have (exactly: one audience): what the CI asks "
         "its token for (`buildbay upload` asks for the server's host by default)",
     ),
