@@ -138,19 +138,30 @@ class PasswordResets:
                 code="invalid_token",
             )
         user = await self.db.get_one(User, user_id)
-        user.password_hash = await passwords.hash_password(password)
+        await self.take_back(user, await passwords.hash_password(password), accounts)
+        # By whoever holds the link: the mailbox's owner, as far as the server can tell.
+        accounts.record_about(user, Actor.of(user), AuditAction.PASSWORD_RESET)
+        return user
+
+    async def take_back(self, user: User, password_hash: str, accounts: AccountService) -> None:
+        """Give the account to whoever proved they receive mail at its address (a reset link
+        followed, or the identity provider's verified address: sso/signin.py): `password_hash`
+        replaces the password, the address is proven, the user's other reset links are spent
+        (one proof, one password), and every credential made before ends (sessions, refresh
+        and access tokens, console cookies, API tokens: `end_every_credential`). The caller
+        records why."""
+        user.password_hash = password_hash
         user.updated_at = self.now
-        mark_verified(user, self.now)  # the link was mailed to the address
-        # The other links of the user, if any, are spent too: one reset, one password.
+        mark_verified(user, self.now)
         await self.db.execute(
             update(PasswordReset)
             .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
             .values(used_at=self.now)
         )
         await accounts.end_every_credential(user.id)
-        # By whoever holds the link: the mailbox's owner, as far as the server can tell.
-        accounts.record_about(user, Actor.of(user), AuditAction.PASSWORD_RESET)
-        return user
+        # The epoch moved on in the database: a login made next (the provider's sign-in) is
+        # made at the new one, so that it lives.
+        await self.db.refresh(user, ["credentials_epoch"])
 
 
 def reset_link(public_url: str, token: str) -> str:
