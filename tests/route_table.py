@@ -29,7 +29,6 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from buildbay.audit.record import NO_ORIGIN
 from buildbay.auth.authentication import Principal
 from buildbay.auth.cli_sign_in import LoopbackRequest, pkce_challenge
 from buildbay.auth.dependencies import cli_sign_ins, email_changes, email_verifications
@@ -372,7 +371,7 @@ class World:
             user = await user_by_id(Reads.within(db), account.user["id"])
             assert user is not None
             asked = LoopbackRequest(redirect_uri, pkce_challenge(verifier), "s", "matrix")
-            return await cli_sign_ins(self.ctx, db, NO_ORIGIN).approve_loopback(user, asked)
+            return await cli_sign_ins(self.ctx, db).approve_loopback(user, asked)
 
         code = await self._unit_of_work(allow)
         return {"code": code, "codeVerifier": verifier, "redirectUri": redirect_uri}
@@ -383,7 +382,7 @@ class World:
         async def allow(db: AsyncSession) -> str:
             user = await user_by_id(Reads.within(db), account.user["id"])
             assert user is not None
-            service = cli_sign_ins(self.ctx, db, NO_ORIGIN)
+            service = cli_sign_ins(self.ctx, db)
             grant = await service.start_device("matrix", 5)
             await service.decide_device(grant.user_code, user, True, "matrix", self.ctx.limiter)
             return grant.device_code
