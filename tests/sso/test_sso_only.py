@@ -64,6 +64,27 @@ async def test_the_api_refuses_passwords_with_a_problem_that_says_sso_only(
     assert (await only_client.get("/api/auth/me", headers=member.headers)).status_code == 200
 
 
+async def test_an_api_token_refused_the_account_is_told_to_sign_in_with_the_provider(
+    api: Api, only_client: httpx.AsyncClient
+) -> None:
+    member = await api.register("member@example.com")
+    r = await api.client.post(
+        "/api/account/api-tokens", json={"name": "ci"}, headers=member.headers
+    )
+    bearer = {"Authorization": f"Bearer {r.json()['token']}"}
+
+    r = await only_client.post("/api/account/api-tokens", json={"name": "more"}, headers=bearer)
+
+    body = assert_problem(r, 403, "interactive_session_required")
+    assert body["detail"] == (
+        "API tokens cannot manage the account: sign in with Acme ID in the web console and do "
+        "this there"
+    )
+    # Where passwords sign in, the sentence says so.
+    r = await api.client.post("/api/account/api-tokens", json={"name": "more"}, headers=bearer)
+    assert "log in with your e-mail and password" in r.json()["detail"]
+
+
 async def test_a_break_glass_operator_still_signs_in_and_resets_with_a_password(
     only_client: httpx.AsyncClient,
 ) -> None:
