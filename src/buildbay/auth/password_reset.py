@@ -43,6 +43,8 @@ PASSWORD_RESET_JOB = "password_reset"
 RESET_LIFETIME = timedelta(hours=1)
 RESET_TOKEN_PREFIX = "bbp_"
 RESET_PAGE = "/reset-password"
+# SSO-only, said to every address alike (sso/policy.py `refusal`).
+BREAK_GLASS_RESET_NOTE = ". An operator's break-glass account is mailed its link all the same"
 # Asked for at most this often: per e-mail (a mailbox is not flooded) and per client IP.
 PER_EMAIL = RateLimitItemPerHour(5)
 PER_IP = RateLimitItemPerHour(20)
@@ -68,9 +70,6 @@ class PasswordResets:
         """Ask for a link to be mailed to `email`, if an account has it (which the caller is
         never told)."""
         email = normalise_email(email)
-        # SSO-only: no link is mailed (a link already issued, or one the operator's `buildbay
-        # users` command gave, still sets a password; signing in with it stays off).
-        self.passwords.check(email, "Password reset")
         for namespace, key, item in (
             ("password-reset-ip", client_ip, PER_IP),
             ("password-reset-email", email, PER_EMAIL),
@@ -81,7 +80,15 @@ class PasswordResets:
                     code="reset_throttled",
                     headers={"Retry-After": str(wait)},
                 )
-        enqueue(self.db, PASSWORD_RESET_JOB, {"email": email}, self.now)
+        # SSO-only: a link is mailed to a break-glass address only (a link already issued, or
+        # one the operator's `buildbay users` command gave, still sets a password; signing in
+        # with it stays off but for break-glass), and every address is answered the same 403,
+        # after the same throttles: which addresses are break-glass is never told.
+        if self.passwords.may_use_password(email):
+            enqueue(self.db, PASSWORD_RESET_JOB, {"email": email}, self.now)
+        if self.passwords.sso_only:
+            raise self.passwords.refusal("Password reset", note=BREAK_GLASS_RESET_NOTE,
+                                         keeps_writes=True)  # fmt: skip
 
     async def issue(self, user: User) -> str:
         """A new link's token for `user` (its hash stored)."""
