@@ -725,3 +725,26 @@ async def test_a_tester_removed_after_joining_still_counts_and_the_team_sees_it(
     await _sign_in(browser, team)
     page = unescape((await browser.get(f"/projects/{team.project['id']}/groups")).text)
     assert "2 testers joined (1 since removed) of at most 2" in page
+
+
+async def test_an_sso_only_server_sends_the_owner_of_an_unverified_account_to_the_provider(
+    team: Team, browser: httpx.AsyncClient, app: FastAPI
+) -> None:
+    # No password reset here to prove the address: the provider's sign-in does (sso/signin.py).
+    await team.api.register("victim@example.com")
+    qa = await team.group("QA")
+    made = await make_link(team, qa)
+    await ask_to_join(browser, page_path(made), "victim@example.com")
+    path = await confirmation_of(team, "victim@example.com")
+    settings = app.state.ctx.settings
+    settings.oidc_only, settings.oidc_provider_name = True, "Acme SSO"
+
+    r = await confirm(browser, path)
+
+    assert r.status_code == 409, r.text[:500]
+    assert alert(r) == (
+        "An account with victim@example.com exists but has not verified this address, so it "
+        "may not be yours: sign in with Acme SSO (its verified address proves yours), then "
+        "open this confirmation link again"
+    )
+    assert "password" not in alert(r)

@@ -151,3 +151,35 @@ def test_an_answer_that_is_not_the_json_it_claims_is_one_line_not_a_traceback(
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+def test_upload_distributes_at_verify_to_groups_given_by_id(
+    threaded_server: str, provider: OidcProvider, tmp_path: Path
+) -> None:
+    # The upload token may distribute at verify (docs/api.md); it reads no group names.
+    headers, project_id, app_id = _setup(threaded_server, provider.issuer, "127.0.0.1")
+    r = httpx.post(f"{threaded_server}/api/projects/{project_id}/groups", json={"name": "QA"},
+                   headers=headers)  # fmt: skip
+    assert r.status_code == 201, r.text
+    qa = r.json()["id"]
+    build = tmp_path / "shop.zip"
+    build.write_bytes(b"PK\x03\x04 the shop, for QA")
+
+    by_name = _upload(threaded_server, build, tmp_path,
+                      {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")},
+                      "--distribute", "QA")  # fmt: skip
+    assert by_name.returncode == 2, by_name.stderr
+    assert "give the tester group's id (grp_..." in by_name.stderr
+    assert "not the project's group names" in by_name.stderr
+
+    done = _upload(threaded_server, build, tmp_path,
+                   {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")},
+                   "--distribute", qa, "--distribute", "everyone")  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    build_id = json.loads(done.stdout)["buildId"]
+    installs = httpx.get(
+        f"{threaded_server}/api/app-distribution/{project_id}/{app_id}/builds/{build_id}/installs",
+        headers=headers,
+    ).json()  # fmt: skip
+    assert sorted(d["id"] for d in installs["distributedTo"]) == sorted(["everyone", qa])

@@ -20,7 +20,7 @@ from buildbay.console.sso import _Flow, _FlowCookie
 from buildbay.sso.discovery import REFETCH_FLOOR
 from buildbay.sso.models import SsoIdentity
 from buildbay.sso.provider import FlowSecrets, SignInFailed
-from tests.conftest import Api
+from tests.conftest import Account, Api
 from tests.oidc_provider import OidcProvider, oidc_provider_process
 from tests.processes import free_port
 from tests.sso.conftest import CLIENT_ID, Browser, audit_entries, open_browser, sso_settings
@@ -88,11 +88,10 @@ async def test_a_later_sign_in_finds_the_account_by_subject_whatever_the_address
     assert await _user(app, "robert@example.com") is None
 
 
-async def test_a_verified_password_account_is_linked_and_an_unverified_one_is_not(
+async def test_a_verified_password_account_is_linked_as_it_is(
     app: FastAPI, browser: Browser, provider: OidcProvider, api: Api
 ) -> None:
     verified = await api.register("carol@example.com")
-    squatted = await api.register("dave@example.com")
     async with app.state.ctx.sessions() as db:
         await db.execute(
             update(User)
@@ -107,23 +106,67 @@ async def test_a_verified_password_account_is_linked_and_an_unverified_one_is_no
         link = await db.get(SsoIdentity, (provider.issuer, "carol-1"))
         assert link is not None
         assert link.user_id == verified.user["id"]
+    # Nothing of the owner's ends: they proved the address here before.
+    assert (await api.client.get("/api/auth/me", headers=verified.headers)).status_code == 200
+    assert await audit_entries(app, "auth.account_taken_back") == []
+
+
+async def unverified_account_with_every_credential(api: Api) -> tuple[Account, str]:
+    """A password account that never verified its address (a squatter's, perhaps), with a
+    login and an API token."""
+    squatted = await api.register("dave@example.com")
+    r = await api.client.post(
+        "/api/account/api-tokens", json={"name": "ci"}, headers=squatted.headers
+    )
+    assert r.status_code == 201, r.text
+    return squatted, r.json()["token"]
+
+
+async def assert_taken_back(app: FastAPI, api: Api, squatted: Account, api_token: str) -> None:
+    """Every credential made before the provider's sign-in ends, as a reset ends them."""
+    client = api.client
+    assert (await client.get("/api/auth/me", headers=squatted.headers)).status_code == 401
+    bearer = {"Authorization": f"Bearer {api_token}"}
+    assert (await client.get("/api/auth/me", headers=bearer)).status_code == 401
+    r = await client.post("/api/auth/refresh-token", json={"refresh_token": squatted.refresh_token})
+    assert r.status_code == 401, r.text
+    r = await client.post(
+        "/api/auth/login", json={"email": squatted.email, "password": squatted.password}
+    )
+    assert r.status_code in (401, 403), r.text  # the old password is gone too
+    user = await _user(app, squatted.email)
+    assert user is not None
+    assert user.email_verified
+    taken = await audit_entries(app, "auth.account_taken_back")
+    assert [(e.actor_id, e.subject_user_id, e.details) for e in taken] == [
+        (user.id, user.id, {"method": "sso", "provider": "Acme ID"})
+    ]
+
+
+async def test_an_unverified_account_is_linked_once_its_old_credentials_end(
+    app: FastAPI, browser: Browser, provider: OidcProvider, api: Api
+) -> None:
+    squatted, api_token = await unverified_account_with_every_credential(api)
 
     provider.set_user("dave-1", email="dave@example.com", email_verified=True)
-    async with open_browser(app, provider) as other:
-        refused = await other.sign_in("dave-1")
-        assert refused.headers["location"].startswith("/login")
-        page = await other.notice()
-        assert "never verified the address" in page
-        not_in = await other.page("/projects")
-        assert not_in.status_code == 303
-        assert not_in.headers["location"].startswith("/login")
+    assert (await browser.sign_in("dave-1")).headers["location"] == "/projects"
+
+    # The provider's person is signed in to the account, and nobody else is.
+    account = await browser.page("/account")
+    assert account.status_code == 200
+    assert "dave@example.com" in account.text
     async with app.state.ctx.sessions() as db:
-        assert await db.get(SsoIdentity, (provider.issuer, "dave-1")) is None
-    failed = await audit_entries(app, "auth.sign_in_failed")
-    assert [(e.actor_email, e.details["reason"]) for e in failed] == [
-        ("dave@example.com", "account_unverified")
-    ]
-    assert squatted.user["id"]  # the squatter's account is untouched, and not signed in
+        link = await db.get(SsoIdentity, (provider.issuer, "dave-1"))
+        assert link is not None
+        assert link.user_id == squatted.user["id"]
+    await assert_taken_back(app, api, squatted, api_token)
+    signed_in = await audit_entries(app, "auth.sign_in")
+    assert signed_in[-1].details == {"method": "sso", "created": False, "linked": True}
+    # A later sign-in takes nothing back again.
+    async with open_browser(app, provider) as other:
+        await other.sign_in("dave-1")
+        assert (await browser.page("/account")).status_code == 200
+    assert len(await audit_entries(app, "auth.account_taken_back")) == 1
 
 
 async def test_an_address_the_provider_does_not_say_is_verified_is_refused(

@@ -11,6 +11,9 @@ class AuditAction(enum.StrEnum):
     SIGN_IN_FAILED = "auth.sign_in_failed"
     PASSWORD_CHANGED = "auth.password_changed"
     PASSWORD_RESET = "auth.password_reset"
+    # An unverified account linked to the identity provider's verified address: its earlier
+    # credentials ended as a reset ends them (sso/signin.py).
+    ACCOUNT_TAKEN_BACK = "auth.account_taken_back"
     TOKEN_CREATED = "auth.token_created"
     TOKEN_REVOKED = "auth.token_revoked"
     MEMBER_ADDED = "member.added"

@@ -15,6 +15,7 @@ ACTION_WORDS: dict[str, str] = {
     A.SIGN_IN_FAILED: "Failed sign-in",
     A.PASSWORD_CHANGED: "Password changed",
     A.PASSWORD_RESET: "Password reset",
+    A.ACCOUNT_TAKEN_BACK: "Account taken back",
     A.TOKEN_CREATED: "API token created",
     A.TOKEN_REVOKED: "API token revoked",
     A.MEMBER_ADDED: "Member added",
@@ -69,6 +70,10 @@ _PREDICATES: dict[str, Callable[[dict[str, Any]], str]] = {
     A.SIGN_IN_FAILED: lambda r: "failed to sign in (wrong e-mail or password)",
     A.PASSWORD_CHANGED: lambda r: "changed their password",
     A.PASSWORD_RESET: lambda r: "reset their password with a mailed link",
+    A.ACCOUNT_TAKEN_BACK: lambda r: (
+        f"proved the address through {_detail(r, 'provider')}: the account's earlier "
+        "sign-ins, password and API tokens were ended"
+    ),
     A.TOKEN_CREATED: lambda r: f"created the API token {_name(r)}",
     A.TOKEN_REVOKED: lambda r: f"revoked the API token {_name(r)}",
     A.MEMBER_ADDED: lambda r: f"added {_name(r)} as {_detail(r, 'role')}",

@@ -60,7 +60,7 @@ class AccountService:
         """A new account, logged in; a mail to its address asks it to prove the address is
         its own (auth/verification.py). Nothing waits for that: the account works at once."""
         email = normalise_email(email)
-        self.logins.passwords.check(email, "Sign-up with a password")
+        self.logins.passwords.check_sign_up()
         await self._may_sign_up(email)
         user = await self.create_account(email, password, name)
         if self.verification is not None:

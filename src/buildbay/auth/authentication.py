@@ -17,6 +17,7 @@ from buildbay.auth.revocations import SharedRevocations
 from buildbay.auth.tokens import AccessTokenCodec, ensure_unexpired, hash_token
 from buildbay.db.reads import Reads
 from buildbay.errors import Forbidden, NotAuthenticated
+from buildbay.sso.policy import PASSWORDS_ALLOWED, PasswordPolicy
 
 API_TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
@@ -155,15 +156,22 @@ class Principal:
     application_id: str | None = None
     ci_identity: str | None = None
 
-    def require_login(self) -> None:
+    def require_login(self, passwords: PasswordPolicy = PASSWORDS_ALLOWED) -> None:
         """The account's own endpoints: a login (an access token, the console's cookie), never
-        an API token, so that a leaked token cannot make more tokens or take the account."""
-        if self.api_token_id is not None:
-            raise Forbidden(
-                "API tokens cannot manage the account: log in with your e-mail and password "
-                "(or in the web console) and do this with that session",
-                code="interactive_session_required",
+        an API token, so that a leaked token cannot make more tokens or take the account.
+        `passwords`: how people sign in here (BUILDBAY_OIDC_ONLY: with the provider only)."""
+        if self.api_token_id is None:
+            return
+        if passwords.sso_only:  # no password signs in here: the console's session is the way
+            how = f"sign in with {passwords.provider_name} in the web console and do this there"
+        else:
+            how = (
+                "log in with your e-mail and password (or in the web console) and do this with "
+                "that session"
             )
+        raise Forbidden(
+            f"API tokens cannot manage the account: {how}", code="interactive_session_required"
+        )
 
     def require_project(self, project_id: str | None) -> None:
         """403 unless the token may reach this project (`None`: something of no project yet,

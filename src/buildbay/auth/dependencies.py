@@ -30,7 +30,7 @@ from buildbay.auth.logins import LoginService
 from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.tokens import API_TOKEN_PREFIX
 from buildbay.auth.verification import EmailVerifications, VerificationLinks
-from buildbay.config import Plan
+from buildbay.config import Plan, Settings
 from buildbay.context import AppContext
 from buildbay.db.reads import Reads
 from buildbay.deps import Context, get_context, in_unit_of_work
@@ -163,9 +163,9 @@ class _BearerAuthentication(HTTPBearer):
         self.restricted_ok = restricted_ok
         self.publisher_ok = publisher_ok
 
-    def allow(self, principal: Principal) -> None:
+    def allow(self, principal: Principal, settings: Settings) -> None:
         if self.login_only:
-            principal.require_login()
+            principal.require_login(password_policy(settings))
         if not self.restricted_ok:
             principal.require_project(None)
         if not self.any_scope:
@@ -186,7 +186,7 @@ class _BearerAuthentication(HTTPBearer):
             await limit_by_ip(ctx, request)
             raise
         await count_request(ctx, request, f"user:{principal.user.id}", principal.user.plan)
-        self.allow(principal)
+        self.allow(principal, ctx.settings)
         return principal
 
 

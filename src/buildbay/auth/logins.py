@@ -26,6 +26,12 @@ from buildbay.ratelimit.limiter import RateLimiter
 from buildbay.sso.policy import PASSWORDS_ALLOWED, PasswordPolicy
 from buildbay.text import normal_email_text
 
+# SSO-only, said to every refused password sign-in alike: an operator who mistyped a
+# break-glass password is told why, and nobody learns whether the address typed is one.
+BREAK_GLASS_NOTE = (
+    ". Only the operator's break-glass accounts sign in with a password, with the right one"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class IssuedTokens:
@@ -107,22 +113,33 @@ class LoginService:
     ) -> IssuedTokens:
         """A password sign-in, recorded in the audit log either way: a failure as typed (the
         e-mail, never the password), in its own right since the request fails
-        (`keeps_writes`), and about the account of that e-mail if there is one."""
+        (`keeps_writes`), and about the account of that e-mail if there is one.
+
+        SSO-only (BUILDBAY_OIDC_ONLY), only the right password of a break-glass address signs
+        in, and every other attempt, whatever the address, is answered the same 403 `sso_only`
+        ("Password sign-in is off on this server: sign in with <provider>"), after the same
+        work (the password checked, within the same failure budgets): a wrong password of a
+        break-glass address is not told apart from any other address's, so nobody learns which
+        addresses are break-glass without holding one's password, and everyone else is told
+        plainly to use the provider."""
         typed, email = email, normalise_email(email)
-        self.passwords.check(email, "Password sign-in")
         keys = password_guess_keys(email, client_ip)
         user = await user_by_email(self.db, email)
         # The epoch read with the password: a reset that commits while this login checks the
         # old password moves the user's on, and the session made here is dead at once.
         password_hash, epoch = (user.password_hash, user.credentials_epoch) if user else (None, 0)
-        if not await password_is_right(
+        right = await password_is_right(
             limiter, keys, "Too many failed logins", password, password_hash
-        ):
+        )
+        if not right or not self.passwords.may_use_password(email):
             record(self.db, at=self.now, actor=Actor(ActorKind.USER, None, typed),
                    action=AuditAction.SIGN_IN_FAILED,
                    target=Target("user", user.id, user.email) if user else None,
                    subject_user_id=user.id if user else None,
                    details={"method": "password"})  # fmt: skip
+            if self.passwords.sso_only:
+                raise self.passwords.refusal("Password sign-in", note=BREAK_GLASS_NOTE,
+                                             keeps_writes=True)  # fmt: skip
             raise NotAuthenticated(
                 "E-mail or password is wrong", code="invalid_credentials", keeps_writes=True
             )

@@ -43,6 +43,8 @@ PASSWORD_RESET_JOB = "password_reset"
 RESET_LIFETIME = timedelta(hours=1)
 RESET_TOKEN_PREFIX = "bbp_"
 RESET_PAGE = "/reset-password"
+# SSO-only, said to every address alike (sso/policy.py `refusal`).
+BREAK_GLASS_RESET_NOTE = ". An operator's break-glass account is mailed its link all the same"
 # Asked for at most this often: per e-mail (a mailbox is not flooded) and per client IP.
 PER_EMAIL = RateLimitItemPerHour(5)
 PER_IP = RateLimitItemPerHour(20)
@@ -68,9 +70,6 @@ class PasswordResets:
         """Ask for a link to be mailed to `email`, if an account has it (which the caller is
         never told)."""
         email = normalise_email(email)
-        # SSO-only: no link is mailed (a link already issued, or one the operator's `buildbay
-        # users` command gave, still sets a password; signing in with it stays off).
-        self.passwords.check(email, "Password reset")
         for namespace, key, item in (
             ("password-reset-ip", client_ip, PER_IP),
             ("password-reset-email", email, PER_EMAIL),
@@ -81,7 +80,15 @@ class PasswordResets:
                     code="reset_throttled",
                     headers={"Retry-After": str(wait)},
                 )
-        enqueue(self.db, PASSWORD_RESET_JOB, {"email": email}, self.now)
+        # SSO-only: a link is mailed to a break-glass address only (a link already issued, or
+        # one the operator's `buildbay users` command gave, still sets a password; signing in
+        # with it stays off but for break-glass), and every address is answered the same 403,
+        # after the same throttles: which addresses are break-glass is never told.
+        if self.passwords.may_use_password(email):
+            enqueue(self.db, PASSWORD_RESET_JOB, {"email": email}, self.now)
+        if self.passwords.sso_only:
+            raise self.passwords.refusal("Password reset", note=BREAK_GLASS_RESET_NOTE,
+                                         keeps_writes=True)  # fmt: skip
 
     async def issue(self, user: User) -> str:
         """A new link's token for `user` (its hash stored)."""
@@ -138,19 +145,30 @@ class PasswordResets:
                 code="invalid_token",
             )
         user = await self.db.get_one(User, user_id)
-        user.password_hash = await passwords.hash_password(password)
+        await self.take_back(user, await passwords.hash_password(password), accounts)
+        # By whoever holds the link: the mailbox's owner, as far as the server can tell.
+        accounts.record_about(user, Actor.of(user), AuditAction.PASSWORD_RESET)
+        return user
+
+    async def take_back(self, user: User, password_hash: str, accounts: AccountService) -> None:
+        """Give the account to whoever proved they receive mail at its address (a reset link
+        followed, or the identity provider's verified address: sso/signin.py): `password_hash`
+        replaces the password, the address is proven, the user's other reset links are spent
+        (one proof, one password), and every credential made before ends (sessions, refresh
+        and access tokens, console cookies, API tokens: `end_every_credential`). The caller
+        records why."""
+        user.password_hash = password_hash
         user.updated_at = self.now
-        mark_verified(user, self.now)  # the link was mailed to the address
-        # The other links of the user, if any, are spent too: one reset, one password.
+        mark_verified(user, self.now)
         await self.db.execute(
             update(PasswordReset)
             .where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
             .values(used_at=self.now)
         )
         await accounts.end_every_credential(user.id)
-        # By whoever holds the link: the mailbox's owner, as far as the server can tell.
-        accounts.record_about(user, Actor.of(user), AuditAction.PASSWORD_RESET)
-        return user
+        # The epoch moved on in the database: a login made next (the provider's sign-in) is
+        # made at the new one, so that it lives.
+        await self.db.refresh(user, ["credentials_epoch"])
 
 
 def reset_link(public_url: str, token: str) -> str:

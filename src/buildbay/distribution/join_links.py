@@ -386,9 +386,8 @@ class JoinLinks:
             if signed_in_as != user.id:
                 raise Conflict(
                     f"An account with {email} exists but has not verified this address, so "
-                    "it may not be yours: sign in to it, or choose a new password with Forgot "
-                    "your password (the mail proves the address), then open this "
-                    "confirmation link again",
+                    f"it may not be yours: {self._to_prove_it()}, then open this confirmation "
+                    "link again",
                     code="account_not_verified",
                 )
             mark_verified(user, self.now)  # its owner, signed in, read the mail
@@ -417,6 +416,17 @@ class JoinLinks:
         )
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _to_prove_it(self) -> str:
+        """How the owner of an unverified account proves the address is theirs here."""
+        if self.passwords.sso_only:  # no password or reset: the provider's sign-in proves it
+            return (
+                f"sign in with {self.passwords.provider_name} (its verified address proves yours)"
+            )
+        return (
+            "sign in to it, or choose a new password with Forgot your password (the mail "
+            "proves the address)"
+        )
 
     async def _account(self, email: str) -> tuple[User, bool]:
         """The address's account, made if there is none: the mail's link proved the address;

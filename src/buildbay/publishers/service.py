@@ -24,6 +24,7 @@ from buildbay.audit.record import Actor, ActorKind, AuditAction, Origin, Target,
 from buildbay.auth.enums import TokenScope
 from buildbay.auth.models import ApiToken, User
 from buildbay.auth.tokens import API_TOKEN_DISPLAY_LENGTH, hash_token, new_api_token
+from buildbay.db.concurrency import lock_row
 from buildbay.errors import Conflict, Forbidden, NotAuthenticated, NotFound, ValidationFailed
 from buildbay.ids import new_id
 from buildbay.projects.authorization import ApplicationAccess
@@ -74,6 +75,12 @@ class TrustedPublishers:
                 "subjectPattern", str(refused), code="subject_pattern_refused"
             ) from None
         app_id = access.application.id
+        # "Not the same one twice" and "at most MAX_PUBLISHERS" are a read followed by an
+        # insert: two adds at once would each read the other's absence. The application's row
+        # is locked first, so adds take turns and each reads what the one before committed (no
+        # unique key can say "20").
+        if not await lock_row(self.db, Application.id, app_id):
+            raise NotFound("No application with this id", code="application_not_found")
         existing = list(
             await self.db.scalars(
                 select(TrustedPublisher).where(TrustedPublisher.application_id == app_id)

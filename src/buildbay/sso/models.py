@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, ForeignKeyConstraint, String
+from sqlalchemy import ForeignKey, ForeignKeyConstraint, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from buildbay.db.base import Base, EnumString
@@ -15,6 +15,8 @@ class SsoIdentity(Base):
     made: a later change of address at the provider still finds the account."""
 
     __tablename__ = "sso_identities"
+    # One person of a provider per account (sso/signin.py; migration 0050).
+    __table_args__ = (Index("uq_sso_identities_issuer_user_id", "issuer", "user_id", unique=True),)
 
     issuer: Mapped[str] = mapped_column(String(500), primary_key=True)
     subject: Mapped[str] = mapped_column(String(255), primary_key=True)

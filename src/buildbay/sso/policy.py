@@ -27,14 +27,23 @@ class PasswordPolicy:
     def may_use_password(self, email: str) -> bool:
         return not self.sso_only or normal_email_text(email.strip()) in self.break_glass
 
-    def check(self, email: str, doing: str) -> None:
-        """Refuses `doing` ("Password sign-in", "Sign-up", "Password reset") for `email` when
-        only the provider signs people in here."""
-        if not self.may_use_password(email):
-            raise SsoOnly(
-                f"{doing} is off on this server: sign in with {self.provider_name} "
-                "(single sign-on only). API tokens keep working"
-            )
+    def check_sign_up(self) -> None:
+        """Sign-up with a password is off for every address when only the provider signs people
+        in, the break-glass ones too: those are operators' accounts, which the operator makes
+        (`buildbay users create`); letting a break-glass address sign up where no other may
+        would also tell anyone which addresses are break-glass."""
+        if self.sso_only:
+            raise self.refusal("Sign-up with a password")
+
+    def refusal(self, doing: str, *, note: str = "", keeps_writes: bool = False) -> SsoOnly:
+        """403 `sso_only` for `doing` ("Password sign-in", "Password reset", ...). Answered to
+        every address alike (auth/logins.py, auth/password_reset.py), so that it never tells a
+        break-glass address from another; `note`: a sentence that holds for every address."""
+        return SsoOnly(
+            f"{doing} is off on this server: sign in with {self.provider_name} "
+            f"(single sign-on only). API tokens keep working{note}",
+            keeps_writes=keeps_writes,
+        )
 
 
 PASSWORDS_ALLOWED = PasswordPolicy()

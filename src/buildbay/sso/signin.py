@@ -10,11 +10,13 @@ The rules, in order:
 - A first sign-in needs an address the provider says is verified (`email_verified`: true).
   - No account has it: one is made (as BUILDBAY_SIGNUP allows: invite-only needs an invitation,
     closed needs the operator), its address verified, with no password.
-  - An account has it: the sign-in is linked to it only if that account proved the address here
-    too (`email_verified_at`). An account whose owner never proved the address may be a
-    squatter's (anyone can sign up with any address), and one the real owner made but has not
-    verified is refused as well: the provider's word alone never takes over a password
-    account. They verify the address (the mail sent at sign-up), then sign in here again.
+  - An account has it: the sign-in is linked to it. If that account never proved the address
+    here (`email_verified_at`), it may be a squatter's (anyone can sign up with any address):
+    the provider's verified address proves the mailbox as a password reset's link does, so it
+    is decided as a reset decides, through the reset's own code (`PasswordResets.take_back`):
+    every credential of the account ends (sessions, refresh tokens, API tokens; its password
+    too), the address is marked verified, and the audit log says so
+    (`auth.account_taken_back`). With BUILDBAY_OIDC_ONLY this is the owner's only way in.
   - An account already linked to another person of the same provider (an address recycled at
     the company) is not linked to a second one.
 """
@@ -32,8 +34,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from buildbay.audit.record import Actor, ActorKind, AuditAction, Origin, Target, record
+from buildbay.auth.accounts import AccountService
 from buildbay.auth.logins import IssuedTokens, LoginService, normalise_email, user_by_email
 from buildbay.auth.models import User
+from buildbay.auth.password_reset import PasswordResets
 from buildbay.auth.passwords import NO_PASSWORD
 from buildbay.config import Plan, SignupMode
 from buildbay.db.reads import Reads
@@ -118,6 +122,8 @@ class SsoSignIns:
                 created = True
             else:
                 await self._may_link(existing)
+                if not existing.email_verified:
+                    await self._take_back(existing)
                 user, linked = existing, True
             self.db.add(
                 SsoIdentity(
@@ -224,15 +230,18 @@ class SsoSignIns:
             ) from None
         return user
 
+    async def _take_back(self, user: User) -> None:
+        """The provider's verified address proves the mailbox as a reset link does: the account
+        is its owner's now, and whatever was made of it before (by a squatter, who may have
+        signed up with the address first) ends as a reset ends it, the password with it."""
+        accounts = AccountService(self.db, self.now, self.logins)
+        await PasswordResets(self.db, self.now).take_back(user, NO_PASSWORD, accounts)
+        accounts.record_about(
+            user, Actor.of(user), AuditAction.ACCOUNT_TAKEN_BACK,
+            method="sso", provider=self.config.name,
+        )  # fmt: skip
+
     async def _may_link(self, user: User) -> None:
-        if not user.email_verified:
-            raise SignInFailed(
-                f"An account with the address {user.email} exists here, but its owner never "
-                "verified the address, so it is not linked to your sign-in. If it is yours, "
-                "sign in with its password and verify the address (the link in the mail sent "
-                f"at sign-up), then sign in with {self.config.name} again.",
-                "account_unverified",
-            )
         other = await self.db.scalar(
             select(SsoIdentity.subject).where(
                 SsoIdentity.user_id == user.id, SsoIdentity.issuer == self.config.issuer

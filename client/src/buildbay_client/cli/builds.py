@@ -20,6 +20,7 @@ from buildbay_client.cli.common import (
     APP_ID_PATTERN,
     EXIT_AUTH,
     EXIT_REFUSED,
+    GROUP_ID_PATTERN,
     AppRef,
     JsonOption,
     ProjectRef,
@@ -576,9 +577,7 @@ def upload(
         fail("give --install-link-hours or --install-link-days, not both", 2)
     if install_link_days is not None:
         install_link_hours = install_link_days * 24
-    trusted = _trusted_publishing(
-        ctx, project, app, app_id_given, audience, bool(distribute or distribute_email)
-    )
+    trusted = _trusted_publishing(ctx, project, app, app_id_given, audience)
     if trusted is None:
         _check_target(project, app, app_id_given)
     given = BuildSource(commit, branch, tag, repository, ci_run_url, _pull_request(pull_request))
@@ -596,11 +595,19 @@ def upload(
         application = client.get_application(pid, aid)
         if problem := platform_problem(file, application.platform.value):
             fail(problem, EXIT_REFUSED)
-        groups = [group_id(client, pid, g) for g in distribute or []]
+        if trusted:
+            # The upload token reads no project's group list, and its distribution is verify's
+            # (the distribute call needs builds:write): the groups by id, at verify.
+            groups = [_trusted_group(g) for g in distribute or []]
+            at_verify, emails = groups, distribute_email or []
+        else:
+            groups = [group_id(client, pid, g) for g in distribute or []]
+            at_verify, emails = [], []
         with _progress("Uploading") as progress:
             build = client.upload_build(
                 pid, aid, file, notes=text, install_link_hours=install_link_hours,
                 progress=progress, channels=channel or None, mandatory=mandatory,
+                distribute_to=at_verify, distribute_emails=emails,
                 parts_in_flight=parts_in_flight, on_duplicate=on_duplicate.value,
                 architecture=architecture.value if architecture else None,
                 sparkle_ed_signature=sparkle_ed_signature, minimum_os_version=minimum_os_version,
@@ -611,15 +618,29 @@ def upload(
             fail(f"build {build.build_id} is {build.status.value}, not ready", 1)
         if blockmap is not None:
             build = _with_blockmap(client, build, blockmap)
-        distribution = _distribute_uploaded(client, build, groups, distribute_email or [])
+        if trusted:
+            distribution = None
+            if (at_verify or emails) and not as_json:
+                out.print(f"distributed at verify to {', '.join([*at_verify, *emails])}")
+        else:
+            distribution = _distribute_uploaded(client, build, groups, distribute_email or [])
         names = group_names(client, pid) if distribution and not as_json else {}
     _print_uploaded(build, distribution, names, as_json)
     _hand_to_ci(build, application.name, github_output, github_summary, dotenv)
 
 
+def _trusted_group(ref: str) -> str:
+    """--distribute with trusted publishing: a group's id, or `everyone`."""
+    if ref != "everyone" and not GROUP_ID_PATTERN.match(ref):
+        fail(f"trusted publishing: --distribute {ref!r}: give the tester group's id (grp_..., "
+             "in the address of its page in the console) or everyone; the upload token "
+             "reaches its one application, not the project's group names", 2)  # fmt: skip
+    return ref
+
+
 def _trusted_publishing(
     ctx: typer.Context, project: str | None, app: str | None, app_id_given: str | None,
-    audience: str | None, distributes: bool,
+    audience: str | None,
 ) -> tuple[str, str] | None:  # fmt: skip
     """Without a token, in a CI job that can get an ID token: the project and application of
     the upload token it is exchanged for (the token is used from then on); else None."""
@@ -635,9 +656,6 @@ def _trusted_publishing(
              "nothing), not --project or --app", 2)  # fmt: skip
     if app_id_given is not None and not APP_ID_PATTERN.match(app_id_given):
         fail(f"--app-id takes an application's id (app_...), not {app_id_given!r}", 2)
-    if distributes:
-        fail("trusted publishing: the upload token uploads and verifies only; --distribute "
-             "and --distribute-email need an API token (builds:write scope)", 2)  # fmt: skip
     try:
         id_token = oidc.ci_id_token(audience or oidc.default_audience(url))
         got = oidc.exchange(url, id_token, app_id_given)
