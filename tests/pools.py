@@ -1,14 +1,31 @@
 """Who holds the connections of an app's pools: for tests that a request, or a verify waiting for
-a reading process, holds no more connections than it should."""
+a reading process, holds no more connections than it should; and when an app starts a statement,
+for the race tests that hold one request inside another's."""
 
 from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def when_written(app: FastAPI, *statements: str) -> asyncio.Event:
+    """Set as soon as the app starts a statement beginning with one of `statements` (before it
+    waits for any lock)."""
+    seen = asyncio.Event()
+
+    def note(_c: object, _cursor: object, sql: str, *_rest: object) -> None:
+        if sql.lstrip().upper().startswith(statements):
+            seen.set()
+
+    event.listen(app.state.ctx.engine.sync_engine, "before_cursor_execute", note)
+    return seen
 
 
 class Checkouts:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from buildbay.auth.accounts import AccountService
 from buildbay.auth.models import User
@@ -26,6 +26,7 @@ from buildbay.auth.password_reset import PasswordResets
 from buildbay.db.engine import finish
 from buildbay.deps import AppContext
 from tests.conftest import BASE_URL, Account, Api, assert_problem
+from tests.pools import when_written
 
 CONFIRM = "/api/auth/password-reset/confirm"
 NEW_PASSWORD = "the real owner's password"
@@ -50,19 +51,6 @@ class HeldReset:
             return user
 
         monkeypatch.setattr(PasswordResets, "confirm", held)
-
-
-def when_written(app: FastAPI, statement: str) -> asyncio.Event:
-    """Set as soon as the app starts running a statement beginning with `statement` (before
-    it waits for any lock)."""
-    seen = asyncio.Event()
-
-    def note(_c: object, _cursor: object, sql: str, *_rest: object) -> None:
-        if sql.lstrip().upper().startswith(statement):
-            seen.set()
-
-    event.listen(app.state.ctx.engine.sync_engine, "before_cursor_execute", note)
-    return seen
 
 
 async def reset_token_for(app: FastAPI, email: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event, update
+from sqlalchemy import update
 
 from buildbay.audit.record import NO_ORIGIN
 from buildbay.auth.models import User
@@ -17,23 +17,11 @@ from buildbay.sso.groups import apply_group_mappings
 from buildbay.sso.models import SsoMembership
 from tests.conftest import Account, Api, assert_problem
 from tests.oidc_provider import OidcProvider
+from tests.pools import when_written
 from tests.sso.conftest import audit_entries, open_browser
 
 pytestmark = pytest.mark.slow
 GUARD = 30  # seconds: only so that a broken test fails instead of hanging, never for timing
-
-
-def when_written(app: FastAPI, *statements: str) -> asyncio.Event:
-    """Set as soon as the app starts a statement beginning with one of `statements` (before it
-    waits for any lock)."""
-    seen = asyncio.Event()
-
-    def note(_c: object, _cursor: object, sql: str, *_rest: object) -> None:
-        if sql.lstrip().upper().startswith(statements):
-            seen.set()
-
-    event.listen(app.state.ctx.engine.sync_engine, "before_cursor_execute", note)
-    return seen
 
 
 async def _members(api: Api, owner: Account, project_id: str) -> dict[str, str]:
