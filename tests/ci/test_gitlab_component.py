@@ -72,3 +72,21 @@ def test_the_job_fails_on_a_wrong_token_without_showing_it(team: Team, tmp_path:
     assert run.returncode == 3, run.log
     assert "Z" * 12 not in run.log
     assert run.dotenv == {}
+
+
+@pytest.mark.parametrize("target", [{}, {"project": "Acme", "application": "Acme Android"}])
+def test_a_job_without_a_token_needs_the_application_s_id_before_anything_is_installed(
+    tmp_path: Path, target: dict[str, str]
+) -> None:
+    # Trusted publishing: a publisher grants only its own application, so the upload names it,
+    # by id (the exchanged token cannot read projects to look a name up).
+    run = run_gitlab_job(
+        {"client": str(ROOT / "client"), "file": str(APK), **target}, tmp_path,
+        {"BUILDBAY_URL": "http://127.0.0.1:9", "BUILDBAY_ID_TOKEN": "eyJ.the.token"},
+    )  # fmt: skip
+
+    assert run.returncode == 2, run.log
+    assert "trusted publishing (no token): set the application input to the application's id" in (
+        run.log
+    )
+    assert not (tmp_path / "project" / ".buildbay-client").exists()
