@@ -756,12 +756,12 @@ PUBLIC_ANSWER = {("POST", "/api/auth/oidc-exchange"): (403, "no_matching_publish
 
 @body("POST", "/api/auth/oidc-exchange")
 async def _oidc_exchange(w: World, subject: Account) -> dict[str, Any]:
-    # Signed with a key of our own, by an issuer no application trusts (test_authorization_
-    # matrix.py PUBLIC_ANSWER): refused before any key is fetched.
+    # Signed with a key of our own, by an issuer the world's application does not trust
+    # (test_authorization_matrix.py PUBLIC_ANSWER): refused before any key is fetched.
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     claims = {"iss": "https://ci.example.com", "sub": "repo:acme/shop:ref:refs/heads/main",
               "aud": "buildbay", "iat": 1, "exp": 2}  # fmt: skip
-    return {"token": jwt.encode(claims, key, algorithm="RS256")}
+    return {"token": jwt.encode(claims, key, algorithm="RS256"), "applicationId": w.ids["appId"]}
 
 
 @target("DELETE", "/api/projects/{id}/applications/{appId}/trusted-publishers/{publisherId}")

@@ -280,7 +280,8 @@ def test_the_action_without_a_token_uploads_with_the_jobs_id_token(
         )  # fmt: skip
         assert r.status_code == 201, r.text
         run = run_action(
-            {"url": team.server, "file": str(APK)}, tmp_path, only={"upload"},
+            {"url": team.server, "file": str(APK), "application": team.app["id"]}, tmp_path,
+            only={"upload"},
             steps_before={"install": {"buildbay": str(client_venv)}},
             extra_env={"ACTIONS_ID_TOKEN_REQUEST_URL": url,
                        "ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN},
@@ -289,6 +290,28 @@ def test_the_action_without_a_token_uploads_with_the_jobs_id_token(
     assert run.ok, run.log
     assert team.build(run.outputs["build-id"])["status"] == "ready"
     assert "trusted publishing" in run.log
+
+
+@pytest.mark.parametrize(
+    "target", [{}, {"application": "Acme Android", "project": "Acme"},
+               {"application": "Acme Android"}],
+)  # fmt: skip
+def test_the_action_without_a_token_needs_the_application_s_id_before_anything_is_sent(
+    client_venv: Path, tmp_path: Path, target: dict[str, str]
+) -> None:
+    # A trusted publisher grants only its own application: the upload names it, by id (the
+    # exchanged token cannot read projects to look a name up). Nothing listens at the url.
+    run = run_action(
+        {"url": "http://127.0.0.1:9", "file": str(APK), **target}, tmp_path, only={"upload"},
+        steps_before={"install": {"buildbay": str(client_venv)}},
+        extra_env={"ACTIONS_ID_TOKEN_REQUEST_URL": "http://127.0.0.1:9/token",
+                   "ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN},
+    )  # fmt: skip
+
+    assert [s.returncode for s in run.steps] == [2], run.log
+    assert "::error::trusted publishing (no token): set application to the application's id" in (
+        run.log
+    )
 
 
 def test_an_app_s_name_writes_no_link_or_image_into_the_job_summary() -> None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.builds.android_files import APK
 from tests.ci.conftest import Team
 from tests.ci.runner import GITLAB_COMPONENT, ROOT, run_gitlab_job
 from tests.ci.test_github_action import INPUTS
+from tests.oidc_provider import oidc_provider_process
+from tests.publishers.id_tokens import id_token
 
 pytestmark = pytest.mark.slow
 
@@ -72,3 +75,47 @@ def test_the_job_fails_on_a_wrong_token_without_showing_it(team: Team, tmp_path:
     assert run.returncode == 3, run.log
     assert "Z" * 12 not in run.log
     assert run.dotenv == {}
+
+
+@pytest.mark.parametrize("target", [{}, {"project": "Acme", "application": "Acme Android"}])
+def test_a_job_without_a_token_needs_the_application_s_id_before_anything_is_installed(
+    tmp_path: Path, target: dict[str, str]
+) -> None:
+    # Trusted publishing: a publisher grants only its own application, so the upload names it,
+    # by id (the exchanged token cannot read projects to look a name up).
+    run = run_gitlab_job(
+        {"client": str(ROOT / "client"), "file": str(APK), **target}, tmp_path,
+        {"BUILDBAY_URL": "http://127.0.0.1:9", "BUILDBAY_ID_TOKEN": "eyJ.the.token"},
+    )  # fmt: skip
+
+    assert run.returncode == 2, run.log
+    assert "trusted publishing (no token): set the application input to the application's id" in (
+        run.log
+    )
+    assert not (tmp_path / "project" / ".buildbay-client").exists()
+
+
+def test_a_job_without_a_token_uploads_with_its_id_token_to_the_application_it_names(
+    team: Team, tmp_path: Path
+) -> None:
+    # Trusted publishing (docs/ci.md): the job's BUILDBAY_ID_TOKEN (`id_tokens`, aud `buildbay`,
+    # the component's default), exchanged for the application the `application` input names.
+    subject = "project_path:acme/shop:ref_type:branch:ref:main"
+    (tmp_path / "oidc").mkdir()
+    with oidc_provider_process(tmp_path / "oidc") as provider:
+        r = httpx.post(
+            f"{team.server}/api/projects/{team.project['id']}/applications/{team.app['id']}"
+            "/trusted-publishers",
+            json={"issuer": provider.issuer, "subjectPattern": subject, "audience": "buildbay"},
+            headers=team.headers,
+        )
+        assert r.status_code == 201, r.text
+        run = run_gitlab_job(
+            {"client": str(ROOT / "client"), "application": team.app["id"], "file": str(APK)},
+            tmp_path,
+            {"BUILDBAY_URL": team.server, "BUILDBAY_ID_TOKEN": id_token(provider, subject)},
+        )
+
+    assert run.returncode == 0, run.log
+    assert "trusted publishing" in run.log
+    assert team.build(run.dotenv["BUILDBAY_BUILD_ID"])["status"] == "ready"

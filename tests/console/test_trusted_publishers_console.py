@@ -17,6 +17,10 @@ def test_an_admin_adds_a_trusted_publisher_and_removes_it(server: str, new_page:
     section = page.locator("#trusted-publishers")
     expect(section.get_by_text("None yet")).to_be_visible()
     expect(page.get_by_label("Audience")).to_have_value("127.0.0.1")  # the server's host
+    # The job names the application (a publisher grants only its own): the command says how.
+    app_id = app_url.rstrip("/").rsplit("/", 1)[1]
+    assert app_id.startswith("app_"), app_url
+    expect(section.locator("p code").first).to_have_text(f"buildbay upload --app-id {app_id}")
 
     github = "GitHub Actions (https://token.actions.githubusercontent.com)"
     page.get_by_label("Issuer", exact=True).select_option(label=github)

@@ -1,6 +1,7 @@
 """`buildbay upload` in a CI job without a stored token: the job's ID token (from the real
-OpenID Connect provider process) is exchanged for an upload-only token, and the upload goes to
-the application whose trusted publisher takes it; a real server, the CLI as a program."""
+OpenID Connect provider process) is exchanged for an upload-only token of the application
+--app-id names, once one of its trusted publishers takes it; a real server, the CLI as a
+program."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_upload_exchanges_buildbay_id_token_and_uploads(
     build.write_bytes(b"PK\x03\x04 the shop, built by CI")
 
     done = _upload(threaded_server, build, tmp_path,
-                   {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")})  # fmt: skip
+                   {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")},
+                   "--app-id", app_id)  # fmt: skip
 
     assert done.returncode == 0, done.stderr
     uploaded = json.loads(done.stdout)
@@ -77,15 +79,37 @@ def test_upload_exchanges_buildbay_id_token_and_uploads(
 def test_upload_with_an_id_token_for_another_audience_fails_with_the_servers_reason(
     threaded_server: str, provider: OidcProvider, tmp_path: Path
 ) -> None:
-    _setup(threaded_server, provider.issuer, "buildbay.example.com")
+    _, _, app_id = _setup(threaded_server, provider.issuer, "buildbay.example.com")
     build = tmp_path / "shop.zip"
     build.write_bytes(b"PK\x03\x04 the shop")
 
     done = _upload(threaded_server, build, tmp_path,
-                   {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")})  # fmt: skip
+                   {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")},
+                   "--app-id", app_id)  # fmt: skip
 
     assert done.returncode == 3, done.stderr
     assert "no_matching_publisher" in done.stderr
+
+
+def test_upload_without_app_id_is_a_usage_error_before_anything_is_asked(
+    threaded_server: str, provider: OidcProvider, tmp_path: Path
+) -> None:
+    # A publisher grants only its own application: the upload must name it. Nothing is sent
+    # (the ID token is not even spent), whatever publishers trust this job.
+    _, _, app_id = _setup(threaded_server, provider.issuer, "127.0.0.1")
+    build = tmp_path / "shop.zip"
+    build.write_bytes(b"PK\x03\x04 the shop")
+    token = id_token(provider, audience="127.0.0.1")
+
+    for args in ((), ("--project", "Acme", "--app", "Shop")):
+        done = _upload(threaded_server, build, tmp_path, {"BUILDBAY_ID_TOKEN": token}, *args)
+        assert done.returncode == 2, done.stderr
+        assert "--app-id" in done.stderr
+        assert "only grants its own" in done.stderr
+
+    done = _upload(threaded_server, build, tmp_path, {"BUILDBAY_ID_TOKEN": token},
+                   "--app-id", app_id)  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 def test_upload_asks_github_actions_for_an_id_token_with_the_audience_given(
@@ -98,9 +122,8 @@ def test_upload_asks_github_actions_for_an_id_token_with_the_audience_given(
 
     with github_token_service(provider) as url:
         github["ACTIONS_ID_TOKEN_REQUEST_URL"] = url
-        done = _upload(
-            threaded_server, build, tmp_path, github, "--audience", "buildbay.example.com"
-        )
+        done = _upload(threaded_server, build, tmp_path, github,
+                       "--audience", "buildbay.example.com", "--app-id", app_id)  # fmt: skip
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["applicationId"] == app_id
@@ -142,7 +165,7 @@ def test_an_answer_that_is_not_the_json_it_claims_is_one_line_not_a_traceback(
             {"ACTIONS_ID_TOKEN_REQUEST_URL": f"{url}/token?api-version=2.0",  # GitHub's is
              "ACTIONS_ID_TOKEN_REQUEST_TOKEN": REQUEST_TOKEN},
         ):  # fmt: skip
-            done = _upload(url, build, tmp_path, env)
+            done = _upload(url, build, tmp_path, env, "--app-id", "app_" + "0" * 26)
 
             assert done.returncode == EXIT_AUTH, done.stderr
             assert "Traceback" not in done.stderr

@@ -1,6 +1,6 @@
 """Trusted publishing from CI: the job's OpenID Connect ID token, exchanged for a short-lived
-upload-only token of the application whose trusted publisher takes it
-(`POST /api/auth/oidc-exchange`). No secret is stored in the CI.
+upload-only token of the application the upload names, once one of its trusted publishers
+takes it (`POST /api/auth/oidc-exchange`). No secret is stored in the CI.
 
 Where the ID token comes from, in this order:
 - `BUILDBAY_ID_TOKEN`: the token itself (GitLab: `id_tokens: BUILDBAY_ID_TOKEN: aud: ...`);
@@ -76,10 +76,10 @@ def ci_id_token(audience: str) -> str:
     return value
 
 
-def exchange(server_url: str, id_token: str, application_id: str | None) -> UploadToken:
-    body: dict[str, str] = {"token": id_token}
-    if application_id is not None:
-        body["applicationId"] = application_id
+def exchange(server_url: str, id_token: str, application_id: str) -> UploadToken:
+    """The upload token of `application_id` (the upload names its application: a trusted
+    publisher only grants its own)."""
+    body = {"token": id_token, "applicationId": application_id}
     try:
         r = httpx.post(
             f"{server_url.rstrip('/')}/api/auth/oidc-exchange", json=body, timeout=_TIMEOUT

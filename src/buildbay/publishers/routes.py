@@ -75,7 +75,7 @@ async def remove_publisher(
     "/oidc-exchange",
     responses=problem_responses(400, 401, 403, 413, 422, 429, 503),
     summary="Exchange a CI's OpenID Connect ID token for an upload-only token of the "
-    "application whose trusted publisher takes it (valid 15 minutes)",
+    "application named, if one of its trusted publishers takes it (valid 15 minutes)",
 )
 async def oidc_exchange(
     body: schemas.OidcExchangeRequest, service: Service, ctx: Context, request: Request

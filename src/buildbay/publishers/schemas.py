@@ -89,15 +89,20 @@ def publisher_schema(record: PublisherRecord) -> TrustedPublisher:
 
 
 class OidcExchangeRequest(RequestModel):
-    EXAMPLE: ClassVar[dict[str, Any] | None] = {"token": "eyJhbGciOiJSUzI1NiIsImtpZCI6..."}
+    EXAMPLE: ClassVar[dict[str, Any] | None] = {
+        "token": "eyJhbGciOiJSUzI1NiIsImtpZCI6...",
+        "applicationId": "app_01M8172YN304XC3KQJSHW78G48",
+    }
 
     token: str = Field(
         min_length=1, max_length=16384, description="The CI's OpenID Connect ID token (a JWT)"
     )
-    application_id: str | None = Field(
-        default=None, min_length=1, max_length=32,
-        description="Which application, when publishers of several trust the token",
-    )  # fmt: skip
+    application_id: str = Field(
+        pattern=r"^app_[0-9A-Za-z]{26}$",
+        description="The application to upload to, by its id (`app_...`): the token is "
+        "answered only if a trusted publisher of that application takes the ID token (a "
+        "publisher grants its own application only, so the uploader names it)",
+    )
 
 
 class OidcExchangeResponse(ApiModel):

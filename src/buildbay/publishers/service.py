@@ -142,40 +142,42 @@ class TrustedPublishers:
                      "audience": publisher.audience},
         )  # fmt: skip
 
-    async def exchange(self, token: str, application_id: str | None, origin: Origin) -> Exchanged:
-        """An upload-only token for the one application whose publisher trusts `token`."""
+    async def exchange(self, token: str, application_id: str, origin: Origin) -> Exchanged:
+        """An upload-only token for `application_id`, once one of its own publishers trusts
+        `token`. The uploader names the application and a publisher grants only its own: a
+        publisher anyone adds to an application of theirs, trusting someone else's CI, never
+        draws that CI's uploads (nor makes them ambiguous), and no refusal tells of another
+        application's publishers."""
         issuer, kid, alg = unverified_issuer(token)
-        candidates = list(
-            await self.db.scalars(
-                select(TrustedPublisher)
-                .where(TrustedPublisher.issuer == issuer)
-                .order_by(TrustedPublisher.id)
-            )
+        trusted_anywhere = await self.db.scalar(
+            select(TrustedPublisher.id).where(TrustedPublisher.issuer == issuer).limit(1)
         )
-        if not candidates:
+        if trusted_anywhere is None:
             # Before any fetch: the server reads the keys only of issuers a publisher names.
+            # (Server-wide, as this is before the signature: an unsigned token must not learn
+            # which issuers one application trusts.)
             raise _no_publisher(f"No application here trusts tokens of the issuer {issuer[:255]}")
         id_token = await verified(token, issuer, kid, alg, self.keys, self.now)
+        candidates = await self.db.scalars(
+            select(TrustedPublisher)
+            .where(
+                TrustedPublisher.application_id == application_id,
+                TrustedPublisher.issuer == issuer,
+            )
+            .order_by(TrustedPublisher.id)
+        )
         matching = [
             p
             for p in candidates
             if id_token.audiences == (p.audience,)
             and subject_matches(p.subject_pattern, id_token.subject)
-            and (application_id is None or p.application_id == application_id)
         ]
-        applications = {p.application_id for p in matching}
-        if not applications:
-            which = "this application" if application_id else "any application"
+        if not matching:
             raise _no_publisher(
-                f"No trusted publisher of {which} here takes subject {id_token.subject!r} with "
-                f"audience {' '.join(id_token.audiences)!r} from {issuer}: check the "
-                "application's trusted publishers (issuer, subject pattern, audience)"
-            )
-        if len(applications) > 1:
-            raise Forbidden(
-                f"{len(applications)} applications trust this token: say which with "
-                "applicationId (`buildbay upload --app-id`)",
-                code="ambiguous_publisher",
+                f"No trusted publisher of the application {application_id} takes subject "
+                f"{id_token.subject!r} with audience {' '.join(id_token.audiences)!r} from "
+                f"{issuer}: check that application's trusted publishers (issuer, subject "
+                "pattern, audience)"
             )
         publisher = matching[0]  # the oldest of the application's that match
         project_id, user = await self._acting_user(publisher)

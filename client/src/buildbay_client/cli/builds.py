@@ -360,7 +360,7 @@ UploadAppId = Annotated[
         metavar="APP_ID",
         help="The application's id (app_..., as its page in the console shows it), instead of "
         "--project and --app: it never changes, so renaming the application or its project "
-        "breaks no CI job",
+        "breaks no CI job (with trusted publishing, required: the upload names its application)",
     ),
 ]
 
@@ -565,8 +565,9 @@ def upload(
 
     In CI without a token (no --token, BUILDBAY_TOKEN or profile), the job's OpenID Connect ID
     token (BUILDBAY_ID_TOKEN, or GitHub Actions' with `id-token: write`) is exchanged for a
-    15-minute upload-only token of the application whose trusted publisher takes it
-    (docs/ci.md): --app-id is then optional."""
+    15-minute upload-only token of the application --app-id names, once one of that
+    application's trusted publishers takes it (docs/ci.md): --app-id is then required, as a
+    publisher only grants its own application."""
     if sum([notes is not None, notes_file is not None, notes_from_git]) > 1:
         fail("give one of --notes, --notes-file and --notes-from-git", 2)
     if notes_template is not None:
@@ -651,10 +652,12 @@ def _trusted_publishing(
         return None
     if url is None:
         fail("trusted publishing: no server; set BUILDBAY_URL", EXIT_AUTH)
-    if project is not None or app is not None:
-        fail("trusted publishing: the publisher names the application; give --app-id (or "
-             "nothing), not --project or --app", 2)  # fmt: skip
-    if app_id_given is not None and not APP_ID_PATTERN.match(app_id_given):
+    if project is not None or app is not None or app_id_given is None:
+        fail("trusted publishing: give --app-id (the application's id, app_...), not --project "
+             "or --app: the upload names its application, as a trusted publisher only grants "
+             "its own, and the exchanged token cannot read projects to look a name up",
+             2)  # fmt: skip
+    if not APP_ID_PATTERN.match(app_id_given):
         fail(f"--app-id takes an application's id (app_...), not {app_id_given!r}", 2)
     try:
         id_token = oidc.ci_id_token(audience or oidc.default_audience(url))
