@@ -190,14 +190,14 @@ def test_upload_distributes_at_verify_to_groups_given_by_id(
 
     by_name = _upload(threaded_server, build, tmp_path,
                       {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")},
-                      "--distribute", "QA")  # fmt: skip
+                      "--app-id", app_id, "--distribute", "QA")  # fmt: skip
     assert by_name.returncode == 2, by_name.stderr
     assert "give the tester group's id (grp_..." in by_name.stderr
     assert "not the project's group names" in by_name.stderr
 
     done = _upload(threaded_server, build, tmp_path,
                    {"BUILDBAY_ID_TOKEN": id_token(provider, audience="127.0.0.1")},
-                   "--distribute", qa, "--distribute", "everyone")  # fmt: skip
+                   "--app-id", app_id, "--distribute", qa, "--distribute", "everyone")  # fmt: skip
 
     assert done.returncode == 0, done.stderr
     build_id = json.loads(done.stdout)["buildId"]
