@@ -43,9 +43,11 @@ priority beside the server costs the reads' p99 on this machine, whoever does it
 this control shows too is the machine's (the server, one event loop, near a core's worth of work
 at this load), not the feedback's path through the server.
 
-`--idle-workers` is an experiment: this bench puts each process the server starts (its
-screenshots' workers and their fork server) at SCHED_IDLE, from outside, as it appears, instead
-of the nice +10 they give themselves: the two compared on one machine, run after run.
+`--nice-workers` is an experiment: the screenshots' workers run at SCHED_IDLE
+(feedback/images.py); this bench puts each process at SCHED_IDLE that the server started
+back at the normal policy (their nice +10 kept), from outside, as it appears (root or
+CAP_SYS_NICE is needed to leave SCHED_IDLE): the workers as they were before, to compare the
+two on one machine, run after run.
 
 Rate limiting stays on, as in load.py; the per-address feedback budget
 (BUILDBAY_FEEDBACK_PER_MINUTE_PER_IP, 30 a minute) is raised for the bench's server, since its 20
@@ -54,7 +56,7 @@ minute) stays: a 429 is counted, not retried.
 
 Usage: .venv/bin/python bench/feedback.py [--database sqlite|postgres|both] [--rounds 3]
        [--seconds 20] [--warm-up 5] [--testers 20] [--clients 50] [--think-ms 200]
-       [--uploaders 2] [--idle-workers] [--control] [--postgres postgresql://postgres@127.0.0.1:5432]
+       [--uploaders 2] [--nice-workers] [--control] [--postgres postgresql://postgres@127.0.0.1:5432]
        [--redis redis://127.0.0.1:6379/5] [--postgres-database bench_feedback]
 """
 
@@ -292,8 +294,8 @@ def run_configuration(
         feedback_url = f"{builds}/{seed.build_id}/feedback"
 
         uploads = Uploads()
-        if args.idle_workers:
-            threading.Thread(target=_idle, args=(server.pid, uploads), daemon=True).start()
+        if args.nice_workers:
+            threading.Thread(target=_not_idle, args=(server.pid, uploads), daemon=True).start()
         upload_threads = [
             threading.Thread(
                 target=uploader,
@@ -381,17 +383,16 @@ def _hog() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", _HOG])
 
 
-def _idle(pid: int, uploads: Uploads) -> None:
-    """Every thread of every process `pid` has started, at SCHED_IDLE as it appears, until
-    the uploads stop (--idle-workers)."""
-    done: set[int] = set()
+def _not_idle(pid: int, uploads: Uploads) -> None:
+    """Every thread of every process `pid` has started that runs at SCHED_IDLE (the
+    screenshots' workers) at the normal policy instead, as it appears, until the uploads stop
+    (--nice-workers)."""
     while not uploads.stop.wait(0.2):
         for child in descendants(pid):
             for task in Path(f"/proc/{child}/task").glob("*"):
-                if int(task.name) not in done:
-                    with contextlib.suppress(OSError):
-                        os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
-                        done.add(int(task.name))
+                with contextlib.suppress(OSError):
+                    if os.sched_getscheduler(int(task.name)) == os.SCHED_IDLE:
+                        os.sched_setscheduler(int(task.name), os.SCHED_OTHER, os.sched_param(0))
 
 
 def _waits(pid: int) -> tuple[float, int]:
@@ -521,9 +522,9 @@ def main() -> int:
     parser.add_argument("--think-ms", type=int, default=200, help="each read client's 0..pause")
     parser.add_argument("--uploaders", type=int, default=2, help="concurrent upload sequences")
     parser.add_argument(
-        "--idle-workers",
+        "--nice-workers",
         action="store_true",
-        help="an experiment: the server's worker processes at SCHED_IDLE, not nice +10",
+        help="an experiment: the screenshots' workers at nice +10 only, not SCHED_IDLE",
     )
     parser.add_argument(
         "--control",
@@ -567,7 +568,11 @@ def main() -> int:
         f"{args.uploaders} upload sequences (1-50 MiB); the feedback: {args.testers} testers "
         f"each sending one after another ({mib:.1f} MiB a body: two PNG and a JPEG of "
         f"{SCREEN[0]} x {SCREEN[1]}); {os.cpu_count()} CPUs shared with the load generators; "
-        + ("the workers at SCHED_IDLE (--idle-workers); " if args.idle_workers else "")
+        + (
+            "the workers at nice +10, not SCHED_IDLE (--nice-workers); "
+            if args.nice_workers
+            else ""
+        )
         + (
             "CONTROL: no feedback sent, a nice +10 zlib loop instead (--control); "
             if args.control

@@ -44,3 +44,18 @@ async def test_a_killed_worker_is_replaced_and_the_next_feedback_is_stored(world
     replaced = worker_pids()
     assert replaced
     assert not set(replaced) & set(workers)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+async def test_the_workers_run_only_on_cores_nothing_else_wants(world: World) -> None:
+    # SCHED_IDLE, and nice +10 beside it (their disk I/O's priority follows it): at nice +10
+    # alone a worker took a share of the core the server's event loop wanted.
+    r = await world.send(world.tester, files=screenshots(png((30, 20))))
+    assert r.status_code == 201, r.text
+
+    workers = worker_pids()
+    assert workers
+    for pid in workers:
+        assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, pid) >= 10
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the server's own process is not

@@ -31,7 +31,7 @@ before a pixel is decoded, turned upright, and encoded anew with nothing but its
   the server's own process, 20 testers' screenshots made every other request wait (bench/
   feedback.py, docs/performance.md). So they run in WORKERS processes of their own (started
   when first needed, from the fork server the build files' readers use where there is one,
-  at a lower scheduling priority, NICENESS: they take the cores the requests leave), one
+  at the lowest scheduling priority, SCHED_IDLE: they take the cores the requests leave), one
   feedback's screenshots at a time in each: at most WORKERS feedback are being re-encoded in a
   server process whatever the number of senders, a feedback waits only for those ahead of it,
   and only those hold their bytes in the server's memory (a 40-megapixel image takes ~160 MB
@@ -52,6 +52,7 @@ import re
 import struct
 import tempfile
 import threading
+import time
 import weakref
 import zlib
 from concurrent.futures.process import BrokenProcessPool
@@ -61,6 +62,8 @@ from typing import IO, Any
 
 import pillow_heif
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
+
+from buildbay.feedback.priority import lower_priority
 
 MAX_PIXELS = 40_000_000  # 40 megapixels: an 8K display's screenshot (33 MP) passes
 JPEG_QUALITY = 90
@@ -74,7 +77,6 @@ MAX_JPEG_SEGMENTS = 10_000  # its markers with a length, RSTn aside
 MAX_PNG_CHUNKS = 20_000
 # A worker for every two cores, at most two: on a 2-core host one core stays the requests'.
 WORKERS = max(1, min(2, (os.cpu_count() or 2) // 2))
-NICENESS = 10  # added to the workers' scheduling priority (os.nice): below the requests'
 OUT_SPOOL_BYTES = 4 * 1024 * 1024  # of a re-encoded screenshot kept in memory, then on disk
 # Pillow warns past its limit and refuses past twice it; the limit here is the same number, and
 # `reencode` refuses past it before Pillow's own check comes into play.
@@ -193,7 +195,7 @@ class _Workers:
                 if _CONTEXT == "forkserver":  # Pillow imported once, if this starts the server
                     context.set_forkserver_preload([__name__])
                 self._pool = concurrent.futures.ProcessPoolExecutor(
-                    WORKERS, mp_context=context, initializer=_start_worker
+                    WORKERS, mp_context=context, initializer=lower_priority
                 )
             return self._pool
 
@@ -203,25 +205,28 @@ class _Workers:
                 self._pool = None
         broken.shutdown(wait=False, cancel_futures=True)
 
-    def pids(self) -> list[int]:
+    def started(self) -> concurrent.futures.ProcessPoolExecutor | None:
         with self._lock:
-            pool = self._pool
-        # The executor's own table of its processes: it has no public one.
-        processes = getattr(pool, "_processes", None) or {}
-        return sorted(processes)
+            return self._pool
 
 
 _WORKERS = _Workers()
 
 
 def worker_pids() -> list[int]:
-    """The worker processes' ids, once started (for operations and tests)."""
-    return _WORKERS.pids()
+    """The worker processes' ids, once started (for tests), asked of the workers themselves
+    (the executor has no public table of its processes): WORKERS questions at once, each
+    answered after a moment, so that each worker takes one."""
+    pool = _WORKERS.started()
+    if pool is None:
+        return []
+    asked = [pool.submit(_own_pid, 0.2) for _ in range(WORKERS)]
+    return sorted({answer.result() for answer in asked})
 
 
-def _start_worker() -> None:
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
+def _own_pid(hold: float) -> int:
+    time.sleep(hold)
+    return os.getpid()
 
 
 def _read_all(source: IO[bytes]) -> bytes:
