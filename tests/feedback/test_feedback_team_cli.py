@@ -6,7 +6,6 @@ members made by commands, the feedback rows written with the models into the ser
 from __future__ import annotations
 
 import asyncio
-import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from buildbay.feedback.models import Feedback
 from buildbay.ids import new_id
 from tests.builds.android_files import APK
 from tests.client.test_cli import PASSWORD, Cli, _login
-from tests.conftest import PG_URL, TEST_SECRET, serving_in_thread
+from tests.conftest import PG_URL, serving_a_copy
 
 pytestmark = pytest.mark.slow
 
@@ -37,18 +36,9 @@ class Served:
 @pytest.fixture(scope="module")
 def served(migrated_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     work = tmp_path_factory.mktemp("feedback-cli")
-    if PG_URL:
-        database_url = direct_url = PG_URL
-    else:
-        shutil.copyfile(migrated_database, work / "buildbay.sqlite3")
-        database_url = f"sqlite+inline:///{work / 'buildbay.sqlite3'}"
-        direct_url = f"sqlite+aiosqlite:///{work / 'buildbay.sqlite3'}"
-    env = {
-        "BUILDBAY_DATA_DIR": str(work / "data"),
-        "BUILDBAY_DATABASE_URL": database_url,
-        "BUILDBAY_SECRET_KEY": TEST_SECRET,
-    }
-    with serving_in_thread(env) as base:
+    # The served database, read directly by the tests (serving_a_copy copies it there).
+    direct_url = PG_URL or f"sqlite+aiosqlite:///{work / 'buildbay.sqlite3'}"
+    with serving_a_copy(migrated_database, work) as base:
         yield Served(base, direct_url)
 
 
