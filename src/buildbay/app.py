@@ -221,9 +221,11 @@ def create_app(
             sweeper = asyncio.create_task(_sweep_forever(ctx))
         assert ctx.jobs is not None
         ctx.jobs.start()
+        feeds.start()
         try:
             yield
         finally:
+            await feeds.stop()
             await ctx.jobs.stop()
             await ctx.webhook_sender.aclose()
             if sweeper is not None:

@@ -18,11 +18,24 @@ write that commits while a request is reading leaves that request's answer unuse
 
 One process (no Redis): the mark is a counter in the process. Several (Redis, `serve --workers`
 or several machines): a random value in Redis (MARK_KEY), replaced by the process that commits
-the write, and read by each feed request (one GET, as auth/revocations.py's marks are), so a
-write in one process is seen by the others from the moment it answers. Redis unreachable: the
-mark is unknown, and requests read the database as without the cache. The mark is global, not
-per application: a write to any application's builds re-reads every feed once, which at the
-rate builds are uploaded costs nothing next to the feeds' rate of requests.
+the write, which also publishes it (CHANNEL, in the same transaction); each process listens
+(`listen`, for as long as the app runs) and takes a new mark the moment the message arrives, before
+any request that reaches it after the write was answered (the message left Redis before the
+writer's answer did). A feed request then reads no mark from Redis: before, it read the mark with
+one GET per request, which was 40% of a 64 KiB Range request's time on PostgreSQL + Redis
+(py-spy, bench/feeds_download.py: 0.75-0.81x a bare FileResponse, now measured in
+docs/performance.md).
+
+A message can be lost without the listener knowing it (redis-py reconnects a dropped connection
+by itself, and what was published meanwhile is gone), so the listener also reads the mark
+every POLL_SECONDS: a lost message is made up for within that. The listener's mark is trusted
+while that read succeeded within LIVE_SECONDS; otherwise (Redis slow or down, the listener not
+started: an app run without its lifespan) each request reads the mark itself, as before, and
+with Redis unreachable the mark is unknown and requests read the database as without the
+cache. Each change of the listener's mark starts a new *epoch*, the mark entries are stored
+under: an entry outlives no change, even when a late read brings back a value seen before. The
+mark is global, not per application: a write to any application's builds re-reads every feed
+once, which at the rate builds are uploaded costs nothing next to the feeds' rate of requests.
 
 A write made outside the API's units of work (SQL by hand, a restored backup) is not seen: an
 entry lives at most TTL (the feeds' own `max-age`, for which any cache between the server and
@@ -34,8 +47,10 @@ step (feeds/sparkle.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -52,6 +67,12 @@ log = logging.getLogger("buildbay.feeds")
 T = TypeVar("T")
 
 MARK_KEY = "buildbay:feeds-mark"
+# A new mark is published on CHANNEL + the Redis database's number as it is set (channels are
+# not per database: two deployments on one Redis server would otherwise hear each other).
+CHANNEL = "buildbay:feeds-mark:"
+POLL_SECONDS = 1.0  # the listener reads the mark this often, making up for a lost message
+LIVE_SECONDS = 3.0  # ... and its mark is trusted this long after a read succeeded
+RETRY_SECONDS = 1.0  # between the listener's attempts while Redis fails it
 TTL = timedelta(seconds=60)
 MAX_ENTRIES = 10_000
 # The tables the feeds and their download addresses are read from (feeds/builds.py,
@@ -102,25 +123,93 @@ class FeedCache:
         self._reading: dict[tuple[Hashable, Mark], asyncio.Future[Any]] = {}
         self._generation = 0  # this process's writes
         self._setbacks = redis_pool.Setbacks(log, clock)
+        # The listener's (Redis): the shared mark it last heard of, the epoch that began then,
+        # and until when (time.monotonic()) its last read of the mark lets it be trusted.
+        self._heard: bytes | None = None
+        self._epoch = 0
+        self._live_until = 0.0
+        self._listener: asyncio.Task[None] | None = None
+        kwargs = shared.connection_pool.connection_kwargs if shared is not None else {}
+        self._channel = f"{CHANNEL}{kwargs.get('db', 0)}"
 
     async def mark(self) -> Mark | None:
         """The mark to read and store under, read before the reads; None: do without the cache
         (Redis unreachable)."""
         if self._redis is None:
             return self._generation
+        if self.listening:
+            return self._epoch  # the listener's: no round trip
         if self._setbacks.skipping():
             return None
         try:
-            shared = await self._redis.get(MARK_KEY)
-            if shared is None:  # never set, or Redis restarted: a new mark nothing was stored at
-                await self._redis.set(MARK_KEY, secrets.token_bytes(16), nx=True)
-                shared = await self._redis.get(MARK_KEY)
+            shared = await self._read_shared()
         except (redis.RedisError, OSError) as exc:
             self._failed("cannot read the feeds' mark; feeds are read per request", exc)
             return None
-        if shared is None:
-            return None
         return (self._generation, shared)
+
+    async def _read_shared(self) -> bytes:
+        assert self._redis is not None
+        shared = cast("bytes | None", await self._redis.get(MARK_KEY))
+        if shared is None:  # never set, or Redis restarted: a new mark nothing was stored at
+            await self._redis.set(MARK_KEY, secrets.token_bytes(16), nx=True)
+            shared = cast("bytes | None", await self._redis.get(MARK_KEY))
+            if shared is None:  # deleted again at once (FLUSHDB): not a mark to trust
+                raise redis.RedisError("the feeds' mark vanished as it was set")
+        return shared
+
+    @property
+    def listening(self) -> bool:
+        """Whether requests take the listener's mark (no round trip to Redis)."""
+        return time.monotonic() < self._live_until
+
+    def start(self, poll_seconds: float = POLL_SECONDS) -> None:
+        """Listen for other processes' marks (Redis; the app's lifespan), until `stop`."""
+        if self._redis is not None and self._listener is None:
+            self._listener = asyncio.create_task(
+                self.listen(poll_seconds), name="feeds-mark listener"
+            )
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        self._live_until = 0.0
+
+    async def listen(self, poll_seconds: float = POLL_SECONDS) -> None:
+        """Subscribe to CHANNEL and follow the mark until cancelled: the messages as they come,
+        and a read of the mark every `poll_seconds` (a lost message, and whether to trust the
+        mark at all). Redis failing it: it tries again every RETRY_SECONDS, and requests read
+        the mark themselves meanwhile."""
+        assert self._redis is not None
+        while True:
+            try:
+                async with self._redis.pubsub() as pubsub:
+                    await pubsub.subscribe(self._channel)
+                    # Subscribed (its confirmation read) before the first read of the mark, or
+                    # a mark set between the two would be lost.
+                    while await pubsub.get_message(timeout=poll_seconds) is None:
+                        pass
+                    polled = -poll_seconds
+                    while True:
+                        if time.monotonic() - polled >= poll_seconds:
+                            self._hear(await self._read_shared())
+                            polled = time.monotonic()
+                            self._live_until = polled + max(LIVE_SECONDS, 3 * poll_seconds)
+                        message = await pubsub.get_message(timeout=poll_seconds)
+                        if message is not None and message["type"] == "message":
+                            self._hear(message["data"])
+            except (redis.RedisError, OSError) as exc:
+                self._live_until = 0.0
+                self._setbacks.warn("the feeds' mark listener lost Redis; retrying", exc)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    def _hear(self, shared: bytes) -> None:
+        if shared != self._heard:
+            self._heard = shared
+            self._epoch += 1
 
     def get(self, key: Hashable, mark: Mark | None) -> Any:
         """What was stored under `key` at `mark`, if still good; None otherwise."""
@@ -190,18 +279,26 @@ class FeedCache:
         if tables.isdisjoint(FEED_TABLES):
             return
         self._generation += 1
+        self._epoch += 1
         self._entries.clear()
         if self._redis is None:
             return
         try:
-            await_in_event(self._announce())
+            await_in_event(self.announce())
         except MissingGreenlet:  # a commit outside SQLAlchemy's async layer: no await here
             log.warning("a write to the feeds' tables was not announced to other processes")
 
-    async def _announce(self) -> None:
+    async def announce(self) -> None:
+        """Tell the other processes (Redis) that the feeds changed: a new mark, set and
+        published at once."""
         assert self._redis is not None
+        new = secrets.token_bytes(16)
+        self._hear(new)  # its own message, when it comes back, changes nothing here
         try:
-            await self._redis.set(MARK_KEY, secrets.token_bytes(16))
+            async with self._redis.pipeline(transaction=True) as both:
+                both.set(MARK_KEY, new)
+                both.publish(self._channel, new)
+                await both.execute()
         except (redis.RedisError, OSError) as exc:
             # The others cannot read the mark either, and read the database meanwhile; what
             # they stored before may serve again if Redis comes back within TTL.
