@@ -18,12 +18,12 @@ import redis.asyncio as redis
 
 from buildbay import redis_pool
 from buildbay.clock import SystemClock
-from buildbay.feeds.cache import MARK_KEY, FeedCache
+from buildbay.feeds.cache import FeedCache
 from tests.faults.conftest import DEADLINE, PrivateRedis
 
 pytestmark = pytest.mark.faults
 
-NEVER = 3600.0  # a listener's poll interval when only its messages may tell it anything
+NEVER = 3600.0  # a listener's ping interval when only its messages may tell it anything
 
 
 async def until(condition: Callable[[], Any], what: str) -> None:
@@ -65,7 +65,7 @@ async def test_a_listening_process_reads_no_mark_per_request_and_hears_a_write_a
     write heard only by the listener's next poll, or not at all."""
     one, other, onlooker = clients
     writer, reader = FeedCache(SystemClock(), one), FeedCache(SystemClock(), other)
-    reader.start(poll_seconds=NEVER)
+    reader.start(ping_seconds=NEVER)
     try:
         await until(lambda: reader.listening, "the reader to listen")
         before = await _gets(onlooker)
@@ -87,50 +87,102 @@ async def _gone(cache: FeedCache) -> bool:
     return await _remembered(cache) is None
 
 
-async def test_a_lost_message_is_made_up_for_by_the_listener_s_own_read(
+async def test_a_mark_published_while_the_subscription_was_down_is_read_when_it_is_back(
     clients: list[redis.Redis],
 ) -> None:
-    """Catches: a listener that trusts its messages alone, which would keep a stale feed for
-    as long as the process lives after one message is lost (redis-py reconnects a dropped
-    subscription by itself; what was published meanwhile is gone)."""
-    one, _, onlooker = clients
-    reader = FeedCache(SystemClock(), one)
-    reader.start(poll_seconds=0.2)
+    """Catches: a listener trusted after its connection failed (what was published meanwhile
+    went to no one), or one that subscribes again without reading the mark it missed; a
+    listener that stops hearing messages after its connection is dropped."""
+    one, other, onlooker = clients
+    writer, reader = FeedCache(SystemClock(), one), FeedCache(SystemClock(), other)
+    reader.start(ping_seconds=NEVER)
     try:
         await until(lambda: reader.listening, "the reader to listen")
         reader.put("feed", "version 1", await reader.mark())
         assert await _remembered(reader) == "version 1"
-        await onlooker.set(MARK_KEY, b"a write whose message was lost")
-        await until(lambda: _gone(reader), "the reader's poll to see the new mark")
-    finally:
-        await reader.stop()
-
-
-async def test_a_dropped_subscription_is_taken_up_again(clients: list[redis.Redis]) -> None:
-    """Catches: a listener that stops hearing messages after its connection is dropped."""
-    one, other, onlooker = clients
-    writer, reader = FeedCache(SystemClock(), one), FeedCache(SystemClock(), other)
-    reader.start(poll_seconds=NEVER)
-    try:
-        await until(lambda: reader.listening, "the reader to listen")
-        channel = f"buildbay:feeds-mark:{one.get_connection_kwargs().get('db', 0)}"
-
-        async def subscribers() -> int:
-            counts = await onlooker.pubsub_numsub(channel)
-            return int(counts[0][1])
-
-        assert await subscribers() == 1
         await onlooker.client_kill_filter(_type="pubsub")
-        await until(lambda: _is(subscribers, 1), "the reader to subscribe again")
-        reader.put("feed", "version 1", await reader.mark())
+        await until(lambda: not reader.listening, "the reader to see its subscription gone")
+        await writer.announce()  # heard by no one
+        await until(lambda: reader.listening, "the reader to subscribe again")
+        assert await _remembered(reader) is None
+
+        reader.put("feed", "version 2", await reader.mark())
         await writer.announce()
-        await until(lambda: _gone(reader), "the reader to hear of the write")
+        await until(lambda: _gone(reader), "the reader to hear of the next write")
+        assert reader.listening
     finally:
         await reader.stop()
 
 
-async def _is(read: Callable[[], Any], value: Any) -> bool:
-    return bool(await read() == value)
+async def test_a_subscription_that_stops_answering_is_not_trusted_and_is_replaced(
+    private_redis: PrivateRedis, clients: list[redis.Redis]
+) -> None:
+    """Catches: a listener trusted for good on a connection that went silent without failing
+    (a middlebox that dropped it): every write of the other processes would go unheard, and no
+    error would say so. The reader reaches Redis through a relay that the test freezes."""
+    one, _, _ = clients
+    async with FreezingRelay(private_redis.port) as relay:
+        reader_client = redis_pool.connect(f"redis://127.0.0.1:{relay.port}/0")
+        reader = FeedCache(SystemClock(), reader_client)
+        writer = FeedCache(SystemClock(), one)
+        reader.start(ping_seconds=0.1)
+        try:
+            await until(lambda: reader.listening, "the reader to listen")
+            reader.put("feed", "version 1", await reader.mark())
+            relay.flowing.clear()
+            await writer.announce()  # lost in the relay
+            await until(lambda: not reader.listening, "the reader to stop trusting its mark")
+            relay.flowing.set()
+            await until(lambda: reader.listening, "the reader to listen on a new connection")
+            assert await _remembered(reader) is None
+            assert relay.connections > 2  # the silent one was replaced
+        finally:
+            await reader.stop()
+            await reader_client.aclose()
+
+
+class FreezingRelay:
+    """A TCP relay to 127.0.0.1:`port` that, while `flowing` is clear, passes nothing on either
+    way and closes nothing: a connection gone silent."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.connections = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._pumps: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> FreezingRelay:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for pump in self._pumps:
+            pump.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        for pump in (self._pump(reader, up_writer), self._pump(up_reader, writer)):
+            task = asyncio.create_task(pump)
+            self._pumps.add(task)
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                await self.flowing.wait()
+                sink.write(data)
+                await sink.drain()
+        except OSError:
+            pass
+        finally:
+            sink.close()
 
 
 async def test_without_redis_requests_do_without_the_listener_until_it_returns(
@@ -140,7 +192,7 @@ async def test_without_redis_requests_do_without_the_listener_until_it_returns(
     listener that does not come back with Redis."""
     one, other, _ = clients
     writer, reader = FeedCache(SystemClock(), one), FeedCache(SystemClock(), other)
-    reader.start(poll_seconds=0.2)
+    reader.start(ping_seconds=0.2)
     try:
         await until(lambda: reader.listening, "the reader to listen")
         reader.put("feed", "version 1", await reader.mark())

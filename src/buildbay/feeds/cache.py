@@ -18,24 +18,30 @@ write that commits while a request is reading leaves that request's answer unuse
 
 One process (no Redis): the mark is a counter in the process. Several (Redis, `serve --workers`
 or several machines): a random value in Redis (MARK_KEY), replaced by the process that commits
-the write, which also publishes it (CHANNEL, in the same transaction); each process listens
-(`listen`, for as long as the app runs) and takes a new mark the moment the message arrives, before
-any request that reaches it after the write was answered (the message left Redis before the
-writer's answer did). A feed request then reads no mark from Redis: before, it read the mark with
-one GET per request, which was 40% of a 64 KiB Range request's time on PostgreSQL + Redis
-(py-spy, bench/feeds_download.py: 0.75-0.81x a bare FileResponse, now measured in
-docs/performance.md).
+the write, which publishes it in the same transaction (on CHANNEL). Each process listens for
+as long as the app runs (`listen`, on a connection of its own, outside the shared pool) and
+takes a new mark as its message arrives; its requests then read no mark from Redis. Before,
+each feed request read the mark with a GET (a 64 KiB Range request of a download on PostgreSQL +
+Redis served 0.75-0.81x a bare FileResponse's rate; docs/performance.md). The price: another
+process's write is seen when its message has arrived and been read (well under a millisecond
+on one machine, and before the writer's own answer has crossed back to its client and a second
+request to this process), no longer by a round trip of each request's own.
 
-A message can be lost without the listener knowing it (redis-py reconnects a dropped connection
-by itself, and what was published meanwhile is gone), so the listener also reads the mark
-every POLL_SECONDS: a lost message is made up for within that. The listener's mark is trusted
-while that read succeeded within LIVE_SECONDS; otherwise (Redis slow or down, the listener not
-started: an app run without its lifespan) each request reads the mark itself, as before, and
-with Redis unreachable the mark is unknown and requests read the database as without the
-cache. Each change of the listener's mark starts a new *epoch*, the mark entries are stored
-under: an entry outlives no change, even when a late read brings back a value seen before. The
-mark is global, not per application: a write to any application's builds re-reads every feed
-once, which at the rate builds are uploaded costs nothing next to the feeds' rate of requests.
+Pub/sub delivers at most once: a message is lost only with its connection, which the listener
+then sees fail; it subscribes again and reads the mark anew. A connection that stops answering
+without failing (a peer gone, a middlebox that dropped it) is caught by a ping every
+PING_SECONDS: the pong comes after every message published before the ping, so while pongs come
+back the marks heard are complete up to when each ping left, and without one for LIVE_PINGS
+intervals the listener is not trusted (and reconnects). While it is not (Redis slow or down, a
+reconnection, the listener not started: an app run without its lifespan), requests read the
+mark themselves per request, as before, and with Redis unreachable the mark is unknown and
+requests read the database as without the cache. A writer that could not publish its mark
+publishes a new one once its listener reaches Redis again.
+
+Each change of the listener's mark begins a new *epoch*, the mark entries are stored under: no
+entry outlives a change, even when a late read brings back a value seen before. The mark is
+global, not per application: a write to any application's builds re-reads every feed once,
+which at the rate builds are uploaded costs nothing next to the feeds' rate of requests.
 
 A write made outside the API's units of work (SQL by hand, a restored backup) is not seen: an
 entry lives at most TTL (the feeds' own `max-age`, for which any cache between the server and
@@ -47,7 +53,6 @@ step (feeds/sparkle.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -70,8 +75,8 @@ MARK_KEY = "buildbay:feeds-mark"
 # A new mark is published on CHANNEL + the Redis database's number as it is set (channels are
 # not per database: two deployments on one Redis server would otherwise hear each other).
 CHANNEL = "buildbay:feeds-mark:"
-POLL_SECONDS = 1.0  # the listener reads the mark this often, making up for a lost message
-LIVE_SECONDS = 3.0  # ... and its mark is trusted this long after a read succeeded
+PING_SECONDS = 1.0  # the listener pings its connection this often ...
+LIVE_PINGS = 3  # ... and is trusted for this many intervals after the last ping answered
 RETRY_SECONDS = 1.0  # between the listener's attempts while Redis fails it
 TTL = timedelta(seconds=60)
 MAX_ENTRIES = 10_000
@@ -129,6 +134,7 @@ class FeedCache:
         self._epoch = 0
         self._live_until = 0.0
         self._listener: asyncio.Task[None] | None = None
+        self._unannounced = False  # a write of this process's whose mark Redis did not take
         kwargs = shared.connection_pool.connection_kwargs if shared is not None else {}
         self._channel = f"{CHANNEL}{kwargs.get('db', 0)}"
 
@@ -148,12 +154,13 @@ class FeedCache:
             return None
         return (self._generation, shared)
 
-    async def _read_shared(self) -> bytes:
-        assert self._redis is not None
-        shared = cast("bytes | None", await self._redis.get(MARK_KEY))
+    async def _read_shared(self, client: redis.Redis | None = None) -> bytes:
+        client = client or self._redis
+        assert client is not None
+        shared = cast("bytes | None", await client.get(MARK_KEY))
         if shared is None:  # never set, or Redis restarted: a new mark nothing was stored at
-            await self._redis.set(MARK_KEY, secrets.token_bytes(16), nx=True)
-            shared = cast("bytes | None", await self._redis.get(MARK_KEY))
+            await client.set(MARK_KEY, secrets.token_bytes(16), nx=True)
+            shared = cast("bytes | None", await client.get(MARK_KEY))
             if shared is None:  # deleted again at once (FLUSHDB): not a mark to trust
                 raise redis.RedisError("the feeds' mark vanished as it was set")
         return shared
@@ -163,48 +170,73 @@ class FeedCache:
         """Whether requests take the listener's mark (no round trip to Redis)."""
         return time.monotonic() < self._live_until
 
-    def start(self, poll_seconds: float = POLL_SECONDS) -> None:
+    def start(self, ping_seconds: float = PING_SECONDS) -> None:
         """Listen for other processes' marks (Redis; the app's lifespan), until `stop`."""
         if self._redis is not None and self._listener is None:
             self._listener = asyncio.create_task(
-                self.listen(poll_seconds), name="feeds-mark listener"
+                self.listen(ping_seconds), name="feeds-mark listener"
             )
 
     async def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-            self._listener = None
+        listener, self._listener = self._listener, None
         self._live_until = 0.0
+        if listener is None:
+            return
+        listener.cancel()
+        try:
+            await listener
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # the stop itself is being cancelled
+                raise
 
-    async def listen(self, poll_seconds: float = POLL_SECONDS) -> None:
-        """Subscribe to CHANNEL and follow the mark until cancelled: the messages as they come,
-        and a read of the mark every `poll_seconds` (a lost message, and whether to trust the
-        mark at all). Redis failing it: it tries again every RETRY_SECONDS, and requests read
-        the mark themselves meanwhile."""
+    async def listen(self, ping_seconds: float = PING_SECONDS) -> None:
+        """Follow the mark until cancelled (the module says how). Whatever fails it, it tries
+        again every RETRY_SECONDS, and requests read the mark themselves meanwhile."""
         assert self._redis is not None
+        pool = self._redis.connection_pool
         while True:
             try:
-                async with self._redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self._channel)
-                    # Subscribed (its confirmation read) before the first read of the mark, or
-                    # a mark set between the two would be lost.
-                    while await pubsub.get_message(timeout=poll_seconds) is None:
-                        pass
-                    polled = -poll_seconds
-                    while True:
-                        if time.monotonic() - polled >= poll_seconds:
-                            self._hear(await self._read_shared())
-                            polled = time.monotonic()
-                            self._live_until = polled + max(LIVE_SECONDS, 3 * poll_seconds)
-                        message = await pubsub.get_message(timeout=poll_seconds)
-                        if message is not None and message["type"] == "message":
-                            self._hear(message["data"])
-            except (redis.RedisError, OSError) as exc:
-                self._live_until = 0.0
+                own = redis.ConnectionPool(
+                    connection_class=pool.connection_class,
+                    max_connections=2,  # its subscription, and its reads of the mark
+                    **pool.connection_kwargs,
+                )
+                async with redis.Redis.from_pool(own) as client, client.pubsub() as pubsub:
+                    await self._follow(client, pubsub, ping_seconds)
+            except Exception as exc:  # whatever it is: the listener must outlive it
                 self._setbacks.warn("the feeds' mark listener lost Redis; retrying", exc)
-                await asyncio.sleep(RETRY_SECONDS)
+            finally:
+                self._live_until = 0.0
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _follow(
+        self, client: redis.Redis, pubsub: redis.client.PubSub, ping_seconds: float
+    ) -> None:
+        await pubsub.subscribe(self._channel)
+        # Subscribed (its confirmation read) before the mark is read, or a mark set between the
+        # two would go unheard.
+        while await pubsub.get_message(timeout=ping_seconds) is None:
+            pass
+        self._hear(await self._read_shared(client))
+        answered = time.monotonic()
+        while True:
+            if self._unannounced:
+                await self.announce()
+            sent = time.monotonic()
+            await pubsub.ping(repr(sent))
+            while (left := sent + ping_seconds - time.monotonic()) > 0:
+                message = await pubsub.get_message(timeout=left)
+                if message is None:
+                    continue
+                if message["type"] == "message":
+                    self._hear(message["data"])
+                elif message["type"] == "pong":
+                    # Every mark published before that ping left has been heard.
+                    answered = max(answered, float(message["data"]))
+                    self._live_until = answered + LIVE_PINGS * ping_seconds
+            if time.monotonic() > answered + LIVE_PINGS * ping_seconds:
+                raise redis.ConnectionError("the subscription stopped answering its pings")
 
     def _hear(self, shared: bytes) -> None:
         if shared != self._heard:
@@ -299,7 +331,9 @@ class FeedCache:
                 both.set(MARK_KEY, new)
                 both.publish(self._channel, new)
                 await both.execute()
+            self._unannounced = False
         except (redis.RedisError, OSError) as exc:
+            self._unannounced = True  # the listener tries again when it reaches Redis
             # The others cannot read the mark either, and read the database meanwhile; what
             # they stored before may serve again if Redis comes back within TTL.
             self._failed("cannot tell the other processes that the feeds changed", exc)
