@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import io
 import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -102,6 +103,23 @@ async def test_body_shorter_than_declared_raises_body_too_short_and_keeps_nothin
 
     assert caught.value.status == 400
     assert caught.value.code == "upload_too_short"
+    assert await local.stat(key) is None
+    assert incoming(local) == []
+    assert files_under(local.root / "objects") == []
+
+
+@pytest.mark.parametrize(("declared", "refused"), [(-1, BodyTooLarge), (+1, BodyTooShort)])
+async def test_a_put_of_another_size_than_declared_keeps_nothing(
+    local: LocalStorage, declared: int, refused: type[Exception]
+) -> None:
+    """Catches: a screenshot's file cut short or run long stored as if whole (put copies in
+    a thread of its own, not through receive's checks)."""
+    key = new_key()
+    data = os.urandom(3 * 1024 * 1024 + 7)  # more than one block
+
+    with pytest.raises(refused):
+        await local.put(key, io.BytesIO(data), len(data) + declared, "image/png")
+
     assert await local.stat(key) is None
     assert incoming(local) == []
     assert files_under(local.root / "objects") == []

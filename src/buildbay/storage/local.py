@@ -33,6 +33,7 @@ from urllib.parse import quote, urlencode
 from buildbay.storage.base import (
     LIST_PAGE,
     READ_BLOCK,
+    BodyTooLarge,
     BodyTooShort,
     Digests,
     Hashes,
@@ -138,9 +139,49 @@ class LocalStorage:
         return ObjectInfo(size=st.st_size, sha256=sha256, sha512=sha512)
 
     async def put(self, key: str, source: IO[bytes], size: int, content_type: str) -> None:
-        # As an upload arrives, from the file instead of a request: the same atomic install.
-        # The content type is the key's to say (its extension) and the caller's to serve.
-        await self.receive(key, size, _blocks_of(source))
+        # The same atomic install as an upload's, but the copy in one worker thread: the
+        # streaming pipeline an upload needs (the loop gathering blocks from the network, a thread
+        # per hash and for the write) cost the event loop a dozen thread hops and the temporary
+        # file's creation per screenshot, each a delay for every request waiting behind it
+        # (bench/feedback.py). The content type is the key's to say (its extension) and the
+        # caller's to serve.
+        target, sink, tmp, inode = await asyncio.to_thread(self._copied, key, source, size)
+        try:
+            async with self.guard(key):
+                await asyncio.to_thread(_install, sink, inode, tmp, target)
+        except BaseException as exc:
+            await asyncio.shield(asyncio.to_thread(_discard, sink, tmp, []))
+            if isinstance(exc, OSError):
+                raise storage_error(exc) from exc
+            raise
+
+    def _copied(
+        self, key: str, source: IO[bytes], size: int
+    ) -> tuple[Path, _HashingFile, Path, int]:
+        """`size` bytes of `source` (from its start) in a new temporary file, hashed and on disk
+        (blocking). BodyTooShort if `source` holds fewer."""
+        target = self.path_of(key)
+        try:
+            fd, tmp_name = tempfile.mkstemp(dir=self._incoming, prefix="upload-")
+        except OSError as exc:
+            raise storage_error(exc) from exc
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the sweeper leaves it alone
+        tmp = Path(tmp_name)
+        sink = _HashingFile(fd, with_sha512=True)
+        try:
+            source.seek(0)
+            while block := source.read(READ_BLOCK):
+                if sink.size + len(block) > size:
+                    raise BodyTooLarge(f"The file is longer than the declared {size} bytes")
+                sink.update(block)
+            if sink.size < size:
+                raise BodyTooShort(f"The file ended after {sink.size} of the declared {size} bytes")
+            return target, sink, tmp, _finish(sink)
+        except BaseException as exc:
+            _discard(sink, tmp, [])
+            if isinstance(exc, OSError):
+                raise storage_error(exc) from exc
+            raise
 
     async def view_url(
         self, key: str, file_name: str, content_type: str, expires_at: datetime
@@ -314,13 +355,6 @@ class LocalStorage:
         return await self._uploads.receive_part(key, number, size, body, with_sha512)
 
 
-async def _blocks_of(source: IO[bytes]) -> AsyncIterator[bytes]:
-    """A file's bytes from its start, read in a worker thread a block at a time."""
-    await asyncio.to_thread(source.seek, 0)
-    while block := await asyncio.to_thread(source.read, READ_BLOCK):
-        yield block
-
-
 def part_resource(key: str, number: int) -> str:
     """What a part's signed URL is bound to: the object and the part's number."""
     return f"{key}\npart {number}"
@@ -344,6 +378,11 @@ class _HashingFile:
 
     def write(self, block: list[bytes]) -> None:
         self._file.write(block)
+
+    def update(self, data: bytes) -> None:
+        """Hash and write `data` here (blocking: a worker thread's)."""
+        self._hashes.update(data)
+        self._file.write([data])
 
     def finish(self) -> None:
         os.fsync(self.fd)
