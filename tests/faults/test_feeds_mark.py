@@ -143,7 +143,8 @@ async def test_a_subscription_that_stops_answering_is_not_trusted_and_is_replace
 
 class FreezingRelay:
     """A TCP relay to 127.0.0.1:`port` that, while `flowing` is clear, passes nothing on either
-    way and closes nothing: a connection gone silent."""
+    way and closes nothing: a connection gone silent. `cut` closes its connections and refuses
+    new ones until `mend`: Redis out of reach for those behind it alone."""
 
     def __init__(self, port: int) -> None:
         self.target = port
@@ -153,6 +154,16 @@ class FreezingRelay:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._pumps: set[asyncio.Task[None]] = set()
+        self._open: set[asyncio.StreamWriter] = set()
+        self.reachable = True
+
+    def cut(self) -> None:
+        self.reachable = False
+        for stream in self._open:
+            stream.close()
+
+    def mend(self) -> None:
+        self.reachable = True
 
     async def __aenter__(self) -> FreezingRelay:
         self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
@@ -167,8 +178,12 @@ class FreezingRelay:
         await asyncio.gather(*self._pumps, return_exceptions=True)
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.reachable:
+            writer.close()
+            return
         self.connections += 1
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        self._open.update((writer, up_writer))
         for pump in (self._pump(reader, up_writer), self._pump(up_reader, writer)):
             task = asyncio.create_task(pump)
             self._pumps.add(task)
@@ -183,6 +198,34 @@ class FreezingRelay:
             pass
         finally:
             sink.close()
+
+
+async def test_a_write_that_could_not_be_announced_is_announced_once_redis_is_back(
+    private_redis: PrivateRedis, clients: list[redis.Redis]
+) -> None:
+    """Catches: a write whose mark never reached Redis (the writer lost Redis as it committed)
+    left unannounced, so that the other processes serve what it changed until their entries'
+    TTL."""
+    _, other, _ = clients
+    async with FreezingRelay(private_redis.port) as relay:
+        writer_client = redis_pool.connect(f"redis://127.0.0.1:{relay.port}/0")
+        writer = FeedCache(SystemClock(), writer_client)
+        reader = FeedCache(SystemClock(), other)
+        writer.start(ping_seconds=0.1)
+        reader.start(ping_seconds=NEVER)
+        try:
+            await until(lambda: writer.listening and reader.listening, "both to listen")
+            reader.put("feed", "version 1", await reader.mark())
+            relay.cut()  # Redis gone for the writer alone
+            await writer.announce()  # fails: nothing reaches Redis
+            assert await _remembered(reader) == "version 1"
+            relay.mend()
+            await until(lambda: _gone(reader), "the writer's listener to announce it after all")
+            assert reader.listening  # told by the message, not by a reconnection of its own
+        finally:
+            await writer.stop()
+            await reader.stop()
+            await writer_client.aclose()
 
 
 async def test_without_redis_requests_do_without_the_listener_until_it_returns(

@@ -24,15 +24,18 @@ takes a new mark as its message arrives; its requests then read no mark from Red
 each feed request read the mark with a GET (a 64 KiB Range request of a download on PostgreSQL +
 Redis served 0.75-0.81x a bare FileResponse's rate; docs/performance.md). The price: another
 process's write is seen when its message has arrived and been read (well under a millisecond
-on one machine, and before the writer's own answer has crossed back to its client and a second
-request to this process), no longer by a round trip of each request's own.
+on one machine, and as a rule before the writer's own answer has crossed back to its client
+and a second request to this process: a request read in the same pass of the event loop as
+the message may still be answered at the mark before it), no longer by a round trip of each
+request's own.
 
 Pub/sub delivers at most once: a message is lost only with its connection, which the listener
 then sees fail; it subscribes again and reads the mark anew. A connection that stops answering
 without failing (a peer gone, a middlebox that dropped it) is caught by a ping every
 PING_SECONDS: the pong comes after every message published before the ping, so while pongs come
 back the marks heard are complete up to when each ping left, and without one for LIVE_PINGS
-intervals the listener is not trusted (and reconnects). While it is not (Redis slow or down, a
+intervals the listener is not trusted (and reconnects): on a connection gone silent, a write is
+missed for at most that long (3 s). While it is not (Redis slow or down, a
 reconnection, the listener not started: an app run without its lifespan), requests read the
 mark themselves per request, as before, and with Redis unreachable the mark is unknown and
 requests read the database as without the cache. A writer that could not publish its mark
@@ -62,6 +65,8 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from sqlalchemy.exc import MissingGreenlet
 
 from buildbay import redis_pool
@@ -134,7 +139,9 @@ class FeedCache:
         self._epoch = 0
         self._live_until = 0.0
         self._listener: asyncio.Task[None] | None = None
-        self._unannounced = False  # a write of this process's whose mark Redis did not take
+        # Announces: the last begun, and the latest whose mark Redis did not take (0: none).
+        self._announces = 0
+        self._unannounced = 0
         kwargs = shared.connection_pool.connection_kwargs if shared is not None else {}
         self._channel = f"{CHANNEL}{kwargs.get('db', 0)}"
 
@@ -199,8 +206,14 @@ class FeedCache:
             try:
                 own = redis.ConnectionPool(
                     connection_class=pool.connection_class,
-                    max_connections=2,  # its subscription, and its reads of the mark
-                    **pool.connection_kwargs,
+                    **{
+                        **pool.connection_kwargs,
+                        "max_connections": 2,  # its subscription; its reads and announces
+                        # An error is raised as it is, not first met with a reconnection and a
+                        # new subscription (redis-py's own, even with no retries) that the
+                        # listener then throws away: it subscribes anew itself.
+                        "retry": Retry(NoBackoff(), 0, supported_errors=()),
+                    },
                 )
                 async with redis.Redis.from_pool(own) as client, client.pubsub() as pubsub:
                     await self._follow(client, pubsub, ping_seconds)
@@ -216,13 +229,18 @@ class FeedCache:
         await pubsub.subscribe(self._channel)
         # Subscribed (its confirmation read) before the mark is read, or a mark set between the
         # two would go unheard.
+        answered = time.monotonic()
         while await pubsub.get_message(timeout=ping_seconds) is None:
-            pass
+            if time.monotonic() > answered + LIVE_PINGS * ping_seconds:
+                raise redis.ConnectionError("the subscription was not confirmed")
         self._hear(await self._read_shared(client))
         answered = time.monotonic()
         while True:
             if self._unannounced:
-                await self.announce()
+                # On its own connection: the shared pool may be the very reason it failed, and
+                # while this waits its subscription is not read, so its mark is not trusted.
+                self._live_until = 0.0
+                await self.announce(client)
             sent = time.monotonic()
             await pubsub.ping(repr(sent))
             while (left := sent + ping_seconds - time.monotonic()) > 0:
@@ -318,22 +336,31 @@ class FeedCache:
         try:
             await_in_event(self.announce())
         except MissingGreenlet:  # a commit outside SQLAlchemy's async layer: no await here
-            log.warning("a write to the feeds' tables was not announced to other processes")
+            self._announces += 1
+            self._unannounced = self._announces  # the listener announces it
+            log.warning("a write to the feeds' tables is announced late to other processes")
 
-    async def announce(self) -> None:
+    async def announce(self, client: redis.Redis | None = None) -> None:
         """Tell the other processes (Redis) that the feeds changed: a new mark, set and
-        published at once."""
-        assert self._redis is not None
+        published at once (on `client`, else the shared one)."""
+        client = client or self._redis
+        assert client is not None
+        self._announces += 1
+        mine = self._announces
         new = secrets.token_bytes(16)
         self._hear(new)  # its own message, when it comes back, changes nothing here
         try:
-            async with self._redis.pipeline(transaction=True) as both:
+            async with client.pipeline(transaction=True) as both:
                 both.set(MARK_KEY, new)
                 both.publish(self._channel, new)
                 await both.execute()
-            self._unannounced = False
+            # Taken: so is every failed one begun before it (its mark is newer), not one
+            # begun after it that failed meanwhile.
+            if self._unannounced <= mine:
+                self._unannounced = 0
         except (redis.RedisError, OSError) as exc:
-            self._unannounced = True  # the listener tries again when it reaches Redis
+            # The listener tries again when it reaches Redis.
+            self._unannounced = max(self._unannounced, mine)
             # The others cannot read the mark either, and read the database meanwhile; what
             # they stored before may serve again if Redis comes back within TTL.
             self._failed("cannot tell the other processes that the feeds changed", exc)
