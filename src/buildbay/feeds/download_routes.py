@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, RedirectResponse
 from starlette.types import Receive, Scope, Send
 
 from buildbay.auth.dependencies import client_ip, count_budget
-from buildbay.deps import Context, ReadsDep, TransactionRoute
+from buildbay.deps import TransactionRoute, get_context, request_reads
 from buildbay.errors import NotFound
 from buildbay.feeds.download import FeedFile, feed_file
 from buildbay.feeds.ranges import MAX_RANGES, WHOLE, Ranges, requested_ranges
@@ -93,8 +93,6 @@ _ROUTE: dict[str, Any] = {
 )
 async def download_feed_file(
     request: Request,
-    ctx: Context,
-    reads: ReadsDep,
     update_key: Annotated[
         str, Path(alias="updateKey", description="The application's update key", **_PATH)
     ],
@@ -104,6 +102,11 @@ async def download_feed_file(
         Path(alias="fileName", description="The build's file name, or it + `.blockmap`", **_PATH),
     ],
 ) -> Response:
+    # The context and the reads from the request, not as dependencies: FastAPI solves each
+    # dependency anew on every request, which for this route (one of electron-updater's many
+    # Range requests an update, its answer remembered) was half of its own work (py-spy,
+    # bench/feeds_download.py); the reads are opened only when the address is not remembered.
+    ctx = get_context(request)
     # Per client IP, a budget of their own at the install pages' rate (one update is many
     # requests: HEAD, the blockmaps, a Range request per group of changed blocks).
     await count_budget(
@@ -120,7 +123,7 @@ async def download_feed_file(
         ("file", update_key, build_id, file_name), mark
     )
     if cached is None:
-        found = await feed_file(reads, update_key, build_id, file_name, now)
+        found = await feed_file(request_reads(request), update_key, build_id, file_name, now)
         # Where the object is, resolved once: the resolution (a system call per part of the
         # path) cost more than the rest of the route together (py-spy, bench/feeds_download.py).
         local = storage.path_of(found.storage_key) if isinstance(storage, LocalStorage) else None
