@@ -122,8 +122,7 @@ async def test_a_subscription_that_stops_answering_is_not_trusted_and_is_replace
     error would say so. The reader reaches Redis through a relay that the test freezes."""
     one, _, _ = clients
     async with FreezingRelay(private_redis.port) as relay:
-        reader_client = redis_pool.connect(f"redis://127.0.0.1:{relay.port}/0")
-        reader = FeedCache(SystemClock(), reader_client)
+        reader = FeedCache(SystemClock(), relay.client())
         writer = FeedCache(SystemClock(), one)
         reader.start(ping_seconds=0.1)
         try:
@@ -138,7 +137,6 @@ async def test_a_subscription_that_stops_answering_is_not_trusted_and_is_replace
             assert relay.connections > 2  # the silent one was replaced
         finally:
             await reader.stop()
-            await reader_client.aclose()
 
 
 class FreezingRelay:
@@ -155,7 +153,13 @@ class FreezingRelay:
         self._server: asyncio.Server | None = None
         self._pumps: set[asyncio.Task[None]] = set()
         self._open: set[asyncio.StreamWriter] = set()
+        self._clients: list[redis.Redis] = []
         self.reachable = True
+
+    def client(self) -> redis.Redis:
+        """A client (as redis_pool.py makes them) that reaches Redis through the relay."""
+        self._clients.append(redis_pool.connect(f"redis://127.0.0.1:{self.port}/0"))
+        return self._clients[-1]
 
     def cut(self) -> None:
         self.reachable = False
@@ -172,6 +176,8 @@ class FreezingRelay:
 
     async def __aexit__(self, *_: object) -> None:
         assert self._server is not None
+        for client in self._clients:
+            await client.aclose()
         self._server.close()
         for pump in self._pumps:
             pump.cancel()
@@ -208,8 +214,7 @@ async def test_a_write_that_could_not_be_announced_is_announced_once_redis_is_ba
     TTL."""
     _, other, _ = clients
     async with FreezingRelay(private_redis.port) as relay:
-        writer_client = redis_pool.connect(f"redis://127.0.0.1:{relay.port}/0")
-        writer = FeedCache(SystemClock(), writer_client)
+        writer = FeedCache(SystemClock(), relay.client())
         reader = FeedCache(SystemClock(), other)
         writer.start(ping_seconds=0.1)
         reader.start(ping_seconds=NEVER)
@@ -225,7 +230,6 @@ async def test_a_write_that_could_not_be_announced_is_announced_once_redis_is_ba
         finally:
             await writer.stop()
             await reader.stop()
-            await writer_client.aclose()
 
 
 async def test_without_redis_requests_do_without_the_listener_until_it_returns(
