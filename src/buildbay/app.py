@@ -51,6 +51,7 @@ from buildbay.devices.routes import router as devices_router
 from buildbay.distribution.membership import DISTRIBUTION_JOB
 from buildbay.distribution.routes import router as distribution_router
 from buildbay.distribution.service import distribution_mail_handler
+from buildbay.feedback.dependencies import FEEDBACK_SPOOL
 from buildbay.feedback.routes import router as feedback_router
 from buildbay.feedback.team_routes import router as feedback_team_router
 from buildbay.feeds.cache import FeedCache
@@ -328,6 +329,7 @@ async def _sweep_forever(ctx: AppContext) -> None:
             await sweep(
                 ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url,
                 audit_retention_days=ctx.settings.audit_retention_days,
+                feedback_spool=ctx.settings.data_dir / FEEDBACK_SPOOL,
             )  # fmt: skip
         except Exception:
             log.exception("sweeping failed; trying again next round")

@@ -360,6 +360,7 @@ def sweep() -> None:
 
     from buildbay.app import create_app
     from buildbay.builds.sweeper import Swept, sweep
+    from buildbay.feedback.dependencies import FEEDBACK_SPOOL
 
     settings = _settings(sweep_interval_seconds=0)
     with _configured():
@@ -369,6 +370,7 @@ def sweep() -> None:
         return await sweep(
             ctx.sessions, ctx.storage, ctx.clock.now(), ctx.settings.resolved_public_url,
             audit_retention_days=ctx.settings.audit_retention_days,
+            feedback_spool=ctx.settings.data_dir / FEEDBACK_SPOOL,
         )  # fmt: skip
 
     swept = _on_database(settings, run, ctx)
@@ -377,7 +379,8 @@ def sweep() -> None:
         f"{swept.retention} builds beyond their retention rule, "
         f"{swept.abandoned_uploads} partial files of interrupted uploads, "
         f"{swept.orphan_objects} stored files no build owned, "
-        f"{swept.orphan_uploads} multipart uploads no build owned "
+        f"{swept.orphan_uploads} multipart uploads no build owned, "
+        f"{swept.abandoned_screenshots} screenshots' files left by a crash "
         f"and {swept.audit_entries} audit entries past their retention"
     )
 

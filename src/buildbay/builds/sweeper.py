@@ -10,9 +10,11 @@ leave orphan bytes, never a ready build without them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -37,6 +39,7 @@ from buildbay.feedback.removal import FEEDBACK_PREFIX, remove_screenshots, scree
 from buildbay.invitations.caps import sweep_invitation_counts
 from buildbay.publishers.service import sweep_used_id_tokens
 from buildbay.storage.base import Storage
+from buildbay.storage.disk import remove_unlocked_files
 
 log = logging.getLogger("buildbay.sweeper")
 
@@ -92,6 +95,7 @@ class Swept:
     orphan_objects: int
     orphan_uploads: int = 0
     audit_entries: int = 0
+    abandoned_screenshots: int = 0
 
 
 async def sweep(
@@ -101,17 +105,26 @@ async def sweep(
     public_url: str,
     *,
     audit_retention_days: int | None = None,
+    feedback_spool: Path | None = None,
 ) -> Swept:
     """One round of every sweep (`buildbay sweep`, and `serve` every sweep interval);
     `public_url` is the server's, for the events of what retention deletes;
     `audit_retention_days` (Settings.audit_retention_days) how long audit entries are kept
-    (None: this round leaves them)."""
+    (None: this round leaves them); `feedback_spool` where screenshots wait while a feedback is
+    re-encoded (feedback/dependencies.py `spool_dir`), whose files a crash may leave."""
     expired = await sweep_expired_uploads(sessions, storage, now)
     retention = await sweep_retention(sessions, storage, now, public_url)
     # An upload still streaming keeps its file locked and fresh; GRACE is only a margin.
     abandoned = await storage.remove_abandoned_uploads(now - GRACE)
     if abandoned:
         log.info("removed %d partial files of uploads cut off by a crash", abandoned)
+    screenshots = 0
+    if feedback_spool is not None:
+        screenshots = await asyncio.to_thread(
+            remove_unlocked_files, feedback_spool, (now - GRACE).timestamp()
+        )
+        if screenshots:
+            log.info("removed %d screenshots' files left by a crash", screenshots)
     orphans = await sweep_orphan_objects(sessions, storage, now)
     orphan_uploads = await sweep_orphan_multipart_uploads(sessions, storage, now)
     async with sessions() as db, db.begin():  # the invitation caps' counters of past days
@@ -127,7 +140,7 @@ async def sweep(
     audit_entries = 0
     if audit_retention_days is not None:
         audit_entries = await sweep_audit_entries(sessions, now, audit_retention_days)
-    return Swept(expired, retention, abandoned, orphans, orphan_uploads, audit_entries)
+    return Swept(expired, retention, abandoned, orphans, orphan_uploads, audit_entries, screenshots)
 
 
 async def sweep_orphan_multipart_uploads(

@@ -32,6 +32,8 @@ from buildbay.feedback.records import Sender
 from buildbay.feedback.service import FeedbackService, Senders
 from buildbay.feedback.triage import TriageService
 
+FEEDBACK_SPOOL = "feedback-incoming"  # under the data directory: spool_dir
+
 
 def screenshot_links(ctx: AppContext) -> ScreenshotLinks:
     return ScreenshotLinks(ctx.settings.signing_key, ctx.settings.resolved_public_url)
@@ -45,9 +47,10 @@ def feedback_service(ctx: AppContext, db: AsyncSession) -> FeedbackService:
 
 
 def spool_dir(ctx: AppContext) -> Path:
-    """Where screenshots wait, as temporary files without names, while a feedback is read and
-    re-encoded: the data directory's disk (a /tmp in memory would count against it)."""
-    path = ctx.settings.data_dir / "feedback-incoming"
+    """Where screenshots wait while a feedback is read and re-encoded (as they arrive, files
+    without names; re-encoded, files the worker writes to by name, which the sweeper removes if
+    a crash left them): the data directory's disk (a /tmp in memory would count against it)."""
+    path = ctx.settings.data_dir / FEEDBACK_SPOOL
     path.mkdir(parents=True, exist_ok=True)
     return path
 

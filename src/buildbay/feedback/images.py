@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import fcntl
 import io
 import multiprocessing
 import os
@@ -56,7 +57,7 @@ import time
 import weakref
 import zlib
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,7 +78,7 @@ MAX_JPEG_SEGMENTS = 10_000  # its markers with a length, RSTn aside
 MAX_PNG_CHUNKS = 20_000
 # A worker for every two cores, at most two: on a 2-core host one core stays the requests'.
 WORKERS = max(1, min(2, (os.cpu_count() or 2) // 2))
-OUT_SPOOL_BYTES = 4 * 1024 * 1024  # of a re-encoded screenshot kept in memory, then on disk
+SCREENSHOT_PREFIX = "screenshot-"  # a re-encoded screenshot's temporary file, in the spool
 # Pillow warns past its limit and refuses past twice it; the limit here is the same number, and
 # `reencode` refuses past it before Pillow's own check comes into play.
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS
@@ -106,7 +107,7 @@ class NotAnImage(ValueError):
 
 @dataclass
 class Reencoded:
-    """A screenshot encoded anew: its bytes in a temporary file (closed by `close`)."""
+    """A screenshot encoded anew: its bytes in a temporary file (gone with `close`)."""
 
     file: IO[bytes]
     size: int
@@ -122,7 +123,7 @@ class Reencoded:
 
 @dataclass(frozen=True)
 class Encoded:
-    """What a worker answers: the screenshot's new bytes and what they are."""
+    """A screenshot's new bytes and what they are."""
 
     data: bytes
     width: int
@@ -135,18 +136,26 @@ async def reencode_all(sources: list[IO[bytes]], spool_dir: Path) -> list[Reenco
     """`reencode` of each, in order, in a worker process, each re-encoded screenshot in a
     temporary file under `spool_dir`; NotAnImage names the first that fails by its position
     (from 1). Waits, holding nothing but the files, while WORKERS other feedback are being
-    re-encoded."""
+    re-encoded.
+
+    The worker writes the new bytes to a file this process made (and removes: a worker that
+    dies leaves nothing behind) and answers what it wrote, not the bytes: unpickled here and
+    spooled again, a screenshot's bytes cost the server's threads copies of 2 MiB holding the
+    interpreter's lock, beside the requests (bench/feedback.py, docs/performance.md)."""
     done: list[Reencoded] = []
     try:
         async with _turns():
             for position, source in enumerate(sources, start=1):
-                data = await asyncio.to_thread(_read_all, source)
+                data, out = await asyncio.to_thread(_prepared, source, spool_dir)
                 try:
-                    encoded = await _in_worker(data)
-                except NotAnImage as exc:
-                    raise NotAnImage(f"screenshot {position} {exc}") from None
+                    written = await _in_worker(data, out.name)
+                except BaseException as exc:
+                    out.close()
+                    if isinstance(exc, NotAnImage):
+                        raise NotAnImage(f"screenshot {position} {exc}") from None
+                    raise
                 del data
-                done.append(await asyncio.to_thread(_spooled, encoded, spool_dir))
+                done.append(Reencoded(out, **asdict(written)))
     except BaseException:
         for made in done:
             made.close()
@@ -169,12 +178,12 @@ def _turns() -> asyncio.Semaphore:
     return turns
 
 
-async def _in_worker(data: bytes) -> Encoded:
-    """`reencode_bytes(data)` in a worker process; in a second one if the first dies."""
+async def _in_worker(data: bytes, path: str) -> Written:
+    """`reencode_into(data, path)` in a worker process; in a second one if the first dies."""
     for _ in range(2):
         pool = _WORKERS.pool()
         try:
-            return await asyncio.wrap_future(pool.submit(reencode_bytes, data))
+            return await asyncio.wrap_future(pool.submit(reencode_into, data, path))
         except BrokenProcessPool:
             _WORKERS.replace(pool)
     raise NotAnImage("is not a whole image: it does not decode")
@@ -229,28 +238,37 @@ def _own_pid(hold: float) -> int:
     return os.getpid()
 
 
-def _read_all(source: IO[bytes]) -> bytes:
+def _prepared(source: IO[bytes], spool_dir: Path) -> tuple[bytes, IO[bytes]]:
+    """The screenshot's bytes, and the file its new bytes go to: removed when closed, and
+    locked while open, so that the sweeper removes it only if a crash left it
+    (builds/sweeper.py `sweep`)."""
     source.seek(0)
-    return source.read()
+    data = source.read()
+    out = tempfile.NamedTemporaryFile(dir=spool_dir, prefix=SCREENSHOT_PREFIX)  # noqa: SIM115
+    fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return data, out
 
 
-def _spooled(encoded: Encoded, spool_dir: Path) -> Reencoded:
-    out = tempfile.SpooledTemporaryFile(max_size=OUT_SPOOL_BYTES, dir=str(spool_dir))  # noqa: SIM115 (the caller closes it)
-    try:
+@dataclass(frozen=True)
+class Written:
+    """What a worker answers: what it wrote to the file it was given."""
+
+    size: int
+    width: int
+    height: int
+    content_type: str  # image/png or image/jpeg
+    extension: str  # png or jpg
+
+
+def reencode_into(data: bytes, path: str) -> Written:
+    """`reencode` of an image's bytes, written to the file at `path`: for a worker process."""
+    encoded = reencode(io.BytesIO(data))
+    # Not created: a file its owner removed meanwhile (the request gone) stays removed.
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC), "wb") as out:
         out.write(encoded.data)
-        out.seek(0)
-    except BaseException:
-        out.close()
-        raise
-    return Reencoded(
-        out, len(encoded.data), encoded.width, encoded.height, encoded.content_type,
-        encoded.extension,
-    )  # fmt: skip
-
-
-def reencode_bytes(data: bytes) -> Encoded:
-    """`reencode` of an image's bytes, for a worker process: its answer is bytes."""
-    return reencode(io.BytesIO(data))
+    return Written(
+        len(encoded.data), encoded.width, encoded.height, encoded.content_type, encoded.extension
+    )
 
 
 def reencode(source: IO[bytes]) -> Encoded:

@@ -13,10 +13,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
+import fcntl
 import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
+from stat import S_ISREG
 
 from buildbay.storage.base import BodyTooLarge, Digests, StorageFull, StorageUnavailable
 
@@ -151,3 +153,33 @@ def storage_error(exc: OSError) -> StorageFull | StorageUnavailable:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageFull("The build store is full; nothing of this upload was kept")
     return StorageUnavailable(f"The build store failed: {exc.strerror or exc}")
+
+
+def remove_unlocked_files(directory: Path, older_than: float) -> int:
+    """Remove the files of `directory` last changed before `older_than` (a timestamp) that no
+    process holds locked (`fcntl.flock`): what a crash cut off there. Returns how many (none
+    if there is no such directory)."""
+    removed = 0
+    try:
+        paths = list(directory.iterdir())
+    except FileNotFoundError:  # never made: nothing there
+        return 0
+    for path in paths:
+        try:
+            st = path.lstat()
+            if not S_ISREG(st.st_mode) or st.st_mtime >= older_than:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # still in use (a very slow upload, say)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # under the lock: no one can take it meanwhile
+                removed += 1
+        finally:
+            os.close(fd)
+    return removed

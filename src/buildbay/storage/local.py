@@ -51,6 +51,7 @@ from buildbay.storage.disk import (
     fsync_dir,
     gather_blocks,
     read_sidecar,
+    remove_unlocked_files,
     settled,
     sidecar_of,
     sidecar_text,
@@ -167,7 +168,7 @@ class LocalStorage:
             raise storage_error(exc) from exc
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the sweeper leaves it alone
         tmp = Path(tmp_name)
-        sink = _HashingFile(fd, with_sha512=True)
+        sink = _HashingFile(fd, with_sha512=False)  # no desktop feed names a screenshot
         try:
             source.seek(0)
             while block := source.read(READ_BLOCK):
@@ -267,7 +268,9 @@ class LocalStorage:
     async def remove_abandoned_uploads(self, older_than: datetime) -> int:
         """Remove what uploads cut off by a crash left in `incoming/`: files last changed
         before `older_than` that no live upload holds. Returns how many."""
-        return await asyncio.to_thread(_remove_abandoned, self._incoming, older_than.timestamp())
+        return await asyncio.to_thread(
+            remove_unlocked_files, self._incoming, older_than.timestamp()
+        )
 
     # -- receiving an upload -----------------------------------------------------------------------
 
@@ -428,29 +431,6 @@ def _discard(
     for path in (tmp, sidecar_of(tmp)):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-def _remove_abandoned(incoming: Path, older_than: float) -> int:
-    removed = 0
-    for path in incoming.iterdir():
-        try:
-            st = path.lstat()
-            if not S_ISREG(st.st_mode) or st.st_mtime >= older_than:
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            continue  # an upload still streams into it (a very slow one)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()  # under the lock: no upload can take it meanwhile
-                removed += 1
-        finally:
-            os.close(fd)
-    return removed
 
 
 def _keys_under(objects: Path, directory: Path, modified_before: float) -> list[str]:
