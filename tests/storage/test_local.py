@@ -7,6 +7,7 @@ import base64
 import hashlib
 import io
 import os
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -341,3 +342,29 @@ async def test_stored_keys_lists_a_sha256_file_left_without_its_object_and_delet
     build_id = alone.rsplit("/", 1)[1]
     files = [p for p in (local_root / "objects").rglob("*") if build_id in p.name]
     assert files == []
+
+
+async def test_a_put_cancelled_while_its_thread_copies_leaves_nothing(local: LocalStorage) -> None:
+    """Catches: the temporary file of a put whose request went away (the thread it copies in
+    runs on) left in incoming/ for the sweeper, an hour later."""
+    reading, go_on = threading.Event(), threading.Event()
+
+    class SlowFile(io.BytesIO):
+        def read(self, size: int | None = -1) -> bytes:
+            reading.set()
+            go_on.wait(30)
+            return super().read(size)
+
+    key = new_key()
+    put = asyncio.create_task(local.put(key, SlowFile(b"x" * 100), 100, "image/png"))
+    await asyncio.to_thread(reading.wait, 30)
+    put.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await put
+    go_on.set()
+    for _ in range(500):  # the thread finishes, then its file goes
+        if not incoming(local):
+            break
+        await asyncio.sleep(0.01)
+    assert incoming(local) == []
+    assert await local.stat(key) is None

@@ -34,6 +34,7 @@ from buildbay.builds.removed import forget_old_removals, record_removals
 from buildbay.builds.retention import doomed, ready_builds, rule_of
 from buildbay.db.reads import Reads
 from buildbay.distribution.join_links import sweep_join_requests
+from buildbay.feedback.images import SCREENSHOT_PREFIX
 from buildbay.feedback.models import FeedbackScreenshot
 from buildbay.feedback.removal import FEEDBACK_PREFIX, remove_screenshots, screenshots_of_builds
 from buildbay.invitations.caps import sweep_invitation_counts
@@ -121,7 +122,7 @@ async def sweep(
     screenshots = 0
     if feedback_spool is not None:
         screenshots = await asyncio.to_thread(
-            remove_unlocked_files, feedback_spool, (now - GRACE).timestamp()
+            remove_unlocked_files, feedback_spool, (now - GRACE).timestamp(), SCREENSHOT_PREFIX
         )
         if screenshots:
             log.info("removed %d screenshots' files left by a crash", screenshots)

@@ -146,16 +146,12 @@ async def reencode_all(sources: list[IO[bytes]], spool_dir: Path) -> list[Reenco
     try:
         async with _turns():
             for position, source in enumerate(sources, start=1):
-                data, out = await asyncio.to_thread(_prepared, source, spool_dir)
+                data = await asyncio.to_thread(_read_all, source)
                 try:
-                    written = await _in_worker(data, out.name)
-                except BaseException as exc:
-                    out.close()
-                    if isinstance(exc, NotAnImage):
-                        raise NotAnImage(f"screenshot {position} {exc}") from None
-                    raise
+                    done.append(await _in_worker(data, spool_dir))
+                except NotAnImage as exc:
+                    raise NotAnImage(f"screenshot {position} {exc}") from None
                 del data
-                done.append(Reencoded(out, **asdict(written)))
     except BaseException:
         for made in done:
             made.close()
@@ -178,14 +174,23 @@ def _turns() -> asyncio.Semaphore:
     return turns
 
 
-async def _in_worker(data: bytes, path: str) -> Written:
-    """`reencode_into(data, path)` in a worker process; in a second one if the first dies."""
+async def _in_worker(data: bytes, spool_dir: Path) -> Reencoded:
+    """`reencode_into(data, ...)` in a worker process, into a file of `spool_dir`; in a second
+    one if the first dies, into a file of its own (a worker of the broken pool may yet write
+    to the first one before it is stopped)."""
     for _ in range(2):
         pool = _WORKERS.pool()
+        out = await asyncio.to_thread(_output_file, spool_dir)
         try:
-            return await asyncio.wrap_future(pool.submit(reencode_into, data, path))
+            written = await asyncio.wrap_future(pool.submit(reencode_into, data, out.name))
         except BrokenProcessPool:
+            out.close()
             _WORKERS.replace(pool)
+            continue
+        except BaseException:
+            out.close()
+            raise
+        return Reencoded(out, **asdict(written))
     raise NotAnImage("is not a whole image: it does not decode")
 
 
@@ -238,15 +243,18 @@ def _own_pid(hold: float) -> int:
     return os.getpid()
 
 
-def _prepared(source: IO[bytes], spool_dir: Path) -> tuple[bytes, IO[bytes]]:
-    """The screenshot's bytes, and the file its new bytes go to: removed when closed, and
+def _read_all(source: IO[bytes]) -> bytes:
+    source.seek(0)
+    return source.read()
+
+
+def _output_file(spool_dir: Path) -> IO[bytes]:
+    """A file for a worker to write a screenshot's new bytes to: removed when closed, and
     locked while open, so that the sweeper removes it only if a crash left it
     (builds/sweeper.py `sweep`)."""
-    source.seek(0)
-    data = source.read()
     out = tempfile.NamedTemporaryFile(dir=spool_dir, prefix=SCREENSHOT_PREFIX)  # noqa: SIM115
     fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return data, out
+    return out
 
 
 @dataclass(frozen=True)
@@ -264,7 +272,7 @@ def reencode_into(data: bytes, path: str) -> Written:
     """`reencode` of an image's bytes, written to the file at `path`: for a worker process."""
     encoded = reencode(io.BytesIO(data))
     # Not created: a file its owner removed meanwhile (the request gone) stays removed.
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC), "wb") as out:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW), "wb") as out:
         out.write(encoded.data)
     return Written(
         len(encoded.data), encoded.width, encoded.height, encoded.content_type, encoded.extension

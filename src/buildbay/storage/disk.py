@@ -155,16 +155,18 @@ def storage_error(exc: OSError) -> StorageFull | StorageUnavailable:
     return StorageUnavailable(f"The build store failed: {exc.strerror or exc}")
 
 
-def remove_unlocked_files(directory: Path, older_than: float) -> int:
-    """Remove the files of `directory` last changed before `older_than` (a timestamp) that no
-    process holds locked (`fcntl.flock`): what a crash cut off there. Returns how many (none
-    if there is no such directory)."""
+def remove_unlocked_files(directory: Path, older_than: float, prefix: str = "") -> int:
+    """Remove the files of `directory` whose names start with `prefix`, last changed before
+    `older_than` (a timestamp), that no process holds locked (`fcntl.flock`): what a crash cut
+    off there. Returns how many (none if there is no such directory)."""
     removed = 0
     try:
         paths = list(directory.iterdir())
     except FileNotFoundError:  # never made: nothing there
         return 0
     for path in paths:
+        if not path.name.startswith(prefix):
+            continue
         try:
             st = path.lstat()
             if not S_ISREG(st.st_mode) or st.st_mtime >= older_than:

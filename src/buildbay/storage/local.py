@@ -2,8 +2,9 @@
 
 Uploads stream into a temporary file in the same directory tree while being hashed, are flushed
 to disk, then renamed into place atomically: a reader sees the old object or the whole new one,
-never a partial file. The SHA-256 and SHA-512 are kept beside the object (`<object>.sha256`),
-tied to the object's inode and size, so verify does not read the bytes again.
+never a partial file. The SHA-256 and SHA-512 (of a screenshot, the SHA-256 alone) are kept
+beside the object (`<object>.sha256`), tied to the object's inode and size, so verify does not
+read the bytes again.
 
 An upload holds an flock on its temporary file while it streams. A process killed in the middle
 leaves the file behind, unlocked: the sweeper removes such files once they are old.
@@ -146,7 +147,12 @@ class LocalStorage:
         # file's creation per screenshot, each a delay for every request waiting behind it
         # (bench/feedback.py). The content type is the key's to say (its extension) and the
         # caller's to serve.
-        target, sink, tmp, inode = await asyncio.to_thread(self._copied, key, source, size)
+        copying = asyncio.ensure_future(asyncio.to_thread(self._copied, key, source, size))
+        try:
+            target, sink, tmp, inode = await asyncio.shield(copying)
+        except asyncio.CancelledError:
+            copying.add_done_callback(_discard_copy)  # the thread goes on: its file goes after
+            raise
         try:
             async with self.guard(key):
                 await asyncio.to_thread(_install, sink, inode, tmp, target)
@@ -395,6 +401,13 @@ class _HashingFile:
         if not self.closed:
             self.closed = True
             os.close(self.fd)
+
+
+def _discard_copy(copying: asyncio.Future[tuple[Path, _HashingFile, Path, int]]) -> None:
+    """What the thread of a cancelled `put` made, removed once it is done."""
+    if not copying.cancelled() and copying.exception() is None:
+        _, sink, tmp, _ = copying.result()
+        _discard(sink, tmp, [])
 
 
 def _finish(sink: _HashingFile) -> int:
