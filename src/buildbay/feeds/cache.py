@@ -131,12 +131,12 @@ class FeedCache:
         self._entries: dict[Hashable, _Entry] = {}
         # What is being read for a key at a mark now: askers of it meanwhile wait for it.
         self._reading: dict[tuple[Hashable, Mark], asyncio.Future[Any]] = {}
-        self._generation = 0  # this process's writes
         self._setbacks = redis_pool.Setbacks(log, clock)
-        # The listener's (Redis): the shared mark it last heard of, the epoch that began then,
-        # and until when (time.monotonic()) its last read of the mark lets it be trusted.
-        self._heard: bytes | None = None
+        # A count of the changes this process knows of: its own writes, and (Redis) each new
+        # mark its listener heard. Then the listener's: the shared mark it last heard of, and
+        # until when (time.monotonic()) its last answered ping lets it be trusted.
         self._epoch = 0
+        self._heard: bytes | None = None
         self._live_until = 0.0
         self._listener: asyncio.Task[None] | None = None
         # Announces: the last begun, and the latest whose mark Redis did not take (0: none).
@@ -149,7 +149,7 @@ class FeedCache:
         """The mark to read and store under, read before the reads; None: do without the cache
         (Redis unreachable)."""
         if self._redis is None:
-            return self._generation
+            return self._epoch
         if self.listening:
             return self._epoch  # the listener's: no round trip
         if self._setbacks.skipping():
@@ -159,7 +159,7 @@ class FeedCache:
         except (redis.RedisError, OSError) as exc:
             self._failed("cannot read the feeds' mark; feeds are read per request", exc)
             return None
-        return (self._generation, shared)
+        return (self._epoch, shared)
 
     async def _read_shared(self, client: redis.Redis | None = None) -> bytes:
         client = client or self._redis
@@ -328,7 +328,6 @@ class FeedCache:
         processes, before the writing request answers."""
         if tables.isdisjoint(FEED_TABLES):
             return
-        self._generation += 1
         self._epoch += 1
         self._entries.clear()
         if self._redis is None:
