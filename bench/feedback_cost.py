@@ -25,7 +25,14 @@ from pathlib import Path
 
 import httpx
 
-from _common import VENV_BIN, enterprise_account, free_port, running_server
+from _common import (
+    VENV_BIN,
+    create_application,
+    create_project,
+    enterprise_account,
+    free_port,
+    running_server,
+)
 from feedback import FEEDBACK_BUDGET, _add_tester, feedback_bodies
 from load import MAX_UPLOAD, upload_once
 
@@ -59,10 +66,8 @@ def main() -> int:
     ):
         _, owner = enterprise_account(client, env)
         client.headers["Authorization"] = f"Bearer {owner}"
-        project = client.post("/api/projects", json={"name": "cost"}).json()["id"]
-        app = client.post(
-            f"/api/projects/{project}/applications", json={"name": "cost", "platform": "other"}
-        ).json()["id"]
+        project = create_project(client, "cost")
+        app = create_application(client, project, "cost")
         email = f"tester-{os.urandom(4).hex()}@example.com"
         registered = client.post(
             "/api/auth/register", json={"email": email, "password": "bench-password-123"}
