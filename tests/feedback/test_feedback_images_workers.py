@@ -4,7 +4,6 @@ feedback is stored as if nothing had happened."""
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import time
@@ -14,7 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from buildbay.feedback.images import SCREENSHOT_PREFIX, reencode_all, worker_pids
+from buildbay.feedback.images import SCREENSHOT_PREFIX, reencode_all, spool_file, worker_pids
 from buildbay.storage.disk import remove_unlocked_files
 from tests.conftest import Account, Api
 from tests.feedback.submitting import World, jpeg_with_gps, make_world, opened, png, screenshots
@@ -65,24 +64,31 @@ async def test_the_workers_run_only_on_cores_nothing_else_wants(world: World) ->
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the server's own process is not
 
 
-async def test_a_screenshot_s_file_is_swept_only_once_no_feedback_holds_it(tmp_path: Path) -> None:
-    """The worker writes a re-encoded screenshot to a file by name (feedback/images.py), which
-    a crash of the server would leave behind. Catches: the sweeper removing a file a feedback
-    still holds (its stored screenshot would be cut short), a crash's file kept for good, and a
-    feedback's file left when it is done with it."""
+async def test_a_screenshot_s_files_are_swept_only_once_no_feedback_holds_them(
+    tmp_path: Path,
+) -> None:
+    """A screenshot as it arrived and as the worker re-encoded it are files by name
+    (feedback/images.py), which a crash of the server would leave behind. Catches: the sweeper
+    removing a file a feedback still holds (its stored screenshot would be cut short), a
+    crash's file kept for good, and a feedback's file left when it is done with it."""
     spool = tmp_path / "spool"
     spool.mkdir()
-    (shot,) = await reencode_all([io.BytesIO(png((30, 20)))], spool)
-    (held,) = _names(spool)
-    assert held.startswith(SCREENSHOT_PREFIX)
+    arrived = spool_file(spool)
+    arrived.write(png((30, 20)))
+    arrived.flush()
+    (shot,) = await reencode_all([arrived.name], spool)
+    held = _names(spool)
+    assert len(held) == 2
+    assert all(name.startswith(SCREENSHOT_PREFIX) for name in held)
     _write(spool / f"{SCREENSHOT_PREFIX}of-a-crash", b"half a png")
 
-    assert remove_unlocked_files(spool, time.time() - 3600) == 0  # both too new
+    assert remove_unlocked_files(spool, time.time() - 3600) == 0  # all too new
     assert remove_unlocked_files(spool, time.time() + 3600) == 1
-    assert _names(spool) == [held]
+    assert _names(spool) == held
     assert opened(shot.file.read()).size == (30, 20)  # whole
 
     shot.close()
+    arrived.close()
     assert _names(spool) == []
 
 

@@ -17,7 +17,7 @@ from PIL import Image
 
 from buildbay.clock import FrozenClock
 from buildbay.feedback.links import SCREENSHOT_URL_SECONDS, URL_SLOT_SECONDS
-from buildbay.feedback.submission import SPOOL_BYTES, WRITE_BYTES
+from buildbay.feedback.submission import WRITE_BYTES
 from tests.conftest import BASE_URL, Account, Api, assert_problem, iso_z
 from tests.feedback.submitting import (
     GPS_IFD,
@@ -109,16 +109,16 @@ async def test_a_tester_sends_feedback_and_no_metadata_survives_in_the_stored_sc
 async def test_screenshots_sent_in_small_chunks_are_stored_whole_and_in_order(
     world: World,
 ) -> None:
-    """Two screenshots larger than what is gathered before a write (and than what is kept in
-    memory), arriving 64 KiB at a time as from a network: each is stored with every one of its
-    pixels (PNG is lossless), in the order sent, whatever chunks their bytes were written in."""
+    """Two screenshots larger than what is gathered before a write, arriving 64 KiB at a
+    time as from a network: each is stored with every one of its pixels (PNG is lossless), in
+    the order sent, whatever chunks their bytes were written in."""
     side = 700  # random pixels do not compress: ~1.4 MiB a PNG
     sent = [Image.frombytes("RGB", (side, side), os.urandom(side * side * 3)) for _ in range(2)]
     files = []
     for image in sent:
         out = io.BytesIO()
         image.save(out, "PNG")
-        assert out.tell() > max(WRITE_BYTES, SPOOL_BYTES)
+        assert out.tell() > WRITE_BYTES
         files.append(("screenshots", ("shot.png", out.getvalue(), "image/png")))
     request = httpx.Request("POST", BASE_URL, files=form_parts(None, files))
     body = request.read()

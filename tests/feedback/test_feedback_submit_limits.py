@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from PIL import Image
 
 from buildbay.config import Settings
+from buildbay.feedback.dependencies import spool_dir
 from buildbay.feedback.submission import MAX_BODY, MAX_SCREENSHOT_BYTES
 from tests.conftest import BASE_URL, TEST_SECRET, Account, Api, assert_problem
 from tests.feedback.submitting import (
@@ -198,6 +199,23 @@ async def test_a_sixth_screenshot_is_refused(world: World) -> None:
 
     r = await world.send(world.tester, files=[*five, *screenshots(png())])
     assert refused(r, "screenshots") == "at most 5 screenshots a feedback"
+
+
+async def test_no_screenshot_s_file_outlives_its_request_stored_or_refused(world: World) -> None:
+    """The screenshots wait in files by name (feedback/images.py `spool_file`), as they arrived
+    and as re-encoded. Catches: a file left in the spool by any way a feedback ends, which
+    only the sweeper would take, an hour later."""
+    spool = spool_dir(world.ctx)
+    cases = [
+        (screenshots(png(), png((5, 5))), {}, 201),  # stored
+        (screenshots(png(), b"\x89PNG\r\n\x1a\n not one"), {}, 422),  # does not decode
+        (screenshots(*[png()] * 6), {}, 422),  # refused part way through the body
+        (screenshots(png()), {"category": "none of them"}, 422),  # a field refused at the end
+    ]
+    for files, fields, status in cases:
+        r = await world.send(world.tester, fields, files=files)
+        assert r.status_code == status, r.text
+        assert list(spool.iterdir()) == []
 
 
 async def test_an_empty_file_part_is_no_screenshot(world: World) -> None:

@@ -25,7 +25,7 @@ from buildbay.deps import request_session
 from buildbay.errors import BuildbayError, PayloadTooLarge, ValidationFailed
 from buildbay.feedback.dependencies import feedback_service, spool_dir
 from buildbay.feedback.enums import FeedbackCategory
-from buildbay.feedback.images import NotAnImage, Reencoded, reencode_all
+from buildbay.feedback.images import NotAnImage, Reencoded, discard, reencode_all
 from buildbay.feedback.records import Sender
 from buildbay.feedback.submission import (
     CATEGORY,
@@ -185,7 +185,7 @@ async def receive_feedback(
         if submission.context is None:
             submission.context = _device_context(request) or None
         try:
-            shots = await reencode_all([u.file for u in submission.screenshots], spool)
+            shots = await reencode_all([u.path for u in submission.screenshots], spool)
         except NotAnImage as exc:
             form.errors = {SCREENSHOTS: _said(SCREENSHOTS, str(exc))}
             raise FeedbackRefused(form, 422) from None
@@ -195,9 +195,7 @@ async def receive_feedback(
             form.errors = _errors_of(exc)
             raise FeedbackRefused(form, exc.status) from None
     finally:
-        for shot in shots:
-            shot.close()
-        submission.close()
+        await discard([*shots, submission])
     return allowed
 
 

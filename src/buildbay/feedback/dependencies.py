@@ -47,9 +47,10 @@ def feedback_service(ctx: AppContext, db: AsyncSession) -> FeedbackService:
 
 
 def spool_dir(ctx: AppContext) -> Path:
-    """Where screenshots wait while a feedback is read and re-encoded (as they arrive, files
-    without names; re-encoded, files the worker writes to by name, which the sweeper removes if
-    a crash left them): the data directory's disk (a /tmp in memory would count against it)."""
+    """Where screenshots wait while a feedback is read and re-encoded, as they arrived and as a
+    worker re-encoded them (files by name, which the worker reads and writes, and the sweeper
+    removes if a crash left them): the data directory's disk (a /tmp in memory would count
+    against it)."""
     path = ctx.settings.data_dir / FEEDBACK_SPOOL
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -56,10 +56,11 @@ import threading
 import time
 import weakref
 import zlib
+from collections.abc import Iterable
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import pillow_heif
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
@@ -132,26 +133,26 @@ class Encoded:
     extension: str  # png or jpg
 
 
-async def reencode_all(sources: list[IO[bytes]], spool_dir: Path) -> list[Reencoded]:
-    """`reencode` of each, in order, in a worker process, each re-encoded screenshot in a
+async def reencode_all(sources: list[str], spool_dir: Path) -> list[Reencoded]:
+    """`reencode` of each screenshot as it arrived (`sources`: the paths of their files,
+    `spool_file`s, written), in order, in a worker process, each re-encoded screenshot in a
     temporary file under `spool_dir`; NotAnImage names the first that fails by its position
     (from 1). Waits, holding nothing but the files, while WORKERS other feedback are being
     re-encoded.
 
-    The worker writes the new bytes to a file this process made (and removes: a worker that
-    dies leaves nothing behind) and answers what it wrote, not the bytes: unpickled here and
-    spooled again, a screenshot's bytes cost the server's threads copies of 2 MiB holding the
-    interpreter's lock, beside the requests (bench/feedback.py, docs/performance.md)."""
+    The worker reads the screenshot from its file and writes the new bytes to a file this
+    process made (and removes: a worker that dies leaves nothing behind), and answers what it
+    wrote: no screenshot's bytes pass through this process, where each copy of 2 MiB (read back,
+    pickled to the worker, its answer unpickled and spooled again) cost the server's threads
+    the interpreter's lock beside the requests (bench/feedback.py, docs/performance.md)."""
     done: list[Reencoded] = []
     try:
         async with _turns():
             for position, source in enumerate(sources, start=1):
-                data = await asyncio.to_thread(_read_all, source)
                 try:
-                    done.append(await _in_worker(data, spool_dir))
+                    done.append(await _in_worker(source, spool_dir))
                 except NotAnImage as exc:
                     raise NotAnImage(f"screenshot {position} {exc}") from None
-                del data
     except BaseException:
         for made in done:
             made.close()
@@ -174,15 +175,15 @@ def _turns() -> asyncio.Semaphore:
     return turns
 
 
-async def _in_worker(data: bytes, spool_dir: Path) -> Reencoded:
-    """`reencode_into(data, ...)` in a worker process, into a file of `spool_dir`; in a second
+async def _in_worker(source: str, spool_dir: Path) -> Reencoded:
+    """`reencode_into(source, ...)` in a worker process, into a file of `spool_dir`; in a second
     one if the first dies, into a file of its own (a worker of the broken pool may yet write
     to the first one before it is stopped)."""
     for _ in range(2):
         pool = _WORKERS.pool()
-        out = await asyncio.to_thread(_output_file, spool_dir)
+        out = await asyncio.to_thread(spool_file, spool_dir)
         try:
-            written = await asyncio.wrap_future(pool.submit(reencode_into, data, out.name))
+            written = await asyncio.wrap_future(pool.submit(reencode_into, source, out.name))
         except BrokenProcessPool:
             out.close()
             _WORKERS.replace(pool)
@@ -243,18 +244,36 @@ def _own_pid(hold: float) -> int:
     return os.getpid()
 
 
-def _read_all(source: IO[bytes]) -> bytes:
-    source.seek(0)
-    return source.read()
-
-
-def _output_file(spool_dir: Path) -> IO[bytes]:
-    """A file for a worker to write a screenshot's new bytes to: removed when closed, and
-    locked while open, so that the sweeper removes it only if a crash left it
+def spool_file(spool_dir: Path) -> IO[bytes]:
+    """A file under `spool_dir` for a screenshot on its way, as it arrives (submission.py) or
+    as a worker re-encodes it: named, so that a worker opens it by its path; removed when
+    closed, and locked while open, so that the sweeper removes it only if a crash left it
     (builds/sweeper.py `sweep`)."""
     out = tempfile.NamedTemporaryFile(dir=spool_dir, prefix=SCREENSHOT_PREFIX)  # noqa: SIM115
     fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     return out
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+async def discard(spooled: Iterable[_Closable]) -> None:
+    """`close` each (a feedback's `Submission`, its `Reencoded` screenshots): in a worker
+    thread, as closing a spool file removes it, and the kernel then frees the pages just
+    written, a millisecond or several at times, which the event loop would wait for. Closed here
+    if the request is cancelled before the thread takes them."""
+    spooled = list(spooled)
+
+    def close_all() -> None:
+        for each in spooled:
+            each.close()
+
+    try:
+        await asyncio.to_thread(close_all)
+    except asyncio.CancelledError:
+        close_all()  # each close may be called again
+        raise
 
 
 @dataclass(frozen=True)
@@ -268,9 +287,11 @@ class Written:
     extension: str  # png or jpg
 
 
-def reencode_into(data: bytes, path: str) -> Written:
-    """`reencode` of an image's bytes, written to the file at `path`: for a worker process."""
-    encoded = reencode(io.BytesIO(data))
+def reencode_into(source: str, path: str) -> Written:
+    """`reencode` of the image in the file at `source`, written to the file at `path`: for a
+    worker process."""
+    with os.fdopen(os.open(source, os.O_RDONLY | os.O_NOFOLLOW), "rb") as image:
+        encoded = reencode(image)
     # Not created: a file its owner removed meanwhile (the request gone) stays removed.
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW), "wb") as out:
         out.write(encoded.data)

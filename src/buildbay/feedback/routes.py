@@ -26,7 +26,7 @@ from buildbay.feedback.dependencies import (
     screenshot_links,
     spool_dir,
 )
-from buildbay.feedback.images import NotAnImage, Reencoded, reencode_all
+from buildbay.feedback.images import NotAnImage, Reencoded, discard, reencode_all
 from buildbay.feedback.links import SCREENSHOTS_PATH
 from buildbay.feedback.models import FeedbackScreenshot
 from buildbay.feedback.service import feedback_mail_of, reporter_email
@@ -71,7 +71,7 @@ async def send_feedback(
         if sender.tester is None:  # an app with the update key: its reporter's own budget
             await count_reporter(ctx, request, reporter)
         try:
-            shots = await reencode_all([u.file for u in submission.screenshots], spool)
+            shots = await reencode_all([u.path for u in submission.screenshots], spool)
         except NotAnImage as exc:
             raise ValidationFailed.for_field(
                 SCREENSHOTS, str(exc), code="unreadable_screenshot"
@@ -79,9 +79,7 @@ async def send_feedback(
         service = feedback_service(ctx, request_session(request))
         shown = await service.create(sender, submission, shots)
     finally:
-        for shot in shots:
-            shot.close()
-        submission.close()
+        await discard([*shots, submission])
     links, now = screenshot_links(ctx), ctx.clock.now()
     return schemas.feedback_schema(shown, lambda s: links.short_lived(s.id, now))
 

@@ -5,9 +5,10 @@ as it arrives and refused at the first byte past a limit.
 - The whole body is at most MAX_BODY: the API's middleware refuses a larger Content-Length
   before reading a byte, and stops a body without one at the limit (413); this reader counts it
   again.
-- A screenshot is written to a temporary file as it arrives (in memory up to SPOOL_BYTES, then
-  on disk in the spool directory; the file has no name and goes when it is closed, or with
-  the process), and refused as soon as it passes MAX_SCREENSHOT_BYTES; a sixth is refused at
+- A screenshot is written to a temporary file in the spool directory as it arrives (images.py
+  `spool_file`: named, for the worker that re-encodes it to read, and removed when it is
+  closed, or by the sweeper after a crash), and refused as soon as it passes
+  MAX_SCREENSHOT_BYTES; a sixth is refused at
   its headers, before any of its bytes are read. Nothing of the body is ever held whole: what
   arrived is written WRITE_BYTES at a time, in a worker thread. (A write per chunk of the
   network's, 64 KiB, was a thread's round trip each: 90 a feedback of three 2 MiB screenshots,
@@ -27,7 +28,6 @@ import contextlib
 import json
 import math
 import re
-import tempfile
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +39,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from buildbay.errors import BadRequest, FieldError, PayloadTooLarge, ValidationFailed
 from buildbay.feedback.enums import FeedbackCategory
+from buildbay.feedback.images import spool_file
 from buildbay.schemas import NUL, WHITESPACE, Email
 
 REPLACEMENT = "\ufffd"
@@ -57,7 +58,6 @@ MAX_CONTEXT_BYTES = 16 * 1024
 # (one for the keys, a list of them, an object in it), and every reader (the API's answer, a
 # webhook event) writes the JSON out again, where hundreds of levels cost a stack each time.
 MAX_CONTEXT_DEPTH = 32
-SPOOL_BYTES = 1 * MiB  # of a screenshot kept in memory before its file goes to disk
 WRITE_BYTES = 1 * MiB  # of the screenshots' bytes gathered before they are written, at most
 MAX_PART_HEADERS = 8 * 1024  # bytes of one part's headers
 EXTRA_FIELD_BYTES = 1024  # of a page's own field (its CSRF token)
@@ -79,12 +79,16 @@ _CATEGORIES = ", ".join(c.value for c in FeedbackCategory)
 
 @dataclass
 class Upload:
-    """A screenshot as it arrived: its bytes in a temporary file, not yet known to be an
-    image."""
+    """A screenshot as it arrived: its bytes in a temporary file (images.py `spool_file`),
+    not yet known to be an image."""
 
     position: int  # from 1, in the order sent
     file: IO[bytes]
     size: int = 0
+
+    @property
+    def path(self) -> str:
+        return self.file.name
 
 
 @dataclass
@@ -243,9 +247,7 @@ class _Reader:
         if name == SCREENSHOTS:
             if len(self.uploads) >= MAX_SCREENSHOTS:
                 raise _refused(SCREENSHOTS, f"at most {MAX_SCREENSHOTS} screenshots a feedback")
-            # Spooled, so that a small one never touches the disk; with no name on the disk.
-            spooled = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, dir=str(self.spool_dir))  # noqa: SIM115 (closed with the submission)
-            self._upload = Upload(len(self.uploads) + 1, spooled)
+            self._upload = Upload(len(self.uploads) + 1, spool_file(self.spool_dir))
             self.uploads.append(self._upload)
         elif name in self.limits:
             if name in self.fields:
@@ -291,6 +293,7 @@ class _Reader:
         def write() -> None:
             for upload, data in unwritten:
                 upload.file.write(data)
+                upload.file.flush()  # for the worker that reads it by its name
 
         await asyncio.to_thread(write)
 
