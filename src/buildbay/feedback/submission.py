@@ -8,11 +8,11 @@ as it arrives and refused at the first byte past a limit.
 - A screenshot is written to a temporary file in the spool directory as it arrives (images.py
   `spool_file`: named, for the worker that re-encodes it to read, and removed when it is
   closed, or by the sweeper after a crash), and refused as soon as it passes
-  MAX_SCREENSHOT_BYTES; a sixth is refused at
-  its headers, before any of its bytes are read. Nothing of the body is ever held whole: what
-  arrived is written WRITE_BYTES at a time, in a worker thread. (A write per chunk of the
-  network's, 64 KiB, was a thread's round trip each: 90 a feedback of three 2 MiB screenshots,
-  which cost the event loop 15-18 ms of CPU a feedback where the parsing cost 6.)
+  MAX_SCREENSHOT_BYTES; a sixth is refused at its headers, before any of its bytes are read.
+  Nothing of the body is ever held whole: what arrived is written WRITE_BYTES at a time, in a
+  worker thread. (A write per chunk of the network's, 64 KiB, was a thread's round trip each:
+  90 a feedback of three 2 MiB screenshots, which cost the event loop 15-18 ms of CPU a
+  feedback where the parsing cost 6.)
 - A field is held in memory, at most its own small limit; a field the form does not have, or
   one sent twice, is refused at its headers.
 
