@@ -13,6 +13,7 @@ as it arrives and refused at the first byte past a limit.
   worker thread. (A write per chunk of the network's, 64 KiB, was a thread's round trip each:
   90 a feedback of three 2 MiB screenshots, which cost the event loop 15-18 ms of CPU a
   feedback where the parsing cost 6.)
+- Bodies are read at intake.py's pace, the oldest feedback first.
 - A field is held in memory, at most its own small limit; a field the form does not have, or
   one sent twice, is refused at its headers.
 
@@ -28,6 +29,7 @@ import contextlib
 import json
 import math
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from buildbay.errors import BadRequest, FieldError, PayloadTooLarge, ValidationFailed
 from buildbay.feedback.enums import FeedbackCategory
 from buildbay.feedback.images import spool_file
+from buildbay.feedback.intake import intake
 from buildbay.schemas import NUL, WHITESPACE, Email
 
 REPLACEMENT = "\ufffd"
@@ -135,9 +138,10 @@ async def read_submission(
     boundary = _boundary(content_type)
     reader = _Reader(spool_dir, extra, seen)
     parser = MultipartParser(boundary, cast("MultipartCallbacks", reader.callbacks()))
-    received = 0
+    received, began, pace = 0, time.monotonic(), intake()
     try:
         async for chunk in body:
+            await pace.take(began, len(chunk))
             received += len(chunk)
             if received > MAX_BODY:
                 raise PayloadTooLarge(
