@@ -5,16 +5,20 @@ feedback gone (its request cancelled) leaving the turn to the next."""
 from __future__ import annotations
 
 import asyncio
+import io
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
+from PIL import Image
 
+from buildbay.feedback import intake as intake_module
 from buildbay.feedback import submission
-from buildbay.feedback.intake import Intake
-from tests.feedback.submitting import form_parts, png, screenshots
+from buildbay.feedback.intake import FREE_BYTES, STALL_SECONDS, Intake
+from tests.feedback.submitting import form_parts, screenshots
 
 RATE = 20_000.0  # bytes a second: a 1,000-byte chunk is 50 ms of the pace
 
@@ -87,12 +91,15 @@ async def test_a_cancelled_feedback_leaves_its_turn_to_the_next() -> None:
 async def test_a_feedback_s_body_is_read_at_the_pace(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Across read_submission: its body goes through the process's intake, chunk by chunk."""
-    paced = Intake(200_000.0, burst=0)
+    """Across read_submission: its body goes through the process's intake, chunk by chunk,
+    its first FREE_BYTES without waiting."""
+    paced = Intake(400_000.0, burst=0)
     monkeypatch.setattr(submission, "intake", lambda: paced)
-    request = httpx.Request(
-        "POST", "http://x/", files=form_parts({"text": "It crashed"}, screenshots(png((300, 300))))
-    )
+    noise = Image.frombytes("RGB", (300, 300), os.urandom(300 * 300 * 3))  # ~270 KB as a PNG
+    out = io.BytesIO()
+    noise.save(out, "PNG")
+    files = screenshots(out.getvalue())
+    request = httpx.Request("POST", "http://x/", files=form_parts({"text": "It crashed"}, files))
     body = request.read()
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -103,7 +110,44 @@ async def test_a_feedback_s_body_is_read_at_the_pace(
     read = await submission.read_submission(request.headers["content-type"], chunks(), tmp_path)
     read.close()
     assert read.text == "It crashed"
-    assert time.monotonic() - started >= 0.95 * len(body) / 200_000.0
+    assert time.monotonic() - started >= 0.95 * (len(body) - FREE_BYTES) / 400_000.0
+
+
+async def test_a_feedback_without_screenshots_is_not_held_behind_others_screenshots() -> None:
+    """Catches: a text-only feedback (a few KiB, nothing to the loop) waiting seconds for the
+    bodies begun before it."""
+    intake, done = Intake(RATE, burst=0), []
+    big = [asyncio.create_task(_read(intake, n, 20, done, "big")) for n in range(3)]
+    await asyncio.sleep(0)
+    small = intake.body()
+    await asyncio.wait_for(small.take(4_000), timeout=0.5)  # a second of the pace, at once
+    assert done.count("big") < 3
+    for task in big:
+        task.cancel()
+    await asyncio.gather(*big, return_exceptions=True)
+
+
+async def test_a_sender_that_stalled_is_as_old_as_its_next_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: age banked by a client that began long ago and sent next to nothing (a byte
+    now and then), then sends at full speed: it would come before every feedback begun
+    meanwhile."""
+    monkeypatch.setattr(intake_module, "FREE_BYTES", 0)  # every byte through the turns
+    intake, done = Intake(RATE, burst=0), []
+    banked = intake.body()
+    await banked.take(1)  # begun, then nothing for a while
+    await asyncio.sleep(STALL_SECONDS + 0.1)
+    newer = asyncio.create_task(_read(intake, time.monotonic(), 2, done, "newer"))
+    await asyncio.sleep(0)  # the newer holds the turn
+
+    async def banked_reads() -> None:
+        for _ in range(2):
+            await banked.take(1_000)
+            done.append("banked")
+
+    await asyncio.gather(newer, banked_reads())
+    assert done == ["newer", "newer", "banked", "banked"]
 
 
 async def test_a_feedback_cancelled_as_it_is_given_the_turn_passes_it_on() -> None:

@@ -29,7 +29,6 @@ import contextlib
 import json
 import math
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,10 +137,10 @@ async def read_submission(
     boundary = _boundary(content_type)
     reader = _Reader(spool_dir, extra, seen)
     parser = MultipartParser(boundary, cast("MultipartCallbacks", reader.callbacks()))
-    received, began, pace = 0, time.monotonic(), intake()
+    received, pace = 0, intake().body()
     try:
         async for chunk in body:
-            await pace.take(began, len(chunk))
+            await pace.take(len(chunk))
             received += len(chunk)
             if received > MAX_BODY:
                 raise PayloadTooLarge(
