@@ -26,9 +26,11 @@ PASSWORD = "bench-password-123"
 RSS_SAMPLE_SECONDS = 0.02
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time so far of a process (all its threads), or of its thread `thread`,
+    from /proc."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    fields = Path(path).read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -27,6 +27,7 @@ import httpx
 
 from _common import (
     VENV_BIN,
+    cpu_seconds,
     create_application,
     create_project,
     enterprise_account,
@@ -35,15 +36,6 @@ from _common import (
 )
 from feedback import FEEDBACK_BUDGET, _add_tester, feedback_bodies
 from load import MAX_UPLOAD, upload_once
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int, thread: int | None = None) -> float:
-    """User + system CPU of the process `pid`, or of its thread `thread`, so far."""
-    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def main() -> int:
